@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file arch.hpp
+/// The narrow arch boundary (as the kernel's arch_uprobe_* hooks,
+/// arch/x86/kernel/uprobes.c): analyze an instruction at register time,
+/// emulate it or build its out-of-line (XOL) copy, map ucontext <-> Regs.
+/// The core in src/ calls only what is declared here; a second architecture
+/// provides its own arch/<name>/arch.hpp with the same names.
+
+#include <ucontext.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uprobe/regs.hpp"
+
+namespace uprobe::arch {
+
+/// The breakpoint instruction (int3) and its length.
+inline constexpr std::uint8_t kBreakpoint = 0xCC;
+inline constexpr std::size_t kBreakpointLen = 1;
+/// Longest x86 instruction.
+inline constexpr std::size_t kMaxInsnLen = 15;
+/// Size of one XOL slot (relocated instruction + jump back), bytes.
+inline constexpr std::size_t kXolSlotSize = 32;
+/// rflags trap flag (TF).
+inline constexpr std::uint64_t kTrapFlag = 0x100;
+
+/// How a probed instruction continues after the consumers ran.
+enum class InsnClass : std::uint8_t {
+  nop,        ///< any nop form, endbr64/endbr32: rip += len
+  push_reg,   ///< push r64: rsp -= 8, *rsp = reg
+  jmp_rel,    ///< jmp rel8/rel32
+  call_rel,   ///< call rel32
+  jcc_rel,    ///< Jcc rel8/rel32
+  loop_rel,   ///< loop/loope/loopne/jrcxz/jecxz rel8
+  ret,        ///< ret, rep ret, bnd ret
+  ret_imm,    ///< ret imm16
+  jmp_ind,    ///< jmp *reg / jmp *mem (no segment override)
+  call_ind,   ///< call *reg / call *mem (no segment override)
+  xol,        ///< everything else: run a relocated copy out of line
+};
+
+/// Register numbers used in Insn (index into the Regs field order
+/// rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8..r15 = 0..15; kNoReg = none;
+/// kRipReg = rip-relative base).
+inline constexpr std::uint8_t kNoReg = 0xFF;
+inline constexpr std::uint8_t kRipReg = 0xFE;
+
+/// The result of analyzing one instruction, computed once at register time
+/// from the file's bytes and kept with the uprobe. Position independent: the
+/// same Insn serves every mapping of the file (targets are relative to the
+/// end of the instruction).
+struct Insn {
+  std::uint8_t bytes[16] = {};   ///< original bytes
+  std::uint8_t len = 0;          ///< instruction length
+  InsnClass cls = InsnClass::xol;
+  std::uint8_t reg = kNoReg;     ///< push_reg / *_ind by register: the register
+  std::uint8_t cond = 0;         ///< jcc_rel: condition code 0..15 (the low nibble of 0x7X); loop_rel: 0 loop, 1 loope, 2 loopne, 3 jrcxz, 4 jecxz
+  std::uint16_t imm = 0;         ///< ret_imm: bytes popped after the return address
+  std::int64_t rel = 0;          ///< *_rel: target = ip + len + rel
+  // Memory operand of jmp_ind/call_ind (reg == kNoReg): base/index/scale/disp.
+  std::uint8_t mem_base = kNoReg;   ///< register or kRipReg
+  std::uint8_t mem_index = kNoReg;
+  std::uint8_t mem_scale = 1;
+  std::int64_t mem_disp = 0;
+  // XOL: rip-relative displacement, when present.
+  bool rip_relative = false;     ///< instruction has a rip-relative memory operand
+  std::uint8_t disp_offset = 0;  ///< byte offset of the disp32 in bytes[]
+  std::int32_t disp = 0;         ///< the original disp32
+  std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
+};
+
+/// Decodes and classifies the instruction at `code` (up to `avail` bytes).
+/// Refuses, with a reason in `why`: undecodable bytes, int3 (an existing
+/// breakpoint), and instructions that can neither be emulated nor run out of
+/// line (e.g. a rip-relative form we cannot relocate, segment-relative
+/// indirect branches, int/syscall-style traps are allowed).
+/// Not async-signal-safe (uses Capstone). Thread-safe.
+bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string& why);
+
+/// Linear sweep: the start offsets of the instructions in
+/// [code, code + size), stopping at the first undecodable byte. Used to
+/// check that a probe offset is an instruction start inside a known function.
+std::vector<std::size_t> instruction_starts(const std::uint8_t* code, std::size_t size);
+
+/// One-line disassembly of the instruction at `code` as if at `address`,
+/// with its length in `len` (0 if undecodable).
+std::string disassemble(const std::uint8_t* code, std::size_t avail, std::uint64_t address,
+                        std::size_t& len);
+
+/// True if `insn` is continued by emulation rather than out of line.
+bool is_emulated(const Insn& insn) noexcept;
+
+/// Emulates `insn` located at address `ip` on `regs` (registers as at the
+/// probe: regs.rip == ip). On success updates regs (rip, rsp, stack memory for
+/// push/call) and returns true; returns false when the class is not emulated.
+/// Hot path: async-signal-safe, no allocation, no syscall.
+bool emulate(const Insn& insn, std::uint64_t ip, Regs& regs) noexcept;
+
+/// The absolute address a rip-relative operand of `insn` at `ip` refers to
+/// (valid when insn.rip_relative).
+std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept;
+
+/// Builds the XOL copy of `insn` (original address `ip`) to run at address
+/// `slot`: the relocated instruction (rip-relative displacement re-aimed at
+/// the same absolute target) followed by an absolute jump back to ip + len.
+/// Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
+/// `why` set when the target is out of the disp32 reach of `slot`.
+/// Not hot (called at register time).
+std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
+                      std::string& why);
+
+/// After a single-step of the XOL copy at `slot` (XolMode::single_step),
+/// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
+void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
+
+/// Copies the user registers out of / into a signal ucontext.
+/// Async-signal-safe. regs_to_ucontext only writes the fields a handler may
+/// change (GPRs, rip, rsp, arithmetic/direction/trap flags of rflags).
+void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept;
+void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
+
+/// The instruction pointer in a ucontext, and setting it.
+std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
+void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;
+std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept;
+void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept;
+
+/// The address of the probed instruction given the ucontext of its SIGTRAP
+/// (the kernel's uprobe_get_swbp_addr(): ip - 1 after int3).
+inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {
+  return ucontext_ip(uc) - kBreakpointLen;
+}
+
+}  // namespace uprobe::arch

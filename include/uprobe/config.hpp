@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file config.hpp
+/// Runtime switches and statistics. The switches select the designs that the
+/// seed patches replaced, so that uprobe-bench can draw before/after curves;
+/// the defaults are the scalable designs.
+
+#include <cstdint>
+
+namespace uprobe {
+
+/// How a hit finds its uprobe (seed 000).
+enum class LookupMode : std::uint8_t {
+  speculative,  ///< sequence count + RCU VMA/probe lookup, locked fallback on change (default)
+  locked,       ///< every hit takes the global reader-writer lock (the mmap_lock analog)
+};
+
+/// How the probed instruction runs when it is not emulated.
+enum class XolMode : std::uint8_t {
+  jump_back,    ///< relocated copy followed by a jump back: no second trap (default)
+  single_step,  ///< kernel-faithful: set TF, run the copy, fix up on the second SIGTRAP
+};
+
+/// How the SIGTRAP handler is installed (seed 001).
+enum class SignalMask : std::uint8_t {
+  nodefer,  ///< SA_NODEFER and an empty sa_mask: delivery and sigreturn leave the blocked mask alone (default)
+  defer,    ///< the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask
+};
+
+/// Process-wide runtime configuration.
+struct Config {
+  LookupMode lookup = LookupMode::speculative;
+  XolMode xol = XolMode::jump_back;
+  SignalMask signal_mask = SignalMask::nodefer;
+  /// Emulate simple instructions (nops, push, jmp, call, Jcc, ret, ...) in the
+  /// handler instead of running them out of line. Default true.
+  bool emulate = true;
+};
+
+/// Sets the configuration. Takes effect for hits that start after the call;
+/// signal_mask re-installs the SIGTRAP handler. Thread-safety: any thread, not
+/// from a handler. Not async-signal-safe.
+void configure(const Config& config);
+
+/// The current configuration.
+Config configuration();
+
+/// Counters summed over all threads (each thread counts in its own cache line;
+/// reading sums them, so a read is approximate while hits run).
+struct Stats {
+  std::uint64_t hits = 0;              ///< traps handled at a registered probe site
+  std::uint64_t recursion_misses = 0;  ///< hits inside a handler: consumers not run
+  std::uint64_t emulated = 0;          ///< continued by emulation
+  std::uint64_t out_of_line = 0;       ///< continued by running the relocated copy
+  std::uint64_t redirected = 0;        ///< a handler changed rip
+  std::uint64_t restarts = 0;          ///< raced with unregister: instruction restarted
+  std::uint64_t locked_lookups = 0;    ///< speculative lookup fell back to the lock
+  std::uint64_t foreign_traps = 0;     ///< SIGTRAPs that were not ours, passed on
+};
+
+/// Sums the per-thread counters. Thread-safety: any thread. Async-signal-safe.
+Stats stats() noexcept;
+
+/// True while the calling thread runs a libuprobe handler.
+/// Async-signal-safe.
+bool in_handler() noexcept;
+
+}  // namespace uprobe

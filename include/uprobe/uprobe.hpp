@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file uprobe.hpp
+/// libuprobe public C++ API: the kernel's uprobes (include/linux/uprobes.h),
+/// in process. Register a Consumer on a probe site given as (file, offset) or
+/// as an address; every execution of that instruction by any thread runs the
+/// consumer's handler with the full register context, then the original
+/// instruction runs (emulated, or relocated out of line).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "uprobe/regs.hpp"
+
+namespace uprobe {
+
+/// What a handler asks for after a hit. Mirrors the kernel's return values of
+/// uprobe_consumer::handler (UPROBE_HANDLER_REMOVE).
+enum class Action : int {
+  keep = 0,    ///< stay attached
+  remove = 1,  ///< UPROBE_HANDLER_REMOVE: see Consumer::handler
+};
+
+/// A probe consumer: the kernel's `struct uprobe_consumer`.
+///
+/// One Consumer object may be registered on many probes, but at most once on
+/// the same probe. It must outlive its registrations (unregister_uprobe()
+/// returns only when no thread is still inside its callbacks).
+class Consumer {
+ public:
+  virtual ~Consumer() = default;
+
+  /// Called on the hitting thread, before the probed instruction runs, with
+  /// that thread's registers (readable and writable, see Regs).
+  ///
+  /// Runs in signal context (int3 path): it must be async-signal-safe unless
+  /// the program knows the probed code is never reached from a state where
+  /// that matters (no malloc, no locks the probed thread may hold, no stdio
+  /// is the safe rule). A probe hit inside a handler is not reported again
+  /// (the per-thread recursion guard counts it in Stats::recursion_misses).
+  ///
+  /// Return Action::remove to say this consumer wants no more hits at this
+  /// probe: it is not called there again until unregistered and registered
+  /// anew, and when every consumer of the probe has said remove, the probe
+  /// site is taken out of the process's text (the kernel's unapply_uprobe();
+  /// the registration itself stays until unregister_uprobe()).
+  virtual Action handler(Regs& regs) = 0;
+
+  /// Per-thread filter: return false and this consumer is not called for hits
+  /// by thread `tid` (the kernel's uprobe_consumer::filter, which is
+  /// per-process there; in process the natural unit is the thread). Called on
+  /// every hit before handler(), in the same signal context. Default: all.
+  virtual bool filter(pid_t tid) {
+    (void)tid;
+    return true;
+  }
+};
+
+/// Error kinds of the registration API.
+enum class Errc {
+  file_not_found,      ///< the path does not exist or cannot be opened/statted
+  bad_offset,          ///< offset past the end of the file
+  not_executable,      ///< offset outside every executable PT_LOAD segment
+  mid_instruction,     ///< offset falls inside an instruction of a known function
+  refused_instruction, ///< an existing int3, undecodable bytes, or an instruction we cannot run out of line
+  not_file_backed,     ///< an address in anonymous memory, or in no mapping at all
+  forbidden_target,    ///< libuprobe's own code or its hot-path dependencies
+  conflict,            ///< this consumer is already registered on this probe, or is not registered on it
+  in_handler,          ///< (un)registering from inside a handler would deadlock
+  system,              ///< a system call failed (message says which and errno)
+};
+
+/// The typed error thrown by the registration API. what() names the path, the
+/// file offset and the reason; path() and offset() give them separately.
+/// A request that throws has changed nothing in the process.
+class Error : public std::runtime_error {
+ public:
+  Error(Errc code, std::string path, std::uint64_t offset, const std::string& why);
+  Errc code() const noexcept { return code_; }
+  const std::string& path() const noexcept { return path_; }
+  std::uint64_t offset() const noexcept { return offset_; }
+
+ private:
+  Errc code_;
+  std::string path_;
+  std::uint64_t offset_;
+};
+
+/// An opaque registered probe: the kernel's `struct uprobe`, keyed by
+/// (st_dev, st_ino, offset). Valid while at least one consumer is registered.
+class Uprobe;
+
+/// Registers `consumer` on the instruction at file offset `offset` of the
+/// file `path` (the kernel's uprobe_register(inode, offset, 0, uc)). The probe
+/// applies to every executable mapping of that file in this process, keyed by
+/// (st_dev, st_ino, offset), so hard links and several mappings share it.
+/// Many consumers may share one probe site.
+///
+/// Thread-safety: may be called from any thread, concurrently with hits and
+/// with other (un)registrations; not from inside a handler (Errc::in_handler).
+/// Not async-signal-safe (allocates, takes the registry lock).
+/// @throws Error with a clear message on any refusal; nothing changed then.
+Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer& consumer);
+
+/// Same, with the probe site given as an address in this process: the mapping
+/// that holds `address` gives (file, offset) as in resolve_address().
+Uprobe* register_uprobe(const void* address, Consumer& consumer);
+
+/// Unregisters `consumer` from `probe` (the kernel's uprobe_unregister()).
+/// Returns when no thread can still be running a callback of this consumer
+/// for this probe (an RCU grace period). When the last consumer goes, the
+/// original bytes are restored exactly in every mapping and `probe` becomes
+/// invalid.
+/// Thread-safety and errors as register_uprobe().
+void unregister_uprobe(Uprobe* probe, Consumer& consumer);
+
+/// A (file, offset) pair as the kernel keys probes.
+struct FileOffset {
+  std::string path;      ///< path of the mapped file as /proc/self/maps names it
+  std::uint64_t offset;  ///< byte offset in the file
+  dev_t dev;             ///< st_dev of the file
+  ino_t ino;             ///< st_ino of the file
+};
+
+/// Resolves an address of this process to the file and file offset mapped
+/// there (offset = pgoff + address - vma start).
+/// @throws Error(Errc::not_file_backed) for anonymous memory or no mapping.
+FileOffset resolve_address(const void* address);
+
+/// RAII registration: registers in the constructor, unregisters in the
+/// destructor (or in detach()). Move-only.
+class Attachment {
+ public:
+  Attachment() = default;
+  Attachment(const std::string& path, std::uint64_t offset, Consumer& consumer);
+  Attachment(const void* address, Consumer& consumer);
+  Attachment(Attachment&& other) noexcept;
+  Attachment& operator=(Attachment&& other) noexcept;
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
+  ~Attachment();
+  /// Unregisters now (idempotent).
+  void detach();
+  /// The registered probe, or nullptr once detached.
+  Uprobe* probe() const noexcept { return probe_; }
+
+ private:
+  Uprobe* probe_ = nullptr;
+  Consumer* consumer_ = nullptr;
+};
+
+/// Probe-site state, for tests and tools.
+struct ProbeInfo {
+  FileOffset where;          ///< the probe key
+  unsigned sites = 0;        ///< mappings where the breakpoint is written now
+  unsigned consumers = 0;    ///< registered consumers
+  bool emulated = false;     ///< the instruction is emulated (else run out of line)
+  std::string instruction;   ///< disassembly of the probed instruction
+};
+
+/// Describes a registered probe. Thread-safety: any thread, not in a handler.
+ProbeInfo probe_info(const Uprobe* probe);
+
+}  // namespace uprobe
