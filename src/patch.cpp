@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: MIT
+#include "patch.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace uprobe::detail {
+
+int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
+  int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = 0;
+  std::size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(fd, bytes + done, len - done, static_cast<off_t>(addr + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return err;
+}
+
+void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
+  const volatile std::uint8_t* p = reinterpret_cast<const volatile std::uint8_t*>(addr);
+  for (std::size_t i = 0; i < len; ++i) out[i] = p[i];
+}
+
+}  // namespace uprobe::detail

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Text patching: writes into this process's own read-only code pages without
+// ever making a page writable and executable at once. The primary method is a
+// pwrite() to /proc/self/mem (the kernel writes through its own mapping, as
+// uprobe_write_opcode() does for the kernel's uprobes, breaking COW on private
+// file mappings). The file is opened per operation so that a fork child never
+// writes through a descriptor that still points at its parent's mm.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uprobe::detail {
+
+/// Writes `len` bytes at `addr`. Returns 0 or an errno value.
+/// Async-signal-safe (open, pwrite, close). Thread-safe per address when the
+/// caller serialises writers of the same bytes.
+int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept;
+
+/// Reads `len` bytes at `addr` (mapped readable memory). Async-signal-safe.
+void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
+
+}  // namespace uprobe::detail

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: MIT
+// Register and unregister: the kernel's uprobe_register()/uprobe_unregister()
+// and install_breakpoint()/remove_breakpoint(), in process.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "arch.hpp"
+#include "patch.hpp"
+#include "probe.hpp"
+#include "runtime.hpp"
+#include "thread_state.hpp"
+#include "validate.hpp"
+#include "xol.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+XolArea& xol_area() {
+  static XolArea* a = new XolArea;
+  return *a;
+}
+
+std::string hex(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+void check_not_in_handler(const std::string& path, std::uint64_t offset) {
+  if (t_state.depth > 0)
+    throw Error(Errc::in_handler, path, offset,
+                "cannot register or unregister from inside a probe handler (it would wait for itself)");
+}
+
+class PatchGuard {
+ public:
+  explicit PatchGuard(Uprobe* up) : up_(up) {
+    while (up_->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
+  }
+  ~PatchGuard() { up_->patch_lock.clear(std::memory_order_release); }
+
+ private:
+  Uprobe* up_;
+};
+
+/// Writes int3 at every site; on failure restores what it wrote and throws.
+void apply(Uprobe* up, const SiteSet& ss) {
+  for (std::size_t i = 0; i < ss.sites.size(); ++i) {
+    const std::uint8_t bp = arch::kBreakpoint;
+    if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
+      for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
+      throw Error(Errc::system, up->path, up->key.offset,
+                  "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
+                      std::strerror(err));
+    }
+  }
+}
+
+/// Restores the original byte at every site that still holds our int3.
+void unapply(Uprobe* up, const SiteSet& ss) {
+  for (const Site& s : ss.sites) {
+    std::uint8_t cur;
+    peek_text(s.addr, &cur, 1);
+    if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
+  }
+}
+
+/// The sites of `up` in the current address space: one per executable
+/// mapping of the file that covers the offset. Prepares their XOL slots.
+std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
+  auto ss = std::make_unique<SiteSet>();
+  for (const Vma& v : vmas.vmas()) {
+    if (!v.executable() || v.dev != up->key.dev || v.ino != up->key.ino) continue;
+    if (up->key.offset < v.pgoff || up->key.offset >= v.pgoff + (v.end - v.start)) continue;
+    Site s;
+    s.addr = v.start + (up->key.offset - v.pgoff);
+    std::string why;
+    s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
+    if (!s.xol && !arch::is_emulated(up->insn))
+      throw Error(Errc::refused_instruction, up->path, up->key.offset,
+                  "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
+    std::uint8_t cur;
+    peek_text(s.addr, &cur, 1);
+    const SiteSet* old = up->sites.load(std::memory_order_relaxed);
+    bool ours = up->applied && old && old->find(s.addr);
+    if (cur != up->insn.bytes[0] && !(ours && cur == arch::kBreakpoint))
+      throw Error(Errc::refused_instruction, up->path, up->key.offset,
+                  "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
+                      hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
+    ss->sites.push_back(s);
+  }
+  return ss;
+}
+
+/// Brings the sites of `up` in line with the address space: new mappings get
+/// the breakpoint (when applied), vanished ones are dropped without a write.
+void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
+  std::unique_ptr<SiteSet> fresh = compute_sites(up, vmas);
+  PatchGuard guard(up);
+  const SiteSet* old = up->sites.load(std::memory_order_relaxed);
+  if (up->applied) {
+    SiteSet added;
+    for (const Site& s : fresh->sites)
+      if (!old || !old->find(s.addr)) added.sites.push_back(s);
+    apply(up, added);
+  }
+  up->sites.store(fresh.release(), std::memory_order_release);
+  if (old) r.deferred.emplace_back([old] { delete old; });
+}
+
+void publish_probes(Registry& r) {
+  auto table = std::make_unique<ProbeTable>();
+  table->entries.reserve(r.tree.size());
+  for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
+  publish(r, nullptr, table.release());
+}
+
+bool is_registered(Registry& r, const Uprobe* up) {
+  auto it = r.tree.find(up->key, KeyLess());
+  return it != r.tree.end() && &*it == up;
+}
+
+}  // namespace
+
+}  // namespace uprobe::detail
+
+namespace uprobe {
+
+using namespace detail;
+
+Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer& consumer) {
+  check_not_in_handler(path, offset);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  start_runtime(r);
+
+  Target t;
+  open_target(path, offset, t);
+  check_not_forbidden(t, offset);
+  ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
+  const VmaSnapshot* vmas = refresh_vmas(r);
+  auto reg = std::make_unique<Registration>();
+  reg->consumer = &consumer;
+
+  auto it = r.tree.find(key, KeyLess());
+  if (it != r.tree.end()) {
+    Uprobe* up = &*it;
+    const ConsumerSet* old = up->consumers.load(std::memory_order_relaxed);
+    for (const Registration* x : old->regs)
+      if (x->consumer == &consumer)
+        throw Error(Errc::conflict, path, offset, "this consumer is already registered on this probe");
+    sync_sites(r, up, *vmas);
+    auto cs = std::make_unique<ConsumerSet>(*old);
+    cs->regs.push_back(reg.release());
+    up->consumers.store(cs.release(), std::memory_order_release);
+    r.deferred.emplace_back([old] { delete old; });
+    {
+      PatchGuard guard(up);
+      if (!up->applied) {
+        apply(up, *up->sites.load(std::memory_order_relaxed));
+        up->applied = true;
+      }
+    }
+    if (r.deferred.size() > 256) synchronize_and_reclaim(r);
+    return up;
+  }
+
+  auto up = std::make_unique<Uprobe>();
+  up->key = key;
+  up->path = path;
+  analyze_target(t, offset, up->insn);
+  up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+  auto cs = std::make_unique<ConsumerSet>();
+  cs->regs.push_back(reg.release());
+  up->consumers.store(cs.release(), std::memory_order_relaxed);
+
+  Uprobe* raw = up.release();
+  r.tree.insert(*raw);
+  publish_probes(r);
+  try {
+    PatchGuard guard(raw);
+    apply(raw, *raw->sites.load(std::memory_order_relaxed));
+    raw->applied = true;
+  } catch (...) {
+    r.tree.erase(r.tree.iterator_to(*raw));
+    publish_probes(r);
+    synchronize_and_reclaim(r);
+    delete raw->consumers.load()->regs[0];
+    delete raw->consumers.load();
+    delete raw->sites.load();
+    delete raw;
+    throw;
+  }
+  return raw;
+}
+
+Uprobe* register_uprobe(const void* address, Consumer& consumer) {
+  FileOffset fo = resolve_address(address);
+  return register_uprobe(fo.path, fo.offset, consumer);
+}
+
+void unregister_uprobe(Uprobe* up, Consumer& consumer) {
+  check_not_in_handler(up ? up->path : std::string(), up ? up->key.offset : 0);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!up || !is_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
+  const ConsumerSet* old = up->consumers.load(std::memory_order_relaxed);
+  auto cs = std::make_unique<ConsumerSet>();
+  Registration* gone = nullptr;
+  for (Registration* x : old->regs) {
+    if (x->consumer == &consumer && !gone)
+      gone = x;
+    else
+      cs->regs.push_back(x);
+  }
+  if (!gone) throw Error(Errc::conflict, up->path, up->key.offset, "this consumer is not registered on this probe");
+
+  // Never write into a mapping that is gone: drop vanished sites first.
+  const VmaSnapshot* vmas = refresh_vmas(r);
+  try {
+    sync_sites(r, up, *vmas);
+  } catch (const Error&) {
+    // A mapping changed under the probe in a way we refuse to write to; keep
+    // the old sites and restore what we can below.
+  }
+  bool last = cs->regs.empty();
+  up->consumers.store(cs.release(), std::memory_order_release);
+  r.deferred.emplace_back([old, gone] {
+    delete old;
+    delete gone;
+  });
+  if (last) {
+    {
+      PatchGuard guard(up);
+      unapply(up, *up->sites.load(std::memory_order_relaxed));
+      up->applied = false;
+    }
+    r.tree.erase(r.tree.iterator_to(*up));
+    publish_probes(r);
+    r.deferred.emplace_back([up] {
+      delete up->consumers.load();
+      delete up->sites.load();
+      delete up;
+    });
+  }
+  synchronize_and_reclaim(r);
+}
+
+FileOffset resolve_address(const void* address) {
+  const std::uint64_t a = reinterpret_cast<std::uint64_t>(address);
+  std::vector<Vma> vmas = read_proc_maps();
+  VmaSnapshot snap(std::move(vmas));
+  const Vma* v = snap.find(a);
+  if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");
+  if (v->ino == 0 || v->path.empty() || v->path[0] != '/')
+    throw Error(Errc::not_file_backed, v->path, a,
+                "address " + hex(a) + " is in anonymous memory" + (v->path.empty() ? "" : " (" + v->path + ")"));
+  const std::string deleted = " (deleted)";
+  if (v->path.size() > deleted.size() && v->path.compare(v->path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    throw Error(Errc::not_file_backed, v->path, a, "the file mapped at " + hex(a) + " was deleted");
+  return FileOffset{v->path, v->pgoff + (a - v->start), v->dev, v->ino};
+}
+
+ProbeInfo probe_info(const Uprobe* up) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!up || !is_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
+  ProbeInfo info;
+  info.where = FileOffset{up->path, up->key.offset, up->key.dev, up->key.ino};
+  const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+  info.sites = up->applied && ss ? static_cast<unsigned>(ss->sites.size()) : 0;
+  info.consumers = static_cast<unsigned>(up->consumers.load(std::memory_order_relaxed)->regs.size());
+  info.emulated = arch::is_emulated(up->insn);
+  info.instruction = up->insn.text;
+  return info;
+}
+
+Attachment::Attachment(const std::string& path, std::uint64_t offset, Consumer& consumer)
+    : probe_(register_uprobe(path, offset, consumer)), consumer_(&consumer) {}
+Attachment::Attachment(const void* address, Consumer& consumer)
+    : probe_(register_uprobe(address, consumer)), consumer_(&consumer) {}
+Attachment::Attachment(Attachment&& o) noexcept : probe_(o.probe_), consumer_(o.consumer_) {
+  o.probe_ = nullptr;
+  o.consumer_ = nullptr;
+}
+Attachment& Attachment::operator=(Attachment&& o) noexcept {
+  if (this != &o) {
+    detach();
+    probe_ = o.probe_;
+    consumer_ = o.consumer_;
+    o.probe_ = nullptr;
+    o.consumer_ = nullptr;
+  }
+  return *this;
+}
+Attachment::~Attachment() {
+  try {
+    detach();
+  } catch (...) {
+  }
+}
+void Attachment::detach() {
+  if (!probe_) return;
+  Uprobe* p = probe_;
+  probe_ = nullptr;
+  unregister_uprobe(p, *consumer_);
+}
+
+}  // namespace uprobe

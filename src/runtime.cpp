@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+// Runtime start-up, configuration and RCU publication of the trap path's
+// snapshots.
+
+#include "runtime.hpp"
+
+#include <memory>
+
+#include <pthread.h>
+#include <signal.h>
+#include <urcu/urcu-bp.h>
+
+#include "thread_state.hpp"
+
+namespace uprobe::detail {
+
+HotState g_hot;
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: hits may run during exit
+  return *r;
+}
+
+void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
+  sigset_t all, old;
+  sigfillset(&all);
+  // A signal handler on this thread that hits a probe must not find the
+  // write lock held by its own thread.
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  g_hot.mm_lock.lock();
+  std::uint64_t seq = g_hot.mm_seq.load(std::memory_order_relaxed);
+  g_hot.mm_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  const VmaSnapshot* old_vmas = vmas ? g_hot.vmas.exchange(vmas, std::memory_order_release) : nullptr;
+  const ProbeTable* old_probes = probes ? g_hot.probes.exchange(probes, std::memory_order_release) : nullptr;
+  g_hot.mm_seq.store(seq + 2, std::memory_order_release);
+  g_hot.mm_lock.unlock();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (old_vmas) r.deferred.emplace_back([old_vmas] { delete old_vmas; });
+  if (old_probes) r.deferred.emplace_back([old_probes] { delete old_probes; });
+}
+
+void synchronize_and_reclaim(Registry& r) {
+  urcu_bp_synchronize_rcu();
+  std::vector<std::function<void()>> frees;
+  frees.swap(r.deferred);
+  for (auto& f : frees) f();
+}
+
+const VmaSnapshot* refresh_vmas(Registry& r) {
+  auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
+  const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  if (cur && cur->same_layout(*fresh)) return cur;
+  const VmaSnapshot* snap = fresh.release();
+  publish(r, snap, nullptr);
+  return snap;
+}
+
+namespace {
+void after_fork_child() {
+  urcu_bp_after_fork_child();
+  thread_state_after_fork_child();
+}
+}  // namespace
+
+void start_runtime(Registry& r) {
+  if (r.started) return;
+  pthread_atfork(urcu_bp_before_fork, urcu_bp_after_fork_parent, after_fork_child);
+  // Register this thread with RCU now; other threads register on their first
+  // hit (urcu-bp does it with all signals blocked).
+  urcu_bp_read_lock();
+  urcu_bp_read_unlock();
+  install_trap_handler(g_hot.signal_mask_for_install);
+  r.started = true;
+}
+
+}  // namespace uprobe::detail
+
+namespace uprobe {
+
+void configure(const Config& c) {
+  using namespace detail;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
+  g_hot.xol.store(c.xol, std::memory_order_relaxed);
+  g_hot.emulate.store(c.emulate, std::memory_order_relaxed);
+  bool changed = g_hot.signal_mask_for_install != c.signal_mask;
+  g_hot.signal_mask_for_install = c.signal_mask;
+  if (r.started && changed) install_trap_handler(c.signal_mask);
+}
+
+Config configuration() {
+  using namespace detail;
+  Config c;
+  c.lookup = g_hot.lookup.load(std::memory_order_relaxed);
+  c.xol = g_hot.xol.load(std::memory_order_relaxed);
+  c.emulate = g_hot.emulate.load(std::memory_order_relaxed);
+  c.signal_mask = g_hot.signal_mask_for_install;
+  return c;
+}
+
+}  // namespace uprobe

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Process-wide runtime state. The trap path reads only the `hot` globals
+// (RCU-published snapshots, the address-space sequence count, switches);
+// everything else belongs to the registry writer and is guarded by its mutex.
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "probe.hpp"
+#include "spin_rwlock.hpp"
+#include "uprobe/config.hpp"
+#include "vma.hpp"
+
+namespace uprobe::detail {
+
+/// State read on every hit. Written only by the registry writer.
+struct HotState {
+  /// The mm_lock_seq analog: odd while a writer publishes, bumped on every
+  /// change of the VMA snapshot or the probe table.
+  alignas(64) std::atomic<std::uint64_t> mm_seq{0};
+  std::atomic<const VmaSnapshot*> vmas{nullptr};
+  std::atomic<const ProbeTable*> probes{nullptr};
+  std::atomic<LookupMode> lookup{LookupMode::speculative};
+  std::atomic<XolMode> xol{XolMode::jump_back};
+  std::atomic<bool> emulate{true};
+  /// Written under the registry mutex only; not read on the trap path.
+  SignalMask signal_mask_for_install = SignalMask::nodefer;
+  /// The locked lookup path's lock (the mmap_lock analog).
+  SpinRwLock mm_lock;
+};
+extern HotState g_hot;
+
+/// The registry: writer side, guarded by `mutex` (the kernel's
+/// uprobes_treelock + register_rwsem rolled into one).
+struct Registry {
+  std::mutex mutex;
+  boost::intrusive::set<Uprobe> tree;
+  /// Frees that wait for the next grace period.
+  std::vector<std::function<void()>> deferred;
+  bool started = false;
+};
+Registry& registry();
+
+/// Publishes new snapshots (either may be null = unchanged): blocks signals,
+/// takes mm_lock for writing, bumps mm_seq around the stores. The old
+/// snapshots are freed after the next grace period. Caller holds the mutex.
+void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes);
+
+/// Waits for an RCU grace period, then runs the deferred frees. Caller holds
+/// the mutex and is not in a read-side critical section.
+void synchronize_and_reclaim(Registry& r);
+
+/// Re-reads /proc/self/maps; publishes a new VMA snapshot if the layout
+/// changed. Returns the current snapshot. Caller holds the mutex.
+const VmaSnapshot* refresh_vmas(Registry& r);
+
+/// Starts the runtime once: SIGTRAP handler, fork handlers. Caller holds the mutex.
+void start_runtime(Registry& r);
+
+/// Installs (or re-installs, after a configure()) the SIGTRAP handler with the
+/// configured SignalMask. Defined in signals.cpp.
+void install_trap_handler(SignalMask mask);
+
+/// The SIGTRAP handler (trap.cpp).
+void on_sigtrap(int sig, siginfo_t* info, void* uc) noexcept;
+
+/// Passes a SIGTRAP that is not ours to the program's disposition
+/// (signals.cpp). Async-signal-safe.
+void forward_foreign_trap(int sig, siginfo_t* info, void* uc) noexcept;
+
+}  // namespace uprobe::detail

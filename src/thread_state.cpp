@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+#include "thread_state.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "uprobe/config.hpp"
+
+namespace uprobe::detail {
+
+__thread ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
+
+namespace {
+// A static pool: claiming a block is one atomic add per thread lifetime, and
+// the blocks survive their threads so that stats() keeps their counts.
+constexpr unsigned kBlocks = 4096;
+StatBlock g_blocks[kBlocks];
+StatBlock g_overflow;  // shared by threads beyond the pool (counts stay right, speed does not)
+std::atomic<unsigned> g_next_block{0};
+}  // namespace
+
+StatBlock& stat_block() noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(ts.stats != nullptr, 1)) return *ts.stats;
+  unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
+  ts.stats = i < kBlocks ? &g_blocks[i] : &g_overflow;
+  return *ts.stats;
+}
+
+pid_t current_tid() noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(ts.tid == 0, 0)) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  return ts.tid;
+}
+
+void thread_state_after_fork_child() noexcept { t_state.tid = 0; }
+
+}  // namespace uprobe::detail
+
+namespace uprobe {
+
+Stats stats() noexcept {
+  using namespace detail;
+  Stats s;
+  unsigned n = g_next_block.load(std::memory_order_relaxed);
+  if (n > kBlocks) n = kBlocks;
+  auto add = [&s](const StatBlock& b) {
+    s.hits += b.hits.load(std::memory_order_relaxed);
+    s.recursion_misses += b.recursion_misses.load(std::memory_order_relaxed);
+    s.emulated += b.emulated.load(std::memory_order_relaxed);
+    s.out_of_line += b.out_of_line.load(std::memory_order_relaxed);
+    s.redirected += b.redirected.load(std::memory_order_relaxed);
+    s.restarts += b.restarts.load(std::memory_order_relaxed);
+    s.locked_lookups += b.locked_lookups.load(std::memory_order_relaxed);
+    s.foreign_traps += b.foreign_traps.load(std::memory_order_relaxed);
+  };
+  for (unsigned i = 0; i < n; ++i) add(g_blocks[i]);
+  add(g_overflow);
+  return s;
+}
+
+bool in_handler() noexcept { return detail::t_state.depth > 0; }
+
+}  // namespace uprobe

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Per-thread state of the trap path: recursion guard, cached tid, single-step
+// bookkeeping and a pointer to the thread's own statistics cache line. All of
+// it lives in initial-exec TLS so that the SIGTRAP handler reaches it with no
+// allocation and no lock (the kernel keeps the same in struct uprobe_task).
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace uprobe::detail {
+
+/// One thread's counters, alone in its cache line. Only the owning thread
+/// writes (relaxed load + store, no lock prefix); readers sum all blocks.
+struct alignas(64) StatBlock {
+  std::atomic<std::uint64_t> hits{0};
+  std::atomic<std::uint64_t> recursion_misses{0};
+  std::atomic<std::uint64_t> emulated{0};
+  std::atomic<std::uint64_t> out_of_line{0};
+  std::atomic<std::uint64_t> redirected{0};
+  std::atomic<std::uint64_t> restarts{0};
+  std::atomic<std::uint64_t> locked_lookups{0};
+  std::atomic<std::uint64_t> foreign_traps{0};
+};
+
+/// Increments a counter owned by the calling thread. Async-signal-safe.
+inline void count(std::atomic<std::uint64_t>& c) noexcept {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+struct ThreadState {
+  int depth;                 ///< >0 while a handler of ours runs on this thread
+  pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
+  StatBlock* stats;          ///< this thread's counters, claimed on first use
+  bool sstep_active;         ///< single-step of an XOL copy in flight
+  bool sstep_user_tf;        ///< the program itself had TF set at the probe
+  std::uint8_t sstep_len;    ///< length of the stepped instruction
+  std::uint64_t sstep_ip;    ///< probe address being stepped
+  std::uint64_t sstep_slot;  ///< XOL slot being stepped
+};
+
+extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+/// The calling thread's StatBlock (claims one on first use; threads beyond the
+/// static pool share an overflow block). Async-signal-safe.
+StatBlock& stat_block() noexcept;
+
+/// gettid() of the calling thread, cached. Async-signal-safe.
+pid_t current_tid() noexcept;
+
+/// Forgets cached per-thread values in the child of fork().
+void thread_state_after_fork_child() noexcept;
+
+}  // namespace uprobe::detail

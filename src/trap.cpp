@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+// The int3 path: the SIGTRAP handler (the kernel's handle_swbp() and
+// handler_chain() in kernel/events/uprobes.c, plus its single-step completion
+// handle_singlestep()). Async-signal-safe throughout: no allocation, no lock a
+// probed thread can hold, no stdio; per-thread state only.
+
+#include <signal.h>
+#include <ucontext.h>
+#include <urcu/urcu-bp.h>
+
+#include <cerrno>
+
+#include "arch.hpp"
+#include "patch.hpp"
+#include "probe.hpp"
+#include "runtime.hpp"
+#include "thread_state.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+/// (dev, ino, offset) of `ip` through the current snapshots, then the uprobe.
+/// Caller is in an RCU read-side critical section.
+Uprobe* find_uprobe(std::uint64_t ip) noexcept {
+  const VmaSnapshot* vmas = g_hot.vmas.load(std::memory_order_acquire);
+  if (!vmas) return nullptr;
+  const Vma* v = vmas->find(ip);
+  if (!v || !v->executable() || v->ino == 0) return nullptr;
+  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
+  if (!probes) return nullptr;
+  return probes->find(ProbeKey{v->dev, v->ino, v->pgoff + (ip - v->start)});
+}
+
+/// Speculative lookup under the address-space sequence count; falls back to
+/// the global lock when a writer published meanwhile (seed 000). In
+/// LookupMode::locked every hit takes the lock.
+Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
+  if (g_hot.lookup.load(std::memory_order_relaxed) == LookupMode::speculative) {
+    std::uint64_t seq = g_hot.mm_seq.load(std::memory_order_acquire);
+    if (!(seq & 1)) {
+      Uprobe* up = find_uprobe(ip);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (g_hot.mm_seq.load(std::memory_order_relaxed) == seq) return up;
+    }
+    count(st.locked_lookups);
+  }
+  g_hot.mm_lock.lock_shared();
+  Uprobe* up = find_uprobe(ip);
+  g_hot.mm_lock.unlock_shared();
+  return up;
+}
+
+bool all_removed(const ConsumerSet* cs) noexcept {
+  if (!cs || cs->regs.empty()) return false;
+  for (const Registration* r : cs->regs)
+    if (!r->removed.load(std::memory_order_relaxed)) return false;
+  return true;
+}
+
+/// Every consumer said Action::remove: take the breakpoint out (the kernel's
+/// unapply_uprobe()). Only try-locks, so it never waits on the registry.
+void try_unapply(Uprobe* up) noexcept {
+  if (up->patch_lock.test_and_set(std::memory_order_acquire)) return;
+  if (up->applied && all_removed(up->consumers.load(std::memory_order_acquire))) {
+    const SiteSet* ss = up->sites.load(std::memory_order_acquire);
+    if (ss) {
+      for (const Site& s : ss->sites) {
+        std::uint8_t cur;
+        peek_text(s.addr, &cur, 1);
+        if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
+      }
+    }
+    up->applied = false;
+  }
+  up->patch_lock.clear(std::memory_order_release);
+}
+
+/// The consumer chain (the kernel's handler_chain()).
+void handler_chain(Uprobe* up, Regs& regs) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  if (!cs) return;
+  bool remove = !cs->regs.empty();
+  for (Registration* r : cs->regs) {
+    if (r->removed.load(std::memory_order_relaxed)) continue;
+    Consumer* c = r->consumer;
+    if (!c->filter(current_tid())) {
+      remove = false;
+      continue;
+    }
+    if (c->handler(regs) == Action::remove)
+      r->removed.store(true, std::memory_order_relaxed);
+    else
+      remove = false;
+  }
+  if (remove) try_unapply(up);
+}
+
+/// A TF trap after a single-stepped XOL copy (XolMode::single_step).
+bool finish_single_step(ucontext_t* uc) noexcept {
+  ThreadState& ts = t_state;
+  if (!ts.sstep_active || arch::ucontext_ip(uc) != ts.sstep_slot + ts.sstep_len) return false;
+  ts.sstep_active = false;
+  arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
+  if (!ts.sstep_user_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+  return true;
+}
+
+}  // namespace
+
+void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
+  const int saved_errno = errno;
+  auto* uc = static_cast<ucontext_t*>(ctx);
+  if (info->si_code != SI_KERNEL) {
+    if (!(info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT) || !finish_single_step(uc)) {
+      count(stat_block().foreign_traps);
+      forward_foreign_trap(sig, info, ctx);
+    }
+    errno = saved_errno;
+    return;
+  }
+
+  const std::uint64_t ip = arch::breakpoint_address(uc);
+  StatBlock& st = stat_block();
+  urcu_bp_read_lock();
+  Uprobe* up = lookup(ip, st);
+  const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
+  const Site* site = ss ? ss->find(ip) : nullptr;
+  if (!site) {
+    urcu_bp_read_unlock();
+    std::uint8_t byte;
+    peek_text(ip, &byte, 1);
+    if (byte != arch::kBreakpoint) {
+      // Raced with unregister: the original byte is back. Run it.
+      count(st.restarts);
+      arch::set_ucontext_ip(uc, ip);
+    } else {
+      count(st.foreign_traps);
+      forward_foreign_trap(sig, info, ctx);
+    }
+    errno = saved_errno;
+    return;
+  }
+
+  count(st.hits);
+  Regs regs;
+  arch::regs_from_ucontext(uc, regs);
+  regs.rip = ip;
+  ThreadState& ts = t_state;
+  if (ts.depth == 0) {
+    ts.depth = 1;
+    handler_chain(up, regs);
+    ts.depth = 0;
+  } else {
+    count(st.recursion_misses);
+  }
+
+  if (regs.rip != ip) {
+    count(st.redirected);
+  } else if (g_hot.emulate.load(std::memory_order_relaxed) && arch::emulate(up->insn, ip, regs)) {
+    count(st.emulated);
+  } else if (site->xol != 0) {
+    count(st.out_of_line);
+    regs.rip = site->xol;
+    if (g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
+      ts.sstep_user_tf = regs.rflags & arch::kTrapFlag;
+      ts.sstep_len = up->insn.len;
+      ts.sstep_ip = ip;
+      ts.sstep_slot = site->xol;
+      ts.sstep_active = true;
+      regs.rflags |= arch::kTrapFlag;
+    }
+  } else {
+    // No slot (only for emulated classes whose slot could not be placed):
+    // emulate even when emulation is switched off.
+    arch::emulate(up->insn, ip, regs);
+    count(st.emulated);
+  }
+  arch::regs_to_ucontext(regs, uc);
+  urcu_bp_read_unlock();
+  errno = saved_errno;
+}
+
+}  // namespace uprobe::detail

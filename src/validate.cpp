@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+#include "validate.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <urcu/urcu-bp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "elf_info.hpp"
+#include "uprobe/uprobe.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+std::string hex(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::size_t read_at(int fd, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
+  std::size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, buf + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+}  // namespace
+
+Target::~Target() {
+  if (fd >= 0) ::close(fd);
+}
+
+void open_target(const std::string& path, std::uint64_t offset, Target& out) {
+  out.path = path;
+  out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (out.fd < 0) throw Error(Errc::file_not_found, path, offset, std::string("cannot open file: ") + std::strerror(errno));
+  if (::fstat(out.fd, &out.st) != 0)
+    throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(errno));
+  if (!S_ISREG(out.st.st_mode)) throw Error(Errc::not_executable, path, offset, "not a regular file");
+  if (offset >= static_cast<std::uint64_t>(out.st.st_size))
+    throw Error(Errc::bad_offset, path, offset,
+                "offset is past the end of the file (size " + std::to_string(out.st.st_size) + " bytes)");
+}
+
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
+  std::string why;
+  auto info = elf_info(t.fd, t.path, t.st, why);
+  if (!info) throw Error(Errc::not_executable, t.path, offset, why);
+  const ExecSegment* seg = info->exec_segment(offset);
+  if (!seg) {
+    std::string ranges;
+    for (const ExecSegment& s : info->exec)
+      ranges += (ranges.empty() ? "" : ", ") + hex(s.offset) + "-" + hex(s.offset + s.filesz);
+    throw Error(Errc::not_executable, t.path, offset,
+                "offset is outside every executable segment (executable file ranges: " +
+                    (ranges.empty() ? std::string("none") : ranges) + ")");
+  }
+
+  // Inside a known function, the offset must be an instruction start of a
+  // linear sweep from the function's entry.
+  if (const FuncSym* fn = info->enclosing_function(offset); fn && offset != fn->file_offset) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(fn->size, 1u << 20));
+    std::vector<std::uint8_t> code(want);
+    std::size_t got = read_at(t.fd, fn->file_offset, code.data(), want);
+    std::vector<std::size_t> starts = arch::instruction_starts(code.data(), got);
+    const std::uint64_t rel = offset - fn->file_offset;
+    auto it = std::upper_bound(starts.begin(), starts.end(), rel);
+    bool at_start = it != starts.begin() && *(it - 1) == rel;
+    if (!at_start && it != starts.begin()) {
+      std::size_t start = *(it - 1), len = 0;
+      std::string text = arch::disassemble(code.data() + start, got - start, fn->file_offset + start, len);
+      if (len != 0 && start + len > rel)
+        throw Error(Errc::mid_instruction, t.path, offset,
+                    "offset falls inside the " + std::to_string(len) + "-byte instruction `" + text +
+                        "` at file offset " + hex(fn->file_offset + start) + " (" + fn->name + "+" + hex(start) +
+                        ")");
+    }
+  }
+
+  std::uint8_t bytes[arch::kMaxInsnLen];
+  std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, seg->offset + seg->filesz - offset);
+  avail = read_at(t.fd, offset, bytes, avail);
+  if (!arch::analyze(bytes, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
+}
+
+void check_not_forbidden(const Target& t, std::uint64_t offset) {
+  static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
+                                  reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu)};
+  for (const void* a : anchors) {
+    Dl_info di;
+    if (!dladdr(a, &di) || !di.dli_fname) continue;
+    struct stat st;
+    if (::stat(di.dli_fname, &st) == 0 && st.st_dev == t.st.st_dev && st.st_ino == t.st.st_ino)
+      throw Error(Errc::forbidden_target, t.path, offset,
+                  std::string("this file (") + di.dli_fname +
+                      ") holds libuprobe's own trap path; probing it would recurse");
+  }
+}
+
+}  // namespace uprobe::detail

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Register-time checks of a probe request (the kernel's prepare_uprobe() and
+// arch_uprobe_analyze_insn() plus what only user space can tell: the symbol
+// table says where instructions start).
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+
+#include "arch.hpp"
+
+namespace uprobe::detail {
+
+/// An opened probe target.
+struct Target {
+  std::string path;
+  int fd = -1;
+  struct stat st {};
+  ~Target();
+};
+
+/// Opens `path` and checks it is a regular file holding `offset`.
+/// @throws uprobe::Error (file_not_found, bad_offset, not_executable).
+void open_target(const std::string& path, std::uint64_t offset, Target& out);
+
+/// Checks that `offset` is executable code at an instruction start and that
+/// the instruction there can be probed; fills `insn` from the file's bytes.
+/// @throws uprobe::Error (not_executable, mid_instruction, refused_instruction).
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn);
+
+/// Refuses libuprobe's own code and the libraries its trap path calls.
+/// @throws uprobe::Error(forbidden_target).
+void check_not_forbidden(const Target& t, std::uint64_t offset);
+
+}  // namespace uprobe::detail

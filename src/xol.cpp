@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+#include "xol.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace uprobe::detail {
+
+namespace {
+
+constexpr std::size_t kRegionSize = 64 * 1024;
+constexpr std::uint64_t kReach = 1ull << 30;  // keep slots within 1 GiB of what they address
+#ifndef MFD_EXEC
+constexpr unsigned kMfdExec = 0x10;
+#else
+constexpr unsigned kMfdExec = MFD_EXEC;
+#endif
+
+std::uint64_t distance(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : b - a; }
+
+int new_memfd(std::size_t size) {
+  int fd = ::memfd_create("libuprobe-xol", MFD_CLOEXEC | kMfdExec);
+  if (fd < 0 && errno == EINVAL) fd = ::memfd_create("libuprobe-xol", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+XolArea::Region* XolArea::region_of(std::uint64_t addr) {
+  for (Region& r : regions_)
+    if (addr >= r.base && addr < r.base + r.size) return &r;
+  return nullptr;
+}
+
+XolArea::Region* XolArea::region_near(std::uint64_t anchor, const std::vector<Vma>& vmas, std::string& why) {
+  for (Region& r : regions_)
+    if (r.used + arch::kXolSlotSize <= r.size && distance(r.base, anchor) < kReach &&
+        distance(r.base + r.size, anchor) < kReach)
+      return &r;
+
+  // Candidate addresses: page-aligned spots in the gaps between mappings, the
+  // closest to the anchor first.
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<std::uint64_t> candidates;
+  std::uint64_t prev_end = 0x10000;
+  auto consider_gap = [&](std::uint64_t lo, std::uint64_t hi) {
+    lo = (lo + page - 1) & ~(page - 1);
+    if (hi < lo + kRegionSize) return;
+    std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
+    if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
+  };
+  for (const Vma& v : vmas) {
+    if (v.start > prev_end) consider_gap(prev_end, v.start);
+    if (v.end > prev_end) prev_end = v.end;
+  }
+  consider_gap(prev_end, 0x7ffffffff000ull);
+  std::sort(candidates.begin(), candidates.end(),
+            [&](std::uint64_t a, std::uint64_t b) { return distance(a, anchor) < distance(b, anchor); });
+
+  int fd = new_memfd(kRegionSize);
+  if (fd < 0) {
+    why = std::string("memfd_create for the XOL area failed: ") + std::strerror(errno);
+    return nullptr;
+  }
+  for (std::uint64_t at : candidates) {
+    void* p = ::mmap(reinterpret_cast<void*>(at), kRegionSize, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
+                     fd, 0);
+    if (p == MAP_FAILED) continue;
+    if (reinterpret_cast<std::uint64_t>(p) != at) {  // old kernels ignore NOREPLACE
+      ::munmap(p, kRegionSize);
+      continue;
+    }
+    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid()});
+    return &regions_.back();
+  }
+  ::close(fd);
+  why = "no free address range for an XOL area within 1 GiB of 0x" + [&] {
+    char b[32];
+    std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(anchor));
+    return std::string(b);
+  }();
+  return nullptr;
+}
+
+bool XolArea::privatize(Region& r, std::string& why) {
+  // A fork child shares the parent's memfd pages; give it its own copy before
+  // its first write so that neither process changes the other's slots.
+  int fd = new_memfd(r.size);
+  if (fd < 0) {
+    why = std::string("memfd_create failed: ") + std::strerror(errno);
+    return false;
+  }
+  void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (rw == MAP_FAILED) {
+    why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  std::memcpy(rw, reinterpret_cast<const void*>(r.base), r.size);
+  ::munmap(rw, r.size);
+  void* p = ::mmap(reinterpret_cast<void*>(r.base), r.size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    why = std::string("remapping the XOL area failed: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  ::close(r.fd);
+  r.fd = fd;
+  r.owner = ::getpid();
+  return true;
+}
+
+bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {
+  if (r.owner != ::getpid() && !privatize(r, why)) return false;
+  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::uint64_t off = addr - r.base;
+  std::uint64_t page_off = off & ~(page - 1);
+  std::size_t map_len = static_cast<std::size_t>(((off + len + page - 1) & ~(page - 1)) - page_off);
+  void* rw = ::mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, static_cast<off_t>(page_off));
+  if (rw == MAP_FAILED) {
+    why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
+    return false;
+  }
+  std::memcpy(static_cast<std::uint8_t*>(rw) + (off - page_off), bytes, len);
+  ::munmap(rw, map_len);
+  return true;
+}
+
+std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, const std::vector<Vma>& vmas,
+                                std::string& why) {
+  std::uint64_t slot = 0;
+  std::uint8_t code[arch::kXolSlotSize];
+  auto it = by_site_.find(site);
+  if (it != by_site_.end()) {
+    slot = it->second;
+    std::size_t n = arch::build_xol(insn, site, slot, code, why);
+    if (n != 0) {
+      Region* r = region_of(slot);
+      return r && write(*r, slot, code, n, why) ? slot : 0;
+    }
+    // The same address now holds an instruction this slot cannot reach:
+    // fall through to a new slot (the old one keeps its old content).
+    why.clear();
+  }
+  std::uint64_t anchor = insn.rip_relative ? arch::rip_target(insn, site) : site;
+  Region* r = region_near(anchor, vmas, why);
+  if (!r) return 0;
+  slot = r->base + r->used;
+  std::size_t n = arch::build_xol(insn, site, slot, code, why);
+  if (n == 0) return 0;
+  if (!write(*r, slot, code, n, why)) return 0;
+  r->used += arch::kXolSlotSize;
+  by_site_[site] = slot;
+  return slot;
+}
+
+}  // namespace uprobe::detail

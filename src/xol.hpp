@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The XOL (execute out of line) area: where the relocated copy of a probed
+// instruction runs, followed by a jump back (the kernel's xol_area, one page
+// per mm there). Here slots are per probe site, written once at register time
+// and immutable afterwards, so the trap path writes nothing: any number of
+// threads, and a signal handler nested on any of them, can run one slot at
+// the same time. Regions live within reach of the code they serve (rip-
+// relative operands keep a disp32) and are memfd pages mapped R-X; they are
+// written only through a short-lived RW alias of the same pages, never RWX.
+// A slot stays assigned to its site address for the life of the process, so a
+// thread preempted inside a slot never sees it change under it.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "arch.hpp"
+#include "vma.hpp"
+
+namespace uprobe::detail {
+
+class XolArea {
+ public:
+  /// Returns the slot for the probe site at `site` running `insn`, writing
+  /// the relocated copy into it. 0 with `why` set when no slot can reach the
+  /// instruction's rip-relative target. Caller holds the registry mutex.
+  std::uint64_t slot_for(std::uint64_t site, const arch::Insn& insn, const std::vector<Vma>& vmas,
+                         std::string& why);
+
+ private:
+  struct Region {
+    std::uint64_t base = 0;
+    std::size_t size = 0;
+    std::size_t used = 0;
+    int fd = -1;
+    pid_t owner = 0;
+  };
+  Region* region_near(std::uint64_t anchor, const std::vector<Vma>& vmas, std::string& why);
+  bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
+  bool privatize(Region& r, std::string& why);
+  Region* region_of(std::uint64_t addr);
+
+  std::vector<Region> regions_;
+  std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
+};
+
+}  // namespace uprobe::detail
