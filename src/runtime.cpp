@@ -57,15 +57,26 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
 }
 
 namespace {
+// fork() while another thread is inside register/unregister would leave the
+// child with a registry mutex nobody owns: hold it across fork instead.
+void before_fork() {
+  registry().mutex.lock();
+  urcu_bp_before_fork();
+}
+void after_fork_parent() {
+  urcu_bp_after_fork_parent();
+  registry().mutex.unlock();
+}
 void after_fork_child() {
   urcu_bp_after_fork_child();
   thread_state_after_fork_child();
+  registry().mutex.unlock();
 }
 }  // namespace
 
 void start_runtime(Registry& r) {
   if (r.started) return;
-  pthread_atfork(urcu_bp_before_fork, urcu_bp_after_fork_parent, after_fork_child);
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   // Register this thread with RCU now; other threads register on their first
   // hit (urcu-bp does it with all signals blocked).
   urcu_bp_read_lock();

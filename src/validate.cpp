@@ -96,16 +96,20 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
 }
 
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
+  // Our own code, liburcu-bp (read-side calls) and the dynamic linker (TLS
+  // resolution of liburcu-bp's per-thread reader) run before the recursion
+  // guard can help, so a probe there would trap forever.
   static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
-                                  reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu)};
+                                  reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
+                                  dlsym(RTLD_DEFAULT, "__tls_get_addr")};
   for (const void* a : anchors) {
     Dl_info di;
-    if (!dladdr(a, &di) || !di.dli_fname) continue;
+    if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
     struct stat st;
     if (::stat(di.dli_fname, &st) == 0 && st.st_dev == t.st.st_dev && st.st_ino == t.st.st_ino)
       throw Error(Errc::forbidden_target, t.path, offset,
                   std::string("this file (") + di.dli_fname +
-                      ") holds libuprobe's own trap path; probing it would recurse");
+                      ") holds code that libuprobe's trap path runs; a probe there would recurse");
   }
 }
 

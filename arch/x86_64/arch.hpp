@@ -58,7 +58,7 @@ struct Insn {
   std::uint8_t len = 0;          ///< instruction length
   InsnClass cls = InsnClass::xol;
   std::uint8_t reg = kNoReg;     ///< push_reg / *_ind by register: the register
-  std::uint8_t cond = 0;         ///< jcc_rel: condition code 0..15 (the low nibble of 0x7X); loop_rel: 0 loop, 1 loope, 2 loopne, 3 jrcxz, 4 jecxz
+  std::uint8_t cond = 0;         ///< jcc_rel: condition code 0..15 (the low nibble of 0x7X); loop_rel: 0 loop, 1 loope, 2 loopne, 3 jrcxz, 4 jecxz, 5 loop/6 loope/7 loopne counting in ecx (67 prefix)
   std::uint16_t imm = 0;         ///< ret_imm: bytes popped after the return address
   std::int64_t rel = 0;          ///< *_rel: target = ip + len + rel
   // Memory operand of jmp_ind/call_ind (reg == kNoReg): base/index/scale/disp.

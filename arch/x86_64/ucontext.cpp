@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+/// @file ucontext.cpp
+/// Regs <-> signal ucontext (uc_mcontext.gregs). Async-signal-safe.
+
+#include "arch.hpp"
+
+namespace uprobe::arch {
+namespace {
+
+/// The rflags bits a handler may change: CF PF AF ZF SF TF DF OF.
+constexpr std::uint64_t kUserFlags = 0x0cd5 | kTrapFlag;
+
+struct Map {
+  std::uint64_t Regs::*field;
+  int greg;
+};
+
+constexpr Map kMap[] = {
+    {&Regs::r8, REG_R8},   {&Regs::r9, REG_R9},   {&Regs::r10, REG_R10}, {&Regs::r11, REG_R11},
+    {&Regs::r12, REG_R12}, {&Regs::r13, REG_R13}, {&Regs::r14, REG_R14}, {&Regs::r15, REG_R15},
+    {&Regs::rdi, REG_RDI}, {&Regs::rsi, REG_RSI}, {&Regs::rbp, REG_RBP}, {&Regs::rbx, REG_RBX},
+    {&Regs::rdx, REG_RDX}, {&Regs::rax, REG_RAX}, {&Regs::rcx, REG_RCX}, {&Regs::rsp, REG_RSP},
+    {&Regs::rip, REG_RIP},
+};
+
+}  // namespace
+
+void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept {
+  const greg_t* g = uc->uc_mcontext.gregs;
+  for (const Map& m : kMap) regs.*m.field = static_cast<std::uint64_t>(g[m.greg]);
+  regs.rflags = static_cast<std::uint64_t>(g[REG_EFL]);
+}
+
+void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept {
+  greg_t* g = uc->uc_mcontext.gregs;
+  for (const Map& m : kMap) g[m.greg] = static_cast<greg_t>(regs.*m.field);
+  const auto old = static_cast<std::uint64_t>(g[REG_EFL]);
+  g[REG_EFL] = static_cast<greg_t>((old & ~kUserFlags) | (regs.rflags & kUserFlags));
+}
+
+std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept {
+  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
+}
+
+void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept {
+  uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(ip);
+}
+
+std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept {
+  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_EFL]);
+}
+
+void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept {
+  uc->uc_mcontext.gregs[REG_EFL] = static_cast<greg_t>(flags);
+}
+
+}  // namespace uprobe::arch

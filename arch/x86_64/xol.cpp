@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+/// @file xol.cpp
+/// The out-of-line copy of an instruction: the original bytes with a
+/// rip-relative displacement re-aimed from the slot at the same absolute
+/// target, followed by an absolute jump back (jmp *0(%rip); .quad ip + len).
+
+#include <cstdio>
+#include <cstring>
+
+#include "arch.hpp"
+
+namespace uprobe::arch {
+namespace {
+
+/// ff 25 00 00 00 00: jmp qword ptr [rip + 0], then the 8-byte destination.
+constexpr std::uint8_t kJmpAbs[6] = {0xff, 0x25, 0x00, 0x00, 0x00, 0x00};
+constexpr std::size_t kJmpAbsLen = sizeof kJmpAbs + 8;
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept {
+  return ip + insn.len + static_cast<std::uint64_t>(static_cast<std::int64_t>(insn.disp));
+}
+
+std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
+                      std::string& why) {
+  why.clear();
+  if (insn.len == 0 || insn.len > kMaxInsnLen || insn.len + kJmpAbsLen > kXolSlotSize) {
+    why = "no instruction to copy out of line";
+    return 0;
+  }
+  std::uint8_t buf[kXolSlotSize] = {};
+  std::memcpy(buf, insn.bytes, insn.len);
+  if (insn.rip_relative) {
+    if (insn.disp_offset == 0 || insn.disp_offset + 4u > insn.len) {
+      why = "bad rip-relative displacement offset";
+      return 0;
+    }
+    const std::uint64_t target = rip_target(insn, ip);
+    const auto disp = static_cast<std::int64_t>(target - (slot + insn.len));
+    if (disp < INT32_MIN || disp > INT32_MAX) {
+      why = "rip-relative target " + hex(target) + " is out of reach of XOL slot " + hex(slot);
+      return 0;
+    }
+    const auto d32 = static_cast<std::int32_t>(disp);
+    std::memcpy(buf + insn.disp_offset, &d32, sizeof d32);
+  }
+  const std::uint64_t back = ip + insn.len;
+  std::memcpy(buf + insn.len, kJmpAbs, sizeof kJmpAbs);
+  std::memcpy(buf + insn.len + sizeof kJmpAbs, &back, sizeof back);
+  const std::size_t total = insn.len + kJmpAbsLen;
+  std::memcpy(out, buf, total);
+  return total;
+}
+
+void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot,
+                       Regs& regs) noexcept {
+  // xol-class instructions never branch: the only rip after the step is the
+  // end of the copy (a trap or signal inside the copy leaves rip elsewhere).
+  if (regs.rip == slot + insn.len) regs.rip = ip + insn.len;
+}
+
+}  // namespace uprobe::arch

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+/// @file xol_test.cpp
+/// build_xol(): exact bytes of the relocated copy, reach limits, and real
+/// execution: the original instruction runs in a page near a global, its copy
+/// runs in another page (written RW, sealed R-X), and the jump back lands on
+/// a `ret` right after the original, so both can be called as functions.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arch.hpp"
+#include "fixtures.hpp"
+
+namespace uprobe::arch {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+Insn decode(const Bytes& b) {
+  Insn insn;
+  std::string why;
+  EXPECT_TRUE(analyze(b.data(), b.size(), insn, why)) << why;
+  return insn;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+TEST(BuildXol, RipRelativeBytesExact) {
+  const Insn insn = decode({0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00});  // mov rax, [rip + 0x100]
+  std::uint8_t out[kXolSlotSize];
+  std::memset(out, 0xaa, sizeof out);
+  std::string why = "stale";
+  ASSERT_EQ(build_xol(insn, 0x400000, 0x500000, out, why), 21u);
+  EXPECT_EQ(why, "");
+  // target 0x400107; new disp = 0x400107 - 0x500007 = -0xfff00
+  const Bytes want = {0x48, 0x8b, 0x05, 0x00, 0x01, 0xf0, 0xff,         // relocated
+                      0xff, 0x25, 0x00, 0x00, 0x00, 0x00,               // jmp [rip]
+                      0x07, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00};  // 0x400007
+  EXPECT_EQ(Bytes(out, out + 21), want);
+  EXPECT_EQ(out[21], 0xaa);  // nothing written past the copy
+}
+
+TEST(BuildXol, ImmediateAfterDisplacementKept) {
+  // mov dword ptr [rip - 0x10], 0x12345678
+  const Insn insn = decode({0xc7, 0x05, 0xf0, 0xff, 0xff, 0xff, 0x78, 0x56, 0x34, 0x12});
+  std::uint8_t out[kXolSlotSize];
+  std::string why;
+  ASSERT_EQ(build_xol(insn, 0x7000'0000, 0x7000'0000 - 0x20, out, why), 24u);
+  // target 0x6ffffffa; new disp = target - (0x6fffffe0 + 10) = 0x10
+  const Bytes want = {0xc7, 0x05, 0x10, 0x00, 0x00, 0x00, 0x78, 0x56, 0x34, 0x12, 0xff, 0x25,
+                      0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x70, 0x00, 0x00, 0x00, 0x00};
+  EXPECT_EQ(Bytes(out, out + 24), want);
+}
+
+TEST(BuildXol, PlainInstructionCopiedVerbatim) {
+  const Insn insn = decode({0x48, 0x89, 0xe5});
+  std::uint8_t out[kXolSlotSize];
+  std::string why;
+  ASSERT_EQ(build_xol(insn, 0x7f00'1234'5678ull, 0x1000, out, why), 17u);
+  const Bytes want = {0x48, 0x89, 0xe5, 0xff, 0x25, 0x00, 0x00, 0x00, 0x00,
+                      0x7b, 0x56, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00};
+  EXPECT_EQ(Bytes(out, out + 17), want);
+}
+
+TEST(BuildXol, LongestInstructionFitsSlot) {
+  const Bytes nop15 = {0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f,
+                       0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00};
+  const Insn insn = decode(nop15);
+  ASSERT_EQ(insn.len, 15);
+  std::uint8_t out[kXolSlotSize];
+  std::string why;
+  EXPECT_EQ(build_xol(insn, 0x1000, 0x2000, out, why), 29u);
+  EXPECT_EQ(Bytes(out, out + 15), nop15);
+}
+
+TEST(BuildXol, OutOfReach) {
+  const Insn insn = decode({0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00});
+  std::uint8_t out[kXolSlotSize];
+  std::string why;
+  EXPECT_EQ(build_xol(insn, 0x400000, 0x1'0040'0000ull, out, why), 0u);
+  EXPECT_EQ(why, "rip-relative target 0x400107 is out of reach of XOL slot 0x100400000");
+  EXPECT_EQ(build_xol(insn, 0x7fff'0000'0000ull, 0x1000, out, why), 0u);
+  EXPECT_EQ(why, "rip-relative target 0x7fff00000107 is out of reach of XOL slot 0x1000");
+}
+
+TEST(BuildXol, ReachBoundaries) {
+  const Insn insn = decode({0x48, 0x8d, 0x05, 0x00, 0x00, 0x00, 0x00});  // lea rax, [rip]
+  const std::uint64_t ip = 0x10'0000'0000ull;
+  const std::uint64_t target = ip + 7;
+  std::uint8_t out[kXolSlotSize];
+  std::string why;
+  // new disp = target - (slot + 7)
+  const std::uint64_t lowest = target - 7 - 0x7fff'ffffull;   // disp = INT32_MAX
+  const std::uint64_t highest = target - 7 + 0x8000'0000ull;  // disp = INT32_MIN
+  ASSERT_EQ(build_xol(insn, ip, lowest, out, why), 21u) << why;
+  std::int32_t d;
+  std::memcpy(&d, out + 3, 4);
+  EXPECT_EQ(d, INT32_MAX);
+  ASSERT_EQ(build_xol(insn, ip, highest, out, why), 21u) << why;
+  std::memcpy(&d, out + 3, 4);
+  EXPECT_EQ(d, INT32_MIN);
+  EXPECT_EQ(build_xol(insn, ip, lowest - 1, out, why), 0u);
+  EXPECT_EQ(why, "rip-relative target " + hex(target) + " is out of reach of XOL slot " +
+                     hex(lowest - 1));
+  EXPECT_EQ(build_xol(insn, ip, highest + 1, out, why), 0u);
+  EXPECT_EQ(why, "rip-relative target " + hex(target) + " is out of reach of XOL slot " +
+                     hex(highest + 1));
+}
+
+TEST(BuildXol, RipTarget) {
+  const Insn a = decode({0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00});
+  EXPECT_EQ(rip_target(a, 0x400000), 0x400107u);
+  const Insn b = decode({0x48, 0x8d, 0x05, 0xf0, 0xff, 0xff, 0xff});
+  EXPECT_EQ(rip_target(b, 0x400000), 0x3ffff7u);
+}
+
+TEST(SingleStepFixup, OnlyEndOfCopyIsMoved) {
+  const Insn insn = decode({0x48, 0x89, 0xe5});
+  Regs r{};
+  r.rip = 0x9000 + 3;
+  single_step_fixup(insn, 0x400000, 0x9000, r);
+  EXPECT_EQ(r.rip, 0x400003u);
+  r.rip = 0x9000;  // e.g. a fault inside the copy: left alone
+  single_step_fixup(insn, 0x400000, 0x9000, r);
+  EXPECT_EQ(r.rip, 0x9000u);
+  r.rip = 0x1234;
+  single_step_fixup(insn, 0x400000, 0x9000, r);
+  EXPECT_EQ(r.rip, 0x1234u);
+}
+
+// --- execution ---------------------------------------------------------------
+
+alignas(8) volatile std::uint64_t g_value = 0x1122'3344'5566'7788ull;
+
+/// An original site near g_value (code, then `ret` at ip + len) and a slot
+/// page elsewhere but still within reach of g_value.
+class XolRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto g = reinterpret_cast<std::uint64_t>(&g_value);
+    const std::uint64_t site_at = test::find_free_near(g, 64ull << 20, 512ull << 20);
+    ASSERT_NE(site_at, 0u);
+    site_ = std::make_unique<test::CodePage>(site_at);
+    ASSERT_TRUE(site_->ok());
+    const std::uint64_t slot_at = test::find_free_near(g, 1ull << 30, (2ull << 30) - (64ull << 20));
+    ASSERT_NE(slot_at, 0u);
+    slot_page_ = std::make_unique<test::CodePage>(slot_at);
+    ASSERT_TRUE(slot_page_->ok());
+  }
+
+  /// `prefix` + disp32 aimed at g_value from the site + `suffix`.
+  Bytes with_disp_to_global(const Bytes& prefix, const Bytes& suffix) const {
+    const std::size_t len = prefix.size() + 4 + suffix.size();
+    const auto disp = static_cast<std::int64_t>(reinterpret_cast<std::uint64_t>(&g_value) -
+                                                (site_->addr() + len));
+    EXPECT_TRUE(disp >= INT32_MIN && disp <= INT32_MAX);
+    const auto d = static_cast<std::int32_t>(disp);
+    Bytes b = prefix;
+    b.resize(prefix.size() + 4);
+    std::memcpy(b.data() + prefix.size(), &d, 4);
+    b.insert(b.end(), suffix.begin(), suffix.end());
+    return b;
+  }
+
+  /// Installs `b` + ret at the site and its XOL copy in the slot page
+  /// (offset 64, so the slot is not page aligned). Returns the Insn.
+  Insn install(const Bytes& b) {
+    const Insn insn = decode(b);
+    EXPECT_EQ(insn.len, b.size());
+    Bytes site = b;
+    site.push_back(0xc3);
+    site_->write(0, site);
+    EXPECT_TRUE(site_->seal());
+    slot_ = slot_page_->addr() + 64;
+    std::uint8_t copy[kXolSlotSize];
+    std::string why;
+    const std::size_t n = build_xol(insn, site_->addr(), slot_, copy, why);
+    EXPECT_EQ(n, insn.len + 14u) << why;
+    slot_page_->write(64, copy, n);
+    EXPECT_TRUE(slot_page_->seal());
+    return insn;
+  }
+
+  std::uint64_t run_original(std::uint64_t rax) {
+    return uprobe_test_call(reinterpret_cast<const void*>(site_->addr()), rax);
+  }
+  std::uint64_t run_copy(std::uint64_t rax) {
+    return uprobe_test_call(reinterpret_cast<const void*>(slot_), rax);
+  }
+
+  std::unique_ptr<test::CodePage> site_, slot_page_;
+  std::uint64_t slot_ = 0;
+};
+
+TEST_F(XolRun, MovRipRelativeLoadsSameValue) {
+  const Insn insn = install(with_disp_to_global({0x48, 0x8b, 0x05}, {}));  // mov rax, [rip + X]
+  ASSERT_TRUE(insn.rip_relative);
+  EXPECT_EQ(rip_target(insn, site_->addr()), reinterpret_cast<std::uint64_t>(&g_value));
+  g_value = 0x1122'3344'5566'7788ull;
+  EXPECT_EQ(run_original(0), 0x1122'3344'5566'7788ull);
+  EXPECT_EQ(run_copy(0), 0x1122'3344'5566'7788ull);
+  g_value = 0xdead'beef'0bad'f00dull;
+  EXPECT_EQ(run_copy(0), 0xdead'beef'0bad'f00dull);
+}
+
+TEST_F(XolRun, LeaRipRelativeGivesSameAddress) {
+  install(with_disp_to_global({0x48, 0x8d, 0x05}, {}));  // lea rax, [rip + X]
+  const auto want = reinterpret_cast<std::uint64_t>(&g_value);
+  EXPECT_EQ(run_original(0), want);
+  EXPECT_EQ(run_copy(0), want);
+}
+
+TEST_F(XolRun, StoreWithImmediateAfterDisplacement) {
+  // mov dword ptr [rip + X], 0x12345678
+  install(with_disp_to_global({0xc7, 0x05}, {0x78, 0x56, 0x34, 0x12}));
+  g_value = 0xffff'ffff'ffff'ffffull;
+  run_copy(0);
+  EXPECT_EQ(g_value, 0xffff'ffff'1234'5678ull);
+  g_value = 0;
+  run_original(0);
+  EXPECT_EQ(g_value, 0x1234'5678ull);
+}
+
+TEST_F(XolRun, AddFromRipRelative) {
+  install(with_disp_to_global({0x48, 0x03, 0x05}, {}));  // add rax, [rip + X]
+  g_value = 1000;
+  EXPECT_EQ(run_original(5), 1005u);
+  EXPECT_EQ(run_copy(7), 1007u);
+}
+
+TEST_F(XolRun, PlainInstruction) {
+  install({0x48, 0x83, 0xc0, 0x10});  // add rax, 0x10
+  EXPECT_EQ(run_original(1), 0x11u);
+  EXPECT_EQ(run_copy(2), 0x12u);
+}
+
+}  // namespace
+}  // namespace uprobe::arch
