@@ -157,7 +157,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   if (regs.rip != ip) {
     count(st.redirected);
-  } else if (g_hot.emulate.load(std::memory_order_relaxed) && arch::emulate(up->insn, ip, regs)) {
+  } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
+             arch::emulate(up->insn, ip, regs)) {
     count(st.emulated);
   } else if (site->xol != 0) {
     count(st.out_of_line);

@@ -94,6 +94,12 @@ std::string disassemble(const std::uint8_t* code, std::size_t avail, std::uint64
 /// True if `insn` is continued by emulation rather than out of line.
 bool is_emulated(const Insn& insn) noexcept;
 
+/// True if the XOL copy of `insn` behaves exactly as the original: every
+/// class except relative branches and calls (whose targets and pushed return
+/// addresses would be counted from the slot). Those are always emulated, even
+/// when emulation is switched off. Async-signal-safe.
+bool xol_safe(const Insn& insn) noexcept;
+
 /// Emulates `insn` located at address `ip` on `regs` (registers as at the
 /// probe: regs.rip == ip). On success updates regs (rip, rsp, stack memory for
 /// push/call) and returns true; returns false when the class is not emulated.

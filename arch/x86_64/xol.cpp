@@ -66,4 +66,19 @@ void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot,
   if (regs.rip == slot + insn.len) regs.rip = ip + insn.len;
 }
 
+bool xol_safe(const Insn& insn) noexcept {
+  switch (insn.cls) {
+    case InsnClass::jmp_rel:
+    case InsnClass::call_rel:
+    case InsnClass::jcc_rel:
+    case InsnClass::loop_rel:
+    case InsnClass::call_ind:
+      return false;
+    case InsnClass::jmp_ind:
+      return !insn.rip_relative;
+    default:
+      return true;
+  }
+}
+
 }  // namespace uprobe::arch

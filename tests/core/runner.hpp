@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file runner.hpp
+/// The per-instruction-class harness: probe one instruction of an assembly
+/// fixture, call the fixture 1000 times, and require identical results to the
+/// unprobed run and to an exact model, exactly one hit per call at the right
+/// rip, the right continuation counter in Stats, and the original bytes back
+/// after unregister. Each case runs twice: registered by address, then by
+/// (path, file offset) where the offset comes from our own ELF reader.
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "common.hpp"
+#include "fixtures.hpp"
+
+namespace coretest {
+
+enum class Cont { emulated, out_of_line, either };
+
+struct Args {
+  std::uint64_t a = 0, b = 0;
+};
+
+struct ClassCase {
+  std::string name;          ///< test-name suffix
+  std::string symbol;        ///< ELF symbol of the function holding the site
+  const void* fn = nullptr;  ///< its address
+  std::uint64_t site = 0;    ///< offset of the probed instruction in fn
+  fx_fn call = nullptr;      ///< the function the test calls
+  std::function<Args(int)> args;
+  std::function<std::uint64_t(std::uint64_t, std::uint64_t)> model;  ///< exact expected result
+  Cont cont = Cont::emulated;                                          ///< how the default config continues
+  std::function<void(int)> pre;                                        ///< optional: set up state for call i
+  std::function<std::string(int, std::uint64_t)> post;                 ///< optional: extra check, "" = ok
+};
+
+inline void PrintTo(const ClassCase& c, std::ostream* os) { *os << c.name; }
+
+enum class Mode { def, no_emulate, single_step, locked };
+
+inline const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::def: return "default";
+    case Mode::no_emulate: return "no_emulate";
+    case Mode::single_step: return "single_step";
+    case Mode::locked: return "locked_lookup";
+  }
+  return "?";
+}
+
+inline void PrintTo(Mode m, std::ostream* os) { *os << mode_name(m); }
+
+inline Args default_args(int i) {
+  return {static_cast<std::uint64_t>(i) * 7 + 1, static_cast<std::uint64_t>(i) * 13 + 2};
+}
+
+/// Mixed 64-bit values (carries, overflows, sign changes).
+inline Args mixed_args(int i) {
+  std::uint64_t a = (static_cast<std::uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull;
+  std::uint64_t b = (static_cast<std::uint64_t>(i) + 7) * 0xC2B2AE3D27D4EB4Full;
+  if (i % 5 == 0) b = a;
+  if (i % 7 == 0) b = ~a + 1;
+  return {a, b};
+}
+
+inline constexpr int kCalls = 1000;
+
+inline void run_class_case(const ClassCase& c, Mode mode) {
+  ConfigGuard guard;
+  uprobe::Config cfg;  // defaults
+  if (mode == Mode::no_emulate) cfg.emulate = false;
+  if (mode == Mode::single_step) cfg.xol = uprobe::XolMode::single_step;
+  if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
+  uprobe::configure(cfg);
+
+  const std::string exe = self_exe();
+  auto sym = elf_symbol(exe, c.symbol);
+  ASSERT_TRUE(sym.has_value()) << c.symbol << " not in " << exe;
+  ASSERT_GT(sym->size, c.site) << c.symbol;
+  const auto* site_addr = static_cast<const std::uint8_t*>(c.fn) + c.site;
+  const std::uint64_t file_off = sym->file_offset + c.site;
+
+  const auto orig = mem_bytes(c.fn, sym->size);
+  ASSERT_EQ(hex_bytes(orig), hex_bytes(file_bytes(exe, sym->file_offset, sym->size)))
+      << "fixture bytes in memory differ from the file before any probe";
+
+  uprobe::FileOffset fo = uprobe::resolve_address(site_addr);
+  ASSERT_EQ(fo.offset, file_off) << "resolve_address offset vs ELF symbol offset + site";
+  ASSERT_EQ(fo.path, exe);
+
+  // Unprobed baseline, checked against the model.
+  std::vector<std::uint64_t> base(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    Args a = c.args(i);
+    if (c.pre) c.pre(i);
+    base[i] = c.call(a.a, a.b);
+    ASSERT_EQ(hex(base[i]), hex(c.model(a.a, a.b))) << "fixture/model mismatch without a probe, call " << i
+                                                    << " a=" << hex(a.a) << " b=" << hex(a.b);
+    if (c.post) {
+      std::string why = c.post(i, base[i]);
+      ASSERT_EQ(why, "") << "fixture post-check failed without a probe, call " << i;
+    }
+  }
+
+  for (int how = 0; how < 2; ++how) {
+    SCOPED_TRACE(how == 0 ? "registered by address" : "registered by (path, offset) " + fo.path + " " +
+                                                          hex(file_off));
+    Counter counter;
+    counter.expect_ip = reinterpret_cast<std::uint64_t>(site_addr);
+    const uprobe::Stats s0 = uprobe::stats();
+    uprobe::Uprobe* p = nullptr;
+    try {
+      p = how == 0 ? uprobe::register_uprobe(site_addr, counter)
+                   : uprobe::register_uprobe(fo.path, file_off, counter);
+    } catch (const std::exception& e) {
+      FAIL() << "register_uprobe threw: " << e.what();
+    }
+    ASSERT_NE(p, nullptr);
+    uprobe::ProbeInfo info = uprobe::probe_info(p);
+    EXPECT_EQ(info.consumers, 1u);
+    EXPECT_EQ(info.sites, 1u);
+    EXPECT_EQ(info.where.offset, file_off);
+    EXPECT_EQ(info.where.path, exe);
+    EXPECT_FALSE(info.instruction.empty());
+    if (mode == Mode::def && c.cont != Cont::either) {
+      EXPECT_EQ(info.emulated, c.cont == Cont::emulated) << "probe_info says: " << info.instruction;
+    }
+
+    auto now = mem_bytes(c.fn, sym->size);
+    EXPECT_EQ(now[c.site], 0xCC) << "no int3 at the site while attached";
+    for (std::size_t k = 0; k < now.size(); ++k)
+      if (k != c.site) {
+        EXPECT_EQ(now[k], orig[k]) << "byte " << k << " changed while attached";
+      }
+
+    int mismatches = 0;
+    std::string first;
+    for (int i = 0; i < kCalls; ++i) {
+      Args a = c.args(i);
+      if (c.pre) c.pre(i);
+      std::uint64_t r = c.call(a.a, a.b);
+      std::string why;
+      if (r != base[i]) why = "result " + hex(r) + " != unprobed " + hex(base[i]);
+      if (why.empty() && c.post) why = c.post(i, r);
+      if (!why.empty() && mismatches++ == 0)
+        first = "call " + std::to_string(i) + " (a=" + hex(a.a) + ", b=" + hex(a.b) + "): " + why;
+    }
+    const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+    EXPECT_EQ(mismatches, 0) << "first: " << first << " [" << info.instruction << "]";
+    EXPECT_EQ(counter.hits.load(), static_cast<std::uint64_t>(kCalls)) << info.instruction;
+    EXPECT_EQ(counter.bad_ip.load(), 0u) << "handler saw rip != probe address";
+    EXPECT_EQ(d.hits, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+    EXPECT_EQ(d.recursion_misses, 0u) << stats_str(d);
+    EXPECT_EQ(d.redirected, 0u) << stats_str(d);
+    EXPECT_EQ(d.foreign_traps, 0u) << stats_str(d);
+    EXPECT_EQ(d.emulated + d.out_of_line, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+    if (mode != Mode::no_emulate) {
+      Cont expect = c.cont;
+      if (expect == Cont::either) expect = info.emulated ? Cont::emulated : Cont::out_of_line;
+      if (expect == Cont::emulated) {
+        EXPECT_EQ(d.emulated, static_cast<std::uint64_t>(kCalls)) << stats_str(d) << " [" << info.instruction << "]";
+      } else {
+        EXPECT_EQ(d.out_of_line, static_cast<std::uint64_t>(kCalls))
+            << stats_str(d) << " [" << info.instruction << "]";
+      }
+    } else {
+      std::printf("[ info ] %s no_emulate: emulated %llu, out_of_line %llu\n", c.name.c_str(),
+                  static_cast<unsigned long long>(d.emulated), static_cast<unsigned long long>(d.out_of_line));
+    }
+
+    try {
+      uprobe::unregister_uprobe(p, counter);
+    } catch (const std::exception& e) {
+      FAIL() << "unregister_uprobe threw: " << e.what();
+    }
+    EXPECT_EQ(hex_bytes(mem_bytes(c.fn, sym->size)), hex_bytes(orig)) << "bytes not restored after unregister";
+    // Unprobed again: no hits, same results.
+    const std::uint64_t before = counter.hits.load();
+    for (int i = 0; i < 10; ++i) {
+      Args a = c.args(i);
+      if (c.pre) c.pre(i);
+      EXPECT_EQ(c.call(a.a, a.b), base[i]);
+    }
+    EXPECT_EQ(counter.hits.load(), before);
+  }
+}
+
+/// Arithmetic flags (CF PF AF ZF SF OF as in rflags) of a - b and a + b.
+inline std::uint64_t sub_flags(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = a - b;
+  std::uint64_t cf = a < b, pf = !__builtin_parityll(r & 0xff), af = ((a ^ b ^ r) >> 4) & 1, zf = r == 0,
+                sf = r >> 63, of = (((a ^ b) & (a ^ r)) >> 63) & 1;
+  return cf | pf << 2 | af << 4 | zf << 6 | sf << 7 | of << 11;
+}
+inline std::uint64_t add_flags(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = a + b;
+  std::uint64_t cf = r < a, pf = !__builtin_parityll(r & 0xff), af = ((a ^ b ^ r) >> 4) & 1, zf = r == 0,
+                sf = r >> 63, of = ((~(a ^ b) & (a ^ r)) >> 63) & 1;
+  return cf | pf << 2 | af << 4 | zf << 6 | sf << 7 | of << 11;
+}
+
+inline std::string case_name(const testing::TestParamInfo<std::tuple<ClassCase, Mode>>& info) {
+  return std::get<0>(info.param).name + "_" + mode_name(std::get<1>(info.param));
+}
+
+}  // namespace coretest
