@@ -20,4 +20,11 @@ std::uint64_t sum_counters(int producers) noexcept {
   return sum;
 }
 
+namespace {
+FILE* g_text_out = nullptr;
+}
+
+FILE* text_out() noexcept { return g_text_out ? g_text_out : stdout; }
+void set_text_out(FILE* f) noexcept { g_text_out = f; }
+
 }  // namespace bench

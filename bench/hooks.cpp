@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // What each variant installs before its producers start: nothing, the raw
-// SIGTRAP handler of the floor, or a counting uprobe consumer.
+// SIGTRAP handler of the floor, a counting uprobe or uretprobe consumer, or a
+// kernel uprobe counted by perf.
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -26,20 +28,20 @@ void floor_handler(int, siginfo_t*, void*) { count_hit(); }
 
 class SigtrapHook final : public Hook {
  public:
-  bool install() {
+  bool install(std::string& error) {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = floor_handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     if (__sigaction(SIGTRAP, &sa, &old_) != 0) {
-      std::perror("uprobe-bench: sigaction(SIGTRAP)");
+      error = std::string("sigaction(SIGTRAP): ") + std::strerror(errno);
       return false;
     }
     installed_ = true;
     struct sigaction now {};
     if (__sigaction(SIGTRAP, nullptr, &now) != 0 || now.sa_sigaction != floor_handler) {
-      std::fprintf(stderr, "uprobe-bench: the raw SIGTRAP handler did not stick\n");
+      error = "the raw SIGTRAP handler did not stick";
       return false;
     }
     return true;
@@ -69,28 +71,59 @@ class CountingConsumer final : public uprobe::Consumer {
   }
 };
 
+#if defined(UPROBE_HAS_URETPROBE)
+// ---- uretprobe-*: a return-only consumer (the kernel bench's uretprobe
+// program) counts in its ret_handler.
+class RetCountingConsumer final : public uprobe::Consumer {
+ public:
+  RetCountingConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
+    (void)regs;
+    (void)func;
+    count_hit();
+  }
+};
+#endif
+
 class ProbeHook final : public Hook {
  public:
-  bool install(const Variant& v, const Options& o) {
+  explicit ProbeHook(uprobe::Consumer& consumer) : consumer_(consumer) {}
+
+  bool install(const Variant& v, const Options& o, std::string& error) {
     try {
-      apply_config(o.overrides);
+      if (!o.switches.empty()) uprobe::configure(apply(o.switches, uprobe::configuration()));
+      const uprobe::Config effective = uprobe::configuration();
+      config = describe(effective);
+      std::fprintf(text_out(), "Config: %s\n", config.c_str());
+      const std::string ignored = ignored_switches(o.switches, effective);
+      if (!ignored.empty())
+        std::fprintf(text_out(), "Note: this libuprobe ignores %s (uprobe::configuration() reports otherwise)\n",
+                     ignored.c_str());
+      kind_ = v.kind;
       const void* address = reinterpret_cast<const void*>(v.target);
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
-      std::printf("Probe: %s+0x%" PRIx64 " (%p): '%s', %s\n", info.where.path.c_str(), info.where.offset,
-                  address, info.instruction.c_str(), info.emulated ? "emulated" : "out of line");
+      std::fprintf(text_out(), "Probe: %s+0x%" PRIx64 " (%p): '%s', %s%s\n", info.where.path.c_str(),
+                   info.where.offset, address, info.instruction.c_str(),
+                   info.emulated ? "emulated" : "out of line", v.kind == Kind::uretprobe ? ", return probe" : "");
       return true;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "uprobe-bench: cannot probe %s: %s\n", v.name, e.what());
+      error = std::string("cannot probe ") + v.name + ": " + e.what();
       return false;
     }
   }
 
   bool check(std::uint64_t counted) override {
     const uprobe::Stats s = uprobe::stats();
-    std::printf("Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", emulated %" PRIu64 ", out_of_line %" PRIu64
-                ", locked_lookups %" PRIu64 ", restarts %" PRIu64 ", recursion_misses %" PRIu64 "\n",
-                s.hits, counted, s.emulated, s.out_of_line, s.locked_lookups, s.restarts, s.recursion_misses);
+    std::fprintf(text_out(),
+                 "Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", emulated %" PRIu64 ", out_of_line %" PRIu64
+                 ", locked_lookups %" PRIu64 ", restarts %" PRIu64 ", recursion_misses %" PRIu64 "\n",
+                 s.hits, counted, s.emulated, s.out_of_line, s.locked_lookups, s.restarts, s.recursion_misses);
+#if defined(UPROBE_HAS_URETPROBE)
+    if (kind_ == Kind::uretprobe)
+      std::fprintf(text_out(), "Return stats: return_hits %" PRIu64 ", return_misses %" PRIu64
+                   ", return_dropped %" PRIu64 "\n", s.return_hits, s.return_misses, s.return_dropped);
+#endif
     if (counted == 0) {
       std::fprintf(stderr, "uprobe-bench: ERROR: the consumer counted no hits: the target was not probed\n");
       return false;
@@ -113,24 +146,86 @@ class ProbeHook final : public Hook {
   }
 
  private:
-  CountingConsumer consumer_;  // outlives the registration (destroyed after ~ProbeHook's body)
+  uprobe::Consumer& consumer_;  // a static of install_hook: outlives the registration
   uprobe::Uprobe* probe_ = nullptr;
+  Kind kind_ = Kind::uprobe;
+};
+
+// ---- kernel-*: the kernel's uprobe (or uretprobe) on the same target,
+// counted by a perf event of the uprobe PMU.
+class KernelHook final : public Hook {
+ public:
+  bool install(const Variant& v, std::string& error, bool& skipped) {
+    kernel::Location& where = where_;
+    if (!kernel::locate(reinterpret_cast<const void*>(v.target), where, error)) return false;
+    fd_ = kernel::open_uprobe(where, v.kind == Kind::kernel_uretprobe, error);
+    if (fd_ < 0) {
+      skipped = true;  // not permitted / not supported here: not a failure of the bench
+      return false;
+    }
+    std::fprintf(text_out(), "Kernel probe: %s+0x%llx, %s, perf uprobe PMU (counting)\n", where.path.c_str(),
+                 static_cast<unsigned long long>(where.offset),
+                 v.kind == Kind::kernel_uretprobe ? "uretprobe" : "uprobe");
+    return true;
+  }
+  std::uint64_t hits(int producers) override {
+    (void)producers;
+    return kernel::read_count(fd_);
+  }
+  bool check(std::uint64_t counted) override {
+    const std::uint64_t k = kernel::read_count(fd_);
+    std::fprintf(text_out(), "Kernel stats: perf count %" PRIu64 ", counted calls %" PRIu64 "\n", k, counted);
+    if (counted == 0 || k != counted) {
+      std::fprintf(stderr,
+                   "uprobe-bench: ERROR: the kernel counted %" PRIu64 " hits for %" PRIu64 " calls of the target\n",
+                   k, counted);
+      return false;
+    }
+    return true;
+  }
+  ~KernelHook() override {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  // The event's config1 points at where_.path, and the kernel reads it again
+  // each time the event is inherited by a new thread: it lives with the event.
+  kernel::Location where_;
+  int fd_ = -1;
 };
 
 }  // namespace
 
-std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o) {
+std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o, std::string& error, bool& skipped) {
+  skipped = false;
   switch (v.kind) {
     case Kind::count_call:
     case Kind::count_syscall:
       return std::make_unique<Hook>();
     case Kind::sigtrap: {
       auto h = std::make_unique<SigtrapHook>();
-      return h->install() ? std::move(h) : nullptr;
+      return h->install(error) ? std::move(h) : nullptr;
     }
     case Kind::uprobe: {
-      auto h = std::make_unique<ProbeHook>();
-      return h->install(v, o) ? std::move(h) : nullptr;
+      static CountingConsumer consumer;
+      auto h = std::make_unique<ProbeHook>(consumer);
+      return h->install(v, o, error) ? std::move(h) : nullptr;
+    }
+    case Kind::uretprobe: {
+#if defined(UPROBE_HAS_URETPROBE)
+      static RetCountingConsumer consumer;
+      auto h = std::make_unique<ProbeHook>(consumer);
+      return h->install(v, o, error) ? std::move(h) : nullptr;
+#else
+      skipped = true;
+      error = "this libuprobe has no return probes (UPROBE_HAS_URETPROBE is not defined)";
+      return nullptr;
+#endif
+    }
+    case Kind::kernel_uprobe:
+    case Kind::kernel_uretprobe: {
+      auto h = std::make_unique<KernelHook>();
+      return h->install(v, error, skipped) ? std::move(h) : nullptr;
     }
   }
   return nullptr;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Command line of uprobe-bench.
 
+#include <fnmatch.h>
 #include <getopt.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,17 +16,52 @@ namespace bench {
 namespace {
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: uprobe-bench [-p N] [-a] [-w SECS] [-d SECS] [--config K=V,...] VARIANT\n"
-               "       uprobe-bench --sweep [--sweep-variants a,b] [--sweep-producers 1,2] [-a] [-w SECS] [-d SECS]\n"
-               "       uprobe-bench --list\n"
-               "  -p N          producer threads (default 1)\n"
-               "  -a            pin producer i to CPU i %% nproc\n"
-               "  -w SECS       warm-up seconds, samples dropped (default 1)\n"
-               "  -d SECS       measured seconds (default 5; sweep: 5 per point)\n"
-               "  --config      lookup=locked|speculative,xol=jump_back|single_step,signal=defer|nodefer,emulate=on|off\n"
-               "                (uprobe-* variants only)\n"
-               "  --sweep       every variant for 1..nproc producers, each in a fresh child process\n");
+  std::fprintf(
+      out,
+      "usage: uprobe-bench [options] VARIANT                  one run, printed as the kernel bench does\n"
+      "       uprobe-bench [options] -p LIST VARIANT...       a sweep over producer counts and variants\n"
+      "       uprobe-bench --sweep [options]                  every variant for 1..nproc producers (make bench)\n"
+      "       uprobe-bench --compare SWITCH [options] [VARIANT...]\n"
+      "                                                       the before and after design of one switch\n"
+      "       uprobe-bench --list\n"
+      "\n"
+      "Producers and timing (as the kernel's selftests bench):\n"
+      "  -p, --producers LIST  producer threads: 4 | 1,2,4,8,16 | 1-8 | 1-16:2 | N (CPUs allowed) | 2N;\n"
+      "                        more producers than CPUs is allowed (default 1; sweeps and compares: 1-N)\n"
+      "  -a, --affinity        pin producer i to CPU i mod nproc\n"
+      "  -w, --warmup SECS     warm-up seconds, their samples dropped (default 1)\n"
+      "  -d, --duration SECS   measured seconds, one sample a second (default 5)\n"
+      "  -r, --repeat N        run every point N times, samples pooled; --compare alternates the\n"
+      "                        order of before/after between repeats (default 1)\n"
+      "\n"
+      "Variants (--list names them; globs such as 'uprobe-*' work):\n"
+      "  VARIANT..., --variants A,B\n"
+      "  --kernel              add the kernel's own uprobes on the same targets (kernel-uprobe-*,\n"
+      "                        kernel-uretprobe-*; perf_event_open with the uprobe PMU, needs root or\n"
+      "                        CAP_PERFMON): the counterparts of the uprobe-*/uretprobe-* variants\n"
+      "                        given, or all of them\n"
+      "  --sweep               all variants (but kernel-*, see --kernel) for 1..nproc producers,\n"
+      "                        each point in a fresh child process\n"
+      "\n"
+      "Ablation switches (uprobe::Config; they change the uprobe-*/uretprobe-* variants only):\n"
+      "  --lookup=speculative|locked        probe lookup on a hit (seed 000)\n"
+      "  --signal-mask=nodefer|defer        SIGTRAP handler's mask (seed 001)\n"
+      "  --ri-pool=objpool|freelist         return-instance pool (seed 002)\n"
+      "  --ri-lock=none|global              return-instance locking (seed 004)\n"
+      "  --optimize=on|off, --no-optimize   optimized probes on nop5 and safe entries (seed 003)\n"
+      "  --xol=jump-back|single-step        how an out-of-line instruction continues\n"
+      "  --emulate=on|off, --no-emulate     emulate simple instructions\n"
+      "  --config K=V,...                   the same switches, older spelling (lookup=locked,...)\n"
+      "  --compare SWITCH      run the before and after design of SWITCH (lookup, signal-mask,\n"
+      "                        ri-pool, ri-lock, optimize, xol, emulate) back to back for every\n"
+      "                        producer count; prints both tables and the after/before ratios\n"
+      "\n"
+      "Output:\n"
+      "  --format text|csv|json  csv and json hold every sample and the summaries (to stdout, or\n"
+      "                        to -o FILE); the text then goes to stderr (default text)\n"
+      "  -o, --output FILE     write the csv/json there (a .csv/.json name implies --format);\n"
+      "                        the text stays on stdout\n"
+      "  -q, --quiet           sweeps: print the scaling lines and tables, not every sample\n");
 }
 
 bool parse_int(const char* text, int min, int max, int& out) {
@@ -35,11 +72,11 @@ bool parse_int(const char* text, int min, int max, int& out) {
   return true;
 }
 
-std::vector<std::string> split(const std::string& text) {
+std::vector<std::string> split(const std::string& text, char sep = ',') {
   std::vector<std::string> parts;
   std::size_t pos = 0;
   while (pos <= text.size()) {
-    std::size_t end = text.find(',', pos);
+    std::size_t end = text.find(sep, pos);
     if (end == std::string::npos) end = text.size();
     if (end > pos) parts.push_back(text.substr(pos, end - pos));
     pos = end + 1;
@@ -49,8 +86,31 @@ std::vector<std::string> split(const std::string& text) {
 
 bool fail(const std::string& why) {
   std::fprintf(stderr, "uprobe-bench: %s\n", why.c_str());
-  usage(stderr);
+  std::fprintf(stderr, "(uprobe-bench --help for usage)\n");
   return false;
+}
+
+// One producer-count term: an integer, N (CPUs allowed) or kN.
+bool parse_count(const std::string& t, int& out) {
+  const int ncpu = static_cast<int>(allowed_cpus().size());
+  if (!t.empty() && t.back() == 'N') {
+    int k = 1;
+    if (t.size() > 1 && !parse_int(t.substr(0, t.size() - 1).c_str(), 1, max_producers, k)) return false;
+    out = k * ncpu;
+    return out >= 1 && out <= max_producers;
+  }
+  return parse_int(t.c_str(), 1, max_producers, out);
+}
+
+// Adds the variants matching `pattern` (a name or a glob). False if none.
+bool add_variants(const std::string& pattern, std::vector<std::string>& out) {
+  bool any = false;
+  for (const Variant& v : variants()) {
+    if (fnmatch(pattern.c_str(), v.name, 0) != 0) continue;
+    any = true;
+    if (std::find(out.begin(), out.end(), v.name) == out.end()) out.push_back(v.name);
+  }
+  return any;
 }
 
 }  // namespace
@@ -65,38 +125,116 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+bool parse_producers(const std::string& text, std::vector<int>& out, std::string& error) {
+  out.clear();
+  const std::vector<std::string> terms = split(text);
+  if (terms.empty()) {
+    error = "empty producer list";
+    return false;
+  }
+  for (const std::string& term : terms) {
+    std::string range = term;
+    int step = 1;
+    if (std::size_t colon = term.find(':'); colon != std::string::npos) {
+      range = term.substr(0, colon);
+      if (!parse_int(term.substr(colon + 1).c_str(), 1, max_producers, step)) {
+        error = "bad step in producer list item '" + term + "'";
+        return false;
+      }
+    }
+    int lo, hi;
+    const std::size_t dash = range.find('-');
+    const bool ok = dash == std::string::npos
+                        ? parse_count(range, lo) && (hi = lo, true)
+                        : parse_count(range.substr(0, dash), lo) && parse_count(range.substr(dash + 1), hi);
+    if (!ok || lo > hi) {
+      error = "bad producer list item '" + term + "' (1.." + std::to_string(max_producers) +
+              "; forms: 4, 1-8, 1-16:2, N, 2N)";
+      return false;
+    }
+    for (int p = lo; p <= hi; p += step)
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return true;
+}
+
+bool Options::lab() const noexcept {
+  return sweep || !compare.empty() || kernel || repeat > 1 || variants.size() > 1 || producers.size() > 1;
+}
+
 bool parse_options(int argc, char** argv, Options& o) {
-  enum { opt_list = 256, opt_sweep, opt_sweep_variants, opt_sweep_producers, opt_config, opt_result_fd };
+  enum {
+    opt_list = 256, opt_sweep, opt_variants, opt_config, opt_result_fd, opt_lookup, opt_xol, opt_signal_mask,
+    opt_emulate, opt_no_emulate, opt_ri_pool, opt_ri_lock, opt_optimize, opt_no_optimize, opt_compare,
+    opt_kernel, opt_format, opt_sweep_variants,
+  };
   static const option longopts[] = {
       {"producers", required_argument, nullptr, 'p'},
+      {"sweep-producers", required_argument, nullptr, 'P'},  // older spelling; implies --sweep
       {"affinity", no_argument, nullptr, 'a'},
       {"warmup", required_argument, nullptr, 'w'},
       {"duration", required_argument, nullptr, 'd'},
+      {"repeat", required_argument, nullptr, 'r'},
+      {"quiet", no_argument, nullptr, 'q'},
+      {"output", required_argument, nullptr, 'o'},
       {"help", no_argument, nullptr, 'h'},
       {"list", no_argument, nullptr, opt_list},
       {"sweep", no_argument, nullptr, opt_sweep},
-      {"sweep-variants", required_argument, nullptr, opt_sweep_variants},
-      {"sweep-producers", required_argument, nullptr, opt_sweep_producers},
+      {"variants", required_argument, nullptr, opt_variants},
+      {"sweep-variants", required_argument, nullptr, opt_sweep_variants},  // older spelling; implies --sweep
       {"config", required_argument, nullptr, opt_config},
-      {"result-fd", required_argument, nullptr, opt_result_fd},  // internal: sweep child
+      {"lookup", required_argument, nullptr, opt_lookup},
+      {"xol", required_argument, nullptr, opt_xol},
+      {"signal-mask", required_argument, nullptr, opt_signal_mask},
+      {"emulate", required_argument, nullptr, opt_emulate},
+      {"no-emulate", no_argument, nullptr, opt_no_emulate},
+      {"ri-pool", required_argument, nullptr, opt_ri_pool},
+      {"ri-lock", required_argument, nullptr, opt_ri_lock},
+      {"optimize", required_argument, nullptr, opt_optimize},
+      {"no-optimize", no_argument, nullptr, opt_no_optimize},
+      {"compare", required_argument, nullptr, opt_compare},
+      {"kernel", no_argument, nullptr, opt_kernel},
+      {"format", required_argument, nullptr, opt_format},
+      {"result-fd", required_argument, nullptr, opt_result_fd},  // internal: lab child
       {nullptr, 0, nullptr, 0},
   };
+  for (int i = 0; i < argc; ++i) {
+    if (i) o.command_line += ' ';
+    o.command_line += argv[i];
+  }
+  std::vector<std::string> patterns;
+  std::string error;
+  auto sw = [&](const char* n, const std::string& v) {
+    if (!set_switch(o.switches, n, v, error)) return fail(error);
+    return true;
+  };
+  optind = 0;  // glibc: full re-initialisation (parse_options may run more than once, e.g. in tests)
   int c;
-  while ((c = getopt_long(argc, argv, "p:aw:d:h", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "p:aw:d:r:qo:h", longopts, nullptr)) != -1) {
     switch (c) {
+      case 'P':
+        o.sweep = true;
+        [[fallthrough]];
       case 'p':
-        if (!parse_int(optarg, 1, max_producers, o.producers)) return fail("bad -p (1..256)");
+        if (!parse_producers(optarg, o.producers, error)) return fail(error);
         break;
       case 'a':
         o.affinity = true;
         break;
       case 'w':
         if (!parse_int(optarg, 0, 3600, o.warmup)) return fail("bad -w (0..3600)");
-        o.warmup_given = true;
         break;
       case 'd':
         if (!parse_int(optarg, 1, 3600, o.duration)) return fail("bad -d (1..3600)");
-        o.duration_given = true;
+        break;
+      case 'r':
+        if (!parse_int(optarg, 1, 1000, o.repeat)) return fail("bad --repeat (1..1000)");
+        break;
+      case 'q':
+        o.quiet = true;
+        break;
+      case 'o':
+        o.output = optarg;
         break;
       case 'h':
         usage(stdout);
@@ -109,49 +247,110 @@ bool parse_options(int argc, char** argv, Options& o) {
         break;
       case opt_sweep_variants:
         o.sweep = true;
-        o.sweep_variants = split(optarg);
-        for (const std::string& v : o.sweep_variants)
-          if (!find_variant(v)) return fail("unknown variant '" + v + "' (see --list)");
+        [[fallthrough]];
+      case opt_variants:
+        for (const std::string& v : split(optarg)) patterns.push_back(v);
         break;
-      case opt_sweep_producers:
-        o.sweep = true;
-        o.sweep_producers.clear();
-        for (const std::string& p : split(optarg)) {
-          int n;
-          if (!parse_int(p.c_str(), 1, max_producers, n)) return fail("bad --sweep-producers item '" + p + "'");
-          o.sweep_producers.push_back(n);
-        }
+      case opt_config:
+        if (!parse_config(optarg, o.switches, error)) return fail(error);
         break;
-      case opt_config: {
-        std::string error;
-        o.config = optarg;
-        if (!parse_config(o.config, o.overrides, error)) return fail(error);
+      case opt_lookup:
+        if (!sw("lookup", optarg)) return false;
+        break;
+      case opt_xol:
+        if (!sw("xol", optarg)) return false;
+        break;
+      case opt_signal_mask:
+        if (!sw("signal-mask", optarg)) return false;
+        break;
+      case opt_emulate:
+        if (!sw("emulate", optarg)) return false;
+        break;
+      case opt_no_emulate:
+        if (!sw("emulate", "off")) return false;
+        break;
+      case opt_ri_pool:
+        if (!sw("ri-pool", optarg)) return false;
+        break;
+      case opt_ri_lock:
+        if (!sw("ri-lock", optarg)) return false;
+        break;
+      case opt_optimize:
+        if (!sw("optimize", optarg)) return false;
+        break;
+      case opt_no_optimize:
+        if (!sw("optimize", "off")) return false;
+        break;
+      case opt_compare:
+        if (!find_comparison(optarg))
+          return fail(std::string("unknown --compare switch '") + optarg +
+                      "' (lookup, signal-mask, ri-pool, ri-lock, optimize, xol, emulate)");
+        o.compare = find_comparison(optarg)->name;
+        break;
+      case opt_kernel:
+        o.kernel = true;
+        break;
+      case opt_format: {
+        const std::string f = optarg;
+        if (f == "text") o.format = Format::text;
+        else if (f == "csv") o.format = Format::csv;
+        else if (f == "json") o.format = Format::json;
+        else return fail("bad --format '" + f + "' (text, csv, json)");
         break;
       }
       case opt_result_fd:
         if (!parse_int(optarg, 0, 1 << 20, o.result_fd)) return fail("bad --result-fd");
         break;
       default:
-        usage(stderr);
-        return false;
+        return fail("bad option");
     }
   }
-  if (optind < argc) o.variant = argv[optind++];
-  if (optind < argc) return fail(std::string("unexpected argument '") + argv[optind] + "'");
+  while (optind < argc) patterns.push_back(argv[optind++]);
   if (o.list) return true;
-  if (o.sweep) {
-    if (!o.variant.empty()) return fail("--sweep takes no variant (use --sweep-variants)");
-    if (!o.warmup_given) o.warmup = 1;
-    if (!o.duration_given) o.duration = 5;
-    if (o.sweep_variants.empty())
-      for (const Variant& v : variants()) o.sweep_variants.push_back(v.name);
-    if (o.sweep_producers.empty())
-      for (int p = 1; p <= static_cast<int>(allowed_cpus().size()) && p <= max_producers; ++p)
-        o.sweep_producers.push_back(p);
-    return true;
+
+  for (const std::string& p : patterns)
+    if (!add_variants(p, o.variants)) return fail("unknown variant '" + p + "' (see --list)");
+
+  if (!o.compare.empty()) {
+    const Comparison& cmp = *find_comparison(o.compare);
+    if (o.switches.has(cmp.name))
+      return fail("--compare " + cmp.name + " runs both values of " + cmp.name + ": do not also set it");
+    if (o.variants.empty()) o.variants = cmp.default_variants;
   }
-  if (o.variant.empty()) return fail("no variant given (see --list)");
-  if (!find_variant(o.variant)) return fail("unknown variant '" + o.variant + "' (see --list)");
+  if (o.sweep && o.variants.empty())
+    for (const Variant& v : variants())
+      if (!is_kernel(v)) o.variants.push_back(v.name);
+  if (o.kernel) {
+    std::vector<std::string> add;
+    if (o.variants.empty()) {
+      for (const Variant& v : variants())
+        if (is_kernel(v)) add.push_back(v.name);
+    } else {
+      for (const std::string& n : o.variants)
+        if (const Variant* k = kernel_counterpart(*find_variant(n))) add.push_back(k->name);
+    }
+    for (const std::string& n : add)
+      if (std::find(o.variants.begin(), o.variants.end(), n) == o.variants.end()) o.variants.push_back(n);
+  }
+  if (!o.output.empty() && o.format == Format::text) {
+    auto ends = [&](const char* ext) {
+      const std::string e = ext;
+      return o.output.size() > e.size() && o.output.compare(o.output.size() - e.size(), e.size(), e) == 0;
+    };
+    if (ends(".csv")) o.format = Format::csv;
+    else if (ends(".json")) o.format = Format::json;
+    else return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
+  }
+  if (o.variants.empty()) return fail("no variant given (see --list)");
+  if (o.result_fd >= 0 && (o.variants.size() != 1 || o.producers.size() > 1))
+    return fail("--result-fd takes one variant and one producer count");
+  if (o.producers.empty()) {
+    if (o.lab())
+      for (int p = 1; p <= static_cast<int>(allowed_cpus().size()) && p <= max_producers; ++p)
+        o.producers.push_back(p);
+    else
+      o.producers.push_back(1);
+  }
   return true;
 }
 

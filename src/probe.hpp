@@ -31,6 +31,9 @@ struct ProbeKey {
 /// when the handler returned Action::remove.
 struct Registration {
   Consumer* consumer = nullptr;
+  std::uint64_t id = 0;  ///< unique for the life of the process (return instances name consumers by id)
+  bool has_entry = true;
+  bool has_ret = false;
   std::atomic<bool> removed{false};
 };
 
@@ -63,6 +66,7 @@ namespace uprobe {
 class Uprobe : public boost::intrusive::set_base_hook<> {
  public:
   detail::ProbeKey key;
+  std::uint64_t id = 0;  ///< unique for the life of the process (return instances name probes by key + id)
   std::string path;
   arch::Insn insn;
   std::atomic<detail::ConsumerSet*> consumers{nullptr};

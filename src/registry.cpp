@@ -143,10 +143,15 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
   Target t;
   open_target(path, offset, t);
   check_not_forbidden(t, offset);
+  if (consumer.callbacks() != Callbacks::entry) check_function_entry(t, offset);
   ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
   const VmaSnapshot* vmas = refresh_vmas(r);
+  static std::uint64_t next_id = 0;
   auto reg = std::make_unique<Registration>();
   reg->consumer = &consumer;
+  reg->id = ++next_id;
+  reg->has_entry = static_cast<unsigned>(consumer.callbacks()) & static_cast<unsigned>(Callbacks::entry);
+  reg->has_ret = static_cast<unsigned>(consumer.callbacks()) & static_cast<unsigned>(Callbacks::ret);
 
   auto it = r.tree.find(key, KeyLess());
   if (it != r.tree.end()) {
@@ -173,6 +178,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
 
   auto up = std::make_unique<Uprobe>();
   up->key = key;
+  up->id = ++next_id;
   up->path = path;
   analyze_target(t, offset, up->insn);
   up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
@@ -276,7 +282,8 @@ ProbeInfo probe_info(const Uprobe* up) {
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   info.sites = up->applied && ss ? static_cast<unsigned>(ss->sites.size()) : 0;
   info.consumers = static_cast<unsigned>(up->consumers.load(std::memory_order_relaxed)->regs.size());
-  info.emulated = arch::is_emulated(up->insn);
+  info.emulated = arch::is_emulated(up->insn) &&
+                  (g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn));
   info.instruction = up->insn.text;
   return info;
 }

@@ -11,6 +11,7 @@
 #include <urcu/urcu-bp.h>
 
 #include "thread_state.hpp"
+#include "uretprobe.hpp"
 
 namespace uprobe::detail {
 
@@ -81,6 +82,9 @@ void start_runtime(Registry& r) {
   // hit (urcu-bp does it with all signals blocked).
   urcu_bp_read_lock();
   urcu_bp_read_unlock();
+  uretprobe_init();
+  uretprobe_configure(static_cast<unsigned>(g_hot.ri_pool_for_install), static_cast<unsigned>(g_hot.ri_lock_for_install),
+                      g_hot.max_depth_for_install);
   install_trap_handler(g_hot.signal_mask_for_install);
   r.started = true;
 }
@@ -99,6 +103,12 @@ void configure(const Config& c) {
   bool changed = g_hot.signal_mask_for_install != c.signal_mask;
   g_hot.signal_mask_for_install = c.signal_mask;
   if (r.started && changed) install_trap_handler(c.signal_mask);
+  g_hot.ri_pool_for_install = c.ri_pool;
+  g_hot.ri_lock_for_install = c.ri_lock;
+  g_hot.max_depth_for_install = c.max_uretprobe_depth;
+  g_hot.optimize_for_install = c.optimize;
+  if (r.started)
+    uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
 }
 
 Config configuration() {
@@ -108,6 +118,10 @@ Config configuration() {
   c.xol = g_hot.xol.load(std::memory_order_relaxed);
   c.emulate = g_hot.emulate.load(std::memory_order_relaxed);
   c.signal_mask = g_hot.signal_mask_for_install;
+  c.ri_pool = g_hot.ri_pool_for_install;
+  c.ri_lock = g_hot.ri_lock_for_install;
+  c.max_uretprobe_depth = g_hot.max_depth_for_install;
+  c.optimize = g_hot.optimize_for_install;
   return c;
 }
 

@@ -31,6 +31,10 @@ struct HotState {
   std::atomic<bool> emulate{true};
   /// Written under the registry mutex only; not read on the trap path.
   SignalMask signal_mask_for_install = SignalMask::nodefer;
+  uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;
+  uprobe::RiLock ri_lock_for_install = uprobe::RiLock::none;
+  unsigned max_depth_for_install = 64;
+  bool optimize_for_install = true;
   /// The locked lookup path's lock (the mmap_lock analog).
   SpinRwLock mm_lock;
 };

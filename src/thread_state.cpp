@@ -53,6 +53,9 @@ Stats stats() noexcept {
     s.restarts += b.restarts.load(std::memory_order_relaxed);
     s.locked_lookups += b.locked_lookups.load(std::memory_order_relaxed);
     s.foreign_traps += b.foreign_traps.load(std::memory_order_relaxed);
+    s.return_hits += b.return_hits.load(std::memory_order_relaxed);
+    s.return_misses += b.return_misses.load(std::memory_order_relaxed);
+    s.return_dropped += b.return_dropped.load(std::memory_order_relaxed);
   };
   for (unsigned i = 0; i < n; ++i) add(g_blocks[i]);
   add(g_overflow);

@@ -23,7 +23,12 @@ struct alignas(64) StatBlock {
   std::atomic<std::uint64_t> restarts{0};
   std::atomic<std::uint64_t> locked_lookups{0};
   std::atomic<std::uint64_t> foreign_traps{0};
+  std::atomic<std::uint64_t> return_hits{0};
+  std::atomic<std::uint64_t> return_misses{0};
+  std::atomic<std::uint64_t> return_dropped{0};
 };
+
+struct ReturnStack;
 
 /// Increments a counter owned by the calling thread. Async-signal-safe.
 inline void count(std::atomic<std::uint64_t>& c) noexcept {
@@ -39,6 +44,9 @@ struct ThreadState {
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped
+  ReturnStack* rstack;       ///< pending return instances, mapped on first use
+  std::uint64_t* cookie;     ///< session cookie of the running callback, if any
+  std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
 };
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));

@@ -15,6 +15,7 @@
 #include "probe.hpp"
 #include "runtime.hpp"
 #include "thread_state.hpp"
+#include "uretprobe.hpp"
 
 namespace uprobe::detail {
 
@@ -76,11 +77,17 @@ void try_unapply(Uprobe* up) noexcept {
   up->patch_lock.clear(std::memory_order_release);
 }
 
-/// The consumer chain (the kernel's handler_chain()).
+/// The consumer chain (the kernel's handler_chain()): filters, entry
+/// handlers with their session cookies, Action::remove, and the return
+/// instance for the consumers that want the return.
 void handler_chain(Uprobe* up, Regs& regs) noexcept {
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   if (!cs) return;
+  ThreadState& ts = t_state;
+  const std::uint64_t func = regs.rip;
   bool remove = !cs->regs.empty();
+  ReturnInstance* ri = nullptr;
+  bool ri_failed = false;
   for (Registration* r : cs->regs) {
     if (r->removed.load(std::memory_order_relaxed)) continue;
     Consumer* c = r->consumer;
@@ -88,10 +95,31 @@ void handler_chain(Uprobe* up, Regs& regs) noexcept {
       remove = false;
       continue;
     }
-    if (c->handler(regs) == Action::remove)
+    std::uint64_t cookie = 0;
+    Action rc = Action::keep;
+    if (r->has_entry) {
+      ts.cookie = &cookie;
+      rc = c->handler(regs);
+      ts.cookie = nullptr;
+    }
+    if (rc == Action::remove)
       r->removed.store(true, std::memory_order_relaxed);
     else
       remove = false;
+    if (!r->has_ret || rc == Action::remove || rc == Action::ignore) continue;
+    if (!ri && !ri_failed) {
+      ri = ri_alloc();
+      ri_failed = ri == nullptr;
+    }
+    if (ri && ri->nconsumers < kMaxReturnConsumers)
+      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie};
+    else
+      count(stat_block().return_misses);
+  }
+  if (ri) {
+    Regs at_entry = regs;
+    at_entry.rip = func;
+    prepare_uretprobe(up, at_entry, ri);
   }
   if (remove) try_unapply(up);
 }

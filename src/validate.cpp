@@ -95,6 +95,17 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
   if (!arch::analyze(bytes, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
 }
 
+void check_function_entry(const Target& t, std::uint64_t offset) {
+  std::string why;
+  auto info = elf_info(t.fd, t.path, t.st, why);
+  if (!info) return;
+  const FuncSym* fn = info->enclosing_function(offset);
+  if (fn && fn->file_offset != offset)
+    throw Error(Errc::refused_instruction, t.path, offset,
+                "a return probe must be at a function's entry, and this offset is " + fn->name + "+" +
+                    hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
+}
+
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
   // Our own code, liburcu-bp (read-side calls) and the dynamic linker (TLS
   // resolution of liburcu-bp's per-thread reader) run before the recursion

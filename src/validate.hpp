@@ -30,6 +30,11 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out);
 /// @throws uprobe::Error (not_executable, mid_instruction, refused_instruction).
 void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn);
 
+/// A return probe needs the return address at *rsp: refuses an offset that
+/// the symbol table places inside a function but not at its entry.
+/// @throws uprobe::Error(refused_instruction).
+void check_function_entry(const Target& t, std::uint64_t offset);
+
 /// Refuses libuprobe's own code and the libraries its trap path calls.
 /// @throws uprobe::Error(forbidden_target).
 void check_not_forbidden(const Target& t, std::uint64_t offset);

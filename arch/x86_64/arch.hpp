@@ -16,7 +16,29 @@
 
 #include "uprobe/regs.hpp"
 
+extern "C" {
+/// The return trampoline (ret_trampoline.S): the address a hijacked return
+/// address points to. Not callable from C.
+void uprobe_ret_trampoline();
+}
+
 namespace uprobe::arch {
+
+/// Layout of the frame the return trampoline saves, passed to
+/// uprobe_ret_dispatch(): gpr[] in uprobe::Regs order (r15 .. rdi).
+struct RetFrame {
+  std::uint8_t xmm0[16];
+  std::uint8_t xmm1[16];
+  std::uint64_t gpr[15];
+  std::uint64_t rflags;
+  std::uint64_t ret_slot;  ///< where the final `ret` takes its target from; sp after return = &ret_slot + 1
+};
+static_assert(sizeof(RetFrame) == 168 && __builtin_offsetof(RetFrame, ret_slot) == 160);
+
+/// The address of the return trampoline.
+inline std::uint64_t return_trampoline_address() noexcept {
+  return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);
+}
 
 /// The breakpoint instruction (int3) and its length.
 inline constexpr std::uint8_t kBreakpoint = 0xCC;

@@ -27,6 +27,18 @@ enum class SignalMask : std::uint8_t {
   defer,    ///< the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask
 };
 
+/// Where return instances come from (seed 002).
+enum class RiPool : std::uint8_t {
+  objpool,   ///< per-thread cache backed by per-CPU rings: no shared write in the steady state (default)
+  freelist,  ///< one global lock-free LIFO: a CAS on a shared head on every get and put
+};
+
+/// Locking of return-instance bookkeeping (seed 004).
+enum class RiLock : std::uint8_t {
+  none,    ///< per-thread return stacks, no lock (default)
+  global,  ///< one process-wide lock around every push and pop of a return instance
+};
+
 /// Process-wide runtime configuration.
 struct Config {
   LookupMode lookup = LookupMode::speculative;
@@ -35,6 +47,14 @@ struct Config {
   /// Emulate simple instructions (nops, push, jmp, call, Jcc, ret, ...) in the
   /// handler instead of running them out of line. Default true.
   bool emulate = true;
+  RiPool ri_pool = RiPool::objpool;
+  RiLock ri_lock = RiLock::none;
+  /// Convert eligible probe sites (nop5, safe function entries) into jumps to
+  /// trampolines (seed 003). Default true; false keeps every probe on int3.
+  bool optimize = true;
+  /// Return probes per thread before further invocations are not tracked
+  /// (the kernel's MAX_URETPROBE_DEPTH). 1..4096.
+  unsigned max_uretprobe_depth = 64;
 };
 
 /// Sets the configuration. Takes effect for hits that start after the call;
@@ -56,6 +76,9 @@ struct Stats {
   std::uint64_t restarts = 0;          ///< raced with unregister: instruction restarted
   std::uint64_t locked_lookups = 0;    ///< speculative lookup fell back to the lock
   std::uint64_t foreign_traps = 0;     ///< SIGTRAPs that were not ours, passed on
+  std::uint64_t return_hits = 0;       ///< invocations whose return ran ret_handlers
+  std::uint64_t return_misses = 0;     ///< returns not tracked: depth limit or no free return instance
+  std::uint64_t return_dropped = 0;    ///< stale return instances dropped (longjmp, exceptions, thread exit)
 };
 
 /// Sums the per-thread counters. Thread-safety: any thread. Async-signal-safe.

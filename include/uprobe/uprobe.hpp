@@ -17,12 +17,28 @@
 
 namespace uprobe {
 
-/// What a handler asks for after a hit. Mirrors the kernel's return values of
-/// uprobe_consumer::handler (UPROBE_HANDLER_REMOVE).
+/// What an entry handler asks for after a hit. Mirrors the kernel's return
+/// values of uprobe_consumer::handler (UPROBE_HANDLER_REMOVE,
+/// UPROBE_HANDLER_IGNORE).
 enum class Action : int {
   keep = 0,    ///< stay attached
   remove = 1,  ///< UPROBE_HANDLER_REMOVE: see Consumer::handler
+  ignore = 2,  ///< UPROBE_HANDLER_IGNORE: no return call for this invocation (return consumers)
 };
+
+/// Which callbacks a consumer has: the kernel's non-NULL `handler` and
+/// `ret_handler`. A consumer with both is a session consumer: its entry
+/// handler and its ret_handler of the same invocation share a 64-bit cookie
+/// (session_cookie()), and an entry returning Action::ignore gets no return
+/// call for that invocation.
+enum class Callbacks : unsigned {
+  entry = 1,          ///< handler() only (the default)
+  ret = 2,            ///< ret_handler() only
+  entry_and_ret = 3,  ///< both: a session consumer
+};
+
+/// Defined when the return-probe API (ret_handler, sessions) is available.
+#define UPROBE_HAS_URETPROBE 1
 
 /// A probe consumer: the kernel's `struct uprobe_consumer`.
 ///
@@ -31,10 +47,15 @@ enum class Action : int {
 /// returns only when no thread is still inside its callbacks).
 class Consumer {
  public:
+  /// A consumer with the given callbacks (see Callbacks). Which callbacks a
+  /// consumer has is fixed at construction, as the kernel reads it from the
+  /// function pointers at register time.
+  explicit Consumer(Callbacks callbacks = Callbacks::entry) noexcept : callbacks_(callbacks) {}
   virtual ~Consumer() = default;
 
   /// Called on the hitting thread, before the probed instruction runs, with
-  /// that thread's registers (readable and writable, see Regs).
+  /// that thread's registers (readable and writable, see Regs). Only called
+  /// when the consumer was built with Callbacks::entry or entry_and_ret.
   ///
   /// Runs in signal context (int3 path): it must be async-signal-safe unless
   /// the program knows the probed code is never reached from a state where
@@ -46,18 +67,59 @@ class Consumer {
   /// probe: it is not called there again until unregistered and registered
   /// anew, and when every consumer of the probe has said remove, the probe
   /// site is taken out of the process's text (the kernel's unapply_uprobe();
-  /// the registration itself stays until unregister_uprobe()).
-  virtual Action handler(Regs& regs) = 0;
+  /// the registration itself stays until unregister_uprobe()). A consumer with
+  /// a ret_handler may return Action::ignore: no return call for this
+  /// invocation.
+  virtual Action handler(Regs& regs) {
+    (void)regs;
+    return Action::keep;
+  }
+
+  /// Called when an invocation of the probed function returns (a uretprobe;
+  /// the probe must be at the function's entry, where the return address is at
+  /// *rsp). `regs` holds the registers as the function left them: rax/rdx
+  /// are the return value (see return_xmm() for xmm0/xmm1), rip is the
+  /// address the function returns to, rsp the stack pointer after the return.
+  /// Writes to the GPRs and rflags take effect; writing rip makes the return go
+  /// there. `func` is the probed address (the kernel's `func` argument).
+  /// Only called when the consumer was built with Callbacks::ret or
+  /// entry_and_ret, and only for invocations whose entry this consumer saw
+  /// (registered, passed its filter, did not return remove or ignore).
+  /// Runs in the return trampoline on the returning thread, with the same
+  /// rules as handler() (async-signal-safe; recursion guard).
+  virtual void ret_handler(Regs& regs, std::uint64_t func) {
+    (void)regs;
+    (void)func;
+  }
 
   /// Per-thread filter: return false and this consumer is not called for hits
   /// by thread `tid` (the kernel's uprobe_consumer::filter, which is
   /// per-process there; in process the natural unit is the thread). Called on
-  /// every hit before handler(), in the same signal context. Default: all.
+  /// every entry hit before handler(), in the same signal context. Default: all.
   virtual bool filter(pid_t tid) {
     (void)tid;
     return true;
   }
+
+  /// The callbacks this consumer has.
+  Callbacks callbacks() const noexcept { return callbacks_; }
+
+ private:
+  Callbacks callbacks_;
 };
+
+/// The cookie of the current session invocation: valid inside handler() and
+/// ret_handler() of a session consumer (Callbacks::entry_and_ret), where the
+/// value written at entry is the value read at return of the same invocation
+/// (the kernel's `__u64 *data`; bpf_session_cookie()). Starts at 0 for every
+/// invocation. Outside those callbacks it returns a per-thread scratch value.
+/// Async-signal-safe.
+std::uint64_t& session_cookie() noexcept;
+
+/// xmm0 (i = 0) or xmm1 (i = 1) as the returning function left it: the
+/// floating-point return value. Valid inside ret_handler(); writes take effect.
+/// Each register is 16 bytes (low 8: a double return value). Async-signal-safe.
+std::uint8_t* return_xmm(unsigned i) noexcept;
 
 /// Error kinds of the registration API.
 enum class Errc {
@@ -116,6 +178,23 @@ Uprobe* register_uprobe(const void* address, Consumer& consumer);
 /// invalid.
 /// Thread-safety and errors as register_uprobe().
 void unregister_uprobe(Uprobe* probe, Consumer& consumer);
+
+/// The return trampoline: what the saved return address of a function with a
+/// pending return probe reads while the function runs. Async-signal-safe.
+const void* return_trampoline() noexcept;
+
+/// For stack walkers: replaces, in `frames` (n return addresses of the calling
+/// thread's stack, innermost first, as backtrace(3) gives them), every
+/// occurrence of the return trampoline by the real return address, matching
+/// them to the thread's pending return instances innermost first. Returns how
+/// many were replaced. backtrace(3), _Unwind_Backtrace and C++ exceptions are
+/// handled by libuprobe itself; this is for home-made frame-pointer walkers.
+/// Async-signal-safe.
+int fixup_backtrace(void** frames, int n) noexcept;
+
+/// Return instances pending on the calling thread (its return stack depth).
+/// Async-signal-safe.
+unsigned return_stack_depth() noexcept;
 
 /// A (file, offset) pair as the kernel keys probes.
 struct FileOffset {

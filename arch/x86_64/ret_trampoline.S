@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The return trampoline (the kernel's uretprobe trampoline page, as our own
+ * code): a function with a pending return probe returns here instead of to
+ * its caller. It saves every GPR, rflags and xmm0/xmm1 (the return values and
+ * everything else the caller may still need), calls uprobe_ret_dispatch(frame)
+ * which pops the return instance(s), runs the ret_handlers and returns the
+ * address to continue at; then everything is restored and a `ret` through the
+ * old return-address slot continues there, with rsp exactly as the returning
+ * function left it. No signal, no syscall.
+ *
+ * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
+ * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
+ *
+ * The area below rsp is free: the returning function's frame is gone and a
+ * caller cannot keep red-zone data live across its own call.
+ *
+ * CFI: the return slot is filled with the real return address before any
+ * handler runs, so unwinding from inside a ret_handler continues into the
+ * real caller. The byte before the entry point has rip undefined, so an
+ * unwinder that meets the trampoline address as a return address of a frame
+ * that has not returned yet stops cleanly (libuprobe restores real return
+ * addresses before C++ exceptions and backtraces unwind).
+ */
+	.text
+	.p2align 4
+	.globl uprobe_ret_trampoline_begin
+	.hidden uprobe_ret_trampoline_begin
+	.globl uprobe_ret_trampoline
+	.hidden uprobe_ret_trampoline
+	.type uprobe_ret_trampoline, @function
+uprobe_ret_trampoline_begin:
+	.cfi_startproc
+	.cfi_undefined rip
+	nop
+uprobe_ret_trampoline:
+	.cfi_def_cfa rsp, 0
+	.cfi_offset rip, -8
+	sub	$8, %rsp
+	.cfi_adjust_cfa_offset 8
+	pushfq
+	.cfi_adjust_cfa_offset 8
+	push	%rdi
+	.cfi_adjust_cfa_offset 8
+	push	%rsi
+	.cfi_adjust_cfa_offset 8
+	push	%rdx
+	.cfi_adjust_cfa_offset 8
+	push	%rcx
+	.cfi_adjust_cfa_offset 8
+	push	%rax
+	.cfi_adjust_cfa_offset 8
+	push	%r8
+	.cfi_adjust_cfa_offset 8
+	push	%r9
+	.cfi_adjust_cfa_offset 8
+	push	%r10
+	.cfi_adjust_cfa_offset 8
+	push	%r11
+	.cfi_adjust_cfa_offset 8
+	push	%rbx
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset rbx, 0
+	push	%rbp
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset rbp, 0
+	push	%r12
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset r12, 0
+	push	%r13
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset r13, 0
+	push	%r14
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset r14, 0
+	push	%r15
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset r15, 0
+	sub	$32, %rsp
+	.cfi_adjust_cfa_offset 32
+	movdqu	%xmm0, 0(%rsp)
+	movdqu	%xmm1, 16(%rsp)
+	mov	%rsp, %rbx
+	.cfi_def_cfa_register rbx
+	and	$-16, %rsp
+	cld
+	mov	%rbx, %rdi
+	call	uprobe_ret_dispatch
+	mov	%rbx, %rsp
+	.cfi_def_cfa_register rsp
+	mov	%rax, 160(%rsp)
+	movdqu	0(%rsp), %xmm0
+	movdqu	16(%rsp), %xmm1
+	add	$32, %rsp
+	.cfi_adjust_cfa_offset -32
+	pop	%r15
+	.cfi_adjust_cfa_offset -8
+	pop	%r14
+	.cfi_adjust_cfa_offset -8
+	pop	%r13
+	.cfi_adjust_cfa_offset -8
+	pop	%r12
+	.cfi_adjust_cfa_offset -8
+	pop	%rbp
+	.cfi_adjust_cfa_offset -8
+	pop	%rbx
+	.cfi_adjust_cfa_offset -8
+	pop	%r11
+	.cfi_adjust_cfa_offset -8
+	pop	%r10
+	.cfi_adjust_cfa_offset -8
+	pop	%r9
+	.cfi_adjust_cfa_offset -8
+	pop	%r8
+	.cfi_adjust_cfa_offset -8
+	pop	%rax
+	.cfi_adjust_cfa_offset -8
+	pop	%rcx
+	.cfi_adjust_cfa_offset -8
+	pop	%rdx
+	.cfi_adjust_cfa_offset -8
+	pop	%rsi
+	.cfi_adjust_cfa_offset -8
+	pop	%rdi
+	.cfi_adjust_cfa_offset -8
+	popfq
+	.cfi_adjust_cfa_offset -8
+	ret
+	.cfi_endproc
+	.size uprobe_ret_trampoline, .-uprobe_ret_trampoline
+	.section .note.GNU-stack,"",@progbits

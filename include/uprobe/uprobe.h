@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef UPROBE_UPROBE_H
+#define UPROBE_UPROBE_H
+/**
+ * @file uprobe.h
+ * libuprobe C API, for C programs and other languages' FFIs. The C++ API
+ * (uprobe/uprobe.hpp) is the primary one; this is a thin layer over it, shaped
+ * like the kernel's include/linux/uprobes.h:
+ *
+ *   kernel                                   libuprobe
+ *   struct uprobe_consumer {handler, ...}    struct uprobe_consumer (same callbacks, plus user_data)
+ *   struct pt_regs                           struct uprobe_regs (same order)
+ *   uprobe_register(inode, offset, 0, uc)    uprobe_register(path, offset, uc, &probe)
+ *   uprobe_unregister(uprobe, uc)            uprobe_unregister(probe, uc)
+ *   UPROBE_HANDLER_REMOVE                    UPROBE_HANDLER_REMOVE
+ *
+ * Errors are negative errno values (the table below; uprobe_strerror());
+ * uprobe_last_error() has the full message of the calling thread's last
+ * failure (path, offset, reason). A refused request changes nothing in the
+ * process. No C++ exception ever leaves these functions.
+ *
+ * Link with -luprobe (pkg-config --libs uprobe). x86-64 Linux only.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#if defined(__GNUC__)
+#define UPROBE_API __attribute__((visibility("default")))
+#else
+#define UPROBE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * User registers at a probe hit, layout-identical to uprobe::Regs (the
+ * kernel's x86-64 struct pt_regs order minus the segment and orig_ax slots).
+ * rip is the probed instruction's address at handler time. Every field is
+ * writable from a handler: writing rip redirects execution there (the probed
+ * instruction is then not executed), writing a GPR or rflags changes what the
+ * probed instruction and the code after it see (only the arithmetic, direction
+ * and trap flags of rflags are honoured). Integer arguments at a function's
+ * entry: rdi, rsi, rdx, rcx, r8, r9; return value: rax.
+ */
+struct uprobe_regs {
+  uint64_t r15, r14, r13, r12, rbp, rbx, r11, r10;
+  uint64_t r9, r8, rax, rcx, rdx, rsi, rdi;
+  uint64_t rip, rflags, rsp;
+};
+
+/** Handler return value: this consumer wants no more hits at this probe (see handler). */
+#define UPROBE_HANDLER_REMOVE 1
+
+/**
+ * A registered probe site, keyed by (st_dev, st_ino, file offset): the
+ * kernel's struct uprobe. Opaque; valid while a consumer is registered on it.
+ * (Not named `struct uprobe`: that would clash with the C++ namespace uprobe
+ * in programs that include both headers.)
+ */
+struct uprobe_probe;
+
+/**
+ * A probe consumer: the kernel's struct uprobe_consumer. Zero-initialise it,
+ * set the callbacks you need and user_data, then register it. One consumer
+ * may be registered on many probes, at most once on the same probe; it must
+ * stay valid (same address, callbacks unchanged) until its last
+ * uprobe_unregister() has returned.
+ *
+ * Callbacks run on the hitting thread in signal context (SIGTRAP): they must
+ * be async-signal-safe (no malloc, no stdio, no locks the probed thread may
+ * hold). A probe hit inside a callback does not call callbacks again.
+ */
+struct uprobe_consumer {
+  /**
+   * Called before the probed instruction runs, with that thread's registers
+   * (readable and writable). `cookie` points to a 64-bit value that starts at
+   * 0 for every hit (the kernel's `__u64 *data`; reserved to be shared with
+   * ret_handler of the same invocation when return probes are wrapped).
+   * Return 0 to stay attached, or UPROBE_HANDLER_REMOVE: this consumer is not
+   * called at this probe again until unregistered and registered anew, and
+   * when every consumer of the probe has said remove, the breakpoint is taken
+   * out (the registration itself stays until uprobe_unregister()). Other
+   * values are reserved and currently mean 0. Required.
+   */
+  int (*handler)(struct uprobe_consumer *self, struct uprobe_regs *regs, uint64_t *cookie);
+  /**
+   * Return probes (the kernel's ret_handler): reserved for the C wrapper of
+   * the C++ API's return probes. Must be NULL: registering a consumer with a
+   * ret_handler fails with -EOPNOTSUPP in this version.
+   */
+  int (*ret_handler)(struct uprobe_consumer *self, uint64_t func, struct uprobe_regs *regs, uint64_t *cookie);
+  /**
+   * Optional per-thread filter: return false and this consumer is not called
+   * for hits by thread `tid` (the kernel's filter is per mm; in process the
+   * unit is the thread). Called on every hit before handler, in the same
+   * signal context. NULL: every thread.
+   */
+  bool (*filter)(struct uprobe_consumer *self, pid_t tid);
+  /** The caller's pointer, for the callbacks (libuprobe never touches it). */
+  void *user_data;
+};
+
+/**
+ * Errors, as negative return values (uprobe::Errc in the C++ API):
+ *   -ENOENT      the file does not exist or cannot be opened (Errc::file_not_found);
+ *                uprobe_unregister(): the consumer is not registered on that probe
+ *   -EINVAL      offset past the end of the file (bad_offset); a NULL argument;
+ *                a consumer without a handler
+ *   -ENOEXEC     offset outside every executable segment of the file (not_executable)
+ *   -EILSEQ      offset inside an instruction of a known function (mid_instruction)
+ *   -EOPNOTSUPP  an int3 already there, undecodable bytes, an instruction that cannot
+ *                run out of line (refused_instruction); a consumer with a ret_handler
+ *   -ENXIO       the address is in anonymous memory or in no mapping (not_file_backed)
+ *   -EPERM       libuprobe's own code or its trap-path dependencies (forbidden_target)
+ *   -EEXIST      this consumer is already registered on this probe (conflict)
+ *   -EDEADLK     called from inside a probe handler (in_handler)
+ *   -EIO         a system call failed (system; the message names it and its errno)
+ *   -ENOMEM      out of memory
+ *   -ERANGE      uprobe_resolve_address(): the path does not fit the buffer
+ */
+
+/**
+ * Registers `uc` on the instruction at file offset `offset` of the file
+ * `path` (the kernel's uprobe_register()). The probe applies to every
+ * executable mapping of that file in this process. On success stores the
+ * probe in *probe and returns 0; else returns a negative errno and changes
+ * nothing. Any thread, concurrently with hits and other (un)registrations; not
+ * from a handler (-EDEADLK). Not async-signal-safe.
+ */
+UPROBE_API int uprobe_register(const char *path, uint64_t offset, struct uprobe_consumer *uc,
+                               struct uprobe_probe **probe);
+
+/**
+ * Same, with the probe site given as an address in this process (the mapping
+ * that holds it gives the file and offset, as uprobe_resolve_address()).
+ * Note that in a non-PIE executable &libc_function may be the executable's
+ * PLT stub; dlsym(RTLD_NEXT, "name") gives the library's code.
+ */
+UPROBE_API int uprobe_register_addr(const void *addr, struct uprobe_consumer *uc, struct uprobe_probe **probe);
+
+/**
+ * Unregisters `uc` from `probe` (the kernel's uprobe_unregister()). Returns 0
+ * when no thread can still be running a callback of `uc` for this probe (an
+ * RCU grace period); when the last consumer goes, the original bytes are
+ * restored and `probe` becomes invalid. Errors: -ENOENT (not registered),
+ * -EINVAL (NULL argument), -EDEADLK (from a handler).
+ */
+UPROBE_API int uprobe_unregister(struct uprobe_probe *probe, struct uprobe_consumer *uc);
+
+/**
+ * The file and file offset mapped at `addr` in this process. Writes the
+ * NUL-terminated path into path[0..path_size) and the offset into *offset
+ * (either may be NULL/0 to skip). Returns 0, -ENXIO (anonymous memory or no
+ * mapping) or -ERANGE (path_size too small; nothing written to path).
+ * Any thread; not async-signal-safe (reads /proc/self/maps).
+ */
+UPROBE_API int uprobe_resolve_address(const void *addr, char *path, size_t path_size, uint64_t *offset);
+
+/**
+ * A short description of a libuprobe error value (negative or positive errno),
+ * in libuprobe's terms. Static storage; never NULL. Async-signal-safe.
+ */
+UPROBE_API const char *uprobe_strerror(int err);
+
+/**
+ * The full message of the calling thread's last failed libuprobe call
+ * ("libuprobe: cannot probe /path at offset 0x...: reason"), or "" if none
+ * failed yet. Successful calls leave it unchanged (like errno). The pointer
+ * is valid until the thread's next failing libuprobe call.
+ */
+UPROBE_API const char *uprobe_last_error(void);
+
+/** True while the calling thread runs a libuprobe handler. Async-signal-safe. */
+UPROBE_API bool uprobe_in_handler(void);
+
+/** The library version, "major.minor.patch". */
+UPROBE_API const char *uprobe_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UPROBE_UPROBE_H */

@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: MIT
+// The C API (include/uprobe/uprobe.h) over the C++ API. Each C consumer gets
+// one uprobe::Consumer adapter, shared by all its registrations and freed with
+// the last one. Every entry point catches everything: no exception crosses
+// the C boundary; failures become a negative errno plus a thread-local message.
+
+#include "uprobe/uprobe.h"
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+
+#include "uprobe/config.hpp"
+#include "uprobe/regs.hpp"
+#include "uprobe/uprobe.hpp"
+
+#ifndef UPROBE_VERSION_STRING
+#error "UPROBE_VERSION_STRING must be defined by the build"
+#endif
+
+// struct uprobe_regs is a byte-for-byte copy of uprobe::Regs.
+static_assert(sizeof(uprobe_regs) == sizeof(uprobe::Regs), "uprobe_regs and uprobe::Regs differ in size");
+#define UPROBE_SAME_OFFSET(f) \
+  static_assert(offsetof(uprobe_regs, f) == offsetof(uprobe::Regs, f), "uprobe_regs." #f " is misplaced")
+UPROBE_SAME_OFFSET(r15);
+UPROBE_SAME_OFFSET(r14);
+UPROBE_SAME_OFFSET(r13);
+UPROBE_SAME_OFFSET(r12);
+UPROBE_SAME_OFFSET(rbp);
+UPROBE_SAME_OFFSET(rbx);
+UPROBE_SAME_OFFSET(r11);
+UPROBE_SAME_OFFSET(r10);
+UPROBE_SAME_OFFSET(r9);
+UPROBE_SAME_OFFSET(r8);
+UPROBE_SAME_OFFSET(rax);
+UPROBE_SAME_OFFSET(rcx);
+UPROBE_SAME_OFFSET(rdx);
+UPROBE_SAME_OFFSET(rsi);
+UPROBE_SAME_OFFSET(rdi);
+UPROBE_SAME_OFFSET(rip);
+UPROBE_SAME_OFFSET(rflags);
+UPROBE_SAME_OFFSET(rsp);
+#undef UPROBE_SAME_OFFSET
+static_assert(UPROBE_HANDLER_REMOVE == static_cast<int>(uprobe::Action::remove));
+
+namespace {
+
+/// The C++ consumer standing for one C consumer. Reads the callbacks from the
+/// C struct at every hit, as the kernel does.
+class Adapter final : public uprobe::Consumer {
+ public:
+  explicit Adapter(uprobe_consumer* uc) noexcept : uc_(uc) {}
+
+  uprobe::Action handler(uprobe::Regs& regs) override {
+    auto* h = uc_->handler;
+    if (!h) return uprobe::Action::keep;
+    uprobe_regs r;
+    std::memcpy(&r, &regs, sizeof r);
+    std::uint64_t cookie = 0;
+    const int rc = h(uc_, &r, &cookie);
+    std::memcpy(&regs, &r, sizeof r);
+    return rc == UPROBE_HANDLER_REMOVE ? uprobe::Action::remove : uprobe::Action::keep;
+  }
+
+  bool filter(pid_t tid) override {
+    auto* f = uc_->filter;
+    return !f || f(uc_, tid);
+  }
+
+  /// Registrations plus calls in flight; guarded by State::mutex.
+  unsigned refs = 0;
+
+ private:
+  uprobe_consumer* uc_;
+};
+
+/// The C consumers known to the C layer. Never destroyed: probes may still
+/// fire while static destructors run.
+struct State {
+  std::mutex mutex;
+  std::unordered_map<uprobe_consumer*, std::unique_ptr<Adapter>> adapters;
+};
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+/// Takes a reference on the adapter of `uc`, creating it if `create`;
+/// nullptr if there is none and !create. May throw std::bad_alloc.
+Adapter* acquire(uprobe_consumer* uc, bool create) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.adapters.find(uc);
+  if (it == s.adapters.end()) {
+    if (!create) return nullptr;
+    it = s.adapters.emplace(uc, std::make_unique<Adapter>(uc)).first;
+  }
+  ++it->second->refs;
+  return it->second.get();
+}
+
+/// Drops `n` references; frees the adapter with the last one. Only called
+/// when no registration of the adapter is left in the runtime at refs == 0.
+void release(uprobe_consumer* uc, Adapter* a, unsigned n) noexcept {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  a->refs -= n;
+  if (a->refs == 0) s.adapters.erase(uc);
+}
+
+// The calling thread's last error: a string, or a static message where
+// allocating is not allowed (inside a handler) or failed.
+thread_local std::string t_message;
+thread_local const char* t_static_message = nullptr;
+
+int fail_static(int err, const char* message) noexcept {
+  t_static_message = message;
+  return -err;
+}
+
+int fail(int err, const std::string& message) noexcept {
+  try {
+    t_message = message;
+    t_static_message = nullptr;
+  } catch (...) {
+    t_static_message = "libuprobe: out of memory while formatting an error message";
+  }
+  return -err;
+}
+
+int to_errno(uprobe::Errc code, bool unregistering) noexcept {
+  // No default: a new Errc must get its errno here (-Wswitch, -Werror).
+  switch (code) {
+    case uprobe::Errc::file_not_found: return ENOENT;
+    case uprobe::Errc::bad_offset: return EINVAL;
+    case uprobe::Errc::not_executable: return ENOEXEC;
+    case uprobe::Errc::mid_instruction: return EILSEQ;
+    case uprobe::Errc::refused_instruction: return EOPNOTSUPP;
+    case uprobe::Errc::not_file_backed: return ENXIO;
+    case uprobe::Errc::forbidden_target: return EPERM;
+    case uprobe::Errc::conflict: return unregistering ? ENOENT : EEXIST;
+    case uprobe::Errc::in_handler: return EDEADLK;
+    case uprobe::Errc::system: return EIO;
+  }
+  return EIO;
+}
+
+/// Runs `f`, turning any exception into a negative errno and a message.
+template <class F>
+int guarded(bool unregistering, F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (const uprobe::Error& e) {
+    return fail(to_errno(e.code(), unregistering), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail_static(ENOMEM, "libuprobe: out of memory");
+  } catch (const std::system_error& e) {
+    const bool posix = e.code().category() == std::generic_category() || e.code().category() == std::system_category();
+    return fail(posix && e.code().value() > 0 ? e.code().value() : EIO, std::string("libuprobe: ") + e.what());
+  } catch (const std::exception& e) {
+    return fail(EIO, std::string("libuprobe: ") + e.what());
+  } catch (...) {
+    return fail_static(EIO, "libuprobe: unknown internal error");
+  }
+}
+
+constexpr const char kInHandler[] =
+    "libuprobe: cannot register or unregister from inside a probe handler (it would wait for itself)";
+
+/// Checks shared by both register calls; 0 or a negative errno.
+int check_consumer(const uprobe_consumer* uc, const void* probe_out) noexcept {
+  if (!uc || !probe_out) return fail_static(EINVAL, "libuprobe: the consumer and the probe pointer must not be NULL");
+  if (uc->ret_handler)
+    return fail_static(EOPNOTSUPP, "libuprobe: return probes (ret_handler) are not available in the C API yet");
+  if (!uc->handler) return fail_static(EINVAL, "libuprobe: the consumer has no handler");
+  return 0;
+}
+
+template <class Register>
+int register_common(uprobe_consumer* uc, uprobe_probe** probe, Register&& reg) noexcept {
+  return guarded(false, [&] {
+    Adapter* a = acquire(uc, true);
+    try {
+      uprobe::Uprobe* p = reg(static_cast<uprobe::Consumer&>(*a));
+      *probe = reinterpret_cast<uprobe_probe*>(p);
+    } catch (...) {
+      release(uc, a, 1);
+      throw;
+    }
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+int uprobe_register(const char* path, uint64_t offset, uprobe_consumer* uc, uprobe_probe** probe) {
+  if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);
+  if (!path) return fail_static(EINVAL, "libuprobe: the path must not be NULL");
+  if (int rc = check_consumer(uc, probe)) return rc;
+  return register_common(uc, probe, [&](uprobe::Consumer& c) { return uprobe::register_uprobe(path, offset, c); });
+}
+
+int uprobe_register_addr(const void* addr, uprobe_consumer* uc, uprobe_probe** probe) {
+  if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);
+  if (int rc = check_consumer(uc, probe)) return rc;
+  return register_common(uc, probe, [&](uprobe::Consumer& c) { return uprobe::register_uprobe(addr, c); });
+}
+
+int uprobe_unregister(uprobe_probe* probe, uprobe_consumer* uc) {
+  if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);
+  if (!probe || !uc) return fail_static(EINVAL, "libuprobe: the probe and the consumer must not be NULL");
+  // A reference for the call itself keeps the adapter alive even if another
+  // thread drops the consumer's last registration meanwhile.
+  Adapter* a = nullptr;
+  if (int rc = guarded(true, [&] { a = acquire(uc, false); })) return rc;
+  if (!a) return fail_static(ENOENT, "libuprobe: this consumer is not registered on any probe");
+  const int rc = guarded(true, [&] { uprobe::unregister_uprobe(reinterpret_cast<uprobe::Uprobe*>(probe), *a); });
+  release(uc, a, rc == 0 ? 2 : 1);  // the call's reference, and on success the registration's
+  return rc;
+}
+
+int uprobe_resolve_address(const void* addr, char* path, size_t path_size, uint64_t* offset) {
+  uprobe::FileOffset fo;
+  if (int rc = guarded(false, [&] { fo = uprobe::resolve_address(addr); })) return rc;
+  if (path && path_size > 0) {
+    if (fo.path.size() >= path_size)
+      return fail(ERANGE, "libuprobe: the path mapped at the address (" + fo.path + ") does not fit " +
+                              std::to_string(path_size) + " bytes");
+    std::memcpy(path, fo.path.c_str(), fo.path.size() + 1);
+  }
+  if (offset) *offset = fo.offset;
+  return 0;
+}
+
+const char* uprobe_strerror(int err) {
+  switch (err < 0 ? -err : err) {
+    case 0: return "success";
+    case ENOENT: return "no such file, or the consumer is not registered on this probe";
+    case EINVAL: return "offset past the end of the file, or an invalid argument";
+    case ENOEXEC: return "offset outside every executable segment of the file";
+    case EILSEQ: return "offset inside an instruction";
+    case EOPNOTSUPP: return "instruction cannot be probed, or unsupported request";
+    case ENXIO: return "address is not in a file-backed mapping";
+    case EPERM: return "target holds code that libuprobe's trap path runs";
+    case EEXIST: return "consumer already registered on this probe";
+    case EDEADLK: return "called from inside a probe handler";
+    case EIO: return "a system call failed";
+    case ENOMEM: return "out of memory";
+    case ERANGE: return "buffer too small";
+    default: return "unknown libuprobe error";
+  }
+}
+
+const char* uprobe_last_error(void) {
+  if (t_static_message) return t_static_message;
+  return t_message.c_str();
+}
+
+bool uprobe_in_handler(void) { return uprobe::in_handler(); }
+
+const char* uprobe_version(void) { return UPROBE_VERSION_STRING; }
+
+}  // extern "C"

@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: MIT
+// GCC 12 reports a false -Wrestrict inside std::string's operator+ once it is
+// inlined (GCC PR 105329); the state must be set before <string> is included.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+#include "elf_image.hpp"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "uprobe/uprobe.hpp"
+
+namespace uprobe::detail {
+
+std::string hex_str(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+bool LoadSegment::executable() const noexcept { return (flags & PF_X) != 0; }
+
+const LoadSegment* ElfImage::segment_of_vaddr(std::uint64_t vaddr) const noexcept {
+  for (const LoadSegment& s : loads)
+    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz) return &s;
+  return nullptr;
+}
+
+const LoadSegment* ElfImage::segment_of_offset(std::uint64_t off) const noexcept {
+  const LoadSegment* found = nullptr;
+  for (const LoadSegment& s : loads) {
+    if (off >= s.offset && off - s.offset < s.filesz) {
+      if (s.executable()) return &s;
+      if (!found) found = &s;
+    }
+  }
+  return found;
+}
+
+namespace {
+
+constexpr std::uint32_t kNtStapsdt = 3;
+
+// Owns a libelf descriptor (not the file descriptor under it).
+struct ElfHandle {
+  Elf* elf = nullptr;
+  ~ElfHandle() {
+    if (elf) elf_end(elf);
+  }
+};
+
+const char* section_name(Elf* e, std::size_t shstrndx, const GElf_Shdr& sh) {
+  const char* n = elf_strptr(e, shstrndx, sh.sh_name);
+  return n ? n : "";
+}
+
+std::vector<std::string> split_path_list(const char* s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = s; *p; ++p) {
+    if (*p == ':') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += *p;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+void read_dynamic(Elf* e, Elf_Scn* scn, ElfImage& img) {
+  GElf_Shdr sh;
+  if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data) return;
+  const std::size_t n = sh.sh_size / sh.sh_entsize;
+  for (std::size_t i = 0; i < n; ++i) {
+    GElf_Dyn dyn;
+    if (!gelf_getdyn(data, static_cast<int>(i), &dyn) || dyn.d_tag == DT_NULL) break;
+    if (dyn.d_tag != DT_SONAME && dyn.d_tag != DT_RPATH && dyn.d_tag != DT_RUNPATH) continue;
+    const char* s = elf_strptr(e, sh.sh_link, dyn.d_un.d_val);
+    if (!s) continue;
+    if (dyn.d_tag == DT_SONAME) img.soname = s;
+    else if (dyn.d_tag == DT_RPATH) img.rpath = split_path_list(s);
+    else img.runpath = split_path_list(s);
+  }
+}
+
+// Version index -> version name, from SHT_GNU_verdef.
+std::unordered_map<unsigned, std::string> read_verdef(Elf* e, Elf_Scn* scn) {
+  std::unordered_map<unsigned, std::string> names;
+  GElf_Shdr sh;
+  if (!scn || !gelf_getshdr(scn, &sh)) return names;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data) return names;
+  std::size_t off = 0;
+  // sh_info is the number of entries; bound the walk by it and by the data size.
+  for (std::size_t i = 0; i < sh.sh_info && i < 65536; ++i) {
+    GElf_Verdef vd;
+    if (!gelf_getverdef(data, static_cast<int>(off), &vd)) break;
+    GElf_Verdaux va;
+    if (!(vd.vd_flags & VER_FLG_BASE) && gelf_getverdaux(data, static_cast<int>(off + vd.vd_aux), &va)) {
+      if (const char* s = elf_strptr(e, sh.sh_link, va.vda_name)) names.emplace(vd.vd_ndx, s);
+    }
+    if (vd.vd_next == 0 || off + vd.vd_next >= data->d_size) break;
+    off += vd.vd_next;
+  }
+  return names;
+}
+
+void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
+                  const std::unordered_map<unsigned, std::string>& versions, ElfImage& img) {
+  GElf_Shdr sh;
+  if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data) return;
+  Elf_Data* vdata = dynamic && versym_scn ? elf_getdata(versym_scn, nullptr) : nullptr;
+  const std::size_t n = sh.sh_size / sh.sh_entsize;
+  for (std::size_t i = 1; i < n; ++i) {
+    GElf_Sym sym;
+    if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+    const unsigned type = GELF_ST_TYPE(sym.st_info);
+    if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON) continue;
+    if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+    const char* raw = elf_strptr(e, sh.sh_link, sym.st_name);
+    if (!raw || !*raw) continue;
+    Symbol s;
+    s.name = raw;
+    if (!dynamic) {
+      // Static symbol tables spell versions in the name: name@VER, name@@VER.
+      if (auto at = s.name.find('@'); at != std::string::npos && at > 0) {
+        bool dflt = at + 1 < s.name.size() && s.name[at + 1] == '@';
+        s.version = s.name.substr(at + (dflt ? 2 : 1));
+        s.hidden_version = !dflt;
+        s.name.resize(at);
+      }
+    } else if (vdata) {
+      GElf_Versym vs;
+      if (gelf_getversym(vdata, static_cast<int>(i), &vs)) {
+        unsigned idx = vs & 0x7fff;
+        if (idx >= 2) {
+          if (auto it = versions.find(idx); it != versions.end()) {
+            s.version = it->second;
+            s.hidden_version = (vs & 0x8000) != 0;
+          }
+        }
+      }
+    }
+    s.address = sym.st_value;
+    s.size = sym.st_size;
+    s.type = static_cast<std::uint8_t>(type);
+    s.binding = static_cast<std::uint8_t>(GELF_ST_BIND(sym.st_info));
+    s.dynamic = dynamic;
+    if (const LoadSegment* seg = img.segment_of_vaddr(s.address)) {
+      s.in_file = true;
+      s.offset = s.address - seg->vaddr + seg->offset;
+      s.executable = seg->executable();
+    }
+    img.symbols.push_back(std::move(s));
+  }
+}
+
+void read_stapsdt(Elf_Scn* scn, ElfImage& img) {
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (!data || !data->d_buf) return;
+  const char* buf = static_cast<const char*>(data->d_buf);
+  std::size_t off = 0;
+  for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
+    GElf_Nhdr nh;
+    std::size_t name_off = 0, desc_off = 0;
+    std::size_t next = gelf_getnote(data, off, &nh, &name_off, &desc_off);
+    if (next == 0 || next <= off) break;
+    off = next;
+    if (nh.n_type != kNtStapsdt || nh.n_namesz != 8 || std::memcmp(buf + name_off, "stapsdt", 8) != 0) continue;
+    const char* desc = buf + desc_off;
+    const std::size_t dsz = nh.n_descsz;
+    if (dsz < 3 * 8 + 2) {
+      ++img.malformed_notes;
+      continue;
+    }
+    StapsdtNote note;
+    std::memcpy(&note.pc, desc, 8);
+    std::memcpy(&note.base, desc + 8, 8);
+    std::memcpy(&note.semaphore, desc + 16, 8);
+    std::size_t p = 24;
+    auto take = [&](std::string& out, bool need_nul) {
+      const void* nul = std::memchr(desc + p, '\0', dsz - p);
+      if (!nul) {
+        if (need_nul) return false;
+        out.assign(desc + p, dsz - p);
+        p = dsz;
+        return true;
+      }
+      std::size_t len = static_cast<std::size_t>(static_cast<const char*>(nul) - (desc + p));
+      out.assign(desc + p, len);
+      p += len + 1;
+      return true;
+    };
+    if (!take(note.provider, true) || p >= dsz || !take(note.name, true)) {
+      ++img.malformed_notes;
+      continue;
+    }
+    if (p < dsz) take(note.args, false);
+    img.notes.push_back(std::move(note));
+  }
+}
+
+std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
+  static std::once_flag once;
+  static bool elf_ok = false;
+  std::call_once(once, [] { elf_ok = elf_version(EV_CURRENT) != EV_NONE; });
+  if (!elf_ok) throw Error(Errc::system, path, 0, "libelf initialisation failed");
+
+  ElfHandle h;
+  h.elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  if (!h.elf) throw Error(Errc::not_executable, path, 0, std::string("not readable as ELF: ") + elf_errmsg(-1));
+  Elf* e = h.elf;
+  GElf_Ehdr eh;
+  if (elf_kind(e) != ELF_K_ELF || !gelf_getehdr(e, &eh))
+    throw Error(Errc::not_executable, path, 0, "not an ELF file");
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64)
+    throw Error(Errc::not_executable, path, 0, "not an x86-64 (ELFCLASS64, EM_X86_64) ELF file");
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
+    throw Error(Errc::not_executable, path, 0,
+                "not an executable or shared object (ELF type " + std::to_string(eh.e_type) + ")");
+
+  auto img = std::make_shared<ElfImage>();
+  img->type = eh.e_type;
+  std::size_t nph = 0;
+  if (elf_getphdrnum(e, &nph) != 0) nph = 0;
+  for (std::size_t i = 0; i < nph; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(e, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD)
+      img->loads.push_back({ph.p_offset, ph.p_vaddr, ph.p_filesz, ph.p_memsz, ph.p_flags});
+  }
+  if (img->loads.empty()) throw Error(Errc::not_executable, path, 0, "the ELF file has no PT_LOAD segment");
+
+  std::size_t shstrndx = 0;
+  if (elf_getshdrstrndx(e, &shstrndx) != 0) shstrndx = 0;
+  Elf_Scn *symtab = nullptr, *dynsym = nullptr, *versym = nullptr, *verdef = nullptr, *dynamic = nullptr,
+          *stapsdt = nullptr;
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn; scn = elf_nextscn(e, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    switch (sh.sh_type) {
+      case SHT_SYMTAB: if (!symtab) symtab = scn; break;
+      case SHT_DYNSYM: if (!dynsym) dynsym = scn; break;
+      case SHT_GNU_versym: if (!versym) versym = scn; break;
+      case SHT_GNU_verdef: if (!verdef) verdef = scn; break;
+      case SHT_DYNAMIC: if (!dynamic) dynamic = scn; break;
+      default: break;
+    }
+    if (!shstrndx) continue;
+    const char* name = section_name(e, shstrndx, sh);
+    if (sh.sh_type == SHT_NOTE && std::strcmp(name, ".note.stapsdt") == 0 && !stapsdt) stapsdt = scn;
+    else if (std::strcmp(name, ".stapsdt.base") == 0 && !img->stapsdt_base) img->stapsdt_base = sh.sh_addr;
+  }
+  img->has_symtab = symtab != nullptr;
+  img->has_dynsym = dynsym != nullptr;
+  auto versions = read_verdef(e, verdef);
+  if (symtab) collect_symbols(e, symtab, false, nullptr, versions, *img);
+  if (dynsym) collect_symbols(e, dynsym, true, versym, versions, *img);
+  if (dynamic) read_dynamic(e, dynamic, *img);
+  if (stapsdt) {
+    img->has_stapsdt_section = true;
+    read_stapsdt(stapsdt, *img);
+  }
+  return img;
+}
+
+}  // namespace
+
+std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(Errc::file_not_found, path, 0, std::string("cannot open file: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw Error(Errc::file_not_found, path, 0, std::string("cannot stat file: ") + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(Errc::not_executable, path, 0, "not a regular file");
+  }
+  using Key = std::tuple<dev_t, ino_t, off_t, long, long>;
+  static std::mutex mu;
+  static std::map<Key, std::shared_ptr<const ElfImage>> cache;
+  const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+      ::close(fd);
+      return it->second;
+    }
+  }
+  std::shared_ptr<ElfImage> img;
+  try {
+    img = read_image(path, fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  img->dev = st.st_dev;
+  img->ino = st.st_ino;
+  std::lock_guard<std::mutex> g(mu);
+  if (cache.size() >= 64) cache.clear();
+  cache.emplace(key, img);
+  return img;
+}
+
+}  // namespace uprobe::detail

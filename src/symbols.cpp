@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: MIT
+// Symbols and addresses of an ELF file -> file offsets (symbols.hpp).
+// GCC 12 reports a false -Wrestrict inside std::string's operator+ once it is
+// inlined (GCC PR 105329); the state must be set before <string> is included.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
+#include "uprobe/symbols.hpp"
+
+#include <elf.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "elf_image.hpp"
+#include "uprobe/uprobe.hpp"
+
+namespace uprobe {
+
+using detail::ElfImage;
+using detail::hex_str;
+using detail::load_elf_image;
+using detail::LoadSegment;
+
+std::string Symbol::full_name() const {
+  if (version.empty()) return name;
+  return name + (hidden_version ? "@" : "@@") + version;
+}
+
+namespace {
+
+std::string canonical(const std::string& p) {
+  char buf[PATH_MAX];
+  if (::realpath(p.c_str(), buf)) return buf;
+  return p;
+}
+
+const char* type_name(unsigned t) {
+  switch (t) {
+    case STT_NOTYPE: return "NOTYPE";
+    case STT_OBJECT: return "OBJECT";
+    case STT_FUNC: return "FUNC";
+    case STT_GNU_IFUNC: return "IFUNC";
+    case STT_COMMON: return "COMMON";
+    default: return "other";
+  }
+}
+
+bool is_code(const Symbol& s) {
+  return s.in_file && s.executable && (s.type == STT_FUNC || s.type == STT_GNU_IFUNC || s.type == STT_NOTYPE);
+}
+
+int binding_rank(const Symbol& s) {
+  switch (s.binding) {
+    case STB_GLOBAL: return 0;
+    case STB_GNU_UNIQUE: return 0;
+    case STB_WEAK: return 1;
+    default: return 2;
+  }
+}
+
+// The alias to report for one address.
+bool preferred(const Symbol& a, const Symbol& b) {
+  return std::make_tuple(binding_rank(a), a.hidden_version, a.size == 0, a.name.size(), a.name, a.dynamic) <
+         std::make_tuple(binding_rank(b), b.hidden_version, b.size == 0, b.name.size(), b.name, b.dynamic);
+}
+
+// A parsed NAME / NAME@VER / NAME@@VER.
+struct NameSpec {
+  std::string name, version;
+  bool has_version = false, require_default = false;
+};
+
+NameSpec parse_name(std::string_view s) {
+  NameSpec n;
+  auto at = s.find('@');
+  if (at == std::string_view::npos || at == 0) {
+    n.name = std::string(s);
+    return n;
+  }
+  n.name = std::string(s.substr(0, at));
+  n.has_version = true;
+  if (at + 1 < s.size() && s[at + 1] == '@') {
+    n.require_default = true;
+    n.version = std::string(s.substr(at + 2));
+  } else {
+    n.version = std::string(s.substr(at + 1));
+  }
+  return n;
+}
+
+bool parse_number(std::string_view s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  int base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  }
+  std::uint64_t v = 0;
+  for (char c : s) {
+    unsigned d;
+    if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
+    else if (base == 16 && c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
+    else if (base == 16 && c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
+    else return false;
+    if (v > (UINT64_MAX - d) / static_cast<unsigned>(base)) return false;
+    v = v * static_cast<unsigned>(base) + d;
+  }
+  out = v;
+  return true;
+}
+
+bool has_glob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
+
+std::string stripped_hint(const ElfImage& img) {
+  if (!img.has_symtab && !img.has_dynsym)
+    return "the file is stripped (no .symtab, no .dynsym): give a link-time address (BINARY:0xADDR) or a file "
+           "offset (BINARY:+OFF)";
+  if (!img.has_symtab) return "the file has no .symtab (stripped): only its exported .dynsym symbols are known";
+  return {};
+}
+
+Location location_in(const std::string& path, const LoadSegment* seg, std::uint64_t off, const char* what) {
+  if (!seg)
+    throw Error(Errc::bad_offset, path, off, std::string(what) + " is outside every PT_LOAD segment's file bytes");
+  if (!seg->executable())
+    throw Error(Errc::not_executable, path, off,
+                std::string(what) + " is in a non-executable segment (vaddr " + hex_str(seg->vaddr) + ", flags " +
+                    ((seg->flags & PF_R) ? "R" : "") + ((seg->flags & PF_W) ? "W" : "") + "): not code");
+  Location l;
+  l.path = path;
+  l.offset = off;
+  l.address = off - seg->offset + seg->vaddr;
+  return l;
+}
+
+}  // namespace
+
+std::vector<Symbol> read_symbols(const std::string& path) { return load_elf_image(path)->symbols; }
+
+Symbol find_symbol(const std::string& path, std::string_view name) {
+  auto img = load_elf_image(path);
+  const NameSpec spec = parse_name(name);
+  const std::string shown(name);
+  if (spec.name.empty()) throw Error(Errc::bad_offset, path, 0, "empty symbol name");
+  if (img->symbols.empty())
+    throw Error(Errc::bad_offset, path, 0, "symbol `" + shown + "' cannot be looked up: " + stripped_hint(*img));
+
+  std::vector<const Symbol*> cands;
+  std::vector<const Symbol*> same_name;
+  for (const Symbol& s : img->symbols) {
+    if (s.name != spec.name) continue;
+    same_name.push_back(&s);
+    if (spec.has_version && (s.version != spec.version || (spec.require_default && s.hidden_version))) continue;
+    cands.push_back(&s);
+  }
+  if (cands.empty()) {
+    std::string why = "symbol `" + shown + "' not found in .symtab or .dynsym";
+    if (!same_name.empty()) {
+      std::set<std::string> have;
+      for (const Symbol* s : same_name) have.insert(s->full_name());
+      std::string list;
+      for (const auto& h : have) list += (list.empty() ? "" : ", ") + h;
+      why = "symbol `" + shown + "' not found; versions present: " + list;
+    } else if (std::string h = stripped_hint(*img); !h.empty()) {
+      why += " (" + h + ")";
+    }
+    throw Error(Errc::bad_offset, path, 0, why);
+  }
+  auto distinct = [](const std::vector<const Symbol*>& v) {
+    std::set<std::uint64_t> a;
+    for (const Symbol* s : v) a.insert(s->address);
+    return a.size();
+  };
+  auto keep_if = [&](auto pred) {
+    std::vector<const Symbol*> kept;
+    for (const Symbol* s : cands)
+      if (pred(*s)) kept.push_back(s);
+    if (!kept.empty()) cands = std::move(kept);
+  };
+  if (distinct(cands) > 1 && !spec.has_version) keep_if([](const Symbol& s) { return !s.hidden_version; });
+  if (distinct(cands) > 1) keep_if([](const Symbol& s) { return s.binding != STB_LOCAL; });
+  if (distinct(cands) > 1) {
+    std::string list;
+    std::set<std::pair<std::uint64_t, std::string>> seen;
+    for (const Symbol* s : cands) seen.insert({s->address, s->full_name()});
+    for (const auto& [a, n] : seen) list += (list.empty() ? "" : ", ") + n + " at " + hex_str(a);
+    throw Error(Errc::conflict, path, 0, "symbol `" + shown + "' is ambiguous: " + list);
+  }
+  // Report the most informative entry for that address: sized, versioned.
+  const Symbol* best = cands[0];
+  for (const Symbol* s : cands) {
+    auto score = [](const Symbol& x) { return std::make_tuple(x.size > 0, !x.version.empty(), x.binding != STB_LOCAL); };
+    if (score(*s) > score(*best)) best = s;
+  }
+  return *best;
+}
+
+std::vector<Symbol> match_symbols(const std::string& path, std::string_view glob) {
+  auto img = load_elf_image(path);
+  const std::string pat(glob);
+  const bool full = pat.find('@') != std::string::npos;
+  std::map<std::uint64_t, Symbol> by_offset;
+  for (const Symbol& s : img->symbols) {
+    if (!is_code(s)) continue;
+    const std::string subject = full ? s.full_name() : s.name;
+    if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
+    auto [it, inserted] = by_offset.emplace(s.offset, s);
+    if (!inserted) {
+      std::uint64_t size = std::max(it->second.size, s.size);
+      if (preferred(s, it->second)) it->second = s;
+      it->second.size = size;
+    }
+  }
+  std::vector<Symbol> out;
+  out.reserve(by_offset.size());
+  for (auto& [off, s] : by_offset) out.push_back(std::move(s));
+  return out;
+}
+
+std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
+  auto img = load_elf_image(path);
+  const Symbol* best = nullptr;
+  for (const Symbol& s : img->symbols) {
+    if (!is_code(s)) continue;
+    bool holds = s.size ? (offset >= s.offset && offset - s.offset < s.size) : offset == s.offset;
+    if (!holds) continue;
+    if (!best) {
+      best = &s;
+      continue;
+    }
+    // Tightest sized symbol; among equals the preferred alias.
+    auto span = [](const Symbol& x) { return x.size ? x.size : UINT64_MAX; };
+    if (span(s) < span(*best) || (span(s) == span(*best) && preferred(s, *best))) best = &s;
+  }
+  if (!best) return std::nullopt;
+  return *best;
+}
+
+std::uint64_t address_to_offset(const std::string& path, std::uint64_t address) {
+  auto img = load_elf_image(path);
+  const LoadSegment* seg = img->segment_of_vaddr(address);
+  if (!seg) {
+    std::string ranges;
+    for (const LoadSegment& s : img->loads)
+      ranges += (ranges.empty() ? "" : ", ") + hex_str(s.vaddr) + "-" + hex_str(s.vaddr + s.filesz);
+    throw Error(Errc::bad_offset, path, 0,
+                "address " + hex_str(address) + " is outside the file bytes of every PT_LOAD segment (" + ranges + ")");
+  }
+  return address - seg->vaddr + seg->offset;
+}
+
+std::uint64_t offset_to_address(const std::string& path, std::uint64_t offset) {
+  auto img = load_elf_image(path);
+  const LoadSegment* seg = img->segment_of_offset(offset);
+  if (!seg) throw Error(Errc::bad_offset, path, offset, "no PT_LOAD segment maps this file offset");
+  return offset - seg->offset + seg->vaddr;
+}
+
+Location resolve_symbol(const std::string& path, std::string_view symbol, std::uint64_t offset) {
+  const std::string canon = canonical(path);
+  Symbol s = find_symbol(canon, symbol);
+  const std::string shown = s.full_name() + (offset ? "+" + hex_str(offset) : std::string());
+  if (!s.in_file)
+    throw Error(Errc::bad_offset, canon, offset,
+                "symbol `" + shown + "' at " + hex_str(s.address) + " has no bytes in the file (.bss?)");
+  if (!s.executable)
+    throw Error(Errc::not_executable, canon, s.offset + offset,
+                "symbol `" + s.full_name() + "' (" + type_name(s.type) + ") at " + hex_str(s.address) +
+                    " is in a non-executable segment: not code");
+  if (s.size > 0 && offset >= s.size)
+    throw Error(Errc::bad_offset, canon, s.offset + offset,
+                "`" + shown + "' is outside the symbol (size " + std::to_string(s.size) + ")");
+  if (s.size == 0 && offset > 0)
+    throw Error(Errc::bad_offset, canon, s.offset + offset,
+                "`" + shown + "': the symbol has size 0, so only +0 can be checked to lie inside it");
+  Location l;
+  l.path = canon;
+  l.offset = s.offset + offset;
+  l.address = s.address + offset;
+  l.symbol = s.full_name();
+  l.symbol_offset = offset;
+  return l;
+}
+
+std::vector<Location> resolve_location(std::string_view spec, LibrarySearch search) {
+  const std::string whole(spec);
+  auto colon = spec.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == spec.size())
+    throw Error(Errc::bad_offset, whole, 0,
+                "malformed probe target `" + whole + "': expected BINARY:SYMBOL[+OFF], BINARY:0xADDR or BINARY:+OFF");
+  const std::string path = resolve_library(spec.substr(0, colon), search);
+  std::string_view what = spec.substr(colon + 1);
+  auto img = load_elf_image(path);
+  std::uint64_t n = 0;
+
+  if (what[0] == '+') {
+    if (!parse_number(what.substr(1), n))
+      throw Error(Errc::bad_offset, path, 0, "malformed file offset `" + std::string(what) + "'");
+    return {location_in(path, img->segment_of_offset(n), n, "file offset")};
+  }
+  if (parse_number(what, n)) {
+    const std::uint64_t off = address_to_offset(path, n);  // throws with the segment list
+    return {location_in(path, img->segment_of_vaddr(n), off, "address")};
+  }
+  if (has_glob(what)) {
+    std::vector<Symbol> m = match_symbols(path, what);
+    if (m.empty()) {
+      std::string why = "no code symbol matches `" + std::string(what) + "'";
+      if (std::string h = stripped_hint(*img); !h.empty()) why += " (" + h + ")";
+      throw Error(Errc::bad_offset, path, 0, why);
+    }
+    std::vector<Location> out;
+    for (const Symbol& s : m) out.push_back({path, s.offset, s.address, s.full_name(), 0});
+    return out;
+  }
+  std::uint64_t off = 0;
+  std::string_view sym = what;
+  if (auto plus = what.rfind('+'); plus != std::string_view::npos && plus > 0) {
+    if (!parse_number(what.substr(plus + 1), off))
+      throw Error(Errc::bad_offset, path, 0,
+                  "malformed offset in `" + std::string(what) + "': expected SYMBOL+DECIMAL or SYMBOL+0xHEX");
+    sym = what.substr(0, plus);
+  }
+  return {resolve_symbol(path, sym, off)};
+}
+
+}  // namespace uprobe

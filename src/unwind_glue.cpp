@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// Unwinders meet hijacked return addresses: while a function with a pending
+// return probe runs, its return slot holds the return trampoline. Before a
+// C++ exception or a backtrace walks the stack, the calling thread's slots get
+// their real return addresses back ("unhijack"); afterwards the frames that
+// are still live get the trampoline again and the ones an exception left are
+// dropped without running their ret_handlers (the kernel drops them by stack
+// pointer on the next return the same way). We interpose the unwinder entry
+// points that programs and libstdc++ call through the PLT; glibc's
+// backtrace(3) calls libgcc_s through dlsym, so backtrace itself is
+// interposed too.
+
+#include <dlfcn.h>
+#include <unwind.h>
+
+#include <cstdint>
+
+#include "arch.hpp"
+#include "thread_state.hpp"
+#include "uretprobe.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+/// Real return addresses into every pending slot of this thread.
+void unhijack() noexcept {
+  ReturnStack* rs = t_state.rstack;
+  if (!rs) return;
+  const std::uint64_t tramp = arch::return_trampoline_address();
+  for (std::uint32_t k = 0; k < rs->depth; ++k) {
+    ReturnInstance* ri = rs->ri[k];
+    auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
+    if (*slot == tramp) {
+      *slot = ri->orig_ret;
+      ri->unhijacked = true;
+    }
+  }
+}
+
+/// Drops the instances whose slot is below `live_sp` (their frames are gone),
+/// then puts the trampoline back into the slots of the others.
+void rehijack(std::uint64_t live_sp) noexcept {
+  ReturnStack* rs = t_state.rstack;
+  if (!rs) return;
+  StatBlock& st = stat_block();
+  while (rs->depth > 0 && rs->ri[rs->depth - 1]->stack < live_sp) {
+    ReturnInstance* ri = rs->ri[rs->depth - 1];
+    rs->depth = rs->depth - 1;
+    ri_free(ri);
+    count(st.return_dropped);
+  }
+  const std::uint64_t tramp = arch::return_trampoline_address();
+  for (std::uint32_t k = 0; k < rs->depth; ++k) {
+    ReturnInstance* ri = rs->ri[k];
+    auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
+    if (ri->unhijacked && *slot == ri->orig_ret) *slot = tramp;
+    ri->unhijacked = false;
+  }
+}
+
+template <typename F>
+F next(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+}  // namespace
+
+}  // namespace uprobe::detail
+
+using uprobe::detail::next;
+using uprobe::detail::rehijack;
+using uprobe::detail::unhijack;
+
+#define UPROBE_EXPORT extern "C" __attribute__((visibility("default")))
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exception* e) {
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_RaiseException");
+  unhijack();
+  _Unwind_Reason_Code rc = real(e);  // returns only when no handler was found
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Exception* e) {
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_Resume_or_Rethrow");
+  unhijack();
+  _Unwind_Reason_Code rc = real(e);
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception* e, _Unwind_Stop_Fn stop,
+                                                       void* arg) {
+  static auto real =
+      next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*)>("_Unwind_ForcedUnwind");
+  unhijack();
+  _Unwind_Reason_Code rc = real(e, stop, arg);
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
+  static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace");
+  unhijack();
+  _Unwind_Reason_Code rc = real(fn, arg);
+  rehijack(0);
+  return rc;
+}
+
+/// The catch: frames below the catching function are gone.
+UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
+  static auto real = next<void* (*)(void*)>("__cxa_begin_catch");
+  void* r = real(exc);
+  rehijack(reinterpret_cast<std::uint64_t>(__builtin_dwarf_cfa()));
+  return r;
+}
+
+UPROBE_EXPORT int backtrace(void** buffer, int size) {
+  static auto real = next<int (*)(void**, int)>("backtrace");
+  unhijack();
+  int n = real(buffer, size);
+  rehijack(0);
+  return n;
+}

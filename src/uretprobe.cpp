@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: MIT
+// Return probes, entry and trampoline sides (kernel/events/uprobes.c:
+// prepare_uretprobe(), cleanup_return_instances(), handle_trampoline(),
+// handle_uretprobe_chain(); arch/x86/kernel/uprobes.c: arch_uretprobe_is_alive()).
+// Everything here runs in signal context or in the return trampoline:
+// async-signal-safe, no allocation but the one mmap of a thread's return stack.
+
+#include "uretprobe.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <urcu/urcu-bp.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "arch.hpp"
+#include "ri_pool.hpp"
+#include "runtime.hpp"
+#include "thread_state.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+std::atomic<RiPool*> g_pool{nullptr};
+std::atomic<unsigned> g_max_depth{64};
+std::atomic<bool> g_global_lock{false};
+pthread_key_t g_exit_key;
+
+[[noreturn]] void fatal(const char* msg) noexcept {
+  static const char prefix[] = "libuprobe: fatal: ";
+  ssize_t r = ::write(2, prefix, sizeof prefix - 1);
+  r = ::write(2, msg, std::strlen(msg));
+  r = ::write(2, "\n", 1);
+  (void)r;
+  ::abort();
+}
+
+struct BookkeepingLock {
+  BookkeepingLock() noexcept {
+    if (g_global_lock.load(std::memory_order_relaxed)) g_pool.load(std::memory_order_relaxed)->bookkeeping_lock();
+  }
+  ~BookkeepingLock() {
+    if (g_global_lock.load(std::memory_order_relaxed)) g_pool.load(std::memory_order_relaxed)->bookkeeping_unlock();
+  }
+};
+
+void put(ReturnInstance* ri) noexcept { g_pool.load(std::memory_order_relaxed)->put(ri); }
+
+/// The thread's return stack, mapped on first use (one mmap per thread).
+ReturnStack* return_stack() noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(ts.rstack != nullptr, 1)) return ts.rstack;
+  void* p = ::mmap(nullptr, sizeof(ReturnStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  ts.rstack = static_cast<ReturnStack*>(p);
+  pthread_setspecific(g_exit_key, p);  // thread exit releases it
+  return ts.rstack;
+}
+
+void thread_exit(void* p) {
+  auto* rs = static_cast<ReturnStack*>(p);
+  if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
+    StatBlock& st = stat_block();
+    while (rs->depth > 0) {
+      pool->put(rs->ri[--rs->depth]);
+      count(st.return_dropped);
+    }
+    pool->thread_exit();
+  }
+  if (t_state.rstack == rs) t_state.rstack = nullptr;
+  ::munmap(rs, sizeof(ReturnStack));
+}
+
+/// True when `sp` and the slot at `slot` are on different stacks (one of them
+/// on the sigaltstack the thread is running on): then their addresses say
+/// nothing about frame order and nothing is stale.
+bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
+  stack_t ss;
+  if (::sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_DISABLE)) return false;
+  auto lo = reinterpret_cast<std::uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
+  bool sp_alt = sp >= lo && sp < hi, slot_alt = slot >= lo && slot < hi;
+  return sp_alt != slot_alt;
+}
+
+/// arch_uretprobe_is_alive(RP_CHECK_CALL / RP_CHECK_CHAIN_CALL): at an entry
+/// with return slot `sp`, an instance whose slot is at or below it is gone.
+bool alive_at_call(const ReturnInstance* ri, std::uint64_t sp, bool chained) noexcept {
+  bool alive = chained ? sp <= ri->stack : sp < ri->stack;
+  return alive || different_stacks(sp, ri->stack);
+}
+
+/// arch_uretprobe_is_alive(RP_CHECK_RET): at the trampoline with stack
+/// pointer `sp` (just past the popped slot).
+bool alive_at_ret(const ReturnInstance* ri, std::uint64_t sp) noexcept {
+  return sp <= ri->stack || different_stacks(sp, ri->stack);
+}
+
+/// handle_uretprobe_chain(): the ret_handlers of one instance.
+void run_ret_handlers(ReturnInstance* ri, Regs& regs) noexcept {
+  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
+  Uprobe* up = probes ? probes->find(ri->key) : nullptr;
+  if (!up || up->id != ri->uprobe_id) return;  // unregistered meanwhile
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  ThreadState& ts = t_state;
+  for (std::uint32_t i = 0; i < ri->nconsumers; ++i) {
+    ReturnConsumer& rc = ri->consumers[i];
+    for (Registration* r : cs->regs) {
+      if (r->id != rc.id) continue;
+      if (r->has_ret) {
+        ts.cookie = &rc.cookie;
+        r->consumer->ret_handler(regs, ri->func);
+        ts.cookie = nullptr;
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void uretprobe_init() {
+  if (g_pool.load(std::memory_order_relaxed)) return;
+  pthread_key_create(&g_exit_key, thread_exit);
+  g_pool.store(new RiPool(sizeof(ReturnInstance), 4096), std::memory_order_release);
+}
+
+void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth) noexcept {
+  if (RiPool* p = g_pool.load(std::memory_order_relaxed))
+    p->set_modes(static_cast<RiPoolMode>(ri_pool), static_cast<RiLockMode>(ri_lock));
+  g_global_lock.store(ri_lock != 0, std::memory_order_relaxed);
+  g_max_depth.store(max_depth < 1 ? 1 : (max_depth > kMaxReturnDepth ? kMaxReturnDepth : max_depth),
+                    std::memory_order_relaxed);
+}
+
+ReturnInstance* ri_alloc() noexcept {
+  RiPool* pool = g_pool.load(std::memory_order_acquire);
+  auto* ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
+  if (ri) {
+    ri->nconsumers = 0;
+    ri->chained = false;
+    ri->unhijacked = false;
+  }
+  return ri;
+}
+
+void ri_free(ReturnInstance* ri) noexcept { put(ri); }
+
+void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
+  StatBlock& st = stat_block();
+  ReturnStack* rs = return_stack();
+  if (!rs) {
+    count(st.return_misses);
+    put(ri);
+    return;
+  }
+  const std::uint64_t tramp = arch::return_trampoline_address();
+  const std::uint64_t slot = regs.rsp;
+  std::uint64_t orig = *reinterpret_cast<const std::uint64_t*>(slot);
+  const bool chained = orig == tramp;
+  {
+    BookkeepingLock lock;
+    // cleanup_return_instances(): longjmp left these behind.
+    while (rs->depth > 0 && !alive_at_call(rs->ri[rs->depth - 1], slot, chained)) {
+      put(rs->ri[--rs->depth]);
+      count(st.return_dropped);
+    }
+    if (chained) {
+      if (rs->depth == 0) {  // our trampoline, but no instance: nothing to chain to
+        count(st.return_misses);
+        put(ri);
+        return;
+      }
+      orig = rs->ri[rs->depth - 1]->orig_ret;
+    }
+    if (rs->depth >= g_max_depth.load(std::memory_order_relaxed)) {
+      count(st.return_misses);
+      put(ri);
+      return;
+    }
+    ri->key = up->key;
+    ri->uprobe_id = up->id;
+    ri->func = regs.rip;
+    ri->orig_ret = orig;
+    ri->stack = slot;
+    ri->chained = chained;
+    rs->ri[rs->depth] = ri;
+    std::atomic_signal_fence(std::memory_order_release);
+    rs->depth = rs->depth + 1;
+  }
+  *reinterpret_cast<std::uint64_t*>(slot) = tramp;
+}
+
+}  // namespace uprobe::detail
+
+using namespace uprobe::detail;
+
+/// Called by the return trampoline with its saved frame; returns where to
+/// continue. The kernel's handle_trampoline().
+extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
+  ThreadState& ts = t_state;
+  StatBlock& st = stat_block();
+  ReturnStack* rs = ts.rstack;
+  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8;
+  if (!rs || rs->depth == 0) fatal("return trampoline reached with no pending return instance");
+
+  uprobe::Regs regs;
+  std::memcpy(&regs, f->gpr, sizeof f->gpr);
+  regs.rflags = f->rflags;
+  regs.rsp = sp;
+  std::uint64_t target = 0;
+  urcu_bp_read_lock();
+  for (;;) {
+    if (rs->depth == 0) fatal("return trampoline: every pending return instance was stale");
+    std::uint32_t top = rs->depth - 1, bottom = top;
+    while (bottom > 0 && rs->ri[bottom]->chained) --bottom;
+    // The chain returning now is valid if the instance below it is still
+    // alive; otherwise longjmp skipped the chain: drop it and look again.
+    bool valid = bottom == 0 || alive_at_ret(rs->ri[bottom - 1], sp);
+    target = rs->ri[top]->orig_ret;
+    f->ret_slot = target;  // unwinding from a ret_handler sees the real caller
+    regs.rip = target;
+    for (std::uint32_t k = top + 1; k-- > bottom;) {
+      ReturnInstance* ri = rs->ri[k];
+      {
+        BookkeepingLock lock;
+        rs->depth = k;  // popped before the handlers run, as the kernel does
+      }
+      if (valid && ts.depth == 0) {
+        ts.depth = 1;
+        ts.xmm = f->xmm0;
+        run_ret_handlers(ri, regs);
+        ts.xmm = nullptr;
+        ts.depth = 0;
+        count(st.return_hits);
+      } else if (valid) {
+        count(st.recursion_misses);
+      } else {
+        count(st.return_dropped);
+      }
+      put(ri);
+    }
+    if (valid) break;
+  }
+  urcu_bp_read_unlock();
+  std::memcpy(f->gpr, &regs, sizeof f->gpr);
+  f->rflags = (f->rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  return regs.rip;
+}
+
+namespace uprobe {
+
+std::uint64_t& session_cookie() noexcept {
+  static __thread std::uint64_t scratch __attribute__((tls_model("initial-exec")));
+  std::uint64_t* c = t_state.cookie;
+  return c ? *c : scratch;
+}
+
+std::uint8_t* return_xmm(unsigned i) noexcept {
+  static __thread std::uint8_t scratch[32] __attribute__((tls_model("initial-exec")));
+  std::uint8_t* x = t_state.xmm ? t_state.xmm : scratch;
+  return x + (i ? 16 : 0);
+}
+
+const void* return_trampoline() noexcept { return reinterpret_cast<const void*>(&uprobe_ret_trampoline); }
+
+unsigned return_stack_depth() noexcept { return t_state.rstack ? t_state.rstack->depth : 0; }
+
+int fixup_backtrace(void** frames, int n) noexcept {
+  ReturnStack* rs = t_state.rstack;
+  if (!rs) return 0;
+  const void* tramp = return_trampoline();
+  int fixed = 0;
+  std::uint32_t k = rs->depth;
+  for (int i = 0; i < n && k > 0; ++i) {
+    if (frames[i] != tramp) continue;
+    // The innermost pending chain's return address; chained instances share
+    // one slot, so skip to the chain's bottom.
+    std::uint32_t idx = k - 1;
+    while (idx > 0 && rs->ri[idx]->chained) --idx;
+    frames[i] = reinterpret_cast<void*>(rs->ri[k - 1]->orig_ret);
+    k = idx;
+    ++fixed;
+  }
+  return fixed;
+}
+
+}  // namespace uprobe

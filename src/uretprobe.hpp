@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// Return probes: return_instances on a per-thread return stack, the entry-side
+// return-address hijack (the kernel's prepare_uretprobe()) and the trampoline
+// side (handle_trampoline(), handle_uretprobe_chain()), with the kernel's
+// stale-instance rules (arch_uretprobe_is_alive()) for longjmp, and the
+// unwinder hand-off for C++ exceptions and backtraces.
+
+#include <cstdint>
+
+#include "probe.hpp"
+#include "uprobe/regs.hpp"
+
+namespace uprobe::detail {
+
+/// Most return consumers recorded for one invocation.
+inline constexpr unsigned kMaxReturnConsumers = 10;
+/// Hard cap of Config::max_uretprobe_depth.
+inline constexpr unsigned kMaxReturnDepth = 4096;
+
+/// One return consumer of one invocation: which consumer, and its session cookie.
+struct ReturnConsumer {
+  std::uint64_t id;
+  std::uint64_t cookie;
+};
+
+/// The kernel's struct return_instance. Allocated from the RiPool.
+struct alignas(64) ReturnInstance {
+  ProbeKey key;                 ///< the uprobe, found again at return time
+  std::uint64_t uprobe_id = 0;  ///< ... and checked to be the same one
+  std::uint64_t func = 0;       ///< probed address
+  std::uint64_t orig_ret = 0;   ///< the real return address
+  std::uint64_t stack = 0;      ///< address of the return-address slot (rsp at entry)
+  bool chained = false;         ///< entered through the trampoline (a tail call of a probed function)
+  bool unhijacked = false;      ///< slot holds orig_ret while an unwinder runs
+  std::uint32_t nconsumers = 0;
+  ReturnConsumer consumers[kMaxReturnConsumers];
+};
+
+/// The per-thread return stack (the kernel's utask->return_instances).
+struct ReturnStack {
+  std::uint32_t depth;
+  ReturnInstance* ri[kMaxReturnDepth];
+};
+
+/// A fresh instance for an entry hit, or nullptr (pool exhausted). AS-safe.
+ReturnInstance* ri_alloc() noexcept;
+/// Gives back an instance that was not pushed. AS-safe.
+void ri_free(ReturnInstance* ri) noexcept;
+
+/// Hijacks the return address at regs.rsp and pushes `ri` (filled with its
+/// consumers) on the thread's return stack; frees it and counts a miss when
+/// the depth limit is reached. Entry side, signal context. AS-safe.
+void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
+
+/// Process-wide set-up (pool, thread-exit key). Registry mutex held.
+void uretprobe_init();
+
+/// Applies Config::ri_pool / ri_lock / max_uretprobe_depth.
+void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth) noexcept;
+
+}  // namespace uprobe::detail

@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: MIT
+// Tests of uprobe-bench (bench/): the pieces in uprobe_bench_core, and short
+// runs of the binary checked for their output format (never for speed).
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "uprobe/uprobe.hpp"
+
+namespace {
+
+using bench::Options;
+
+bool parse(std::vector<std::string> args, Options& o) {
+  args.insert(args.begin(), "uprobe-bench");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  o = Options{};
+  return bench::parse_options(static_cast<int>(args.size()), argv.data(), o);
+}
+
+int ncpu() { return static_cast<int>(bench::allowed_cpus().size()); }
+
+std::vector<int> producers(const std::string& text) {
+  std::vector<int> out;
+  std::string error;
+  EXPECT_TRUE(bench::parse_producers(text, out, error)) << text << ": " << error;
+  return out;
+}
+
+TEST(Producers, ListsRangesAndCpuMultiples) {
+  EXPECT_EQ(producers("4"), (std::vector<int>{4}));
+  EXPECT_EQ(producers("1,2,4,8,16"), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(producers("1-4"), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(producers("1-9:4"), (std::vector<int>{1, 5, 9}));
+  EXPECT_EQ(producers("1,1,2"), (std::vector<int>{1, 2}));
+  std::vector<int> all;
+  for (int p = 1; p <= ncpu(); ++p) all.push_back(p);
+  EXPECT_EQ(producers("1-N"), all);
+  EXPECT_EQ(producers("2N"), (std::vector<int>{2 * ncpu()}));
+  EXPECT_EQ(producers("256"), (std::vector<int>{256}));  // more producers than CPUs is fine
+}
+
+TEST(Producers, RejectsBadItems) {
+  std::vector<int> out;
+  std::string error;
+  for (const char* bad : {"0", "257", "4-2", "x", "", "1-", "1-4:0", "-3"})
+    EXPECT_FALSE(bench::parse_producers(bad, out, error)) << bad;
+}
+
+TEST(Switches, EveryFlagMapsToConfig) {
+  Options o;
+  ASSERT_TRUE(parse({"--lookup=locked", "--signal-mask=defer", "--ri-pool=freelist", "--ri-lock=global",
+                     "--no-optimize", "--xol=single-step", "--emulate=off", "uprobe-nop"},
+                    o));
+  const uprobe::Config c = bench::apply(o.switches, uprobe::Config{});
+  EXPECT_EQ(c.lookup, uprobe::LookupMode::locked);
+  EXPECT_EQ(c.signal_mask, uprobe::SignalMask::defer);
+  EXPECT_EQ(c.ri_pool, uprobe::RiPool::freelist);
+  EXPECT_EQ(c.ri_lock, uprobe::RiLock::global);
+  EXPECT_FALSE(c.optimize);
+  EXPECT_EQ(c.xol, uprobe::XolMode::single_step);
+  EXPECT_FALSE(c.emulate);
+  EXPECT_EQ(bench::describe(c),
+            "lookup=locked xol=single-step signal_mask=defer emulate=off ri_pool=freelist ri_lock=global optimize=off");
+}
+
+TEST(Switches, ConfigAliasAndChildArgsRoundTrip) {
+  bench::Switches s;
+  std::string error;
+  ASSERT_TRUE(bench::parse_config("lookup=locked,signal=defer,xol=single_step,ri_pool=freelist,optimize=off", s,
+                                  error))
+      << error;
+  Options o;
+  std::vector<std::string> args = bench::switch_args(s);
+  args.push_back("uprobe-nop");
+  ASSERT_TRUE(parse(args, o));
+  const uprobe::Config a = bench::apply(s, {}), b = bench::apply(o.switches, {});
+  EXPECT_EQ(bench::describe(a), bench::describe(b));
+  EXPECT_FALSE(bench::parse_config("lookup", s, error));
+  EXPECT_FALSE(bench::parse_config("lookup=fast", s, error));
+  EXPECT_FALSE(bench::parse_config("nosuch=1", s, error));
+}
+
+TEST(Switches, IgnoredSwitchesAreNamed) {
+  bench::Switches s;
+  std::string error;
+  ASSERT_TRUE(bench::set_switch(s, "ri-pool", "freelist", error));
+  ASSERT_TRUE(bench::set_switch(s, "lookup", "locked", error));
+  uprobe::Config effective;  // the runtime kept the default ri_pool but took lookup
+  effective.lookup = uprobe::LookupMode::locked;
+  EXPECT_EQ(bench::ignored_switches(s, effective), "ri-pool=freelist");
+  EXPECT_EQ(bench::ignored_switches(s, bench::apply(s, {})), "");
+}
+
+TEST(Compare, EverySwitchHasADistinctBeforeAndAfter) {
+  for (const bench::Comparison& c : bench::comparisons()) {
+    const uprobe::Config before = bench::apply(c.before, {}), after = bench::apply(c.after, {});
+    EXPECT_NE(bench::describe(before), bench::describe(after)) << c.name;
+    EXPECT_EQ(bench::describe(after), bench::describe(uprobe::Config{})) << c.name;  // "after" is the default
+    EXPECT_FALSE(c.default_variants.empty());
+    for (const std::string& v : c.default_variants) EXPECT_NE(bench::find_variant(v), nullptr) << v;
+  }
+  for (const char* n : {"lookup", "signal-mask", "ri-pool", "ri-lock", "optimize", "xol", "emulate"})
+    EXPECT_NE(bench::find_comparison(n), nullptr) << n;
+}
+
+TEST(Options, ModesAndDefaults) {
+  Options o;
+  ASSERT_TRUE(parse({"uprobe-nop"}, o));
+  EXPECT_FALSE(o.lab());
+  EXPECT_EQ(o.producers, (std::vector<int>{1}));
+
+  ASSERT_TRUE(parse({"-p", "1,2,4", "uprobe-nop"}, o));
+  EXPECT_TRUE(o.lab());
+
+  ASSERT_TRUE(parse({"--compare", "lookup"}, o));
+  EXPECT_TRUE(o.lab());
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop"}));
+  EXPECT_EQ(static_cast<int>(o.producers.size()), ncpu());
+  EXPECT_FALSE(parse({"--compare", "lookup", "--lookup=locked"}, o));
+
+  ASSERT_TRUE(parse({"--sweep"}, o));
+  for (const std::string& v : o.variants) EXPECT_EQ(v.rfind("kernel-", 0), std::string::npos) << v;
+  EXPECT_NE(std::find(o.variants.begin(), o.variants.end(), "uretprobe-nop5"), o.variants.end());
+
+  ASSERT_TRUE(parse({"--kernel", "uprobe-nop", "uretprobe-ret", "-p", "1"}, o));
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uretprobe-ret", "kernel-uprobe-nop",
+                                                  "kernel-uretprobe-ret"}));
+  ASSERT_TRUE(parse({"--kernel"}, o));
+  EXPECT_EQ(o.variants.size(), 8u);
+
+  ASSERT_TRUE(parse({"uprobe-*"}, o));
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5"}));
+
+  ASSERT_TRUE(parse({"--sweep-producers", "1,2"}, o));  // the older spelling implies --sweep
+  EXPECT_TRUE(o.sweep);
+  EXPECT_EQ(o.producers, (std::vector<int>{1, 2}));
+
+  ASSERT_TRUE(parse({"-o", "out.json", "uprobe-nop"}, o));  // the name implies the format
+  EXPECT_EQ(o.format, bench::Format::json);
+  EXPECT_FALSE(parse({"-o", "out.txt", "uprobe-nop"}, o));
+
+  EXPECT_FALSE(parse({}, o));
+  EXPECT_FALSE(parse({"nosuch"}, o));
+  EXPECT_FALSE(parse({"--format", "xml", "uprobe-nop"}, o));
+}
+
+TEST(Report, ScalingLineIsTheSeedsFormat) {
+  bench::Result r;
+  r.mean = 13.100;
+  r.stddev = 0.007;
+  EXPECT_EQ(bench::scaling_line("uprobe-nop", 4, r),
+            "uprobe-nop            ( 4 cpus):   13.100 \u00B1 0.007M/s  (  3.275M/s/cpu)");
+  r.mean = 146.195;
+  r.stddev = 0.230;
+  EXPECT_EQ(bench::scaling_line("uprobe-nop", 80, r),
+            "uprobe-nop            (80 cpus):  146.195 \u00B1 0.230M/s  (  1.827M/s/cpu)");
+}
+
+TEST(Report, Summarize) {
+  const bench::Result r = bench::summarize({1e6, 2e6, 3e6, 10e6});
+  EXPECT_DOUBLE_EQ(r.mean, 4.0);
+  EXPECT_DOUBLE_EQ(r.median, 2.5);
+  EXPECT_NEAR(r.stddev, 4.0825, 1e-4);
+  EXPECT_DOUBLE_EQ(bench::summarize({}).mean, 0.0);
+}
+
+TEST(Protocol, OutcomeRoundTrips) {
+  bench::RunOutcome r;
+  r.ok = true;
+  r.config = "lookup=locked xol=jump-back";
+  r.rates = {1234567.25, 2e6};
+  r.delta_ns = {1000000123, 999999877};
+  bench::RunOutcome back;
+  ASSERT_TRUE(bench::decode_outcome(bench::encode_outcome(r), back));
+  EXPECT_TRUE(back.ok);
+  EXPECT_EQ(back.config, r.config);
+  EXPECT_EQ(back.rates, r.rates);
+  EXPECT_EQ(back.delta_ns, r.delta_ns);
+
+  r.ok = false;
+  r.skipped = true;
+  r.note = "not permitted: because";
+  ASSERT_TRUE(bench::decode_outcome(bench::encode_outcome(r), back));
+  EXPECT_TRUE(back.skipped);
+  EXPECT_EQ(back.note, r.note);
+  EXPECT_FALSE(bench::decode_outcome("sample 1 2\n", back));  // a child that died mid-way
+}
+
+TEST(Output, Escaping) {
+  EXPECT_EQ(bench::csv_escape("plain"), "plain");
+  EXPECT_EQ(bench::csv_escape("a,b"), "\"a,b\"");
+  EXPECT_EQ(bench::csv_escape("say \"x\""), "\"say \"\"x\"\"\"");
+  EXPECT_EQ(bench::json_escape("a\"b\\c\n\x01"), "a\\\"b\\\\c\\n\\u0001");
+}
+
+bench::Point sample_point() {
+  bench::Point p;
+  p.variant = "uprobe-nop";
+  p.compare = "lookup";
+  p.design = "before";
+  p.producers = 2;
+  p.config = "lookup=locked xol=jump-back signal_mask=nodefer emulate=on ri_pool=objpool ri_lock=none optimize=on";
+  p.ok = true;
+  p.samples = {{0, 0, true, 1e6}, {0, 1, false, 2e6}, {0, 2, false, 4e6}};
+  p.measured = {2e6, 4e6};
+  p.result = bench::summarize(p.measured);
+  return p;
+}
+
+std::string record(bench::Format f) {
+  Options o;
+  o.format = f;
+  o.compare = "lookup";
+  char* buf = nullptr;
+  std::size_t len = 0;
+  FILE* mem = open_memstream(&buf, &len);
+  {
+    bench::Recorder rec(o, mem);
+    rec.add(sample_point());
+    rec.add(bench::Ratio{"lookup", "uprobe-nop", 2, 3.0, 4.5, 1.5});
+    rec.skip("kernel-uprobe-nop", "not permitted, as a test");
+    rec.finish();
+  }
+  std::fclose(mem);
+  std::string out(buf, len);
+  std::free(buf);
+  return out;
+}
+
+TEST(Output, CsvHasEverySampleAndSummary) {
+  std::istringstream in(record(bench::Format::csv));
+  std::string line, header;
+  std::vector<std::string> rows;
+  while (std::getline(in, line)) {
+    if (line.rfind("# ", 0) == 0) continue;
+    if (header.empty()) header = line;
+    else rows.push_back(line);
+  }
+  EXPECT_EQ(header.rfind("kind,variant,compare,design,lookup,xol,signal_mask,emulate,ri_pool,ri_lock,optimize,"
+                         "producers,",
+                         0),
+            0u);
+  auto columns = [](const std::string& l) {
+    std::size_t n = 1;
+    bool quoted = false;
+    for (char c : l) {
+      if (c == '"') quoted = !quoted;
+      else if (c == ',' && !quoted) ++n;
+    }
+    return n;
+  };
+  ASSERT_EQ(rows.size(), 6u);  // 3 samples, summary, ratio, skip
+  for (const std::string& r : rows) EXPECT_EQ(columns(r), columns(header)) << r;
+  EXPECT_EQ(rows[0].rfind("sample,uprobe-nop,lookup,before,locked,", 0), 0u) << rows[0];
+  EXPECT_NE(rows[0].find(",1000000.0,"), std::string::npos) << rows[0];
+  EXPECT_EQ(rows[3].rfind("summary,uprobe-nop,lookup,before,locked,", 0), 0u) << rows[3];
+  EXPECT_NE(rows[3].find(",3.000000,"), std::string::npos) << rows[3];  // mean of the measured samples
+  EXPECT_EQ(rows[4].rfind("ratio,uprobe-nop,lookup,", 0), 0u) << rows[4];
+  EXPECT_NE(rows[4].find(",1.500000,"), std::string::npos) << rows[4];
+  EXPECT_EQ(rows[5].rfind("skip,kernel-uprobe-nop,", 0), 0u) << rows[5];
+  EXPECT_NE(rows[5].find("\"not permitted, as a test\""), std::string::npos) << rows[5];
+}
+
+TEST(Output, JsonHasEverySampleAndSummary) {
+  const std::string j = record(bench::Format::json);
+  EXPECT_EQ(j.front(), '{');
+  for (const char* s : {"\"meta\": {", "\"samples\": [", "\"summaries\": [", "\"ratios\": [", "\"skipped\": [",
+                        "\"hits_per_sec\": 1000000.0", "\"warmup\": true", "\"mean_mps\": 3.000000",
+                        "\"ratio\": 1.500000", "\"lookup\": \"locked\"", "\"design\": \"before\""})
+    EXPECT_NE(j.find(s), std::string::npos) << s;
+  std::size_t braces = 0, brackets = 0;
+  for (char c : j) {
+    braces += c == '{';
+    braces -= c == '}';
+    brackets += c == '[';
+    brackets -= c == ']';
+  }
+  EXPECT_EQ(braces, 0u);
+  EXPECT_EQ(brackets, 0u);
+}
+
+TEST(Kernel, LocateAgreesWithTheLibrary) {
+  bench::kernel::Location where;
+  std::string error;
+  const void* target = reinterpret_cast<const void*>(&uprobe_target_nop5);
+  ASSERT_TRUE(bench::kernel::locate(target, where, error)) << error;
+  const uprobe::FileOffset fo = uprobe::resolve_address(target);
+  EXPECT_EQ(where.path, fo.path);
+  EXPECT_EQ(where.offset, fo.offset);
+  int on_stack = 0;
+  EXPECT_FALSE(bench::kernel::locate(&on_stack, where, error));
+}
+
+TEST(Kernel, CountsHitsOrSaysWhyNot) {
+  const std::string why = bench::kernel::preflight();
+  if (!why.empty()) GTEST_SKIP() << why;
+  bench::kernel::Location where;
+  std::string error;
+  ASSERT_TRUE(bench::kernel::locate(reinterpret_cast<const void*>(&uprobe_target_push), where, error));
+  for (bool ret : {false, true}) {
+    const int fd = bench::kernel::open_uprobe(where, ret, error);
+    ASSERT_GE(fd, 0) << error;
+    for (int i = 0; i < 1000; ++i) uprobe_target_push();
+    EXPECT_EQ(bench::kernel::read_count(fd), 1000u) << (ret ? "uretprobe" : "uprobe");
+    close(fd);
+  }
+}
+
+// ---- The binary, end to end.
+
+struct Exec {
+  int status = -1;
+  std::string out;
+};
+
+Exec run(const std::string& args) {
+  Exec r;
+  const std::string cmd = std::string(UPROBE_BENCH_EXE) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(Binary, SingleRunPrintsTheKernelBenchFormat) {
+  const Exec r = run("uprobe-nop -w 0 -d 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Iter   0 ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Summary: hits "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Config: lookup=speculative"), std::string::npos) << r.out;
+}
+
+TEST(Binary, CompareLookupPrintsBothTablesAndRatios) {
+  const Exec r = run("--compare lookup -p 1 -w 0 -d 1 -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* s : {"BEFORE (lookup=locked)", "AFTER (lookup=speculative)", "Ratio after/before",
+                        "uprobe-nop            ( 1 cpus): "})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(Binary, CsvOnStdoutKeepsTheTextOnStderr) {
+  const std::string cmd = std::string(UPROBE_BENCH_EXE) + " --sweep-variants usermode-count -p 1,2 -w 0 -d 1 -q "
+                          "--format csv 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  std::istringstream in(out);
+  std::string line;
+  int summaries = 0;
+  while (std::getline(in, line)) {
+    EXPECT_TRUE(line.rfind("# ", 0) == 0 || line.rfind("kind,", 0) == 0 || line.rfind("sample,", 0) == 0 ||
+                line.rfind("summary,", 0) == 0)
+        << line;
+    summaries += line.rfind("summary,usermode-count,", 0) == 0;
+  }
+  EXPECT_EQ(summaries, 2);
+}
+
+TEST(Binary, KernelRowsRunOrSayWhyInOneLine) {
+  const Exec r = run("--kernel uprobe-nop -p 1 -w 0 -d 1 -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const bool ran = r.out.find("kernel-uprobe-nop     ( 1 cpus): ") != std::string::npos;
+  const bool said = r.out.find("kernel rows skipped: ") != std::string::npos;
+  EXPECT_TRUE(ran != said) << r.out;
+  EXPECT_NE(r.out.find("uprobe-nop            ( 1 cpus): "), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,326 @@
+/* pkg.c_api: the C API (include/uprobe/uprobe.h) against the in-tree
+ * libuprobe.so: callbacks, user data, registers, UPROBE_HANDLER_REMOVE,
+ * filters, (path, offset) and address registration, and every error value.
+ * Plain C with a minimal CHECK macro; exits non-zero on any failure. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <uprobe/uprobe.h>
+
+static int failures;
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, \
+              #cond, uprobe_last_error());                                            \
+      failures++;                                                                     \
+    }                                                                                 \
+  } while (0)
+#define CHECK_RC(expr, want)                                                                          \
+  do {                                                                                                \
+    int rc_ = (expr);                                                                                 \
+    if (rc_ != (want)) {                                                                              \
+      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d (%s); last error: %s\n", __FILE__, __LINE__, \
+              #expr, rc_, uprobe_strerror(rc_), (want), uprobe_strerror(want), uprobe_last_error());      \
+      failures++;                                                                                     \
+    }                                                                                                 \
+  } while (0)
+
+/* Fixtures with known first instructions; only this file calls them. */
+__asm__(
+    ".text\n"
+    ".globl pkg_fixture_add1\n"
+    ".type pkg_fixture_add1, @function\n"
+    "pkg_fixture_add1:\n"
+    "  movq %rdi, %rax\n" /* 3 bytes: +1 is inside an instruction */
+    "  addq $1, %rax\n"
+    "  ret\n"
+    ".size pkg_fixture_add1, .-pkg_fixture_add1\n"
+    ".globl pkg_fixture_add2\n"
+    ".type pkg_fixture_add2, @function\n"
+    "pkg_fixture_add2:\n"
+    "  leaq 2(%rdi), %rax\n"
+    "  ret\n"
+    ".size pkg_fixture_add2, .-pkg_fixture_add2\n"
+    ".globl pkg_fixture_int3\n"
+    ".type pkg_fixture_int3, @function\n"
+    "pkg_fixture_int3:\n"
+    "  int3\n"
+    "  ret\n"
+    ".size pkg_fixture_int3, .-pkg_fixture_int3\n");
+long pkg_fixture_add1(long);
+long pkg_fixture_add2(long);
+void pkg_fixture_int3(void);
+
+static const char rodata_fixture[64] = "not code";
+
+#define ADDR(f) ((const void *)(uintptr_t)&(f))
+
+/* A consumer with counters; callbacks are async-signal-safe. */
+struct counter {
+  struct uprobe_consumer uc;
+  atomic_long hits, arg_sum, filtered_out;
+  atomic_ulong last_ip;
+  long set_rdi;        /* nonzero: write it into rdi */
+  int remove_after;    /* nonzero: return UPROBE_HANDLER_REMOVE from this hit on */
+  pid_t only_tid;      /* nonzero: filter to this thread */
+  atomic_int nested_rc, nested_in_handler, bad_cookie;
+  bool try_nested;     /* call uprobe_register_addr from the handler */
+};
+
+static int count_hit(struct uprobe_consumer *self, struct uprobe_regs *regs, uint64_t *cookie) {
+  struct counter *c = self->user_data;
+  long n = atomic_fetch_add(&c->hits, 1) + 1;
+  atomic_fetch_add(&c->arg_sum, (long)regs->rdi);
+  atomic_store(&c->last_ip, regs->rip);
+  if (*cookie != 0) atomic_store(&c->bad_cookie, 1); /* the cookie starts at 0 on every hit */
+  *cookie = 42;
+  if (c->set_rdi) regs->rdi = (uint64_t)c->set_rdi;
+  if (c->try_nested) {
+    struct uprobe_probe *p = NULL;
+    atomic_store(&c->nested_in_handler, uprobe_in_handler());
+    atomic_store(&c->nested_rc, uprobe_register_addr(ADDR(pkg_fixture_add2), self, &p));
+  }
+  return c->remove_after && n >= c->remove_after ? UPROBE_HANDLER_REMOVE : 0;
+}
+
+static int ret_hit(struct uprobe_consumer *self, uint64_t func, struct uprobe_regs *regs, uint64_t *cookie) {
+  (void)self, (void)func, (void)regs, (void)cookie;
+  return 0;
+}
+
+static bool only_tid(struct uprobe_consumer *self, pid_t tid) {
+  struct counter *c = self->user_data;
+  if (c->only_tid && tid != c->only_tid) {
+    atomic_fetch_add(&c->filtered_out, 1);
+    return false;
+  }
+  return true;
+}
+
+static void counter_init(struct counter *c) {
+  memset(c, 0, sizeof *c);
+  c->uc.handler = count_hit;
+  c->uc.filter = only_tid;
+  c->uc.user_data = c;
+}
+
+static void test_hits_regs_and_unregister(void) {
+  struct counter c;
+  counter_init(&c);
+  struct uprobe_probe *p = NULL;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), 0);
+  CHECK(p != NULL);
+  long sum = 0;
+  for (long i = 1; i <= 5; i++) sum += pkg_fixture_add1(i);
+  CHECK(sum == 20);
+  CHECK(c.hits == 5);
+  CHECK(c.arg_sum == 15);
+  CHECK(c.last_ip == (uintptr_t)ADDR(pkg_fixture_add1));
+  c.set_rdi = 100; /* registers are writable */
+  CHECK(pkg_fixture_add1(1) == 101);
+  c.set_rdi = 0;
+  CHECK(!uprobe_in_handler());
+  CHECK_RC(uprobe_unregister(p, &c.uc), 0);
+  CHECK(pkg_fixture_add1(1) == 2);
+  CHECK(c.hits == 6);
+  CHECK(c.bad_cookie == 0);
+}
+
+static void test_handler_remove(void) {
+  struct counter c;
+  counter_init(&c);
+  c.remove_after = 2;
+  struct uprobe_probe *p = NULL;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), 0);
+  for (int i = 0; i < 5; i++) pkg_fixture_add1(i);
+  CHECK(c.hits == 2);
+  CHECK_RC(uprobe_unregister(p, &c.uc), 0); /* the registration stays until unregistered */
+  CHECK_RC(uprobe_unregister(p, &c.uc), -ENOENT);
+}
+
+static void *call_add1(void *arg) {
+  for (int i = 0; i < 4; i++) pkg_fixture_add1(i);
+  (void)arg;
+  return NULL;
+}
+
+static void test_filter_and_shared_probe(void) {
+  struct counter mine, all;
+  counter_init(&mine);
+  counter_init(&all);
+  mine.only_tid = getpid(); /* the main thread */
+  all.uc.filter = NULL;
+  struct uprobe_probe *p1 = NULL, *p2 = NULL;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &mine.uc, &p1), 0);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &all.uc, &p2), 0);
+  CHECK(p1 == p2); /* one probe, two consumers */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, call_add1, NULL) == 0);
+  pthread_join(t, NULL);
+  pkg_fixture_add1(0);
+  pkg_fixture_add1(0);
+  CHECK(mine.hits == 2);
+  CHECK(mine.filtered_out == 4);
+  CHECK(all.hits == 6);
+  CHECK_RC(uprobe_unregister(p1, &mine.uc), 0);
+  pkg_fixture_add1(0);
+  CHECK(mine.hits == 2);
+  CHECK(all.hits == 7);
+  CHECK_RC(uprobe_unregister(p2, &all.uc), 0);
+}
+
+static void test_one_consumer_many_probes_and_path_offset(void) {
+  struct counter c;
+  counter_init(&c);
+  char path[4096], exe[4096];
+  uint64_t off1 = 0, off2 = 0;
+  CHECK_RC(uprobe_resolve_address(ADDR(pkg_fixture_add1), path, sizeof path, &off1), 0);
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  CHECK(n > 0);
+  exe[n > 0 ? n : 0] = '\0';
+  CHECK(strcmp(path, exe) == 0);
+  CHECK_RC(uprobe_resolve_address(ADDR(pkg_fixture_add2), NULL, 0, &off2), 0);
+  CHECK(off2 > off1);
+  char tiny[4];
+  CHECK_RC(uprobe_resolve_address(ADDR(pkg_fixture_add1), tiny, sizeof tiny, NULL), -ERANGE);
+
+  struct uprobe_probe *p1 = NULL, *p2 = NULL;
+  CHECK_RC(uprobe_register(path, off1, &c.uc, &p1), 0);
+  CHECK_RC(uprobe_register(path, off2, &c.uc, &p2), 0);
+  CHECK(p1 != p2);
+  pkg_fixture_add1(1);
+  pkg_fixture_add2(10);
+  pkg_fixture_add2(100);
+  CHECK(c.hits == 3);
+  CHECK(c.arg_sum == 111);
+  CHECK_RC(uprobe_unregister(p1, &c.uc), 0);
+  pkg_fixture_add1(1);
+  pkg_fixture_add2(1000);
+  CHECK(c.hits == 4);
+  CHECK_RC(uprobe_unregister(p2, &c.uc), 0);
+}
+
+static void test_errors(void) {
+  struct counter c, other;
+  counter_init(&c);
+  counter_init(&other);
+  struct uprobe_probe *p = NULL, *q = NULL;
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), NULL, &p), -EINVAL);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, NULL), -EINVAL);
+  CHECK_RC(uprobe_register(NULL, 0, &c.uc, &p), -EINVAL);
+  c.uc.handler = NULL;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), -EINVAL);
+  c.uc.handler = count_hit;
+  c.uc.ret_handler = ret_hit;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), -EOPNOTSUPP);
+  c.uc.ret_handler = NULL;
+
+  CHECK_RC(uprobe_register("/nonexistent/libuprobe-test", 0, &c.uc, &p), -ENOENT);
+  CHECK(strstr(uprobe_last_error(), "/nonexistent/libuprobe-test") != NULL);
+  CHECK_RC(uprobe_register(exe, 1ull << 40, &c.uc, &p), -EINVAL);
+  CHECK(strstr(uprobe_last_error(), exe) != NULL && strstr(uprobe_last_error(), "0x10000000000") != NULL);
+  CHECK_RC(uprobe_register_addr(rodata_fixture, &c.uc, &p), -ENOEXEC);
+  CHECK_RC(uprobe_register_addr((const char *)ADDR(pkg_fixture_add1) + 1, &c.uc, &p), -EILSEQ);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_int3), &c.uc, &p), -EOPNOTSUPP);
+  void *anon = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(anon != MAP_FAILED);
+  CHECK_RC(uprobe_register_addr(anon, &c.uc, &p), -ENXIO);
+  munmap(anon, 4096);
+  CHECK_RC(uprobe_register_addr(ADDR(uprobe_register), &c.uc, &p), -EPERM);
+  CHECK_RC(uprobe_resolve_address(&c, NULL, 0, NULL), -ENXIO); /* the stack */
+
+  /* Conflicts, and a refused request changes nothing. */
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), 0);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &q), -EEXIST);
+  CHECK_RC(uprobe_unregister(p, &other.uc), -ENOENT); /* never registered anywhere */
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add2), &other.uc, &q), 0);
+  CHECK_RC(uprobe_unregister(p, &other.uc), -ENOENT); /* registered, but on another probe */
+  CHECK_RC(uprobe_unregister(NULL, &c.uc), -EINVAL);
+  pkg_fixture_add1(1);
+  CHECK(c.hits == 1);
+
+  /* From inside a handler. */
+  c.try_nested = true;
+  pkg_fixture_add1(1);
+  c.try_nested = false;
+  CHECK(c.hits == 2);
+  CHECK(c.nested_rc == -EDEADLK);
+  CHECK(c.nested_in_handler == 1);
+  CHECK_RC(uprobe_unregister(p, &c.uc), 0);
+  CHECK_RC(uprobe_unregister(q, &other.uc), 0);
+
+  CHECK(strcmp(uprobe_strerror(0), "success") == 0);
+  CHECK(strcmp(uprobe_strerror(-EPERM), uprobe_strerror(EPERM)) == 0);
+  CHECK(strcmp(uprobe_strerror(123456), "unknown libuprobe error") == 0);
+  CHECK(strcmp(uprobe_version(), UPROBE_TEST_VERSION) == 0);
+}
+
+/* The same consumer registered and unregistered from two threads at once
+ * (the adapter the C layer keeps per consumer), while a third thread calls. */
+static struct counter g_shared;
+static atomic_int g_stop, g_errors;
+
+static void *churn(void *arg) {
+  const void *site = arg;
+  for (int i = 0; i < 30; i++) {
+    struct uprobe_probe *p = NULL;
+    if (uprobe_register_addr(site, &g_shared.uc, &p) != 0 || uprobe_unregister(p, &g_shared.uc) != 0)
+      atomic_fetch_add(&g_errors, 1);
+  }
+  return NULL;
+}
+
+static void *caller(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop)) {
+    pkg_fixture_add1(1);
+    pkg_fixture_add2(1);
+  }
+  return NULL;
+}
+
+static void test_concurrent_registration(void) {
+  counter_init(&g_shared);
+  g_shared.uc.filter = NULL;
+  pthread_t a, b, c;
+  CHECK(pthread_create(&c, NULL, caller, NULL) == 0);
+  CHECK(pthread_create(&a, NULL, churn, (void *)ADDR(pkg_fixture_add1)) == 0);
+  CHECK(pthread_create(&b, NULL, churn, (void *)ADDR(pkg_fixture_add2)) == 0);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  atomic_store(&g_stop, 1);
+  pthread_join(c, NULL);
+  CHECK(g_errors == 0);
+  long before = g_shared.hits;
+  pkg_fixture_add1(1);
+  pkg_fixture_add2(1);
+  CHECK(g_shared.hits == before);
+  /* Every registration gone: the C layer holds nothing for the consumer. */
+  CHECK_RC(uprobe_unregister((struct uprobe_probe *)&g_shared, &g_shared.uc), -ENOENT);
+}
+
+int main(void) {
+  test_hits_regs_and_unregister();
+  test_handler_remove();
+  test_filter_and_shared_probe();
+  test_one_consumer_many_probes_and_path_offset();
+  test_errors();
+  test_concurrent_registration();
+  if (failures) {
+    fprintf(stderr, "pkg.c_api: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("pkg.c_api: all checks passed\n");
+  return 0;
+}
