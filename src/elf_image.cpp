@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -86,7 +87,7 @@ void read_dynamic(Elf* e, Elf_Scn* scn, ElfImage& img) {
   if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (!data) return;
-  const std::size_t n = sh.sh_size / sh.sh_entsize;
+  const std::size_t n = std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize;
   for (std::size_t i = 0; i < n; ++i) {
     GElf_Dyn dyn;
     if (!gelf_getdyn(data, static_cast<int>(i), &dyn) || dyn.d_tag == DT_NULL) break;
@@ -128,7 +129,8 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (!data) return;
   Elf_Data* vdata = dynamic && versym_scn ? elf_getdata(versym_scn, nullptr) : nullptr;
-  const std::size_t n = sh.sh_size / sh.sh_entsize;
+  // Bounded by the bytes libelf actually has, not by a header that may lie.
+  const std::size_t n = std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize;
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
     if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
@@ -184,7 +186,13 @@ void read_stapsdt(Elf_Scn* scn, ElfImage& img) {
     std::size_t next = gelf_getnote(data, off, &nh, &name_off, &desc_off);
     if (next == 0 || next <= off) break;
     off = next;
-    if (nh.n_type != kNtStapsdt || nh.n_namesz != 8 || std::memcmp(buf + name_off, "stapsdt", 8) != 0) continue;
+    if (nh.n_type != kNtStapsdt || nh.n_namesz != 8 || name_off > data->d_size || data->d_size - name_off < 8 ||
+        std::memcmp(buf + name_off, "stapsdt", 8) != 0)
+      continue;
+    if (desc_off > data->d_size || data->d_size - desc_off < nh.n_descsz) {
+      ++img.malformed_notes;
+      continue;
+    }
     const char* desc = buf + desc_off;
     const std::size_t dsz = nh.n_descsz;
     if (dsz < 3 * 8 + 2) {

@@ -71,6 +71,7 @@ void after_fork_parent() {
 void after_fork_child() {
   urcu_bp_after_fork_child();
   thread_state_after_fork_child();
+  uretprobe_after_fork_child();
   registry().mutex.unlock();
 }
 }  // namespace

@@ -122,6 +122,10 @@ void run_ret_handlers(ReturnInstance* ri, Regs& regs) noexcept {
 
 }  // namespace
 
+void uretprobe_after_fork_child() noexcept {
+  if (RiPool* p = g_pool.load(std::memory_order_relaxed)) p->after_fork_child();
+}
+
 void uretprobe_init() {
   if (g_pool.load(std::memory_order_relaxed)) return;
   pthread_key_create(&g_exit_key, thread_exit);

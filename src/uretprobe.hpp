@@ -53,6 +53,9 @@ void ri_free(ReturnInstance* ri) noexcept;
 /// the depth limit is reached. Entry side, signal context. AS-safe.
 void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
 
+/// In a fork child: release pool locks a vanished thread may have held.
+void uretprobe_after_fork_child() noexcept;
+
 /// Process-wide set-up (pool, thread-exit key). Registry mutex held.
 void uretprobe_init();
 

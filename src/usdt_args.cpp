@@ -48,6 +48,7 @@ constexpr RegName kRegNames[] = {
 };
 
 const char* reg_name(Reg r, unsigned width) {
+  if (r == Reg::xmm) return "xmm";
   for (const RegName& n : kRegNames)
     if (n.reg == r && n.width == width) return n.name;
   for (const RegName& n : kRegNames)
@@ -210,7 +211,8 @@ bool parse_expr(Cur& c, const ParseContext& ctx, std::int64_t& out, bool& sym, s
       std::optional<std::uint64_t> addr;
       if (ctx.lookup) addr = ctx.lookup(name);
       if (!addr) {
-        why = "symbol `" + std::string(name.substr(0, 64)) + "' is not in the file's symbol tables";
+        why = "symbol `" + std::string(name.substr(0, 64)) +
+              "' is not in the file's symbol tables (or names several places)";
         return false;
       }
       sum += *addr;

@@ -33,19 +33,23 @@ bool matches(std::string_view pattern, const std::string& s) {
 }
 
 std::vector<Probe> probes_of(const std::string& path, const ElfImage& img) {
-  // Symbol operands (`sym+8(%rip)`): name -> link-time address, first
-  // definition wins (.symtab before .dynsym; default versions before hidden).
+  // Symbol operands (`sym+8(%rip)`): name -> link-time address. A name with
+  // several addresses (e.g. function statics "counter.0" of two files) is
+  // ambiguous: the note does not say which file it came from, so such an
+  // operand is refused rather than read from the wrong object.
+  constexpr std::uint64_t kAmbiguous = ~std::uint64_t{0};
   std::unordered_map<std::string, std::uint64_t> syms;
   bool syms_built = false;
   auto lookup = [&](std::string_view name) -> std::optional<std::uint64_t> {
     if (!syms_built) {
       syms_built = true;
-      for (const Symbol& s : img.symbols)
-        if (!s.hidden_version) syms.emplace(s.name, s.address);
-      for (const Symbol& s : img.symbols) syms.emplace(s.name, s.address);
+      for (const Symbol& s : img.symbols) {
+        auto [it, inserted] = syms.emplace(s.name, s.address);
+        if (!inserted && it->second != s.address) it->second = kAmbiguous;
+      }
     }
     auto it = syms.find(std::string(name));
-    if (it == syms.end()) return std::nullopt;
+    if (it == syms.end() || it->second == kAmbiguous) return std::nullopt;
     return it->second;
   };
 

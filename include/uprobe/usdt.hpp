@@ -132,8 +132,11 @@ struct ParseContext {
   /// Link-time address of the probe site (the moved note pc): symbol operands
   /// are stored relative to it.
   std::uint64_t pc = 0;
-  /// Link-time address of a symbol named in an operand, or nullopt. When
-  /// empty, symbol operands are errors.
+  /// Link-time address of a symbol named in an operand, or nullopt (unknown,
+  /// or ambiguous). When empty, symbol operands are errors. probes() looks
+  /// names up in .symtab and .dynsym; a name defined at several addresses
+  /// (local symbols of different files) is refused, since a note does not say
+  /// which file it came from.
   std::function<std::optional<std::uint64_t>(std::string_view)> lookup;
 };
 

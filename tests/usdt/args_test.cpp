@@ -305,6 +305,7 @@ TEST(UsdtParse, MalformedSpecsGiveClearErrors) {
       {"8@$18446744073709551616", 1, "number out of 64-bit range"},
       {"8@$5x", 1, "unexpected `x' after the operand"},
       {"4@(%eax)", 1, "base register `%eax' is not a 64-bit register"},
+      {"4@(%xmm0)", 1, "base register `%xmm' is not a 64-bit register"},
       {"4@(%rax,%esi)", 1, "index register `%esi' is not a 64-bit index register"},
       {"4@(%rax,%rsp)", 1, "index register `%rsp'"},
       {"4@(%rip,%rax)", 1, "%rip cannot be combined"},
