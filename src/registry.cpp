@@ -13,6 +13,7 @@
 #include "patch.hpp"
 #include "probe.hpp"
 #include "runtime.hpp"
+#include "sites.hpp"
 #include "thread_state.hpp"
 #include "validate.hpp"
 #include "xol.hpp"
@@ -20,11 +21,6 @@
 namespace uprobe::detail {
 
 namespace {
-
-XolArea& xol_area() {
-  static XolArea* a = new XolArea;
-  return *a;
-}
 
 std::string hex(std::uint64_t v) {
   char b[32];
@@ -49,28 +45,6 @@ class PatchGuard {
   Uprobe* up_;
 };
 
-/// Writes int3 at every site; on failure restores what it wrote and throws.
-void apply(Uprobe* up, const SiteSet& ss) {
-  for (std::size_t i = 0; i < ss.sites.size(); ++i) {
-    const std::uint8_t bp = arch::kBreakpoint;
-    if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
-      for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
-      throw Error(Errc::system, up->path, up->key.offset,
-                  "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
-                      std::strerror(err));
-    }
-  }
-}
-
-/// Restores the original byte at every site that still holds our int3.
-void unapply(Uprobe* up, const SiteSet& ss) {
-  for (const Site& s : ss.sites) {
-    std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
-    if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
-  }
-}
-
 /// The sites of `up` in the current address space: one per executable
 /// mapping of the file that covers the offset. Prepares their XOL slots.
 std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
@@ -89,7 +63,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     peek_text(s.addr, &cur, 1);
     const SiteSet* old = up->sites.load(std::memory_order_relaxed);
     bool ours = up->applied && old && old->find(s.addr);
-    if (cur != up->insn.bytes[0] && !(ours && cur == arch::kBreakpoint))
+    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s.addr))))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
                       hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
@@ -108,7 +82,7 @@ void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
     SiteSet added;
     for (const Site& s : fresh->sites)
       if (!old || !old->find(s.addr)) added.sites.push_back(s);
-    apply(up, added);
+    apply_sites(up, added);
   }
   up->sites.store(fresh.release(), std::memory_order_release);
   if (old) r.deferred.emplace_back([old] { delete old; });
@@ -167,10 +141,13 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
     r.deferred.emplace_back([old] { delete old; });
     {
       PatchGuard guard(up);
+      const SiteSet& ss = *up->sites.load(std::memory_order_relaxed);
       if (!up->applied) {
-        apply(up, *up->sites.load(std::memory_order_relaxed));
+        apply_sites(up, ss);
         up->applied = true;
       }
+      refresh_stub_flags(up, ss);
+      optimize_sites(up, ss, vmas->vmas());
     }
     if (r.deferred.size() > 256) synchronize_and_reclaim(r);
     return up;
@@ -191,8 +168,9 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
   publish_probes(r);
   try {
     PatchGuard guard(raw);
-    apply(raw, *raw->sites.load(std::memory_order_relaxed));
+    apply_sites(raw, *raw->sites.load(std::memory_order_relaxed));
     raw->applied = true;
+    optimize_sites(raw, *raw->sites.load(std::memory_order_relaxed), vmas->vmas());
   } catch (...) {
     r.tree.erase(r.tree.iterator_to(*raw));
     publish_probes(r);
@@ -241,10 +219,14 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
     delete old;
     delete gone;
   });
+  if (!last) {
+    PatchGuard guard(up);
+    refresh_stub_flags(up, *up->sites.load(std::memory_order_relaxed));
+  }
   if (last) {
     {
       PatchGuard guard(up);
-      unapply(up, *up->sites.load(std::memory_order_relaxed));
+      restore_sites(up, *up->sites.load(std::memory_order_relaxed));
       up->applied = false;
     }
     r.tree.erase(r.tree.iterator_to(*up));
@@ -285,6 +267,13 @@ ProbeInfo probe_info(const Uprobe* up) {
   info.emulated = arch::is_emulated(up->insn) &&
                   (g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn));
   info.instruction = up->insn.text;
+  info.why_not_optimized = why_not_optimized(up);
+  bool optimized = false;
+  if (ss)
+    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s.addr);
+  info.mode = info.sites == 0 ? "pending" : optimized ? "optimized-nop5" : "int3";
+  if (optimized) info.why_not_optimized.clear();
+  else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";
   return info;
 }
 

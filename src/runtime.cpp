@@ -12,6 +12,7 @@
 
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
+#include "sites.hpp"
 
 namespace uprobe::detail {
 
@@ -84,6 +85,7 @@ void start_runtime(Registry& r) {
   urcu_bp_read_lock();
   urcu_bp_read_unlock();
   uretprobe_init();
+  init_core_sync();
   uretprobe_configure(static_cast<unsigned>(g_hot.ri_pool_for_install), static_cast<unsigned>(g_hot.ri_lock_for_install),
                       g_hot.max_depth_for_install);
   install_trap_handler(g_hot.signal_mask_for_install);
@@ -108,6 +110,7 @@ void configure(const Config& c) {
   g_hot.ri_lock_for_install = c.ri_lock;
   g_hot.max_depth_for_install = c.max_uretprobe_depth;
   g_hot.optimize_for_install = c.optimize;
+  g_hot.optimize.store(c.optimize, std::memory_order_relaxed);
   if (r.started)
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
 }

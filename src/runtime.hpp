@@ -29,6 +29,7 @@ struct HotState {
   std::atomic<LookupMode> lookup{LookupMode::speculative};
   std::atomic<XolMode> xol{XolMode::jump_back};
   std::atomic<bool> emulate{true};
+  std::atomic<bool> optimize{true};
   /// Written under the registry mutex only; not read on the trap path.
   SignalMask signal_mask_for_install = SignalMask::nodefer;
   uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;

@@ -56,6 +56,7 @@ Stats stats() noexcept {
     s.return_hits += b.return_hits.load(std::memory_order_relaxed);
     s.return_misses += b.return_misses.load(std::memory_order_relaxed);
     s.return_dropped += b.return_dropped.load(std::memory_order_relaxed);
+    s.optimized += b.optimized.load(std::memory_order_relaxed);
   };
   for (unsigned i = 0; i < n; ++i) add(g_blocks[i]);
   add(g_overflow);

@@ -26,6 +26,7 @@ struct alignas(64) StatBlock {
   std::atomic<std::uint64_t> return_hits{0};
   std::atomic<std::uint64_t> return_misses{0};
   std::atomic<std::uint64_t> return_dropped{0};
+  std::atomic<std::uint64_t> optimized{0};
 };
 
 struct ReturnStack;

@@ -15,7 +15,7 @@
 #include "probe.hpp"
 #include "runtime.hpp"
 #include "thread_state.hpp"
-#include "uretprobe.hpp"
+#include "dispatch.hpp"
 
 namespace uprobe::detail {
 
@@ -50,78 +50,6 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
   Uprobe* up = find_uprobe(ip);
   g_hot.mm_lock.unlock_shared();
   return up;
-}
-
-bool all_removed(const ConsumerSet* cs) noexcept {
-  if (!cs || cs->regs.empty()) return false;
-  for (const Registration* r : cs->regs)
-    if (!r->removed.load(std::memory_order_relaxed)) return false;
-  return true;
-}
-
-/// Every consumer said Action::remove: take the breakpoint out (the kernel's
-/// unapply_uprobe()). Only try-locks, so it never waits on the registry.
-void try_unapply(Uprobe* up) noexcept {
-  if (up->patch_lock.test_and_set(std::memory_order_acquire)) return;
-  if (up->applied && all_removed(up->consumers.load(std::memory_order_acquire))) {
-    const SiteSet* ss = up->sites.load(std::memory_order_acquire);
-    if (ss) {
-      for (const Site& s : ss->sites) {
-        std::uint8_t cur;
-        peek_text(s.addr, &cur, 1);
-        if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
-      }
-    }
-    up->applied = false;
-  }
-  up->patch_lock.clear(std::memory_order_release);
-}
-
-/// The consumer chain (the kernel's handler_chain()): filters, entry
-/// handlers with their session cookies, Action::remove, and the return
-/// instance for the consumers that want the return.
-void handler_chain(Uprobe* up, Regs& regs) noexcept {
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
-  if (!cs) return;
-  ThreadState& ts = t_state;
-  const std::uint64_t func = regs.rip;
-  bool remove = !cs->regs.empty();
-  ReturnInstance* ri = nullptr;
-  bool ri_failed = false;
-  for (Registration* r : cs->regs) {
-    if (r->removed.load(std::memory_order_relaxed)) continue;
-    Consumer* c = r->consumer;
-    if (!c->filter(current_tid())) {
-      remove = false;
-      continue;
-    }
-    std::uint64_t cookie = 0;
-    Action rc = Action::keep;
-    if (r->has_entry) {
-      ts.cookie = &cookie;
-      rc = c->handler(regs);
-      ts.cookie = nullptr;
-    }
-    if (rc == Action::remove)
-      r->removed.store(true, std::memory_order_relaxed);
-    else
-      remove = false;
-    if (!r->has_ret || rc == Action::remove || rc == Action::ignore) continue;
-    if (!ri && !ri_failed) {
-      ri = ri_alloc();
-      ri_failed = ri == nullptr;
-    }
-    if (ri && ri->nconsumers < kMaxReturnConsumers)
-      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie};
-    else
-      count(stat_block().return_misses);
-  }
-  if (ri) {
-    Regs at_entry = regs;
-    at_entry.rip = func;
-    prepare_uretprobe(up, at_entry, ri);
-  }
-  if (remove) try_unapply(up);
 }
 
 /// A TF trap after a single-stepped XOL copy (XolMode::single_step).

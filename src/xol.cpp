@@ -42,9 +42,15 @@ XolArea::Region* XolArea::region_of(std::uint64_t addr) {
   return nullptr;
 }
 
-XolArea::Region* XolArea::region_near(std::uint64_t anchor, const std::vector<Vma>& vmas, std::string& why) {
+XolArea& xol_area() {
+  static XolArea* a = new XolArea;
+  return *a;
+}
+
+XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas,
+                                      std::string& why) {
   for (Region& r : regions_)
-    if (r.used + arch::kXolSlotSize <= r.size && distance(r.base, anchor) < kReach &&
+    if (r.used + need <= r.size && distance(r.base, anchor) < kReach &&
         distance(r.base + r.size, anchor) < kReach)
       return &r;
 
@@ -154,7 +160,7 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
     why.clear();
   }
   std::uint64_t anchor = insn.rip_relative ? arch::rip_target(insn, site) : site;
-  Region* r = region_near(anchor, vmas, why);
+  Region* r = region_near(anchor, arch::kXolSlotSize, vmas, why);
   if (!r) return 0;
   slot = r->base + r->used;
   std::size_t n = arch::build_xol(insn, site, slot, code, why);
@@ -163,6 +169,28 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   r->used += arch::kXolSlotSize;
   by_site_[site] = slot;
   return slot;
+}
+
+std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas,
+                                  std::string& why) {
+  auto it = code_by_site_.find(site);
+  if (it != code_by_site_.end()) return it->second;
+  size = (size + 63) & ~std::size_t{63};
+  Region* r = region_near(site, size, vmas, why);
+  if (!r) return 0;
+  std::uint64_t addr = r->base + r->used;
+  r->used += size;
+  code_by_site_[site] = addr;
+  return addr;
+}
+
+bool XolArea::write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {
+  Region* r = region_of(addr);
+  if (!r) {
+    why = "not XOL memory";
+    return false;
+  }
+  return write(*r, addr, bytes, len, why);
 }
 
 }  // namespace uprobe::detail

@@ -31,6 +31,15 @@ class XolArea {
   std::uint64_t slot_for(std::uint64_t site, const arch::Insn& insn, const std::vector<Vma>& vmas,
                          std::string& why);
 
+  /// Reserves `size` bytes of code memory within jmp rel32 reach of `site`,
+  /// once per site address (the same block is returned again for the same
+  /// site). 0 with `why` set when no memory is in reach. Registry mutex held.
+  std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why);
+
+  /// Writes code or data into XOL memory at `addr` through a transient RW
+  /// alias. Registry mutex held.
+  bool write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
+
  private:
   struct Region {
     std::uint64_t base = 0;
@@ -39,13 +48,17 @@ class XolArea {
     int fd = -1;
     pid_t owner = 0;
   };
-  Region* region_near(std::uint64_t anchor, const std::vector<Vma>& vmas, std::string& why);
+  Region* region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas, std::string& why);
   bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
   bool privatize(Region& r, std::string& why);
   Region* region_of(std::uint64_t addr);
 
   std::vector<Region> regions_;
   std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
+  std::unordered_map<std::uint64_t, std::uint64_t> code_by_site_;
 };
+
+/// The process's XOL area.
+XolArea& xol_area();
 
 }  // namespace uprobe::detail

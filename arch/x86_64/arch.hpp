@@ -35,6 +35,23 @@ struct RetFrame {
 };
 static_assert(sizeof(RetFrame) == 168 && __builtin_offsetof(RetFrame, ret_slot) == 160);
 
+/// jmp rel32, the optimized form of a probe site.
+inline constexpr std::uint8_t kJumpOpcode = 0xE9;
+inline constexpr std::size_t kJumpLen = 5;
+/// Bytes of one optimized-probe stub (code + its OptSite descriptor).
+inline constexpr std::size_t kOptStubSize = 192;
+
+/// The descriptor an optimized-probe stub passes to uprobe_opt_entry(),
+/// stored right after the stub's code (read-only to the stub; the registry
+/// rewrites needs_vector through the XOL alias when consumers change).
+struct OptSite {
+  std::uint64_t site;             ///< probe address
+  std::uint64_t resume;           ///< where to continue when no handler moved rip (site + len for a nop5)
+  std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
+  std::uint32_t needs_vector;     ///< save and restore vector/x87 state around the handlers
+  std::uint32_t pad;
+};
+
 /// The address of the return trampoline.
 inline std::uint64_t return_trampoline_address() noexcept {
   return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);
@@ -144,6 +161,24 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
 /// After a single-step of the XOL copy at `slot` (XolMode::single_step),
 /// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
 void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
+
+/// True for a 5-byte nop (0f 1f 44 00 00 and the other 5-byte nop forms): a
+/// site that can become a jmp rel32 with no instruction displaced.
+bool is_nop5(const Insn& insn) noexcept;
+
+/// Builds the stub for an optimized probe placed at `stub`: moves rsp below
+/// the red zone, saves the GPRs and rflags, calls uprobe_opt_entry(frame,
+/// &OptSite) (which saves vector state when asked), restores everything and
+/// continues at the address uprobe_opt_entry chose (OptSite::resume, or a
+/// handler's new rip) with `ret $128`. `desc` is copied behind the code.
+/// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
+std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept;
+
+/// Offset of OptSite::needs_vector inside a stub block.
+std::size_t opt_stub_flag_offset() noexcept;
+
+/// Encodes `jmp rel32` at `from` to `to` into out[0..4].
+void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;
 
 /// Copies the user registers out of / into a signal ucontext.
 /// Async-signal-safe. regs_to_ucontext only writes the fields a handler may

@@ -79,6 +79,7 @@ struct Stats {
   std::uint64_t return_hits = 0;       ///< invocations whose return ran ret_handlers
   std::uint64_t return_misses = 0;     ///< returns not tracked: depth limit or no free return instance
   std::uint64_t return_dropped = 0;    ///< stale return instances dropped (longjmp, exceptions, thread exit)
+  std::uint64_t optimized = 0;         ///< hits that came through an optimized site's jump (no signal)
 };
 
 /// Sums the per-thread counters. Thread-safety: any thread. Async-signal-safe.

@@ -10,12 +10,13 @@
 /// Note layout (sys/sdt.h, NT_STAPSDT = 3, owner "stapsdt"): three addresses
 /// (pc, the link-time address of `_.stapsdt.base`, semaphore or 0) then
 /// `provider\0name\0args\0`. When the file has a `.stapsdt.base` section, pc
-/// and the semaphore are moved by (section sh_addr - note base): the prelink
-/// compensation that libbpf, bcc and SystemTap apply (libbpf moves pc only; the
-/// difference is 0 unless the file was prelinked after linking). The moved
-/// link-time addresses become file offsets through the PT_LOAD segment whose
-/// file bytes hold them; pc must be in an executable segment, the semaphore in
-/// a non-executable one.
+/// is moved by (section sh_addr - note base), as libbpf's usdt.c does: the
+/// prelink compensation (the difference is 0 unless the file was prelinked
+/// after linking). The semaphore is moved by the same amount (libbpf leaves it;
+/// prelink moved it as it moved the code, and for a file never prelinked both
+/// agree). The moved link-time addresses become file offsets through the
+/// PT_LOAD segment whose file bytes hold them; pc must be in an executable
+/// segment, the semaphore in a non-executable one.
 ///
 /// Argument specs (one `SIZE@OPERAND` per argument, separated by blanks):
 /// SIZE is 1, 2, 4 or 8, negative when signed, optionally followed by `f` for
@@ -28,7 +29,8 @@
 ///   cannot be evaluated: uprobe::Regs has no vector state);
 ///   memory `DISP(%BASE,%INDEX,SCALE)` with any part optional as in AT&T
 ///   syntax (`(%rsp)`, `-8(%rbp)`, `(%rax,%rbx)`, `16(,%rcx,8)`), where DISP is a
-///   number or `SYM[+-N]`; `SYM+N(%rip)` is the address of SYM+N (the symbol is
+///   sum of numbers and at most one symbol (`-8`, `SYM`, `SYM+8`, `8+SYM`, as
+///   gcc prints them); `SYM+N(%rip)` is the address of SYM+N (the symbol is
 ///   looked up in the file's symbol tables at parse time and evaluated
 ///   relative to the probe's runtime ip, so it works in PIE and shared
 ///   objects); `N(%rip)` is the probe address + N. Base and index must be

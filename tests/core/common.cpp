@@ -261,6 +261,7 @@ uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b) {
   d.restarts = b.restarts - a.restarts;
   d.locked_lookups = b.locked_lookups - a.locked_lookups;
   d.foreign_traps = b.foreign_traps - a.foreign_traps;
+  d.optimized = b.optimized - a.optimized;
   return d;
 }
 

@@ -581,9 +581,11 @@ TEST(UsdtLibrary, ProbesOfADlopenedLibrary) {
 
   void* h = dlopen(USDTFIX_LAZY_PATH, RTLD_NOW);
   ASSERT_NE(h, nullptr) << dlerror();
-  auto fn = reinterpret_cast<std::int64_t (*)(std::int32_t)>(dlsym(h, "usdtfix_lazy_probe"));
+  auto fn = reinterpret_cast<std::int32_t (*)(std::int32_t)>(dlsym(h, "usdtfix_lazy_probe"));
+  auto add = reinterpret_cast<std::int64_t (*)(std::int32_t)>(dlsym(h, "usdtfix_lazy_add"));
   auto* sema = static_cast<volatile unsigned short*>(dlsym(h, "lazyfx_hit_semaphore"));
   ASSERT_NE(fn, nullptr);
+  ASSERT_NE(add, nullptr);
   EXPECT_EQ(sema, nullptr) << "the semaphore is hidden";
   auto v = uprobe::usdt::find("libusdtfix_lazy", "lazyfx", "hit");
   ASSERT_EQ(v.size(), 1u);
@@ -598,18 +600,24 @@ TEST(UsdtLibrary, ProbesOfADlopenedLibrary) {
   sema = reinterpret_cast<volatile unsigned short*>(where[0]);
   EXPECT_EQ(*sema, 0);
 
+  // The second argument is the library's file-static, read rip-relative.
+  ASSERT_EQ(v[0].args.count(), 2u);
+  EXPECT_EQ(v[0].args[1].kind, ArgKind::memory) << v[0].args_text;
+  EXPECT_TRUE(v[0].args[1].pc_relative) << v[0].args_text;
   ArgRecorder rec(v[0]);
   {
     uprobe::Attachment at(v[0].path, v[0].offset, rec);
-    const std::int64_t t0 = fn(0);
+    EXPECT_EQ(fn(1), 1);
     EXPECT_EQ(rec.hits.load(), 0u);
     *sema = 1;
-    EXPECT_EQ(fn(-7), t0 - 7);
+    const std::int64_t total = add(-1234);
+    EXPECT_EQ(fn(-7), -7);
     *sema = 0;
+    EXPECT_EQ(fn(2), 2);
+    ASSERT_EQ(rec.hits.load(), 1u);
+    EXPECT_EQ(rec.vals[0], sx(-7));
+    EXPECT_EQ(rec.vals[1], static_cast<std::uint64_t>(total));
   }
-  ASSERT_EQ(rec.hits.load(), 1u);
-  EXPECT_EQ(rec.vals[0], sx(-7));
-  EXPECT_EQ(rec.vals[1], 0u + static_cast<std::uint64_t>(fn(0)));
 
   auto plain = uprobe::usdt::find("libusdtfix_lazy:plain");
   ASSERT_EQ(plain.size(), 1u);

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Template of an optimized-probe stub (copied per probe site by
+ * build_opt_stub(), which patches the two 64-bit immediates). The site holds
+ * `jmp rel32` to the copy. Frame built here (low to high): r15 .. rdi
+ * (uprobe::Regs order), rflags, target slot, 128-byte red zone, original rsp.
+ * uprobe_opt_entry() writes the continuation address into the target slot;
+ * `ret $128` pops it and steps over the red zone, leaving every register and
+ * rsp as they were at the site. `lea` does not touch the flags; `and`/`cld`
+ * run after pushfq and popfq restores them.
+ */
+	.text
+	.globl uprobe_opt_stub_template
+	.hidden uprobe_opt_stub_template
+	.globl uprobe_opt_stub_template_end
+	.hidden uprobe_opt_stub_template_end
+	.globl uprobe_opt_stub_desc_imm
+	.hidden uprobe_opt_stub_desc_imm
+	.globl uprobe_opt_stub_entry_imm
+	.hidden uprobe_opt_stub_entry_imm
+	.p2align 4
+uprobe_opt_stub_template:
+	lea	-136(%rsp), %rsp
+	pushfq
+	push	%rdi
+	push	%rsi
+	push	%rdx
+	push	%rcx
+	push	%rax
+	push	%r8
+	push	%r9
+	push	%r10
+	push	%r11
+	push	%rbx
+	push	%rbp
+	push	%r12
+	push	%r13
+	push	%r14
+	push	%r15
+	mov	%rsp, %rdi
+	.byte	0x48, 0xbe		/* movabs $desc, %rsi */
+uprobe_opt_stub_desc_imm:
+	.quad	0
+	mov	%rsp, %rbx
+	and	$-16, %rsp
+	cld
+	.byte	0x48, 0xb8		/* movabs $uprobe_opt_entry, %rax */
+uprobe_opt_stub_entry_imm:
+	.quad	0
+	call	*%rax
+	mov	%rbx, %rsp
+	pop	%r15
+	pop	%r14
+	pop	%r13
+	pop	%r12
+	pop	%rbp
+	pop	%rbx
+	pop	%r11
+	pop	%r10
+	pop	%r9
+	pop	%r8
+	pop	%rax
+	pop	%rcx
+	pop	%rdx
+	pop	%rsi
+	pop	%rdi
+	popfq
+	ret	$128
+uprobe_opt_stub_template_end:
+	.section .note.GNU-stack,"",@progbits

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// Building optimized-probe stubs from the template in opt_stub.S.
+
+#include <cstddef>
+#include <cstring>
+
+#include "arch.hpp"
+
+extern "C" {
+extern const std::uint8_t uprobe_opt_stub_template[];
+extern const std::uint8_t uprobe_opt_stub_template_end[];
+extern const std::uint8_t uprobe_opt_stub_desc_imm[];
+extern const std::uint8_t uprobe_opt_stub_entry_imm[];
+void uprobe_opt_entry(std::uint64_t* frame, const uprobe::arch::OptSite* site);
+}
+
+namespace uprobe::arch {
+
+namespace {
+std::size_t code_len() noexcept {
+  return static_cast<std::size_t>(uprobe_opt_stub_template_end - uprobe_opt_stub_template);
+}
+std::size_t desc_offset() noexcept { return (code_len() + 15) & ~std::size_t{15}; }
+}  // namespace
+
+bool is_nop5(const Insn& insn) noexcept { return insn.cls == InsnClass::nop && insn.len == kJumpLen; }
+
+std::size_t opt_stub_flag_offset() noexcept { return desc_offset() + offsetof(OptSite, needs_vector); }
+
+void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept {
+  auto rel = static_cast<std::int32_t>(static_cast<std::int64_t>(to - (from + kJumpLen)));
+  out[0] = kJumpOpcode;
+  std::memcpy(out + 1, &rel, 4);
+}
+
+std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept {
+  const std::size_t n = code_len();
+  static_assert(sizeof(OptSite) == 48);
+  std::memset(out, 0xCC, kOptStubSize);
+  std::memcpy(out, uprobe_opt_stub_template, n);
+  const std::uint64_t desc_addr = stub + desc_offset();
+  const auto entry = reinterpret_cast<std::uint64_t>(&uprobe_opt_entry);
+  std::memcpy(out + (uprobe_opt_stub_desc_imm - uprobe_opt_stub_template), &desc_addr, 8);
+  std::memcpy(out + (uprobe_opt_stub_entry_imm - uprobe_opt_stub_template), &entry, 8);
+  std::memcpy(out + desc_offset(), &desc, sizeof desc);
+  return desc_offset() + sizeof desc;
+}
+
+}  // namespace uprobe::arch

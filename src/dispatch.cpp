@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// The consumer chain shared by the int3 path and the optimized path (the
+// kernel's handler_chain() and unapply_uprobe() on UPROBE_HANDLER_REMOVE).
+
+#include "dispatch.hpp"
+
+#include <urcu/urcu-bp.h>
+
+#include "arch.hpp"
+#include "runtime.hpp"
+
+#include "patch.hpp"
+#include "sites.hpp"
+#include "thread_state.hpp"
+#include "uretprobe.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+bool all_removed(const ConsumerSet* cs) noexcept {
+  if (!cs || cs->regs.empty()) return false;
+  for (const Registration* r : cs->regs)
+    if (!r->removed.load(std::memory_order_relaxed)) return false;
+  return true;
+}
+
+/// Every consumer said Action::remove: take the breakpoint out (the kernel's
+/// unapply_uprobe()). Only try-locks, so it never waits on the registry.
+void try_unapply(Uprobe* up) noexcept {
+  if (up->patch_lock.test_and_set(std::memory_order_acquire)) return;
+  if (up->applied && all_removed(up->consumers.load(std::memory_order_acquire))) {
+    const SiteSet* ss = up->sites.load(std::memory_order_acquire);
+    if (ss) restore_sites(up, *ss);
+    up->applied = false;
+  }
+  up->patch_lock.clear(std::memory_order_release);
+}
+
+/// The consumer chain (the kernel's handler_chain()): filters, entry
+/// handlers with their session cookies, Action::remove, and the return
+/// instance for the consumers that want the return.
+}  // namespace
+
+void handler_chain(Uprobe* up, Regs& regs) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  if (!cs) return;
+  ThreadState& ts = t_state;
+  const std::uint64_t func = regs.rip;
+  bool remove = !cs->regs.empty();
+  ReturnInstance* ri = nullptr;
+  bool ri_failed = false;
+  for (Registration* r : cs->regs) {
+    if (r->removed.load(std::memory_order_relaxed)) continue;
+    Consumer* c = r->consumer;
+    if (!c->filter(current_tid())) {
+      remove = false;
+      continue;
+    }
+    std::uint64_t cookie = 0;
+    Action rc = Action::keep;
+    if (r->has_entry) {
+      ts.cookie = &cookie;
+      rc = c->handler(regs);
+      ts.cookie = nullptr;
+    }
+    if (rc == Action::remove)
+      r->removed.store(true, std::memory_order_relaxed);
+    else
+      remove = false;
+    if (!r->has_ret || rc == Action::remove || rc == Action::ignore) continue;
+    if (!ri && !ri_failed) {
+      ri = ri_alloc();
+      ri_failed = ri == nullptr;
+    }
+    if (ri && ri->nconsumers < kMaxReturnConsumers)
+      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie};
+    else
+      count(stat_block().return_misses);
+  }
+  if (ri) {
+    Regs at_entry = regs;
+    at_entry.rip = func;
+    prepare_uretprobe(up, at_entry, ri);
+  }
+  if (remove) try_unapply(up);
+}
+
+
+void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
+  StatBlock& st = stat_block();
+  count(st.hits);
+  count(st.optimized);
+  urcu_bp_read_lock();
+  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
+  Uprobe* up = probes ? probes->find(ProbeKey{static_cast<dev_t>(site.key[0]), static_cast<ino_t>(site.key[1]),
+                                              site.key[2]})
+                      : nullptr;
+  if (up) {
+    ThreadState& ts = t_state;
+    if (ts.depth == 0) {
+      ts.depth = 1;
+      handler_chain(up, regs);
+      ts.depth = 0;
+    } else {
+      count(st.recursion_misses);
+    }
+  }
+  urcu_bp_read_unlock();
+}
+
+}  // namespace uprobe::detail

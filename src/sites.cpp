@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+#include "sites.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+
+#include "arch.hpp"
+#include "patch.hpp"
+#include "runtime.hpp"
+#include "xol.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+bool g_sync_core = false;
+
+/// Serialises instruction fetch on every core running this process (the
+/// kernel's text_poke_sync()).
+void sync_cores() noexcept {
+  ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
+}
+
+std::string hex(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+/// site address -> its stub's OptSite, for every stub ever built (stubs are
+/// kept for the life of the process and reused by their site address, so a
+/// thread still inside one never sees it freed or changed).
+std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
+  static auto* m = new std::unordered_map<std::uint64_t, std::uint64_t>;
+  return *m;
+}
+
+bool needs_vector(const Uprobe* up) {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
+  if (!cs) return false;
+  for (const Registration* r : cs->regs)
+    if (!r->consumer->vector_state_unused()) return true;
+  return false;
+}
+
+}  // namespace
+
+bool init_core_sync() {
+  if (!g_sync_core)
+    g_sync_core = ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0;
+  return g_sync_core;
+}
+
+void apply_sites(Uprobe* up, const SiteSet& ss) {
+  for (std::size_t i = 0; i < ss.sites.size(); ++i) {
+    const std::uint8_t bp = arch::kBreakpoint;
+    if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
+      for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
+      throw Error(Errc::system, up->path, up->key.offset,
+                  "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
+                      std::strerror(err));
+    }
+  }
+}
+
+void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
+  for (const Site& s : ss.sites) {
+    std::uint8_t cur[arch::kJumpLen];
+    peek_text(s.addr, cur, sizeof cur);
+    if (cur[0] == arch::kJumpOpcode && up->insn.bytes[0] != arch::kJumpOpcode && up->insn.len >= arch::kJumpLen) {
+      // Optimized: back through int3 so that no thread ever runs a torn jump.
+      const std::uint8_t bp = arch::kBreakpoint;
+      poke_text(s.addr, &bp, 1);
+      sync_cores();
+      poke_text(s.addr + 1, up->insn.bytes + 1, arch::kJumpLen - 1);
+      sync_cores();
+      poke_text(s.addr, up->insn.bytes, 1);
+      sync_cores();
+    } else if (cur[0] == arch::kBreakpoint) {
+      poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
+    }
+  }
+}
+
+std::string why_not_optimized(const Uprobe* up) {
+  if (!g_hot.optimize.load(std::memory_order_relaxed)) return "optimization is switched off (Config::optimize)";
+  if (!arch::is_nop5(up->insn)) return "the instruction `" + up->insn.text + "` is not a 5-byte nop";
+  if (!g_sync_core) return "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) is not available";
+  return "";
+}
+
+bool site_is_optimized(std::uint64_t addr) noexcept {
+  std::uint8_t b;
+  peek_text(addr, &b, 1);
+  return b == arch::kJumpOpcode && stubs().count(addr) != 0;
+}
+
+void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas) {
+  if (!why_not_optimized(up).empty()) return;
+  const bool vector = needs_vector(up);
+  for (const Site& s : ss.sites) {
+    std::uint8_t cur;
+    peek_text(s.addr, &cur, 1);
+    if (cur != arch::kBreakpoint) continue;  // already optimized, or not ours
+    std::string why;
+    std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+    if (!stub) continue;  // stays int3
+    std::uint8_t code[arch::kOptStubSize];
+    arch::OptSite desc{};
+    desc.site = s.addr;
+    desc.resume = s.addr + up->insn.len;
+    desc.key[0] = up->key.dev;
+    desc.key[1] = up->key.ino;
+    desc.key[2] = up->key.offset;
+    desc.needs_vector = vector;
+    std::size_t n = arch::build_opt_stub(stub, desc, code);
+    if (!xol_area().write_code(stub, code, n, why)) continue;
+    stubs()[s.addr] = stub;
+    std::uint8_t jmp[arch::kJumpLen];
+    arch::encode_jump(s.addr, stub, jmp);
+    poke_text(s.addr + 1, jmp + 1, arch::kJumpLen - 1);
+    sync_cores();
+    poke_text(s.addr, jmp, 1);
+    sync_cores();
+  }
+}
+
+void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
+  const bool vector = needs_vector(up);
+  for (const Site& s : ss.sites) {
+    auto it = stubs().find(s.addr);
+    if (it == stubs().end()) continue;
+    std::uint64_t flag_addr = it->second + arch::opt_stub_flag_offset();
+    std::uint32_t v = vector;
+    std::string why;
+    xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
+  }
+}
+
+}  // namespace uprobe::detail
