@@ -48,6 +48,7 @@ UPROBE_SAME_OFFSET(rflags);
 UPROBE_SAME_OFFSET(rsp);
 #undef UPROBE_SAME_OFFSET
 static_assert(UPROBE_HANDLER_REMOVE == static_cast<int>(uprobe::Action::remove));
+static_assert(UPROBE_HANDLER_IGNORE == static_cast<int>(uprobe::Action::ignore));
 
 namespace {
 
@@ -55,17 +56,32 @@ namespace {
 /// C struct at every hit, as the kernel does.
 class Adapter final : public uprobe::Consumer {
  public:
-  explicit Adapter(uprobe_consumer* uc) noexcept : uc_(uc) {}
+  /// The kernel's rule: a consumer with both callbacks is a session.
+  static uprobe::Callbacks callbacks_of(const uprobe_consumer* uc) noexcept {
+    if (uc->handler && uc->ret_handler) return uprobe::Callbacks::entry_and_ret;
+    return uc->ret_handler ? uprobe::Callbacks::ret : uprobe::Callbacks::entry;
+  }
+
+  explicit Adapter(uprobe_consumer* uc) noexcept : uprobe::Consumer(callbacks_of(uc)), uc_(uc) {}
 
   uprobe::Action handler(uprobe::Regs& regs) override {
     auto* h = uc_->handler;
     if (!h) return uprobe::Action::keep;
     uprobe_regs r;
     std::memcpy(&r, &regs, sizeof r);
-    std::uint64_t cookie = 0;
-    const int rc = h(uc_, &r, &cookie);
+    const int rc = h(uc_, &r, &uprobe::session_cookie());
     std::memcpy(&regs, &r, sizeof r);
-    return rc == UPROBE_HANDLER_REMOVE ? uprobe::Action::remove : uprobe::Action::keep;
+    if (rc == UPROBE_HANDLER_REMOVE) return uprobe::Action::remove;
+    return rc == UPROBE_HANDLER_IGNORE ? uprobe::Action::ignore : uprobe::Action::keep;
+  }
+
+  void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
+    auto* h = uc_->ret_handler;
+    if (!h) return;
+    uprobe_regs r;
+    std::memcpy(&r, &regs, sizeof r);
+    h(uc_, func, &r, &uprobe::session_cookie());
+    std::memcpy(&regs, &r, sizeof r);
   }
 
   bool filter(pid_t tid) override {
@@ -177,9 +193,8 @@ constexpr const char kInHandler[] =
 /// Checks shared by both register calls; 0 or a negative errno.
 int check_consumer(const uprobe_consumer* uc, const void* probe_out) noexcept {
   if (!uc || !probe_out) return fail_static(EINVAL, "libuprobe: the consumer and the probe pointer must not be NULL");
-  if (uc->ret_handler)
-    return fail_static(EOPNOTSUPP, "libuprobe: return probes (ret_handler) are not available in the C API yet");
-  if (!uc->handler) return fail_static(EINVAL, "libuprobe: the consumer has no handler");
+  if (!uc->handler && !uc->ret_handler)
+    return fail_static(EINVAL, "libuprobe: the consumer has neither a handler nor a ret_handler");
   return 0;
 }
 

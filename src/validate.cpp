@@ -113,14 +113,34 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
   static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
                                   reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
                                   dlsym(RTLD_DEFAULT, "__tls_get_addr")};
+  struct stat exe;
+  const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
   for (const void* a : anchors) {
     Dl_info di;
     if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
     struct stat st;
-    if (::stat(di.dli_fname, &st) == 0 && st.st_dev == t.st.st_dev && st.st_ino == t.st.st_ino)
-      throw Error(Errc::forbidden_target, t.path, offset,
-                  std::string("this file (") + di.dli_fname +
-                      ") holds code that libuprobe's trap path runs; a probe there would recurse");
+    // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
+    const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
+                                                     st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
+    if (in_exe) st = exe;
+    else if (::stat(di.dli_fname, &st) != 0) continue;
+    if (st.st_dev != t.st.st_dev || st.st_ino != t.st.st_ino) continue;
+    if (in_exe) {
+      // Linked statically into the program: refuse only our own functions.
+      std::string why;
+      auto info = elf_info(t.fd, t.path, t.st, why);
+      const FuncSym* fn = info ? info->enclosing_function(offset) : nullptr;
+      if (!fn) continue;
+      static const char* const prefixes[] = {"_ZN6uprobe", "_ZNK6uprobe", "uprobe_", "urcu_", "_urcu"};
+      for (const char* p : prefixes)
+        if (fn->name.rfind(p, 0) == 0)
+          throw Error(Errc::forbidden_target, t.path, offset,
+                      "the function " + fn->name + " is part of libuprobe's trap path; a probe there would recurse");
+      continue;
+    }
+    throw Error(Errc::forbidden_target, t.path, offset,
+                std::string("this file (") + di.dli_fname +
+                    ") holds code that libuprobe's trap path runs; a probe there would recurse");
   }
 }
 

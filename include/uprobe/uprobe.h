@@ -55,6 +55,8 @@ struct uprobe_regs {
 
 /** Handler return value: this consumer wants no more hits at this probe (see handler). */
 #define UPROBE_HANDLER_REMOVE 1
+/** Entry handler return value of a session consumer: no return call for this invocation (UPROBE_HANDLER_IGNORE). */
+#define UPROBE_HANDLER_IGNORE 2
 
 /**
  * A registered probe site, keyed by (st_dev, st_ino, file offset): the
@@ -79,19 +81,27 @@ struct uprobe_consumer {
   /**
    * Called before the probed instruction runs, with that thread's registers
    * (readable and writable). `cookie` points to a 64-bit value that starts at
-   * 0 for every hit (the kernel's `__u64 *data`; reserved to be shared with
-   * ret_handler of the same invocation when return probes are wrapped).
+   * 0 for every hit (the kernel's `__u64 *data`; a session consumer's
+   * ret_handler of the same invocation sees the same value).
    * Return 0 to stay attached, or UPROBE_HANDLER_REMOVE: this consumer is not
    * called at this probe again until unregistered and registered anew, and
    * when every consumer of the probe has said remove, the breakpoint is taken
    * out (the registration itself stays until uprobe_unregister()). Other
-   * values are reserved and currently mean 0. Required.
+   * values are reserved and currently mean 0; a consumer with a ret_handler
+   * may return UPROBE_HANDLER_IGNORE. Optional when ret_handler is set.
    */
   int (*handler)(struct uprobe_consumer *self, struct uprobe_regs *regs, uint64_t *cookie);
   /**
-   * Return probes (the kernel's ret_handler): reserved for the C wrapper of
-   * the C++ API's return probes. Must be NULL: registering a consumer with a
-   * ret_handler fails with -EOPNOTSUPP in this version.
+   * Optional return handler (the kernel's ret_handler): called when an
+   * invocation of the probed function returns (the probe must be at the
+   * function's entry). `regs` holds the registers as the function left them
+   * (rax/rdx: return value; rip: where it returns to); writes take effect.
+   * `func` is the probed address. A consumer with both handler and
+   * ret_handler is a session: `*cookie` written by handler at entry is what
+   * ret_handler of the same invocation reads, and a handler returning
+   * UPROBE_HANDLER_IGNORE gets no return call for that invocation. The
+   * return value is ignored (reserved). At least one of handler and
+   * ret_handler must be set.
    */
   int (*ret_handler)(struct uprobe_consumer *self, uint64_t func, struct uprobe_regs *regs, uint64_t *cookie);
   /**
@@ -114,7 +124,8 @@ struct uprobe_consumer {
  *   -ENOEXEC     offset outside every executable segment of the file (not_executable)
  *   -EILSEQ      offset inside an instruction of a known function (mid_instruction)
  *   -EOPNOTSUPP  an int3 already there, undecodable bytes, an instruction that cannot
- *                run out of line (refused_instruction); a consumer with a ret_handler
+ *                run out of line (refused_instruction); a ret_handler at an offset
+ *                that is inside a known function but not its entry
  *   -ENXIO       the address is in anonymous memory or in no mapping (not_file_backed)
  *   -EPERM       libuprobe's own code or its trap-path dependencies (forbidden_target)
  *   -EEXIST      this consumer is already registered on this probe (conflict)

@@ -223,7 +223,8 @@ static void test_errors(void) {
   CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), -EINVAL);
   c.uc.handler = count_hit;
   c.uc.ret_handler = ret_hit;
-  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add1), &c.uc, &p), -EOPNOTSUPP);
+  CHECK_RC(uprobe_register_addr((const char *)ADDR(pkg_fixture_add1) + 3, &c.uc, &p), -EOPNOTSUPP);
+  CHECK(strstr(uprobe_last_error(), "pkg_fixture_add1+0x3") != NULL);
   c.uc.ret_handler = NULL;
 
   CHECK_RC(uprobe_register("/nonexistent/libuprobe-test", 0, &c.uc, &p), -ENOENT);
@@ -310,7 +311,47 @@ static void test_concurrent_registration(void) {
   CHECK_RC(uprobe_unregister((struct uprobe_probe *)&g_shared, &g_shared.uc), -ENOENT);
 }
 
+/* Session consumer: the cookie written at entry comes back at return; the
+ * return handler sees the returned value and can change it; IGNORE skips the
+ * return call. */
+struct session {
+  struct uprobe_consumer uc;
+  atomic_long entries, returns, bad;
+};
+static int session_entry(struct uprobe_consumer *self, struct uprobe_regs *regs, uint64_t *cookie) {
+  struct session *s = self->user_data;
+  atomic_fetch_add(&s->entries, 1);
+  *cookie = regs->rdi * 7;
+  return regs->rdi == 13 ? UPROBE_HANDLER_IGNORE : 0;
+}
+static int session_return(struct uprobe_consumer *self, uint64_t func, struct uprobe_regs *regs, uint64_t *cookie) {
+  struct session *s = self->user_data;
+  atomic_fetch_add(&s->returns, 1);
+  if (func != (uint64_t)(uintptr_t)ADDR(pkg_fixture_add2) || *cookie != (regs->rax - 2) * 7) atomic_fetch_add(&s->bad, 1);
+  regs->rax += 1000;
+  return 0;
+}
+static void test_session(void) {
+  struct session s;
+  memset(&s, 0, sizeof s);
+  s.uc.handler = session_entry;
+  s.uc.ret_handler = session_return;
+  s.uc.user_data = &s;
+  struct uprobe_probe *p = NULL;
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add2), &s.uc, &p), 0);
+  long sum = 0;
+  for (long i = 0; i < 100; i++) sum += pkg_fixture_add2(i);
+  /* every call returns i + 2 + 1000, except i == 13 (IGNORE: i + 2) */
+  CHECK(sum == 4950 + 200 + 99 * 1000);
+  CHECK(s.entries == 100);
+  CHECK(s.returns == 99);
+  CHECK(s.bad == 0);
+  CHECK_RC(uprobe_unregister(p, &s.uc), 0);
+  CHECK(pkg_fixture_add2(1) == 3);
+}
+
 int main(void) {
+  test_session();
   test_hits_regs_and_unregister();
   test_handler_remove();
   test_filter_and_shared_probe();
