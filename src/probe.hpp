@@ -35,6 +35,8 @@ struct Registration {
   bool has_entry = true;
   bool has_ret = false;
   std::atomic<bool> removed{false};
+  /// USDT semaphore counts this registration incremented (writer side only).
+  std::vector<std::uint64_t> ref_ctr_addrs;
 };
 
 /// Immutable consumer chain (replaced, never edited, once published).
@@ -67,6 +69,7 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
  public:
   detail::ProbeKey key;
   std::uint64_t id = 0;  ///< unique for the life of the process (return instances name probes by key + id)
+  std::uint64_t ref_ctr_offset = 0;  ///< file offset of the USDT semaphore, 0 = none
   std::string path;
   arch::Insn insn;
   std::atomic<detail::ConsumerSet*> consumers{nullptr};

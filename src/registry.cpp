@@ -88,6 +88,50 @@ void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
   if (old) r.deferred.emplace_back([old] { delete old; });
 }
 
+/// The addresses of the USDT semaphore of `up` in the current address space:
+/// private writable mappings of the file (the kernel's valid_ref_ctr_vma()).
+std::vector<std::uint64_t> ref_ctr_addresses(const Uprobe* up, const VmaSnapshot& vmas) {
+  std::vector<std::uint64_t> out;
+  if (!up->ref_ctr_offset) return out;
+  for (const Vma& v : vmas.vmas()) {
+    if (v.dev != up->key.dev || v.ino != up->key.ino || !(v.prot & 2) || v.shared) continue;
+    if (up->ref_ctr_offset < v.pgoff || up->ref_ctr_offset + 2 > v.pgoff + (v.end - v.start)) continue;
+    out.push_back(v.start + (up->ref_ctr_offset - v.pgoff));
+  }
+  return out;
+}
+
+/// Brings one registration's semaphore increments in line with the mappings:
+/// +1 where the file's semaphore is mapped and not yet counted; forgets
+/// addresses that are no longer mapped (nothing to decrement there).
+void sync_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  if (!up->ref_ctr_offset) return;
+  std::vector<std::uint64_t> now = ref_ctr_addresses(up, vmas), kept;
+  for (std::uint64_t a : reg->ref_ctr_addrs)
+    if (std::find(now.begin(), now.end(), a) != now.end()) kept.push_back(a);
+  for (std::uint64_t a : now)
+    if (std::find(kept.begin(), kept.end(), a) == kept.end()) {
+      __atomic_fetch_add(reinterpret_cast<std::uint16_t*>(a), 1, __ATOMIC_RELAXED);
+      kept.push_back(a);
+    }
+  reg->ref_ctr_addrs = std::move(kept);
+}
+
+/// Undoes a registration's increments where the semaphore is still mapped;
+/// never below 0.
+void release_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  std::vector<std::uint64_t> now = ref_ctr_addresses(up, vmas);
+  for (std::uint64_t a : reg->ref_ctr_addrs) {
+    if (std::find(now.begin(), now.end(), a) == now.end()) continue;
+    auto* p = reinterpret_cast<std::uint16_t*>(a);
+    std::uint16_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > 0 && !__atomic_compare_exchange_n(p, &v, static_cast<std::uint16_t>(v - 1), true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+    }
+  }
+  reg->ref_ctr_addrs.clear();
+}
+
 void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.tree.size());
@@ -109,6 +153,11 @@ namespace uprobe {
 using namespace detail;
 
 Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer& consumer) {
+  return register_uprobe(path, offset, 0, consumer);
+}
+
+Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset,
+                        Consumer& consumer) {
   check_not_in_handler(path, offset);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -134,7 +183,12 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
     for (const Registration* x : old->regs)
       if (x->consumer == &consumer)
         throw Error(Errc::conflict, path, offset, "this consumer is already registered on this probe");
+    if (up->ref_ctr_offset != ref_ctr_offset)
+      throw Error(Errc::conflict, path, offset,
+                  "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +
+                      hex(ref_ctr_offset));
     sync_sites(r, up, *vmas);
+    sync_ref_ctr(up, reg.get(), *vmas);
     auto cs = std::make_unique<ConsumerSet>(*old);
     cs->regs.push_back(reg.release());
     up->consumers.store(cs.release(), std::memory_order_release);
@@ -156,6 +210,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
   auto up = std::make_unique<Uprobe>();
   up->key = key;
   up->id = ++next_id;
+  up->ref_ctr_offset = ref_ctr_offset;
   up->path = path;
   analyze_target(t, offset, up->insn);
   up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
@@ -171,6 +226,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
     apply_sites(raw, *raw->sites.load(std::memory_order_relaxed));
     raw->applied = true;
     optimize_sites(raw, *raw->sites.load(std::memory_order_relaxed), vmas->vmas());
+    sync_ref_ctr(raw, raw->consumers.load(std::memory_order_relaxed)->regs[0], *vmas);
   } catch (...) {
     r.tree.erase(r.tree.iterator_to(*raw));
     publish_probes(r);
@@ -182,6 +238,26 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
     throw;
   }
   return raw;
+}
+
+void detail::resync_address_space() {
+  if (t_state.depth > 0) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.started) return;
+  const VmaSnapshot* vmas = refresh_vmas(r);
+  for (Uprobe& u : r.tree) {
+    try {
+      sync_sites(r, &u, *vmas);
+      PatchGuard guard(&u);
+      optimize_sites(&u, *u.sites.load(std::memory_order_relaxed), vmas->vmas());
+    } catch (const Error&) {
+      // A new mapping we refuse to write to (its bytes differ from the
+      // file): it stays unprobed.
+    }
+    for (Registration* reg : u.consumers.load(std::memory_order_relaxed)->regs) sync_ref_ctr(&u, reg, *vmas);
+  }
+  if (r.deferred.size() > 64) synchronize_and_reclaim(r);
 }
 
 Uprobe* register_uprobe(const void* address, Consumer& consumer) {
@@ -213,6 +289,7 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
     // A mapping changed under the probe in a way we refuse to write to; keep
     // the old sites and restore what we can below.
   }
+  release_ref_ctr(up, gone, *vmas);
   bool last = cs->regs.empty();
   up->consumers.store(cs.release(), std::memory_order_release);
   r.deferred.emplace_back([old, gone] {

@@ -65,6 +65,12 @@ void synchronize_and_reclaim(Registry& r);
 /// changed. Returns the current snapshot. Caller holds the mutex.
 const VmaSnapshot* refresh_vmas(Registry& r);
 
+/// Re-reads the address space and brings every probe in line with it: new
+/// mappings of a probed file get their breakpoints and USDT semaphore counts
+/// (pending probes), vanished ones are forgotten without a write. Called after
+/// dlopen() and dlclose(). Takes the registry mutex.
+void resync_address_space();
+
 /// Starts the runtime once: SIGTRAP handler, fork handlers. Caller holds the mutex.
 void start_runtime(Registry& r);
 

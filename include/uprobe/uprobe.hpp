@@ -181,6 +181,17 @@ class Uprobe;
 /// @throws Error with a clear message on any refusal; nothing changed then.
 Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer& consumer);
 
+/// Same, with a USDT semaphore (the kernel's uprobe_register(inode, offset,
+/// ref_ctr_offset, uc)): `ref_ctr_offset` is the file offset of the 16-bit
+/// reference count the probe's is-enabled check reads (usdt::Probe's
+/// semaphore_offset). While this consumer is registered, the count is
+/// incremented by one in every mapping of the file that holds it (also in
+/// mappings that appear later through dlopen), and decremented again on
+/// unregister, never below 0. 0 means no semaphore. All consumers of one
+/// probe must name the same ref_ctr_offset (else Errc::conflict).
+Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset,
+                        Consumer& consumer);
+
 /// Same, with the probe site given as an address in this process: the mapping
 /// that holds `address` gives (file, offset) as in resolve_address().
 Uprobe* register_uprobe(const void* address, Consumer& consumer);

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// Pending probes and dlopen: dlopen() and dlclose() are interposed so that
+// after every load the probes registered on a file that just got mapped get
+// their breakpoints (and USDT semaphore counts), and after every unload the
+// sites in memory that is gone are forgotten without a write (so a later
+// mapping at the same address is never patched by mistake, and a reload gets
+// fresh breakpoints). The new object's constructors run inside the real
+// dlopen(), before the probes are installed; code the dynamic linker loads
+// without going through dlopen() (glibc-internal loads such as NSS and iconv
+// modules) is picked up at the next register/unregister or dlopen.
+
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime.hpp"
+
+namespace {
+
+template <typename F>
+F next(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+using DlopenFn = void* (*)(const char*, int);
+
+/// dlopen() searches a bare name in the *caller's* RUNPATH/RPATH; called
+/// from here it would use libuprobe's. So a bare name that is not loaded yet
+/// is looked up in the caller's search list (dlinfo RTLD_DI_SERINFO) and
+/// opened by path; anything else goes to dlopen unchanged.
+void* open_as_caller(DlopenFn real, const char* file, int mode, const void* caller) {
+  if (!file || std::strchr(file, '/')) return real(file, mode);
+  if (void* h = real(file, mode | RTLD_NOLOAD)) {  // already loaded (by soname)
+    if (mode & RTLD_NOLOAD) return h;
+    void* again = real(file, mode);  // apply the caller's mode flags (e.g. RTLD_GLOBAL)
+    static auto real_close = next<int (*)(void*)>("dlclose");
+    real_close(h);
+    return again;
+  }
+  if (mode & RTLD_NOLOAD) return nullptr;
+  Dl_info di;
+  struct link_map* lm = nullptr;
+  if (dladdr1(caller, &di, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) && lm) {
+    Dl_serinfo size;
+    if (dlinfo(lm, RTLD_DI_SERINFOSIZE, &size) == 0 && size.dls_size >= sizeof(Dl_serinfo)) {
+      std::vector<unsigned char> buf(size.dls_size);
+      auto* info = reinterpret_cast<Dl_serinfo*>(buf.data());
+      info->dls_size = size.dls_size;
+      info->dls_cnt = size.dls_cnt;
+      if (dlinfo(lm, RTLD_DI_SERINFO, info) == 0) {
+        for (unsigned i = 0; i < info->dls_cnt; ++i) {
+          std::string path = std::string(info->dls_serpath[i].dls_name) + "/" + file;
+          if (::access(path.c_str(), F_OK) == 0) return real(path.c_str(), mode);
+        }
+      }
+    }
+  }
+  return real(file, mode);
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
+  static auto real = next<DlopenFn>("dlopen");
+  void* handle = open_as_caller(real, file, mode, __builtin_return_address(0));
+  if (handle) uprobe::detail::resync_address_space();
+  return handle;
+}
+
+extern "C" __attribute__((visibility("default"))) int dlclose(void* handle) {
+  static auto real = next<int (*)(void*)>("dlclose");
+  int rc = real(handle);
+  uprobe::detail::resync_address_space();
+  return rc;
+}

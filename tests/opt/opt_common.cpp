@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+#include "opt_common.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace opttest {
+
+std::vector<Mapping> read_maps() {
+  std::vector<Mapping> out;
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    Mapping m;
+    char perms[8] = {};
+    unsigned long long start = 0, end = 0, off = 0;
+    int pos = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s%n", &start, &end, perms, &off, &pos) < 4) continue;
+    m.start = start;
+    m.end = end;
+    m.perms = perms;
+    m.offset = off;
+    std::string rest = line.substr(static_cast<std::size_t>(pos));
+    rest.erase(0, rest.find_first_not_of(' '));
+    m.path = rest;
+    m.line = line;
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::optional<Mapping> mapping_of(std::uint64_t addr) {
+  for (const Mapping& m : read_maps())
+    if (addr >= m.start && addr < m.end) return m;
+  return std::nullopt;
+}
+
+std::vector<std::string> rwx_mappings() {
+  std::vector<std::string> out;
+  for (const Mapping& m : read_maps())
+    if (m.perms.size() >= 3 && m.perms[1] == 'w' && m.perms[2] == 'x') out.push_back(m.line);
+  return out;
+}
+
+std::vector<std::uint8_t> mem(const void* addr, std::size_t len) {
+  const volatile std::uint8_t* p = static_cast<const volatile std::uint8_t*>(addr);
+  std::vector<std::uint8_t> v(len);
+  for (std::size_t i = 0; i < len; ++i) v[i] = p[i];
+  return v;
+}
+
+std::vector<std::uint8_t> file_bytes_at(const void* addr, std::size_t len) {
+  const auto a = reinterpret_cast<std::uint64_t>(addr);
+  auto m = mapping_of(a);
+  EXPECT_TRUE(m.has_value()) << "no mapping holds " << hex(a);
+  if (!m) return {};
+  // The fixtures live in the test executable: read its file through /proc/self/exe.
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  EXPECT_GT(n, 0);
+  if (n <= 0) return {};
+  exe[n] = 0;
+  EXPECT_EQ(m->path, std::string(exe)) << "the mapping at " << hex(a) << " is not the executable";
+  std::vector<std::uint8_t> v(len);
+  int fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return {};
+  const std::uint64_t off = m->offset + (a - m->start);
+  ssize_t got = ::pread(fd, v.data(), len, static_cast<off_t>(off));
+  ::close(fd);
+  EXPECT_EQ(got, static_cast<ssize_t>(len)) << "pread /proc/self/exe @" << hex(off);
+  if (got != static_cast<ssize_t>(len)) return {};
+  return v;
+}
+
+std::string hex(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string hex_bytes(const std::vector<std::uint8_t>& v) {
+  std::string s;
+  char b[4];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(b, sizeof b, "%02x", v[i]);
+    if (i) s += ' ';
+    s += b;
+  }
+  return s;
+}
+
+std::uint64_t jump_target(const void* site) {
+  auto b = mem(site, 5);
+  if (b[0] != 0xE9) return 0;
+  std::int32_t rel;
+  std::memcpy(&rel, b.data() + 1, 4);
+  return reinterpret_cast<std::uint64_t>(site) + 5 + static_cast<std::int64_t>(rel);
+}
+
+std::string check_jump_into_xol(const void* site) {
+  auto b = mem(site, 5);
+  if (b[0] != 0xE9) return "site " + hex(reinterpret_cast<std::uint64_t>(site)) + " holds " + hex_bytes(b) +
+                            ", not e9 rel32";
+  const std::uint64_t t = jump_target(site);
+  auto m = mapping_of(t);
+  if (!m) return "jump target " + hex(t) + " is in no mapping";
+  if (m->path.find("libuprobe-xol") == std::string::npos)
+    return "jump target " + hex(t) + " is not in XOL memory: " + m->line;
+  if (m->perms.size() < 3 || m->perms[0] != 'r' || m->perms[1] != '-' || m->perms[2] != 'x')
+    return "XOL mapping of the jump target is not r-x: " + m->line;
+  return "";
+}
+
+uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b) {
+  uprobe::Stats d;
+  d.hits = b.hits - a.hits;
+  d.recursion_misses = b.recursion_misses - a.recursion_misses;
+  d.emulated = b.emulated - a.emulated;
+  d.out_of_line = b.out_of_line - a.out_of_line;
+  d.redirected = b.redirected - a.redirected;
+  d.restarts = b.restarts - a.restarts;
+  d.locked_lookups = b.locked_lookups - a.locked_lookups;
+  d.foreign_traps = b.foreign_traps - a.foreign_traps;
+  d.return_hits = b.return_hits - a.return_hits;
+  d.return_misses = b.return_misses - a.return_misses;
+  d.return_dropped = b.return_dropped - a.return_dropped;
+  d.optimized = b.optimized - a.optimized;
+  return d;
+}
+
+std::string stats_str(const uprobe::Stats& s) {
+  std::ostringstream os;
+  os << "{hits " << s.hits << ", optimized " << s.optimized << ", emulated " << s.emulated << ", out_of_line "
+     << s.out_of_line << ", redirected " << s.redirected << ", restarts " << s.restarts << ", recursion_misses "
+     << s.recursion_misses << ", return_hits " << s.return_hits << ", return_misses " << s.return_misses
+     << ", return_dropped " << s.return_dropped << "}";
+  return os.str();
+}
+
+void set_optimize(bool on) {
+  uprobe::Config c = uprobe::configuration();
+  c.optimize = on;
+  uprobe::configure(c);
+}
+
+}  // namespace opttest

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file spec.hpp
+/// uprobe-trace probe specs in bpftrace's spelling, shared by the CLI and the
+/// LD_PRELOAD agent:
+///   uprobe:PATH:SYM[+OFF]  (also u:)   SYM may be a glob (`str*`), an address
+///                                      (0xADDR) or a raw file offset (+OFF)
+///   uretprobe:PATH:SYM     (also ur:)  SYM may be a glob
+///   usdt:PATH:PROVIDER:NAME (also U:)  PROVIDER and NAME may be globs;
+///   usdt:PATH:NAME                     when one provider has NAME
+/// PATH is a path, a library name (`libc`, `libc.so.6`) or the program's name.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace uptrace {
+
+enum class Kind { uprobe, uretprobe, usdt };
+
+const char* kind_name(Kind k);
+
+struct Spec {
+  Kind kind = Kind::uprobe;
+  std::string text;      ///< as written
+  std::string binary;    ///< PATH as written
+  std::string what;      ///< SYM[+OFF] (uprobe, uretprobe); PROVIDER:NAME or NAME (usdt)
+};
+
+/// Parses one spec; on failure returns nullopt and sets `error`.
+std::optional<Spec> parse_spec(std::string_view text, std::string& error);
+
+/// True when `s` has fnmatch(3) metacharacters.
+bool has_glob(std::string_view s);
+
+/// The environment variables the CLI sets for the agent.
+inline constexpr const char* kEnvSpecs = "UPROBE_TRACE_SPECS";          ///< specs, one per line
+inline constexpr const char* kEnvOut = "UPROBE_TRACE_OUT";              ///< result directory (else: report to stderr)
+inline constexpr const char* kEnvFormat = "UPROBE_TRACE_FORMAT";        ///< text|json (report to stderr only)
+inline constexpr const char* kEnvFollow = "UPROBE_TRACE_FOLLOW";        ///< "0": --no-follow
+inline constexpr const char* kEnvOrigPreload = "UPROBE_TRACE_ORIG_PRELOAD";  ///< LD_PRELOAD before ours ("-": unset)
+inline constexpr const char* kEnvPerThread = "UPROBE_TRACE_PER_THREAD";  ///< "1": per-thread counts (stderr report)
+
+/// Splits on `sep`, dropping empty pieces.
+std::vector<std::string> split(std::string_view s, char sep);
+
+}  // namespace uptrace
