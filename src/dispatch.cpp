@@ -96,17 +96,19 @@ void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
   Uprobe* up = probes ? probes->find(ProbeKey{static_cast<dev_t>(site.key[0]), static_cast<ino_t>(site.key[1]),
                                               site.key[2]})
                       : nullptr;
-  if (up) {
-    ThreadState& ts = t_state;
-    if (ts.depth == 0) {
-      ts.depth = 1;
-      handler_chain(up, regs);
-      ts.depth = 0;
-    } else {
-      count(st.recursion_misses);
-    }
-  }
+  if (up) guarded_handler_chain(up, regs);
   urcu_bp_read_unlock();
+}
+
+void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
+  ThreadState& ts = t_state;
+  if (ts.depth == 0) {
+    ts.depth = 1;
+    handler_chain(up, regs);
+    ts.depth = 0;
+  } else {
+    count(stat_block().recursion_misses);
+  }
 }
 
 }  // namespace uprobe::detail

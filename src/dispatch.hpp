@@ -11,4 +11,8 @@ namespace uprobe::detail {
 /// holds the RCU read lock and has set the recursion guard. AS-safe.
 void handler_chain(Uprobe* up, Regs& regs) noexcept;
 
+/// handler_chain() behind the per-thread recursion guard: a hit while a
+/// handler of ours runs on this thread only counts a recursion miss.
+void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
+
 }  // namespace uprobe::detail

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "arch.hpp"
+#include "format.hpp"
 #include "patch.hpp"
 #include "probe.hpp"
 #include "runtime.hpp"
@@ -21,12 +22,6 @@
 namespace uprobe::detail {
 
 namespace {
-
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
 
 void check_not_in_handler(const std::string& path, std::uint64_t offset) {
   if (t_state.depth > 0)

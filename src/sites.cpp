@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "arch.hpp"
+#include "format.hpp"
 #include "patch.hpp"
 #include "runtime.hpp"
 #include "xol.hpp"
@@ -25,12 +26,6 @@ bool g_sync_core = false;
 /// kernel's text_poke_sync()).
 void sync_cores() noexcept {
   ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
-}
-
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
 }
 
 /// site address -> its stub's OptSite, for every stub ever built (stubs are

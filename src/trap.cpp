@@ -102,14 +102,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = ip;
+  guarded_handler_chain(up, regs);
   ThreadState& ts = t_state;
-  if (ts.depth == 0) {
-    ts.depth = 1;
-    handler_chain(up, regs);
-    ts.depth = 0;
-  } else {
-    count(st.recursion_misses);
-  }
 
   if (regs.rip != ip) {
     count(st.redirected);

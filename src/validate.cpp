@@ -13,17 +13,12 @@
 #include <vector>
 
 #include "elf_info.hpp"
+#include "format.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
 
 namespace {
-
-std::string hex(std::uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
 
 std::size_t read_at(int fd, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
   std::size_t done = 0;

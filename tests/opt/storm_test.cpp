@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: MIT
+// C-10: attach/detach storm on a shared page. 8 threads loop over 16 small
+// functions placed on one page (some starting with a nop5, one with a
+// `jmp rel32`, some with 0xE9/0xCC/nop5 bytes inside immediates), checking
+// every result; 2 threads attach and detach probes at random instruction
+// starts of those functions and switch Config::optimize on and off. 3 s.
+// Afterwards every code byte of the page equals the file's byte and the page
+// is r-x again (and no mapping is writable and executable).
+
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "opt_common.hpp"
+
+using namespace opttest;
+using uprobe::Action;
+using uprobe::Regs;
+
+namespace {
+
+constexpr int kFns = 16;
+constexpr int kCallers = 8;
+constexpr int kAttachers = 2;
+constexpr auto kDuration = std::chrono::seconds(3);
+
+std::uint64_t model(int f, std::uint64_t x) {
+  switch (f) {
+    case 0: return x + 1;
+    case 1: return x + 2;
+    case 2: return 3 * x;
+    case 3: return x ^ 0xcccccccce9e9e9e9ull;
+    case 4: return x + 4;
+    case 5: return x + 0xcc;
+    case 6: return 3 * x;
+    case 7: return x + 7;
+    case 8: return x + 8;
+    case 9: return static_cast<std::int64_t>(x) < 0 ? 9 : x + 9;
+    case 10: return 10 * x;
+    case 11: return x + 11;
+    case 12: return x;
+    case 13: return x + 0xe9;
+    case 14: return x - 14;
+    case 15: return x + 0x0000441f0fe9cc00ull;
+  }
+  return 0;
+}
+
+using StormFn = std::uint64_t (*)(std::uint64_t);
+StormFn storm_fn(int f) { return reinterpret_cast<StormFn>(const_cast<void*>(opt_storm_fns[f])); }
+
+struct Site {
+  int f;
+  std::int32_t off;
+};
+
+std::vector<Site> all_sites() {
+  std::vector<Site> v;
+  for (int f = 0; f < kFns; ++f)
+    for (int k = 0; k < 8 && opt_storm_sites[f][k] >= 0; ++k) v.push_back({f, opt_storm_sites[f][k]});
+  return v;
+}
+
+TEST(C10, StormOnSharedPage) {
+  ConfigGuard g;
+  const auto page = reinterpret_cast<std::uint64_t>(opt_storm_page);
+  const std::size_t len = static_cast<std::size_t>(opt_storm_page_end - opt_storm_page);
+  ASSERT_EQ(page % 4096, 0u);
+  ASSERT_LE(len, 4096u) << "the 16 functions must fit on one page";
+  for (int f = 0; f < kFns; ++f) ASSERT_EQ(reinterpret_cast<std::uint64_t>(opt_storm_fns[f]) & ~0xfffull, page);
+  const auto file = file_bytes_at(opt_storm_page, len);
+  ASSERT_EQ(hex_bytes(mem(opt_storm_page, len)), hex_bytes(file));
+  // Unprobed sanity of the models.
+  for (int f = 0; f < kFns; ++f)
+    for (std::uint64_t x : {0ull, 1ull, 0x8000000000000000ull, 0x123456789ull, ~0ull})
+      ASSERT_EQ(hex(storm_fn(f)(x)), hex(model(f, x))) << "function " << f << " x " << hex(x);
+
+  const std::vector<Site> sites = all_sites();
+  const std::uint64_t sites_n = sites.size();
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> calls{0}, wrong{0};
+  std::mutex first_mu;
+  std::string first_wrong, first_error;
+  std::atomic<std::uint64_t> errors{0}, attaches{0}, detaches{0}, toggles{0};
+
+  auto caller = [&](std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int f = 0; f < kFns; ++f) {
+        const std::uint64_t x = rng();
+        const std::uint64_t r = storm_fn(f)(x);
+        ++n;
+        if (r != model(f, x)) {
+          if (wrong.fetch_add(1) == 0) {
+            std::lock_guard<std::mutex> l(first_mu);
+            first_wrong = "function " + std::to_string(f) + " x " + hex(x) + ": got " + hex(r) + " want " +
+                          hex(model(f, x));
+          }
+        }
+      }
+    }
+    calls.fetch_add(n);
+  };
+
+  // Per attacher: one consumer per site, attached or not.
+  std::vector<std::vector<Counter>> consumers(kAttachers);
+  for (auto& v : consumers) {
+    v = std::vector<Counter>(sites_n);
+    for (std::size_t i = 0; i < sites_n; ++i)
+      v[i].expect_ip = reinterpret_cast<std::uint64_t>(opt_storm_fns[sites[i].f]) +
+                       static_cast<std::uint64_t>(sites[i].off);
+  }
+  auto attacher = [&](int id) {
+    std::mt19937_64 rng(1000 + static_cast<std::uint64_t>(id));
+    std::vector<uprobe::Uprobe*> att(sites_n, nullptr);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const std::size_t i = rng() % sites_n;
+      const void* where = at(opt_storm_fns[sites[i].f], static_cast<std::uint64_t>(sites[i].off));
+      try {
+        if (att[i]) {
+          uprobe::unregister_uprobe(att[i], consumers[static_cast<std::size_t>(id)][i]);
+          att[i] = nullptr;
+          detaches.fetch_add(1);
+        } else {
+          att[i] = uprobe::register_uprobe(where, consumers[static_cast<std::size_t>(id)][i]);
+          attaches.fetch_add(1);
+        }
+      } catch (const std::exception& e) {
+        if (errors.fetch_add(1) == 0) {
+          std::lock_guard<std::mutex> l(first_mu);
+          first_error = "function " + std::to_string(sites[i].f) + " +" + std::to_string(sites[i].off) + ": " +
+                        e.what();
+        }
+      }
+      if (rng() % 16 == 0) {
+        set_optimize(rng() % 2 == 0);
+        toggles.fetch_add(1);
+      }
+    }
+    for (std::size_t i = 0; i < sites_n; ++i)
+      if (att[i]) uprobe::unregister_uprobe(att[i], consumers[static_cast<std::size_t>(id)][i]);
+  };
+
+  const uprobe::Stats s0 = uprobe::stats();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCallers; ++i) threads.emplace_back(caller, 77 + static_cast<std::uint64_t>(i));
+  for (int i = 0; i < kAttachers; ++i) threads.emplace_back(attacher, i);
+  std::this_thread::sleep_for(kDuration);
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+
+  std::uint64_t hits = 0, bad_ip = 0;
+  for (auto& v : consumers)
+    for (auto& c : v) {
+      hits += c.hits.load();
+      bad_ip += c.bad_ip.load();
+    }
+  std::printf("[ info ] %llu calls, %llu attaches, %llu detaches, %llu optimize toggles, %llu hits (%llu optimized)\n",
+              static_cast<unsigned long long>(calls.load()), static_cast<unsigned long long>(attaches.load()),
+              static_cast<unsigned long long>(detaches.load()), static_cast<unsigned long long>(toggles.load()),
+              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(d.optimized));
+  EXPECT_EQ(wrong.load(), 0u) << "first: " << first_wrong;
+  EXPECT_EQ(errors.load(), 0u) << "first: " << first_error;
+  EXPECT_EQ(bad_ip, 0u);
+  EXPECT_GT(attaches.load(), 100u);
+  EXPECT_GT(d.optimized, 0u) << stats_str(d);
+  EXPECT_GT(d.emulated + d.out_of_line, 0u) << stats_str(d);
+  EXPECT_GE(d.hits, hits) << "Stats::hits < consumer hits: " << stats_str(d);
+
+  // Every code byte equals the file's byte; the page is r-x again.
+  const auto now = mem(opt_storm_page, len);
+  std::string diffs;
+  for (std::size_t k = 0; k < len; ++k)
+    if (now[k] != file[k] && diffs.size() < 400)
+      diffs += "+" + hex(k) + ": " + hex(now[k]) + " want " + hex(file[k]) + "; ";
+  EXPECT_EQ(diffs, "");
+  const auto whole = file_bytes_at(opt_storm_page, 4096);
+  EXPECT_EQ(mem(opt_storm_page, 4096) == whole, true) << "the page differs from the file";
+  auto m = mapping_of(page);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->perms, "r-xp") << m->line;
+  const auto rwx = rwx_mappings();
+  EXPECT_TRUE(rwx.empty()) << rwx[0];
+}
+
+}  // namespace

@@ -1,0 +1,612 @@
+// SPDX-License-Identifier: MIT
+// libuprobe-agent.so: the LD_PRELOAD half of uprobe-trace.
+//
+// Its constructor reads the probe specs from UPROBE_TRACE_SPECS (one per
+// line), resolves them in this process (library names against the objects
+// the dynamic linker loaded here, the program's own name to /proc/self/exe),
+// registers one counting consumer per probe site and enables counting last,
+// so that nothing the agent itself does while attaching is counted. Its
+// destructor (and every exec*() call, through interposition) writes this
+// process's counts: into a record file in UPROBE_TRACE_OUT (a directory the
+// CLI reads), or as a report to stderr when that variable is not set.
+//
+// Handlers run in signal context (or in the return trampoline): they only
+// touch fixed memory. Every thread counts in its own block (mmap'ed on its
+// first hit, page-aligned, so no cache line is shared between threads);
+// threads beyond kMaxBlocks share an overflow block with atomic adds.
+// Latency of an entry+return pair: the entry writes CLOCK_MONOTONIC (vDSO)
+// into the session cookie, the return adds log2(now - cookie) to the thread's
+// histogram.
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <uprobe/symbols.hpp>
+#include <uprobe/uprobe.hpp>
+#include <uprobe/usdt.hpp>
+
+#include "record.hpp"
+#include "spec.hpp"
+
+namespace {
+
+using namespace uptrace;
+
+constexpr unsigned kMaxBlocks = 4096;
+constexpr std::size_t kHeaderWords = 8;  // word 0: tid; one cache line
+
+// ---------------------------------------------------------------- handler-side state
+
+struct Counters {
+  std::atomic<bool> enabled{false};
+  std::size_t nkeys = 0, nhists = 0;
+  std::size_t hist_base = 0;    // first histogram word
+  std::size_t block_words = 0;  // header + counts + histograms
+  std::size_t block_bytes = 0;  // rounded up to pages
+  std::atomic<unsigned> nblocks{0};
+  std::atomic<std::uint64_t*> blocks[kMaxBlocks];
+  std::uint64_t* overflow = nullptr;  // shared by threads past kMaxBlocks: atomic adds
+};
+
+Counters* g = nullptr;  // published before counting is enabled; never freed
+std::atomic<pid_t> g_pid{0};
+
+__attribute__((tls_model("initial-exec"))) thread_local std::uint64_t* tls_block = nullptr;
+
+std::uint64_t* new_block() noexcept {
+  const int saved_errno = errno;
+  std::uint64_t* b = nullptr;
+  unsigned i = g->nblocks.fetch_add(1, std::memory_order_relaxed);
+  if (i < kMaxBlocks) {
+    void* m = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      b = static_cast<std::uint64_t*>(m);
+      b[0] = static_cast<std::uint64_t>(syscall(SYS_gettid));
+      g->blocks[i].store(b, std::memory_order_release);
+    }
+  }
+  if (b == nullptr) b = g->overflow;
+  tls_block = b;
+  errno = saved_errno;
+  return b;
+}
+
+inline std::uint64_t* my_block() noexcept {
+  std::uint64_t* b = tls_block;
+  return __builtin_expect(b != nullptr, 1) ? b : new_block();
+}
+
+inline void bump(std::uint64_t* b, std::size_t word, std::uint64_t n = 1) noexcept {
+  if (__builtin_expect(b == g->overflow, 0)) {
+    __atomic_fetch_add(&b[word], n, __ATOMIC_RELAXED);
+  } else {  // only this thread writes here; the exit-time reader tolerates a stale value
+    __atomic_store_n(&b[word], __atomic_load_n(&b[word], __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+  }
+}
+
+inline std::uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+inline bool counting() noexcept { return g->enabled.load(std::memory_order_acquire); }
+
+/// A function site: entry count, return count, latency histogram (any of them).
+class FnConsumer final : public uprobe::Consumer {
+ public:
+  FnConsumer(uprobe::Callbacks cb, long entry, long ret, long hist)
+      : uprobe::Consumer(cb), entry_(entry), ret_(ret), hist_(hist) {}
+
+  uprobe::Action handler(uprobe::Regs&) override {
+    if (!counting()) return ret_ >= 0 || hist_ >= 0 ? uprobe::Action::ignore : uprobe::Action::keep;
+    std::uint64_t* b = my_block();
+    if (entry_ >= 0) bump(b, kHeaderWords + static_cast<std::size_t>(entry_));
+    if (hist_ >= 0) uprobe::session_cookie() = now_ns();
+    return uprobe::Action::keep;
+  }
+
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    if (!counting()) return;
+    std::uint64_t* b = my_block();
+    if (ret_ >= 0) bump(b, kHeaderWords + static_cast<std::size_t>(ret_));
+    if (hist_ >= 0) {
+      const std::uint64_t t0 = uprobe::session_cookie();
+      const std::uint64_t t1 = now_ns();
+      if (t0 != 0 && t1 >= t0)
+        bump(b, g->hist_base + static_cast<std::size_t>(hist_) * kBuckets + hist_index(t1 - t0));
+    }
+  }
+
+ private:
+  long entry_, ret_, hist_;
+};
+
+/// A USDT probe (all its sites): a count.
+class CountConsumer final : public uprobe::Consumer {
+ public:
+  explicit CountConsumer(long key) : key_(key) {}
+  uprobe::Action handler(uprobe::Regs&) override {
+    if (counting()) bump(my_block(), kHeaderWords + static_cast<std::size_t>(key_));
+    return uprobe::Action::keep;
+  }
+
+ private:
+  long key_;
+};
+
+// ---------------------------------------------------------------- set-up (not signal context)
+
+struct Meta {
+  std::string out_dir;   // "" : report to stderr
+  std::string format = "text";
+  bool per_thread = false;
+  std::vector<std::string> keys, hist_keys;
+  std::vector<SpecStatus> specs;
+};
+Meta* meta = nullptr;  // never freed: other threads may still hit probes while the process exits
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  return buf;
+}
+
+std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// "malloc@@GLIBC_2.2.5" -> "malloc": the default version is what users write.
+std::string display_symbol(const std::string& s) {
+  auto at = s.find("@@");
+  return at == std::string::npos ? s : s.substr(0, at);
+}
+
+bool is_loaded(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return false;
+  for (const auto& o : uprobe::loaded_objects())
+    if (o.path == path || (o.dev == st.st_dev && o.ino == st.st_ino)) return true;
+  return false;
+}
+
+// A shared library (ET_DYN, not a program): worth a pending registration
+// when not loaded yet (libuprobe installs it when a dlopen() maps it).
+bool is_shared_library(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  Elf64_Ehdr eh;
+  bool ok = pread(fd, &eh, sizeof eh, 0) == static_cast<ssize_t>(sizeof eh);
+  close(fd);
+  return ok && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_type == ET_DYN &&
+         base_name(path).find(".so") != std::string::npos;
+}
+
+enum class Where { here, pending, absent, error };
+
+// Resolves a spec's PATH in this process.
+Where resolve_binary(const std::string& name, std::string& path, std::string& why) {
+  if (name.find('/') != std::string::npos) {
+    char buf[PATH_MAX];
+    if (!realpath(name.c_str(), buf)) {
+      why = name + ": " + std::strerror(errno);
+      return Where::error;
+    }
+    path = buf;
+  } else {
+    const std::string exe = self_exe();
+    if (name == base_name(exe) || name == program_invocation_short_name) {
+      path = exe;
+      return Where::here;
+    }
+    try {
+      path = uprobe::resolve_library(name);
+      return Where::here;
+    } catch (const uprobe::Error& e) {
+      if (e.code() != uprobe::Errc::file_not_found) {
+        why = e.what();
+        return Where::error;
+      }
+      why = e.what();
+      try {
+        path = uprobe::resolve_library(name, uprobe::LibrarySearch::search_path);
+      } catch (const uprobe::Error&) {
+        return Where::absent;
+      }
+    }
+  }
+  if (is_loaded(path)) return Where::here;
+  if (is_shared_library(path)) return Where::pending;
+  why = path + " is not loaded in this process";
+  return Where::absent;
+}
+
+struct FnPlan {
+  std::string path;
+  std::uint64_t offset = 0;
+  std::string entry_key, ret_key, hist_key;
+  std::set<std::size_t> specs;  // indexes into meta->specs
+};
+
+struct UsdtPlan {
+  std::string key;
+  std::vector<uprobe::usdt::Probe> sites;
+  std::size_t spec = 0;
+};
+
+void add_message(SpecStatus& s, const std::string& m) {
+  if (s.message.empty()) s.message = m;
+}
+
+void attach(const std::vector<std::string>& texts) {
+  std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
+  std::map<std::string, UsdtPlan> usdts;
+  for (const std::string& text : texts) {
+    meta->specs.push_back({text, 0, ""});
+    const std::size_t si = meta->specs.size() - 1;
+    SpecStatus& st = meta->specs.back();
+    std::string err;
+    auto spec = parse_spec(text, err);
+    if (!spec) {
+      st.message = err;
+      continue;
+    }
+    std::string path, why;
+    Where w = resolve_binary(spec->binary, path, why);
+    if (w == Where::absent || w == Where::error) {
+      st.message = (w == Where::absent ? "not loaded here: " : "") + why;
+      continue;
+    }
+    try {
+      if (spec->kind == Kind::usdt) {
+        for (auto& p : uprobe::usdt::find(path + ":" + spec->what)) {
+          std::string key = "usdt:" + p.path + ":" + p.provider + ":" + p.name;
+          auto [it, fresh] = usdts.try_emplace(key);
+          if (fresh) it->second.key = key, it->second.spec = si;
+          it->second.sites.push_back(std::move(p));
+        }
+      } else {
+        for (const auto& loc : uprobe::resolve_location(path + ":" + spec->what)) {
+          std::string what = loc.symbol.empty() ? "+" + std::to_string(loc.offset) : display_symbol(loc.symbol);
+          if (!loc.symbol.empty() && loc.symbol_offset) what += "+" + std::to_string(loc.symbol_offset);
+          FnPlan& f = fns[{loc.path, loc.offset}];
+          f.path = loc.path, f.offset = loc.offset;
+          f.specs.insert(si);
+          (spec->kind == Kind::uprobe ? f.entry_key : f.ret_key) =
+              std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what;
+          if (spec->kind == Kind::uretprobe || f.hist_key.empty()) f.hist_key = loc.path + ":" + what;
+        }
+      }
+    } catch (const uprobe::Error& e) {
+      st.message = e.what();
+    }
+  }
+
+  // Counter layout.
+  std::map<std::string, long> key_index;
+  auto index_of = [&](const std::string& k) -> long {
+    if (k.empty()) return -1;
+    auto [it, fresh] = key_index.try_emplace(k, static_cast<long>(meta->keys.size()));
+    if (fresh) meta->keys.push_back(k);
+    return it->second;
+  };
+  struct PendingFn {
+    FnPlan* plan;
+    long entry, ret, hist;
+  };
+  std::vector<PendingFn> pf;
+  for (auto& [k, f] : fns) {
+    long e = index_of(f.entry_key), r = index_of(f.ret_key), h = -1;
+    if (e >= 0 && r >= 0) {
+      h = static_cast<long>(meta->hist_keys.size());
+      meta->hist_keys.push_back(f.hist_key);
+    }
+    pf.push_back({&f, e, r, h});
+  }
+  std::vector<std::pair<UsdtPlan*, long>> pu;
+  for (auto& [k, u] : usdts) pu.emplace_back(&u, index_of(u.key));
+
+  g = new Counters;
+  g->nkeys = meta->keys.size();
+  g->nhists = meta->hist_keys.size();
+  g->hist_base = kHeaderWords + g->nkeys;
+  g->block_words = g->hist_base + g->nhists * kBuckets;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  g->block_bytes = (g->block_words * sizeof(std::uint64_t) + page - 1) / page * page;
+  for (auto& b : g->blocks) b.store(nullptr, std::memory_order_relaxed);
+  void* ov = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ov == MAP_FAILED) throw std::bad_alloc();
+  g->overflow = static_cast<std::uint64_t*>(ov);
+  g->overflow[0] = static_cast<std::uint64_t>(-1);
+
+  // Register. Keys whose registration failed everywhere are dropped from the
+  // record (they were never attached); their counters just stay 0.
+  std::vector<bool> attached(meta->keys.size(), false);
+  std::vector<bool> hist_attached(meta->hist_keys.size(), false);
+  for (auto& p : pf) {
+    using CB = uprobe::Callbacks;
+    CB cb = p.entry >= 0 && p.ret >= 0 ? CB::entry_and_ret : p.ret >= 0 ? CB::ret : CB::entry;
+    auto* c = new FnConsumer(cb, p.entry, p.ret, p.hist);  // never freed (see Meta)
+    try {
+      uprobe::register_uprobe(p.plan->path, p.plan->offset, *c);
+      for (std::size_t s : p.plan->specs) meta->specs[s].attached++;
+      if (p.entry >= 0) attached[static_cast<std::size_t>(p.entry)] = true;
+      if (p.ret >= 0) attached[static_cast<std::size_t>(p.ret)] = true;
+      if (p.hist >= 0) hist_attached[static_cast<std::size_t>(p.hist)] = true;
+    } catch (const uprobe::Error& e) {
+      for (std::size_t s : p.plan->specs) add_message(meta->specs[s], e.what());
+    }
+  }
+  for (auto& [u, idx] : pu) {
+    auto* c = new CountConsumer(idx);
+    for (const auto& site : u->sites) {
+      try {
+        uprobe::register_uprobe(site.path, site.offset, site.semaphore_offset, *c);
+        meta->specs[u->spec].attached++;
+        attached[static_cast<std::size_t>(idx)] = true;
+      } catch (const uprobe::Error& e) {
+        add_message(meta->specs[u->spec], e.what());
+      }
+    }
+  }
+  // Keep only attached keys in the record (indexes stay as allocated).
+  for (std::size_t i = 0; i < attached.size(); ++i)
+    if (!attached[i]) meta->keys[i].clear();
+  for (std::size_t i = 0; i < hist_attached.size(); ++i)
+    if (!hist_attached[i]) meta->hist_keys[i].clear();
+}
+
+// ---------------------------------------------------------------- results
+
+ProcessRecord snapshot() {
+  ProcessRecord r;
+  r.pid = getpid();
+  r.ppid = getppid();
+  r.exe = self_exe();
+  r.specs = meta->specs;
+  for (const auto& k : meta->keys)
+    if (!k.empty()) r.keys.push_back(k);
+  for (const auto& k : meta->hist_keys)
+    if (!k.empty()) r.hist_keys.push_back(k);
+  if (!g) return r;
+  auto take = [&](const std::uint64_t* b) {
+    const long tid = static_cast<long>(static_cast<std::int64_t>(b[0]));
+    for (std::size_t i = 0; i < g->nkeys; ++i) {
+      std::uint64_t n = __atomic_load_n(&b[kHeaderWords + i], __ATOMIC_RELAXED);
+      if (n && !meta->keys[i].empty()) r.counts.push_back({meta->keys[i], tid, n});
+    }
+    for (std::size_t h = 0; h < g->nhists; ++h)
+      for (unsigned k = 0; k < kBuckets; ++k) {
+        std::uint64_t n = __atomic_load_n(&b[g->hist_base + h * kBuckets + k], __ATOMIC_RELAXED);
+        if (n && !meta->hist_keys[h].empty()) r.buckets.push_back({meta->hist_keys[h], tid, k, n});
+      }
+  };
+  unsigned n = std::min(g->nblocks.load(std::memory_order_acquire), kMaxBlocks);
+  for (unsigned i = 0; i < n; ++i)
+    if (const std::uint64_t* b = g->blocks[i].load(std::memory_order_acquire)) take(b);
+  take(g->overflow);
+  return r;
+}
+
+bool write_all(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    ssize_t w = write(fd, s.data() + done, s.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    done += static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// Writes the record (or the stderr report); returns the record file's path.
+std::string write_results() {
+  ProcessRecord r = snapshot();
+  if (meta->out_dir.empty()) {
+    Report rep;
+    rep.add(r);
+    std::string text = meta->format == "json" ? format_json(rep, meta->per_thread)
+                                              : format_text(rep, meta->per_thread);
+    for (const auto& m : rep.messages) text += "uprobe-trace: " + m.spec + ": " + m.text + "\n";
+    write_all(STDERR_FILENO, "\n" + text);
+    return {};
+  }
+  const std::string base = meta->out_dir + "/" + std::to_string(r.pid) + "." + std::to_string(now_ns());
+  const std::string tmp = base + ".tmp", final_path = base + ".rec";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return {};
+  bool ok = write_all(fd, serialize(r));
+  close(fd);
+  if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return {};
+  }
+  return final_path;
+}
+
+std::atomic<bool> finished{false};
+
+void finish() noexcept {
+  if (!meta || finished.exchange(true)) return;
+  if (g) g->enabled.store(false, std::memory_order_seq_cst);
+  try {
+    write_results();
+  } catch (...) {
+  }
+}
+
+void atfork_child() {
+  g_pid.store(getpid(), std::memory_order_relaxed);
+  if (!g) return;
+  // The child starts from zero: the parent reports what it counted.
+  auto clear = [](std::uint64_t* b) {
+    std::memset(b + 1, 0, (g->block_words - 1) * sizeof(std::uint64_t));
+    b[0] = 0;
+  };
+  unsigned n = std::min(g->nblocks.load(std::memory_order_acquire), kMaxBlocks);
+  for (unsigned i = 0; i < n; ++i)
+    if (std::uint64_t* b = g->blocks[i].load(std::memory_order_acquire)) clear(b);
+  clear(g->overflow);
+  g->overflow[0] = static_cast<std::uint64_t>(-1);
+  if (tls_block && tls_block != g->overflow) tls_block[0] = static_cast<std::uint64_t>(syscall(SYS_gettid));
+}
+
+std::string env_or(const char* name, const char* def) {
+  const char* v = getenv(name);
+  return v ? v : def;
+}
+
+__attribute__((constructor)) void agent_init() {
+  const char* specs = getenv(kEnvSpecs);
+  if (!specs) return;
+  const std::vector<std::string> texts = split(specs, '\n');
+  meta = new Meta;
+  meta->out_dir = env_or(kEnvOut, "");
+  meta->format = env_or(kEnvFormat, "text");
+  meta->per_thread = env_or(kEnvPerThread, "0") == "1";
+  g_pid.store(getpid(), std::memory_order_relaxed);
+  if (env_or(kEnvFollow, "1") == "0") {
+    // --no-follow: whatever this program execs runs without the agent.
+    std::string orig = env_or(kEnvOrigPreload, "-");
+    if (orig == "-") unsetenv("LD_PRELOAD");
+    else setenv("LD_PRELOAD", orig.c_str(), 1);
+    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread}) unsetenv(v);
+  }
+  try {
+    attach(texts);
+  } catch (const std::exception& e) {
+    if (!meta->specs.empty()) add_message(meta->specs.front(), std::string("agent: ") + e.what());
+  }
+  pthread_atfork(nullptr, nullptr, atfork_child);
+  if (g) g->enabled.store(true, std::memory_order_seq_cst);
+}
+
+__attribute__((destructor)) void agent_fini() { finish(); }
+
+// ---------------------------------------------------------------- exec: write first
+
+// The counts of an image that execs would be lost: write them before the
+// exec, and take the file back if the exec fails. Not in a vfork() child
+// (it shares the parent's memory: the parent reports those counts).
+class ExecFlush {
+ public:
+  ExecFlush() {
+    if (meta && !finished.load() && getpid() == g_pid.load(std::memory_order_relaxed)) {
+      try {
+        file_ = write_results();
+      } catch (...) {
+      }
+    }
+  }
+  ~ExecFlush() {
+    if (!file_.empty()) {
+      const int e = errno;
+      unlink(file_.c_str());
+      errno = e;
+    }
+  }
+  ExecFlush(const ExecFlush&) = delete;
+  ExecFlush& operator=(const ExecFlush&) = delete;
+
+ private:
+  std::string file_;
+};
+
+template <typename F>
+F next_fn(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+using execve_t = int (*)(const char*, char* const[], char* const[]);
+using execv_t = int (*)(const char*, char* const[]);
+
+std::vector<char*> collect_args(const char* arg0, va_list ap, char*** envp) {
+  std::vector<char*> argv{const_cast<char*>(arg0)};
+  while (argv.back() != nullptr) argv.push_back(va_arg(ap, char*));
+  if (envp) *envp = va_arg(ap, char**);
+  return argv;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int execve(const char* path, char* const argv[], char* const envp[]) {
+  static auto real = next_fn<execve_t>("execve");
+  ExecFlush f;
+  return real(path, argv, envp);
+}
+
+__attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) {
+  static auto real = next_fn<execv_t>("execv");
+  ExecFlush f;
+  return real(path, argv);
+}
+
+__attribute__((visibility("default"))) int execvp(const char* file, char* const argv[]) {
+  static auto real = next_fn<execv_t>("execvp");
+  ExecFlush f;
+  return real(file, argv);
+}
+
+__attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  static auto real = next_fn<execve_t>("execvpe");
+  ExecFlush f;
+  return real(file, argv, envp);
+}
+
+__attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], char* const envp[]) {
+  static auto real = next_fn<int (*)(int, char* const[], char* const[])>("fexecve");
+  ExecFlush f;
+  return real(fd, argv, envp);
+}
+
+__attribute__((visibility("default"))) int execl(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*> argv = collect_args(arg, ap, nullptr);
+  va_end(ap);
+  return execv(path, argv.data());
+}
+
+__attribute__((visibility("default"))) int execlp(const char* file, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*> argv = collect_args(arg, ap, nullptr);
+  va_end(ap);
+  return execvp(file, argv.data());
+}
+
+__attribute__((visibility("default"))) int execle(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  char** envp = nullptr;
+  std::vector<char*> argv = collect_args(arg, ap, &envp);
+  va_end(ap);
+  return execve(path, argv.data(), envp);
+}
+
+}  // extern "C"
