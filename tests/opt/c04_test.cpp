@@ -66,11 +66,12 @@ TEST(C04, BranchIntoPatchWindowStaysInt3) {
       const uprobe::ProbeInfo info = uprobe::probe_info(p);
       EXPECT_EQ(info.mode, "int3");
       EXPECT_FALSE(info.why_not_optimized.empty());
-      if (m.optimize)
+      if (m.optimize) {
         EXPECT_NE(info.why_not_optimized.find(info.instruction), std::string::npos)
             << "why does not name the instruction `" << info.instruction << "`: " << info.why_not_optimized;
-      else
+      } else {
         EXPECT_NE(info.why_not_optimized.find("Config::optimize"), std::string::npos) << info.why_not_optimized;
+      }
       // Only byte 0 changed.
       const auto now = mem(fn, c.len);
       EXPECT_EQ(hex(now[0]), "0xcc");

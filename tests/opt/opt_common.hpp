@@ -37,6 +37,8 @@ std::uint64_t opt_hw(std::uint64_t, std::uint64_t);
 extern const std::uint64_t opt_hw_site;
 std::uint64_t opt_redir(std::uint64_t);
 extern const std::uint64_t opt_redir_site, opt_redir_alt;
+std::uint64_t opt_rspw(std::uint64_t, std::uint64_t);
+extern const std::uint64_t opt_rspw_site;
 std::uint64_t opt_fact(std::uint64_t);
 double opt_fargs(double, double, double, double, double, double, double, double);
 extern std::uint8_t opt_fargs_out[128];

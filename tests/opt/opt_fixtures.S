@@ -120,6 +120,22 @@ ENDF opt_redir
 OFF opt_redir, .Lredir_s, opt_redir_site
 OFF opt_redir, .Lredir_alt, opt_redir_alt
 
+/* rsp write: pushes a, then b; site; returns the word at (%rsp) (b, or a
+ * when a handler moved rsp up by 8); rbp keeps the frame. */
+FUNC opt_rspw
+        push %rbp
+        mov %rsp, %rbp
+        push %rdi
+        push %rsi
+.Lrspw_s:
+        NOP5
+        mov (%rsp), %rax
+        mov %rbp, %rsp
+        pop %rbp
+        ret
+ENDF opt_rspw
+OFF opt_rspw, .Lrspw_s, opt_rspw_site
+
 /* Recursive factorial with a nop5 as its first instruction. */
 FUNC opt_fact
         NOP5
@@ -507,7 +523,7 @@ opt_storm_page_end:
         .endr
         .endm
 
-        .section .rodata
+        .section .data.rel.ro, "aw"
         .p2align 3
         .globl opt_storm_fns, opt_storm_sites
         .type opt_storm_fns, @object
@@ -515,6 +531,8 @@ opt_storm_fns:
         .quad opt_s0, opt_s1, opt_s2, opt_s3, opt_s4, opt_s5, opt_s6, opt_s7
         .quad opt_s8, opt_s9, opt_s10, opt_s11, opt_s12, opt_s13, opt_s14, opt_s15
         .size opt_storm_fns, 128
+        .section .rodata
+        .p2align 3
         .type opt_storm_sites, @object
 opt_storm_sites:
         SITES opt_s0, 3, .Ls0_0, .Ls0_1, .Ls0_2

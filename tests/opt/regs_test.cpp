@@ -8,6 +8,9 @@
 // work only. What the handler sees (GPRs, rip, rsp, flags); what its writes
 // do (rax/rdi, rip redirect).
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -113,7 +116,9 @@ std::string diff_state(Level l, const OptState& want, const OptState& got) {
 /// Sanity of the unprobed run: the fixture stores what it loaded.
 void check_fixture(Level l, const OptState& out) {
   for (int n = 0; n < 16; ++n)
-    if (n != 4) ASSERT_EQ(hex(out.gpr[n]), hex(opt_state_in.gpr[n])) << kGprNames[n];
+    if (n != 4) {
+      ASSERT_EQ(hex(out.gpr[n]), hex(opt_state_in.gpr[n])) << kGprNames[n];
+    }
   ASSERT_EQ(hex(out.rflags & kFlagsSet), hex(kFlagsSet));
   ASSERT_EQ(hex(out.mxcsr), hex(kMxcsrIn));
   ASSERT_EQ(hex(out.fcw), hex(kFcwIn));
@@ -122,7 +127,9 @@ void check_fixture(Level l, const OptState& out) {
   for (int n = 0; n < (l == Level::avx512 ? 32 : 16); ++n)
     ASSERT_EQ(std::memcmp(out.vec[n], opt_state_in.vec[n], width), 0) << "vector register " << n;
   if (l == Level::avx512)
-    for (int k = 0; k < 8; ++k) ASSERT_EQ(hex(out.k[k]), hex(opt_state_in.k[k])) << "k" << k;
+    for (int k = 0; k < 8; ++k) {
+      ASSERT_EQ(hex(out.k[k]), hex(opt_state_in.k[k])) << "k" << k;
+    }
 }
 
 // ---------------------------------------------------- hostile handler ----
@@ -214,7 +221,9 @@ void check_seen(Level l, const Regs& s) {
   const std::uint64_t want[16] = {s.rax, s.rcx, s.rdx, s.rbx, 0,     s.rbp, s.rsi, s.rdi,
                                   s.r8,  s.r9,  s.r10, s.r11, s.r12, s.r13, s.r14, s.r15};
   for (int n = 0; n < 16; ++n)
-    if (n != 4) EXPECT_EQ(hex(want[n]), hex(opt_state_in.gpr[n])) << "handler saw " << kGprNames[n];
+    if (n != 4) {
+      EXPECT_EQ(hex(want[n]), hex(opt_state_in.gpr[n])) << "handler saw " << kGprNames[n];
+    }
   EXPECT_EQ(hex(s.rip), hex(reinterpret_cast<std::uint64_t>(level_site_addr(l)))) << "rip != the nop5 address";
   EXPECT_EQ(hex(s.rsp), hex(opt_rsp_at_site)) << "rsp != rsp at the site";
   EXPECT_EQ(hex(s.rflags & kFlagsSet), hex(kFlagsSet)) << "handler saw rflags " << hex(s.rflags);
@@ -226,7 +235,7 @@ constexpr int kRounds = 200;
 /// Config::optimize) and require the same output. `seen` returns the Regs the
 /// consumer recorded (checked when not null).
 void run_state_check(Level l, bool optimize, uprobe::Consumer& c, const std::function<std::uint64_t()>& hits,
-                     const std::function<const Regs*()>& seen) {
+                     const std::function<const Regs*()>& seen, uprobe::Consumer* also = nullptr) {
   if (!cpu_has(l)) GTEST_SKIP() << level_name(l) << " not supported by this CPU";
   ConfigGuard g;
   set_optimize(optimize);
@@ -238,10 +247,14 @@ void run_state_check(Level l, bool optimize, uprobe::Consumer& c, const std::fun
   }
   const std::uint64_t h0 = hits();
   const uprobe::Stats s0 = uprobe::stats();
+  uprobe::Attachment extra;
+  if (also) extra = uprobe::Attachment(level_site_addr(l), *also);
   uprobe::Attachment a(level_site_addr(l), c);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
   ASSERT_EQ(info.mode, optimize ? "optimized-nop5" : "int3") << info.why_not_optimized;
-  if (optimize) EXPECT_EQ(check_jump_into_xol(level_site_addr(l)), "");
+  if (optimize) {
+    EXPECT_EQ(check_jump_into_xol(level_site_addr(l)), "");
+  }
   int bad = 0;
   std::string first;
   for (int i = 0; i < kRounds; ++i) {
@@ -278,9 +291,8 @@ TEST_P(VectorState, UnusedPlusDefaultConsumer) {
   if (!cpu_has(l)) GTEST_SKIP();
   // Both on one probe: the state is saved because one consumer needs it.
   IntCounter quiet;
-  uprobe::Attachment a(level_site_addr(l), quiet);
   Clobberer c;
-  run_state_check(l, optimize, c, [&] { return c.hits.load(); }, [&] { return &c.seen; });
+  run_state_check(l, optimize, c, [&] { return c.hits.load(); }, [&] { return &c.seen; }, &quiet);
   EXPECT_EQ(quiet.hits.load(), static_cast<std::uint64_t>(kRounds));
 }
 
@@ -320,10 +332,67 @@ TEST(Vector, SaveFlagFollowsConsumerSet) {
   EXPECT_EQ(liar.hits.load(), 3u);
 }
 
+// fork(): the child keeps the parent's probes (and their stubs). A change the
+// parent makes afterwards to its own consumer set (here: the default consumer
+// leaves, only a set_vector_state_unused() consumer stays, so the parent's
+// stub stops saving vector state) must not change the child's stub: the
+// child's default consumer still needs the state saved.
+TEST(Fork, ParentConsumerChangeDoesNotReachChildStub) {
+  const Level l = Level::sse;
+  fill_input(7);
+  const OptState ref = run_level(l);
+  ASSERT_NO_FATAL_FAILURE(check_fixture(l, ref));
+  Clobberer c;
+  uprobe::Uprobe* p = uprobe::register_uprobe(level_site_addr(l), c);
+  ASSERT_EQ(uprobe::probe_info(p).mode, "optimized-nop5");
+  fill_input(7);
+  ASSERT_EQ(diff_state(l, ref, run_level(l)), "");
+  int p2c[2], c2p[2];
+  ASSERT_EQ(::pipe(p2c), 0);
+  ASSERT_EQ(::pipe(c2p), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char b;
+    if (::read(p2c[0], &b, 1) != 1) ::_exit(2);
+    fill_input(7);
+    const std::string d = diff_state(l, ref, run_level(l));
+    const std::uint64_t hits = c.hits.load();
+    (void)!::write(c2p[1], &hits, sizeof hits);
+    const std::uint32_t n = static_cast<std::uint32_t>(d.size());
+    (void)!::write(c2p[1], &n, sizeof n);
+    (void)!::write(c2p[1], d.data(), n);
+    ::_exit(0);
+  }
+  IntCounter quiet;
+  uprobe::Uprobe* q = uprobe::register_uprobe(level_site_addr(l), quiet);
+  ASSERT_EQ(q, p);
+  uprobe::unregister_uprobe(p, c);
+  ASSERT_EQ(::write(p2c[1], "x", 1), 1);
+  std::uint64_t child_hits = 0;
+  std::uint32_t n = 0;
+  ASSERT_EQ(::read(c2p[0], &child_hits, sizeof child_hits), static_cast<ssize_t>(sizeof child_hits));
+  ASSERT_EQ(::read(c2p[0], &n, sizeof n), static_cast<ssize_t>(sizeof n));
+  std::string d(n, '\0');
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::read(c2p[0], d.data() + got, n - got);
+    if (k <= 0) break;
+    got += static_cast<std::size_t>(k);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(child_hits, 2u) << "the child's consumer: one hit before fork, one in the child";
+  EXPECT_EQ(d, "") << "in the child, the default consumer's hit no longer preserved the vector state";
+  for (int fd : {p2c[0], p2c[1], c2p[0], c2p[1]}) ::close(fd);
+  uprobe::unregister_uprobe(q, quiet);
+}
+
 // A session consumer with set_vector_state_unused() at an optimized function
 // entry: the function's floating-point arguments (xmm0-7) must arrive intact.
 void check_fargs(uprobe::Consumer& c, const std::function<std::uint64_t()>& entries,
-                 const std::function<std::uint64_t()>& returns) {
+                 const std::function<std::uint64_t()>& returns, std::uint64_t want_returns) {
   uprobe::Attachment a(vaddr(opt_fargs), c);
   ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5");
   const uprobe::Stats s0 = uprobe::stats();
@@ -337,20 +406,22 @@ void check_fargs(uprobe::Consumer& c, const std::function<std::uint64_t()>& entr
     for (int k = 0; k < 8; ++k) {
       double got;
       std::memcpy(&got, opt_fargs_out + 16 * k, 8);
-      if (std::memcmp(&got, &args[k], 8) != 0 && bad++ == 0)
-        first = "call " + std::to_string(i) + ": xmm" + std::to_string(k) + " = " + std::to_string(got) +
-                " (bits " + hex(*reinterpret_cast<const std::uint64_t*>(opt_fargs_out + 16 * k)) + "), want " +
-                std::to_string(args[k]);
+      if (std::memcmp(&got, &args[k], 8) != 0 && bad++ < 8) {
+        std::uint64_t bits;
+        std::memcpy(&bits, opt_fargs_out + 16 * k, 8);
+        first += "call " + std::to_string(i) + ": xmm" + std::to_string(k) + " = " + std::to_string(got) +
+                 " (bits " + hex(bits) + "), want " + std::to_string(args[k]) + "; ";
+      }
     }
-    if (r != args[0] + args[7] && bad++ == 0)
-      first = "call " + std::to_string(i) + ": returned " + std::to_string(r);
+    if (r != args[0] + args[7] && bad++ < 8)
+      first += "call " + std::to_string(i) + ": returned " + std::to_string(r) + "; ";
   }
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
   EXPECT_EQ(bad, 0) << "floating-point arguments clobbered at the optimized entry; first: " << first;
   EXPECT_EQ(entries(), 1000u);
-  EXPECT_EQ(returns(), 1000u);
+  EXPECT_EQ(returns(), want_returns);
   EXPECT_EQ(d.optimized, 1000u) << stats_str(d);
-  EXPECT_EQ(d.return_hits, 1000u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, want_returns) << stats_str(d);
 }
 
 struct DefaultSession : uprobe::Consumer {
@@ -365,20 +436,20 @@ struct DefaultSession : uprobe::Consumer {
 
 TEST(Vector, FloatArgsSurviveDefaultSessionConsumer) {
   DefaultSession c;
-  check_fargs(c, [&] { return c.entries.load(); }, [&] { return c.returns.load(); });
+  check_fargs(c, [&] { return c.entries.load(); }, [&] { return c.returns.load(); }, 1000);
 }
 
 TEST(Vector, FloatArgsSurviveUnusedStateSessionConsumer) {
   IntSession c;
   c.func = addr(opt_fargs);
-  check_fargs(c, [&] { return c.entries.load(); }, [&] { return c.returns.load(); });
+  check_fargs(c, [&] { return c.entries.load(); }, [&] { return c.returns.load(); }, 1000);
   EXPECT_EQ(c.bad_cookie.load(), 0u);
   EXPECT_EQ(c.bad_func.load(), 0u);
 }
 
 TEST(Vector, FloatArgsSurviveUnusedStateEntryConsumer) {
   IntCounter c;
-  check_fargs(c, [&] { return c.hits.load(); }, [&] { return c.hits.load(); });
+  check_fargs(c, [&] { return c.hits.load(); }, [] { return std::uint64_t{0}; }, 0);
 }
 
 // -------------------------------------------------- what the handler sees ----
@@ -434,6 +505,72 @@ TEST(Regs, HandlerWritesRaxRdi) {
     EXPECT_EQ(w.hits.load(), 1000u);
     EXPECT_EQ(w.bad_seen.load(), 0u);
     EXPECT_EQ(d.optimized, optimize ? 1000u : 0u) << stats_str(d);
+  }
+}
+
+// GPR and flag writes at the optimized site of the all-state fixture.
+struct FlagWriter : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0};
+  Action handler(Regs& r) override {
+    hits.fetch_add(1);
+    r.r10 = 0x0123456789abcdefull;
+    r.rbx = 0xfedcba9876543210ull;
+    r.rflags ^= 0x41;  // CF and ZF
+    return Action::keep;
+  }
+};
+
+TEST(Regs, GprAndFlagWrites) {
+  ConfigGuard g;
+  const Level l = Level::sse;
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "int3");
+    set_optimize(optimize);
+    fill_input(5);
+    const OptState ref = run_level(l);
+    OptState want = ref;
+    want.gpr[10] = 0x0123456789abcdefull;
+    want.gpr[3] = 0xfedcba9876543210ull;
+    want.rflags ^= 0x41;
+    FlagWriter w;
+    uprobe::Attachment a(level_site_addr(l), w);
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    for (int i = 0; i < 100; ++i) {
+      fill_input(5);
+      ASSERT_EQ(diff_state(l, want, run_level(l)), "") << "call " << i;
+    }
+    EXPECT_EQ(w.hits.load(), 100u);
+  }
+}
+
+// Regs: "Every field is readable and writable from a handler. Writes take
+// effect when the thread continues". rsp included.
+struct RspWriter : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0};
+  Action handler(Regs& r) override {
+    hits.fetch_add(1);
+    r.rsp += 8;
+    return Action::keep;
+  }
+};
+
+TEST(Regs, RspWriteTakesEffect) {
+  ConfigGuard g;
+  ASSERT_EQ(opt_rspw(1, 2), 2u);
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "int3");
+    set_optimize(optimize);
+    RspWriter w;
+    uprobe::Attachment a(at(opt_rspw, opt_rspw_site), w);
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    std::uint64_t ignored = 0;
+    for (std::uint64_t i = 0; i < 100; ++i) {
+      const std::uint64_t r = opt_rspw(1000 + i, 2000 + i);
+      if (r == 2000 + i) ++ignored;
+      else EXPECT_EQ(r, 1000 + i) << "call " << i;
+    }
+    EXPECT_EQ(ignored, 0u) << "the handler's rsp write (+8) was ignored in " << ignored << "/100 calls";
+    EXPECT_EQ(w.hits.load(), 100u);
   }
 }
 

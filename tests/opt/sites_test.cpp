@@ -46,7 +46,9 @@ void check_optimized_site(const void* site, std::size_t fn_len, const void* fn,
     const auto now = mem(fn, fn_len);
     const std::size_t so = static_cast<std::size_t>(site_a - reinterpret_cast<std::uint64_t>(fn));
     for (std::size_t k = 0; k < fn_len; ++k)
-      if (k < so || k >= so + 5) EXPECT_EQ(hex(now[k]), hex(file_fn[k])) << "byte " << k << " of the function changed";
+      if (k < so || k >= so + 5) {
+        EXPECT_EQ(hex(now[k]), hex(file_fn[k])) << "byte " << k << " of the function changed";
+      }
   }
 
   std::string first_bad;
@@ -114,6 +116,34 @@ TEST(Sites, SameSiteByPathAndOffset) {
   EXPECT_EQ(check_jump_into_xol(vaddr(opt_entry5)), "");
   a1.detach();
   EXPECT_EQ(hex_bytes(mem(vaddr(opt_entry5), 5)), hex_bytes(file_bytes_at(vaddr(opt_entry5), 5)));
+}
+
+// A probe hit inside a handler (both sites optimized) is not reported again.
+struct CallsProbed : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0}, bad{0};
+  Action handler(Regs&) override {
+    hits.fetch_add(1);
+    if (opt_entry5(5, 6) != 17) bad.fetch_add(1);
+    return Action::keep;
+  }
+};
+
+TEST(Sites, HitInsideHandlerIsARecursionMiss) {
+  CallsProbed outer;
+  Counter inner(addr(opt_entry5));
+  uprobe::Attachment ai(vaddr(opt_entry5), inner);
+  uprobe::Attachment ao(at(opt_mid5, opt_mid5_site), outer);
+  ASSERT_EQ(uprobe::probe_info(ai.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(ao.probe()).mode, "optimized-nop5");
+  const uprobe::Stats s0 = uprobe::stats();
+  for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_mid5(i, 2), 2 * i - 2);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(outer.hits.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(outer.bad.load(), 0u) << "the probed function called from the handler returned a wrong value";
+  EXPECT_EQ(inner.hits.load(), 0u);
+  EXPECT_EQ(d.recursion_misses, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+  for (std::uint64_t i = 0; i < 10; ++i) ASSERT_EQ(opt_entry5(i, 1), i + 2);
+  EXPECT_EQ(inner.hits.load(), 10u);
 }
 
 // ------------------------------------------------------- nop encodings ----

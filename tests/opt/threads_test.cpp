@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::uint64_t kCallsPerThread = 1000000;
 constexpr int kCycles = 500;
-constexpr std::uint64_t kCallsPerStableState = 600;  // per producer, per attached/detached state
+constexpr std::uint64_t kCallsPerStableState = 1000;  // per producer, per attached/detached state
 constexpr int kProducers = 2;
 
 thread_local volatile std::uint64_t tl_hits = 0;
@@ -56,10 +56,24 @@ TEST(Threads, AttachDetachWhileTwoThreadsCallOptimizedSite) {
   std::atomic<bool> attacher_done{false};
   PerProducer pp[kProducers];
 
+  // A producer calls freely while the attacher is in a transition (the racy
+  // part) and makes kCallsPerStableState calls in each stable state, then
+  // waits for the next state; it stops once it made kCallsPerThread calls
+  // and the attacher is done.
   auto producer = [&](PerProducer& me, std::uint64_t seed) {
-    std::uint64_t x = seed;
+    std::uint64_t x = seed, last_state = ~std::uint64_t(0), in_state = 0;
     while (me.calls < kCallsPerThread || !attacher_done.load(std::memory_order_relaxed)) {
       const std::uint64_t s1 = state.load(std::memory_order_seq_cst);
+      if (s1 != last_state) {
+        last_state = s1;
+        in_state = 0;
+      }
+      if ((s1 % 4 == 0 || s1 % 4 == 2) && in_state >= kCallsPerStableState &&
+          !(attacher_done.load(std::memory_order_relaxed) && me.calls < kCallsPerThread)) {
+        std::this_thread::yield();
+        continue;
+      }
+      ++in_state;
       const std::uint64_t h1 = tl_hits;
       const std::uint64_t r = opt_conc(x);
       const std::uint64_t h2 = tl_hits;

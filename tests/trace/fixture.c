@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/* The program tests/trace runs under uprobe-trace. Every mode does an exactly
+ * known number of calls and reports what it did with write(2) only (stdio
+ * would call malloc behind the test's back):
+ *   basic N M       trace_fn() N times, malloc()+free() M times
+ *   wild            wc_alpha() 1x, wc_beta() 2x, wc_gamma() 3x, wcnot() 4x
+ *   usdt K          K passes over a semaphore-guarded USDT probe (tracefix:guarded)
+ *                   and an unguarded one (tracefix:plain); prints how many
+ *                   passes found the semaphore set
+ *   threads T N     T threads call trace_fn() N times each
+ *   fork N          trace_fn() N times here, 2N times in a fork()ed child
+ *   exec N          trace_fn() N times, then exec "basic 2N 0" (this program)
+ *   sleepy K        trace_sleep() K times (each sleeps 1 ms)
+ */
+#define _GNU_SOURCE
+#define _SDT_HAS_SEMAPHORES 1
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+__extension__ unsigned short tracefix_guarded_semaphore __attribute__((unused, section(".probes"))) = 0;
+
+volatile long sink;
+
+#define NOINLINE __attribute__((noinline, noclone, used))
+
+NOINLINE long trace_fn(long x) {
+  __asm__ volatile("");
+  return x * 2 + 1;
+}
+NOINLINE void wc_alpha(void) { __asm__ volatile(""); sink += 1; }
+NOINLINE void wc_beta(void) { __asm__ volatile(""); sink += 2; }
+NOINLINE void wc_gamma(void) { __asm__ volatile(""); sink += 3; }
+NOINLINE void wcnot(void) { __asm__ volatile(""); sink += 4; }
+
+NOINLINE void trace_sleep(void) {
+  struct timespec ts = {0, 1000000};
+  nanosleep(&ts, NULL);
+}
+
+void usdt_plain(long i); /* fixture_plain.c: no semaphore */
+
+NOINLINE int usdt_pass(long i) {
+  int guarded = 0;
+  if (__builtin_expect(tracefix_guarded_semaphore != 0, 0)) {
+    guarded = 1;
+    STAP_PROBE1(tracefix, guarded, i);
+  }
+  usdt_plain(i);
+  return guarded;
+}
+
+static void say(const char* key, long v) {
+  char buf[64];
+  char digits[24];
+  int n = 0, len = 0;
+  unsigned long u = v < 0 ? (unsigned long)-v : (unsigned long)v;
+  do digits[n++] = (char)('0' + u % 10); while ((u /= 10) != 0);
+  size_t k = strlen(key);
+  memcpy(buf, key, k);
+  len = (int)k;
+  buf[len++] = '=';
+  if (v < 0) buf[len++] = '-';
+  while (n) buf[len++] = digits[--n];
+  buf[len++] = '\n';
+  if (write(1, buf, (size_t)len) < 0) _exit(3);
+}
+
+static long calls(long n) {
+  long s = 0;
+  for (long i = 0; i < n; i++) s += trace_fn(i);
+  return s;
+}
+
+static long per_thread;
+static pthread_barrier_t barrier;
+
+static void* thread_main(void* arg) {
+  (void)arg;
+  pthread_barrier_wait(&barrier);
+  sink += calls(per_thread);
+  return NULL;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const char* mode = argv[1];
+  long a = argc > 2 ? atol(argv[2]) : 0, b = argc > 3 ? atol(argv[3]) : 0;
+  if (!strcmp(mode, "basic")) {
+    sink += calls(a);
+    long m = 0;
+    for (long i = 0; i < b; i++) {
+      char* p = malloc((size_t)(16 + i % 64));
+      if (!p) return 1;
+      p[0] = (char)i;
+      sink += p[0];
+      free(p);
+      m++;
+    }
+    say("fn", a);
+    say("malloc", m);
+  } else if (!strcmp(mode, "wild")) {
+    wc_alpha();
+    for (int i = 0; i < 2; i++) wc_beta();
+    for (int i = 0; i < 3; i++) wc_gamma();
+    for (int i = 0; i < 4; i++) wcnot();
+  } else if (!strcmp(mode, "usdt")) {
+    long g = 0;
+    for (long i = 0; i < a; i++) g += usdt_pass(i);
+    say("guarded", g);
+  } else if (!strcmp(mode, "threads")) {
+    per_thread = b;
+    pthread_t t[64];
+    if (a < 1 || a > 64) return 2;
+    pthread_barrier_init(&barrier, NULL, (unsigned)a);
+    for (long i = 0; i < a; i++) pthread_create(&t[i], NULL, thread_main, NULL);
+    for (long i = 0; i < a; i++) pthread_join(t[i], NULL);
+  } else if (!strcmp(mode, "fork")) {
+    sink += calls(a);
+    pid_t p = fork();
+    if (p == 0) {
+      sink += calls(2 * a);
+      exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    say("child_status", st);
+  } else if (!strcmp(mode, "exec")) {
+    sink += calls(a);
+    char n2[32];
+    long v = 2 * a;
+    int len = 0;
+    char d[24];
+    int k = 0;
+    do d[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    while (k) n2[len++] = d[--k];
+    n2[len] = 0;
+    execl("/proc/self/exe", argv[0], "basic", n2, "0", (char*)NULL);
+    return 4;
+  } else if (!strcmp(mode, "sleepy")) {
+    for (long i = 0; i < a; i++) trace_sleep();
+  } else {
+    return 2;
+  }
+  return 0;
+}

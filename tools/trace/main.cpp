@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: MIT
+// uprobe-trace: runs a program with libuprobe-agent.so preloaded, counting
+// probe hits in the program (and, unless --no-follow, in every process it
+// execs), and prints the counts and latency histograms at exit in bpftrace's
+// format. `uprobe-trace -l PATH` lists what can be probed in PATH.
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fnmatch.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <elf.h>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <uprobe/config.hpp>
+#include <uprobe/symbols.hpp>
+#include <uprobe/uprobe.hpp>
+#include <uprobe/usdt.hpp>
+
+#include "record.hpp"
+#include "spec.hpp"
+
+#ifndef UPROBE_TRACE_AGENT_NAME
+#define UPROBE_TRACE_AGENT_NAME "libuprobe-agent.so"
+#endif
+#ifndef UPROBE_TRACE_BIN_TO_LIB
+#define UPROBE_TRACE_BIN_TO_LIB "../lib"
+#endif
+
+namespace {
+
+using namespace uptrace;
+
+const char* const kUsage =
+    "usage: uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [-p] [--no-follow] [--] PROG [ARGS...]\n"
+    "       uprobe-trace -l PATH|SPEC [-v]\n"
+    "\n"
+    "Runs PROG with libuprobe's agent preloaded and counts probe hits in it (no root, no ptrace, no eBPF);\n"
+    "at exit prints the counts and, for functions with both an entry and a return probe, a log2 latency\n"
+    "histogram, in bpftrace's format.\n"
+    "\n"
+    "SPEC (bpftrace's spelling; PATH is a path, a library name such as `libc', or the program's name):\n"
+    "  uprobe:PATH:SYM[+OFF]      function entry or an offset into it; SYM may be a glob (`str*'),\n"
+    "                             0xADDR (link-time address) or +OFF (file offset); short form u:\n"
+    "  uretprobe:PATH:SYM         function return; SYM may be a glob; short form ur:\n"
+    "  usdt:PATH:PROVIDER:NAME    a USDT probe at all its sites, semaphore set while attached; short form U:\n"
+    "\n"
+    "options:\n"
+    "  -e SPEC            a probe (repeatable)\n"
+    "  -o FILE            write the report to FILE (default: standard error)\n"
+    "  --format F         text (default) or json\n"
+    "  -p, --per-thread   also report counts per process and thread\n"
+    "  --no-follow        do not trace the programs PROG execs (forked children are always traced)\n"
+    "  -l PATH|SPEC       list the probe-able functions and USDT probes of PATH (or those a SPEC matches)\n"
+    "  -v                 with -l: USDT sites, semaphores and argument specs\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "environment: UPROBE_TRACE_AGENT overrides the agent's path.\n";
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "uprobe-trace: %s\n", m.c_str());
+  std::exit(2);
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  return buf;
+}
+
+std::string dir_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? "." : p.substr(0, s);
+}
+
+std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+// execvp's search.
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_file(name) ? real_path(name) : std::string();
+  const char* path = getenv("PATH");
+  for (const std::string& d : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
+    std::string c = d + "/" + name;
+    if (is_file(c) && access(c.c_str(), X_OK) == 0) return real_path(c);
+  }
+  return {};
+}
+
+bool is_elf(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  char m[4] = {};
+  f.read(m, 4);
+  return f && std::memcmp(m, ELFMAG, SELFMAG) == 0;
+}
+
+// PATH of a spec or of -l, as this process can see it: a path, the program
+// (by its name), a program found in $PATH, or a library on the search path.
+std::string resolve_here(const std::string& name, const std::string& prog_path) {
+  if (name.find('/') != std::string::npos) {
+    if (!is_file(name)) die(name + ": no such file");
+    return real_path(name);
+  }
+  if (!prog_path.empty() && (name == base_name(prog_path))) return prog_path;
+  try {
+    return uprobe::resolve_library(name, uprobe::LibrarySearch::search_path);
+  } catch (const uprobe::Error&) {
+  }
+  if (std::string p = find_program(name); !p.empty() && is_elf(p)) return p;
+  return {};
+}
+
+// ---------------------------------------------------------------- -l
+
+bool fnmatch_like(const std::string& glob, const std::string& s) { return fnmatch(glob.c_str(), s.c_str(), 0) == 0; }
+
+int list(const std::string& arg, bool verbose) {
+  // PATH, or uprobe:PATH[:GLOB], uretprobe:..., usdt:PATH[:PROVIDER[:NAME]].
+  std::string path = arg, sym_glob = "*", usdt_provider = "*", usdt_name = "*";
+  bool want_sym = true, want_usdt = true;
+  auto colon = arg.find(':');
+  std::string type = colon == std::string::npos ? "" : arg.substr(0, colon);
+  if (type == "uprobe" || type == "u" || type == "uretprobe" || type == "ur") {
+    want_usdt = false;
+    std::string rest = arg.substr(colon + 1);
+    auto last = rest.rfind(':');
+    if (last != std::string::npos && last > 0) {
+      path = rest.substr(0, last);
+      sym_glob = rest.substr(last + 1);
+    } else {
+      path = rest;
+    }
+  } else if (type == "usdt" || type == "U") {
+    want_sym = false;
+    std::vector<std::string> parts;
+    std::string rest = arg.substr(colon + 1);
+    // PATH[:PROVIDER[:NAME]]: a PATH holds no ':' here.
+    parts = split(rest, ':');
+    if (parts.empty()) die("-l " + arg + ": expected usdt:PATH[:PROVIDER[:NAME]]");
+    path = parts[0];
+    if (parts.size() >= 2) usdt_provider = parts[1];
+    if (parts.size() >= 3) usdt_name = parts[2];
+    if (parts.size() == 2 && !has_glob(parts[1])) usdt_provider = "*", usdt_name = parts[1];
+  }
+  if (path.empty()) die("-l: empty PATH");
+  std::string file = resolve_here(path, {});
+  if (file.empty()) die(path + ": no such file, loaded library, library on the search path or program in $PATH");
+  std::string out;
+  try {
+    if (want_sym) {
+      std::set<std::string> names;
+      for (const auto& s : uprobe::read_symbols(file)) {
+        if (!s.executable || !s.in_file) continue;
+        if (s.type != STT_FUNC && s.type != STT_GNU_IFUNC) continue;
+        std::string n = s.hidden_version ? s.name + "@" + s.version : s.name;
+        if (fnmatch_like(sym_glob, n)) names.insert(n);
+      }
+      for (const auto& n : names) out += "uprobe:" + file + ":" + n + "\n";
+    }
+    if (want_usdt) {
+      std::vector<std::string> order;
+      struct Info {
+        unsigned sites = 0;
+        std::vector<std::string> detail;
+      };
+      std::map<std::string, Info> info;
+      for (const auto& p : uprobe::usdt::probes(file)) {
+        if (!fnmatch_like(usdt_provider, p.provider) || !fnmatch_like(usdt_name, p.name)) continue;
+        std::string k = "usdt:" + file + ":" + p.provider + ":" + p.name;
+        auto [it, fresh] = info.try_emplace(k);
+        if (fresh) order.push_back(k);
+        it->second.sites++;
+        char b[128];
+        std::snprintf(b, sizeof b, "    site 0x%llx", static_cast<unsigned long long>(p.offset));
+        std::string d = b;
+        if (p.semaphore_offset) {
+          std::snprintf(b, sizeof b, ", semaphore 0x%llx", static_cast<unsigned long long>(p.semaphore_offset));
+          d += b;
+        }
+        if (!p.args_text.empty()) d += ", args: " + p.args_text;
+        if (!p.error.empty()) d += " (unusable: " + p.error + ")";
+        it->second.detail.push_back(d);
+      }
+      for (const auto& k : order) {
+        out += k + "\n";
+        if (verbose)
+          for (const auto& d : info[k].detail) out += d + "\n";
+      }
+    }
+  } catch (const uprobe::Error& e) {
+    die(e.what());
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------- validation
+
+// Definite errors (no such file, symbol or USDT probe) stop before the run,
+// as in bpftrace; what this process cannot resolve (a library the program
+// loads from its own RUNPATH, a script's interpreter) is left to the agent.
+void validate(const Spec& s, const std::string& prog_path) {
+  std::string file = resolve_here(s.binary, prog_path);
+  if (file.empty() || !is_elf(file)) return;
+  try {
+    if (s.kind == Kind::usdt) uprobe::usdt::find(file + ":" + s.what);
+    else uprobe::resolve_location(file + ":" + s.what);
+  } catch (const uprobe::Error& e) {
+    if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
+  }
+}
+
+// ---------------------------------------------------------------- run
+
+std::string find_agent() {
+  if (const char* a = getenv("UPROBE_TRACE_AGENT")) return a;
+  const std::string dir = dir_name(self_exe());
+  for (const std::string& c : {dir + "/" + UPROBE_TRACE_AGENT_NAME,
+                               dir + "/" + UPROBE_TRACE_BIN_TO_LIB + "/" + UPROBE_TRACE_AGENT_NAME})
+    if (is_file(c)) return real_path(c);
+  die(std::string("cannot find ") + UPROBE_TRACE_AGENT_NAME + " next to " + dir + " (set UPROBE_TRACE_AGENT)");
+}
+
+// libuprobe.so as this process loaded it: preloaded too, so that its
+// sigaction()/signal()/dlopen() interposition comes before libc's.
+std::string find_libuprobe() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&uprobe::stats), &info) && info.dli_fname && info.dli_fname[0] == '/')
+    return real_path(info.dli_fname);
+  return {};
+}
+
+void remove_tree(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") unlink((dir + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+std::vector<ProcessRecord> read_records(const std::string& dir) {
+  std::vector<std::pair<std::string, ProcessRecord>> v;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() < 5 || n.substr(n.size() - 4) != ".rec") continue;
+      std::ifstream f(dir + "/" + n, std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (auto r = parse_record(ss.str())) v.emplace_back(n, std::move(*r));
+    }
+    closedir(d);
+  }
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return a.second.pid != b.second.pid ? a.second.pid < b.second.pid : a.first < b.first;
+  });
+  std::vector<ProcessRecord> out;
+  for (auto& [n, r] : v) out.push_back(std::move(r));
+  return out;
+}
+
+volatile sig_atomic_t g_child = 0;
+
+void forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> spec_texts;
+  std::string out_file, format = "text", list_arg;
+  bool per_thread = false, follow = true, verbose = false, do_list = false;
+  enum { kFormat = 1000, kNoFollow };
+  static const option longopts[] = {{"format", required_argument, nullptr, kFormat},
+                                    {"per-thread", no_argument, nullptr, 'p'},
+                                    {"no-follow", no_argument, nullptr, kNoFollow},
+                                    {"help", no_argument, nullptr, 'h'},
+                                    {nullptr, 0, nullptr, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "+e:o:l:pvh", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'e': spec_texts.emplace_back(optarg); break;
+      case 'o': out_file = optarg; break;
+      case 'l': list_arg = optarg, do_list = true; break;
+      case 'p': per_thread = true; break;
+      case 'v': verbose = true; break;
+      case kFormat: format = optarg; break;
+      case kNoFollow: follow = false; break;
+      case 'h': std::fputs(kUsage, stdout); return 0;
+      default: std::fputs(kUsage, stderr); return 2;
+    }
+  }
+  if (do_list) return list(list_arg, verbose);
+  if (format != "text" && format != "json") die("--format: text or json");
+  if (optind >= argc) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  if (spec_texts.empty()) die("no probes: give at least one -e SPEC");
+
+  const std::string prog = argv[optind];
+  const std::string prog_path = find_program(prog);
+  if (prog_path.empty()) die(prog + ": command not found");
+  std::vector<Spec> specs;
+  for (const auto& t : spec_texts) {
+    std::string err;
+    auto s = parse_spec(t, err);
+    if (!s) die(err);
+    validate(*s, prog_path);
+    specs.push_back(*s);
+  }
+
+  const std::string agent = find_agent();
+  const std::string libuprobe = find_libuprobe();
+  const char* tmp = getenv("TMPDIR");
+  std::string dir_tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/uprobe-trace.XXXXXX";
+  std::vector<char> dir_buf(dir_tmpl.begin(), dir_tmpl.end());
+  dir_buf.push_back(0);
+  if (!mkdtemp(dir_buf.data())) die("mkdtemp " + dir_tmpl + ": " + std::strerror(errno));
+  const std::string dir = dir_buf.data();
+
+  std::string joined;
+  for (const auto& t : spec_texts) joined += t + "\n";
+  const char* orig = getenv("LD_PRELOAD");
+  std::string preload = (libuprobe.empty() ? "" : libuprobe + ":") + agent;
+  if (orig && *orig) preload += ":" + std::string(orig);
+
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned descendants are reaped (and waited for) here
+  struct sigaction ign{}, fwd{}, old_int{}, old_quit{};
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = forward;
+  sigaction(SIGINT, &ign, &old_int);  // the terminal's ^C goes to the program; we report after it
+  sigaction(SIGQUIT, &ign, &old_quit);
+  sigaction(SIGTERM, &fwd, nullptr);
+  sigaction(SIGHUP, &fwd, nullptr);
+
+  pid_t child = fork();
+  if (child < 0) die(std::string("fork: ") + std::strerror(errno));
+  if (child == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    setenv(kEnvSpecs, joined.c_str(), 1);
+    setenv(kEnvOut, dir.c_str(), 1);
+    setenv(kEnvFollow, follow ? "1" : "0", 1);
+    setenv(kEnvOrigPreload, orig ? orig : "-", 1);
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    execvp(argv[optind], argv + optind);
+    std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  g_child = child;
+  int status = 0, main_status = 0;
+  for (;;) {
+    pid_t p = waitpid(-1, &status, 0);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD: every descendant is gone
+    }
+    if (p == child) {
+      main_status = status;
+      g_child = 0;
+    }
+  }
+
+  Report rep;
+  bool main_reported = false;
+  for (const auto& r : read_records(dir)) {
+    rep.add(r);
+    if (r.pid == child) main_reported = true;
+  }
+  remove_tree(dir);
+
+  std::string text = format == "json" ? format_json(rep, per_thread) : format_text(rep, per_thread);
+  if (out_file.empty()) {
+    std::fputs(("\n" + text).c_str(), stderr);
+  } else {
+    std::ofstream f(out_file, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f) die(out_file + ": cannot write");
+  }
+  if (WIFSIGNALED(main_status) && !main_reported)
+    std::fprintf(stderr, "uprobe-trace: %s was killed by signal %d: its counts are lost\n", prog.c_str(),
+                 WTERMSIG(main_status));
+  if (rep.processes.empty())
+    std::fprintf(stderr, "uprobe-trace: no process reported (was the agent loaded? static program?)\n");
+  for (const auto& s : rep.unattached()) {
+    std::set<std::string> seen;
+    std::fprintf(stderr, "uprobe-trace: WARNING: %s attached in no process\n", s.c_str());
+    for (const auto& m : rep.messages)
+      if (m.spec == s && seen.insert(m.text).second && seen.size() <= 3)
+        std::fprintf(stderr, "uprobe-trace:   pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+  }
+  if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
+  if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);
+  return 1;
+}
