@@ -4,7 +4,7 @@
 
 #include "dispatch.hpp"
 
-#include <urcu/urcu-bp.h>
+#include "rcu.hpp"
 
 #include "arch.hpp"
 #include "runtime.hpp"
@@ -91,13 +91,14 @@ void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
-  urcu_bp_read_lock();
+  uprobe_rcu_read_lock();
   const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
   Uprobe* up = probes ? probes->find(ProbeKey{static_cast<dev_t>(site.key[0]), static_cast<ino_t>(site.key[1]),
                                               site.key[2]})
                       : nullptr;
   if (up) guarded_handler_chain(up, regs);
-  urcu_bp_read_unlock();
+  if (regs.rip != site.site) count(st.redirected);
+  uprobe_rcu_read_unlock();
 }
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {

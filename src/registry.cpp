@@ -255,6 +255,20 @@ void detail::resync_address_space() {
   if (r.deferred.size() > 64) synchronize_and_reclaim(r);
 }
 
+void detail::reoptimize_all(Registry& r) {
+  const VmaSnapshot* vmas = g_hot.vmas.load(std::memory_order_acquire);
+  for (Uprobe& u : r.tree) {
+    PatchGuard guard(&u);
+    if (!u.applied) continue;
+    const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
+    if (g_hot.optimize.load(std::memory_order_relaxed)) {
+      if (vmas) optimize_sites(&u, ss, vmas->vmas());
+    } else {
+      deoptimize_sites(&u, ss);
+    }
+  }
+}
+
 Uprobe* register_uprobe(const void* address, Consumer& consumer) {
   FileOffset fo = resolve_address(address);
   return register_uprobe(fo.path, fo.offset, consumer);

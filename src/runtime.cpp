@@ -8,11 +8,12 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <urcu/urcu-bp.h>
+#include "rcu.hpp"
 
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
+#include "xol.hpp"
 
 namespace uprobe::detail {
 
@@ -73,7 +74,14 @@ void after_fork_child() {
   urcu_bp_after_fork_child();
   thread_state_after_fork_child();
   uretprobe_after_fork_child();
+  xol_area().privatize_all();
   registry().mutex.unlock();
+  // Do now what a first hit in the child would otherwise do with system
+  // calls (RCU reader registration, gettid), so that a child that installs a
+  // seccomp filter right after fork still takes probes without a syscall.
+  uprobe_rcu_read_lock();
+  uprobe_rcu_read_unlock();
+  (void)current_tid();
 }
 }  // namespace
 
@@ -86,6 +94,7 @@ void start_runtime(Registry& r) {
   urcu_bp_read_unlock();
   uretprobe_init();
   init_core_sync();
+  (void)current_tid();  // cached: this thread's hits need no gettid syscall
   uretprobe_configure(static_cast<unsigned>(g_hot.ri_pool_for_install), static_cast<unsigned>(g_hot.ri_lock_for_install),
                       g_hot.max_depth_for_install);
   install_trap_handler(g_hot.signal_mask_for_install);
@@ -110,7 +119,9 @@ void configure(const Config& c) {
   g_hot.ri_lock_for_install = c.ri_lock;
   g_hot.max_depth_for_install = c.max_uretprobe_depth;
   g_hot.optimize_for_install = c.optimize;
+  const bool optimize_changed = g_hot.optimize.load(std::memory_order_relaxed) != c.optimize;
   g_hot.optimize.store(c.optimize, std::memory_order_relaxed);
+  if (r.started && optimize_changed) reoptimize_all(r);
   if (r.started)
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
 }

@@ -71,6 +71,10 @@ const VmaSnapshot* refresh_vmas(Registry& r);
 /// dlopen() and dlclose(). Takes the registry mutex.
 void resync_address_space();
 
+/// After Config::optimize changed: converts every applied probe's sites to
+/// the configured form. Registry mutex held.
+void reoptimize_all(Registry& r);
+
 /// Starts the runtime once: SIGTRAP handler, fork handlers. Caller holds the mutex.
 void start_runtime(Registry& r);
 

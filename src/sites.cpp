@@ -64,22 +64,25 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
   }
 }
 
-void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
+void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
   for (const Site& s : ss.sites) {
-    std::uint8_t cur[arch::kJumpLen];
-    peek_text(s.addr, cur, sizeof cur);
-    if (cur[0] == arch::kJumpOpcode && up->insn.bytes[0] != arch::kJumpOpcode && up->insn.len >= arch::kJumpLen) {
-      // Optimized: back through int3 so that no thread ever runs a torn jump.
-      const std::uint8_t bp = arch::kBreakpoint;
-      poke_text(s.addr, &bp, 1);
-      sync_cores();
-      poke_text(s.addr + 1, up->insn.bytes + 1, arch::kJumpLen - 1);
-      sync_cores();
-      poke_text(s.addr, up->insn.bytes, 1);
-      sync_cores();
-    } else if (cur[0] == arch::kBreakpoint) {
-      poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
-    }
+    std::uint8_t cur;
+    peek_text(s.addr, &cur, 1);
+    if (cur != arch::kJumpOpcode || up->insn.bytes[0] == arch::kJumpOpcode || up->insn.len < arch::kJumpLen) continue;
+    const std::uint8_t bp = arch::kBreakpoint;
+    poke_text(s.addr, &bp, 1);
+    sync_cores();
+    poke_text(s.addr + 1, up->insn.bytes + 1, arch::kJumpLen - 1);
+    sync_cores();
+  }
+}
+
+void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
+  deoptimize_sites(up, ss);  // optimized sites go back through int3: no thread ever runs a torn jump
+  for (const Site& s : ss.sites) {
+    std::uint8_t cur;
+    peek_text(s.addr, &cur, 1);
+    if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
   }
 }
 

@@ -28,6 +28,10 @@ std::string why_not_optimized(const Uprobe* up);
 /// Sites that cannot be converted stay int3. Registry mutex held.
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas);
 
+/// Turns optimized sites back into int3 sites (jmp -> int3, through the same
+/// protocol). Patch lock held.
+void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
+
 /// Rewrites the stubs' "save vector state" flag after the consumer set
 /// changed. Registry mutex held.
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss);

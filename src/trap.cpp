@@ -6,7 +6,7 @@
 
 #include <signal.h>
 #include <ucontext.h>
-#include <urcu/urcu-bp.h>
+#include "rcu.hpp"
 
 #include <cerrno>
 
@@ -78,12 +78,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   const std::uint64_t ip = arch::breakpoint_address(uc);
   StatBlock& st = stat_block();
-  urcu_bp_read_lock();
+  uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
   const Site* site = ss ? ss->find(ip) : nullptr;
   if (!site) {
-    urcu_bp_read_unlock();
+    uprobe_rcu_read_unlock();
     std::uint8_t byte;
     peek_text(ip, &byte, 1);
     if (byte != arch::kBreakpoint) {
@@ -128,7 +128,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     count(st.emulated);
   }
   arch::regs_to_ucontext(regs, uc);
-  urcu_bp_read_unlock();
+  uprobe_rcu_read_unlock();
   errno = saved_errno;
 }
 

@@ -11,7 +11,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <urcu/urcu-bp.h>
+#include "rcu.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -216,7 +216,7 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispat
   regs.rflags = f->rflags;
   regs.rsp = sp;
   std::uint64_t target = 0;
-  urcu_bp_read_lock();
+  uprobe_rcu_read_lock();
   for (;;) {
     if (rs->depth == 0) fatal("return trampoline: every pending return instance was stale");
     std::uint32_t top = rs->depth - 1, bottom = top;
@@ -249,7 +249,7 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispat
     }
     if (valid) break;
   }
-  urcu_bp_read_unlock();
+  uprobe_rcu_read_unlock();
   std::memcpy(f->gpr, &regs, sizeof f->gpr);
   f->rflags = (f->rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
   return regs.rip;

@@ -171,6 +171,11 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   return slot;
 }
 
+void XolArea::privatize_all() noexcept {
+  std::string why;
+  for (Region& r : regions_) privatize(r, why);
+}
+
 std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas,
                                   std::string& why) {
   auto it = code_by_site_.find(site);

@@ -36,6 +36,10 @@ class XolArea {
   /// site). 0 with `why` set when no memory is in reach. Registry mutex held.
   std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why);
 
+  /// In a fork child: gives the child its own copy of every region, so that
+  /// neither process's later writes reach the other's slots and stubs.
+  void privatize_all() noexcept;
+
   /// Writes code or data into XOL memory at `addr` through a transient RW
   /// alias. Registry mutex held.
   bool write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);

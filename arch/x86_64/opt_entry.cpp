@@ -56,15 +56,24 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint
     for (std::size_t i = 512; i < 576; ++i) area[i] = 0;  // XSAVE header
     asm volatile("xsavec %0" : "=m"(area) : "a"(lo), "d"(hi) : "memory");
   }
-  uprobe::Regs regs;
-  std::uint64_t* r = &regs.r15;
-  for (int i = 0; i < 15; ++i) r[i] = frame[i];
+  // The stub pushed the frame in uprobe::Regs layout; 136 = red zone + target slot.
+  auto& regs = *reinterpret_cast<uprobe::Regs*>(frame);
+  static_assert(sizeof(uprobe::Regs) == 18 * 8);
+  const std::uint64_t flags = regs.rflags;
   regs.rip = site->site;
-  regs.rflags = frame[15];
-  regs.rsp = reinterpret_cast<std::uint64_t>(frame + 17) + 128;
+  regs.rsp += 136;
+  const std::uint64_t site_rsp = regs.rsp;
   uprobe::detail::optimized_hit(*site, regs);
-  for (int i = 0; i < 15; ++i) frame[i] = r[i];
-  frame[15] = (frame[15] & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
-  frame[16] = regs.rip != site->site ? regs.rip : site->resume;
+  regs.rflags = (flags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  const std::uint64_t target = regs.rip != site->site ? regs.rip : site->resume;
+  // The stub ends with `pop %rsp; ret $128`: the target goes 136 bytes below
+  // the stack pointer to continue with (below its red zone). A slot that
+  // would fall inside this frame (a handler lowering rsp by less than the
+  // frame) cannot be written before the frame is popped: rsp stays.
+  std::uint64_t slot = regs.rsp - 136;
+  const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
+  if (regs.rsp != site_rsp && slot + 8 > lo_frame && slot < hi_frame) slot = site_rsp - 136;
+  *reinterpret_cast<std::uint64_t*>(slot) = target;
+  regs.rsp = slot;
   if (xi.ok) asm volatile("xrstor %0" : : "m"(area), "a"(lo), "d"(hi) : "memory");
 }

@@ -2,11 +2,14 @@
 /*
  * Template of an optimized-probe stub (copied per probe site by
  * build_opt_stub(), which patches the two 64-bit immediates). The site holds
- * `jmp rel32` to the copy. Frame built here (low to high): r15 .. rdi
- * (uprobe::Regs order), rflags, target slot, 128-byte red zone, original rsp.
- * uprobe_opt_entry() writes the continuation address into the target slot;
- * `ret $128` pops it and steps over the red zone, leaving every register and
- * rsp as they were at the site. `lea` does not touch the flags; `and`/`cld`
+ * `jmp rel32` to the copy. The frame built here is a uprobe::Regs (low to
+ * high: r15 .. rdi, rip, rflags, rsp), then the target slot, the 128-byte red
+ * zone, and the site's stack.
+ * uprobe_opt_entry() writes the continuation address into a target slot 136
+ * bytes below the stack pointer to continue with (normally the slot this stub
+ * reserved; lower when a handler moved rsp) and leaves that slot's address in
+ * Regs.rsp; `pop %rsp; ret $128` then continues there with every register as
+ * the handlers left it. `lea` does not touch the flags; `and`/`cld`
  * run after pushfq and popfq restores them.
  */
 	.text
@@ -21,7 +24,9 @@
 	.p2align 4
 uprobe_opt_stub_template:
 	lea	-136(%rsp), %rsp
-	pushfq
+	push	%rsp			/* Regs.rsp (site rsp - 136; fixed up in C) */
+	pushfq				/* Regs.rflags */
+	push	$0			/* Regs.rip (filled in C) */
 	push	%rdi
 	push	%rsi
 	push	%rdx
@@ -64,7 +69,9 @@ uprobe_opt_stub_entry_imm:
 	pop	%rdx
 	pop	%rsi
 	pop	%rdi
+	lea	8(%rsp), %rsp		/* Regs.rip */
 	popfq
+	pop	%rsp			/* Regs.rsp: uprobe_opt_entry() left the target slot's address there */
 	ret	$128
 uprobe_opt_stub_template_end:
 	.section .note.GNU-stack,"",@progbits

@@ -112,16 +112,18 @@ inline std::uint64_t now_ns() noexcept {
 
 inline bool counting() noexcept { return g->enabled.load(std::memory_order_acquire); }
 
-/// A function site: entry count, return count, latency histogram (any of them).
+/// A function site: entry counts, return counts, a latency histogram (any of
+/// them). Several specs may name one site (aliases, a glob and a name): each
+/// has its own key, all counted.
 class FnConsumer final : public uprobe::Consumer {
  public:
-  FnConsumer(uprobe::Callbacks cb, long entry, long ret, long hist)
-      : uprobe::Consumer(cb), entry_(entry), ret_(ret), hist_(hist) {}
+  FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist)
+      : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist) {}
 
   uprobe::Action handler(uprobe::Regs&) override {
-    if (!counting()) return ret_ >= 0 || hist_ >= 0 ? uprobe::Action::ignore : uprobe::Action::keep;
+    if (!counting()) return rets_.empty() && hist_ < 0 ? uprobe::Action::keep : uprobe::Action::ignore;
     std::uint64_t* b = my_block();
-    if (entry_ >= 0) bump(b, kHeaderWords + static_cast<std::size_t>(entry_));
+    for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));
     if (hist_ >= 0) uprobe::session_cookie() = now_ns();
     return uprobe::Action::keep;
   }
@@ -129,7 +131,7 @@ class FnConsumer final : public uprobe::Consumer {
   void ret_handler(uprobe::Regs&, std::uint64_t) override {
     if (!counting()) return;
     std::uint64_t* b = my_block();
-    if (ret_ >= 0) bump(b, kHeaderWords + static_cast<std::size_t>(ret_));
+    for (long r : rets_) bump(b, kHeaderWords + static_cast<std::size_t>(r));
     if (hist_ >= 0) {
       const std::uint64_t t0 = uprobe::session_cookie();
       const std::uint64_t t1 = now_ns();
@@ -139,7 +141,8 @@ class FnConsumer final : public uprobe::Consumer {
   }
 
  private:
-  long entry_, ret_, hist_;
+  const std::vector<long> entries_, rets_;  // read-only once registered
+  long hist_;
 };
 
 /// A USDT probe (all its sites): a count.
@@ -163,6 +166,7 @@ struct Meta {
   bool per_thread = false;
   std::vector<std::string> keys, hist_keys;
   std::vector<SpecStatus> specs;
+  std::map<std::string, unsigned> modes;  // probe_info().mode at attach -> sites
 };
 Meta* meta = nullptr;  // never freed: other threads may still hit probes while the process exits
 
@@ -247,18 +251,49 @@ Where resolve_binary(const std::string& name, std::string& path, std::string& wh
 struct FnPlan {
   std::string path;
   std::uint64_t offset = 0;
-  std::string entry_key, ret_key, hist_key;
+  std::set<std::string> entry_keys, ret_keys;
+  std::string hist_key;
   std::set<std::size_t> specs;  // indexes into meta->specs
 };
 
 struct UsdtPlan {
   std::string key;
   std::vector<uprobe::usdt::Probe> sites;
-  std::size_t spec = 0;
+  std::set<std::size_t> specs;  // indexes into meta->specs
 };
 
 void add_message(SpecStatus& s, const std::string& m) {
   if (s.message.empty()) s.message = m;
+}
+
+// libc functions that libuprobe itself runs where a probe cannot fire: its
+// SIGTRAP handler reads errno before its recursion guard is up (a probe on
+// __errno_location recurses until the stack overflows), and it registers with
+// signals blocked through pthread_sigmask (a probe there is a trap while
+// SIGTRAP is blocked: the kernel kills the process). Refused here rather than
+// crashing the traced program; every alias at those offsets is covered.
+std::string refused_site(const std::string& path, std::uint64_t offset) {
+  static auto* cache = new std::map<std::string, std::map<std::uint64_t, std::string>>;
+  auto [it, fresh] = cache->try_emplace(path);
+  if (fresh && base_name(path).rfind("libc.so", 0) == 0) {
+    for (const char* name : {"__errno_location", "pthread_sigmask"}) {
+      try {
+        it->second[uprobe::resolve_symbol(path, name).offset] = name;
+      } catch (const uprobe::Error&) {
+      }
+    }
+  }
+  auto hit = it->second.find(offset);
+  if (hit == it->second.end()) return {};
+  return "not probed: libuprobe's own trap/registration path calls " + hit->second +
+         " (a probe there would recurse or be fatal)";
+}
+
+void note_mode(const uprobe::Uprobe* p) {
+  try {
+    meta->modes[uprobe::probe_info(p).mode]++;
+  } catch (...) {
+  }
 }
 
 void attach(const std::vector<std::string>& texts) {
@@ -282,21 +317,28 @@ void attach(const std::vector<std::string>& texts) {
     }
     try {
       if (spec->kind == Kind::usdt) {
+        std::set<std::string> mine;  // keys this spec created (a probe has several sites)
         for (auto& p : uprobe::usdt::find(path + ":" + spec->what)) {
           std::string key = "usdt:" + p.path + ":" + p.provider + ":" + p.name;
           auto [it, fresh] = usdts.try_emplace(key);
-          if (fresh) it->second.key = key, it->second.spec = si;
-          it->second.sites.push_back(std::move(p));
+          if (fresh) it->second.key = key, mine.insert(key);
+          it->second.specs.insert(si);
+          if (mine.count(key)) it->second.sites.push_back(std::move(p));
         }
       } else {
         for (const auto& loc : uprobe::resolve_location(path + ":" + spec->what)) {
           std::string what = loc.symbol.empty() ? "+" + std::to_string(loc.offset) : display_symbol(loc.symbol);
           if (!loc.symbol.empty() && loc.symbol_offset) what += "+" + std::to_string(loc.symbol_offset);
+          if (std::string why_not = refused_site(loc.path, loc.offset); !why_not.empty()) {
+            add_message(st, display_symbol(loc.symbol) + ": " + why_not);
+            st.failed++;
+            continue;
+          }
           FnPlan& f = fns[{loc.path, loc.offset}];
           f.path = loc.path, f.offset = loc.offset;
           f.specs.insert(si);
-          (spec->kind == Kind::uprobe ? f.entry_key : f.ret_key) =
-              std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what;
+          (spec->kind == Kind::uprobe ? f.entry_keys : f.ret_keys)
+              .insert(std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what);
           if (spec->kind == Kind::uretprobe || f.hist_key.empty()) f.hist_key = loc.path + ":" + what;
         }
       }
@@ -315,16 +357,19 @@ void attach(const std::vector<std::string>& texts) {
   };
   struct PendingFn {
     FnPlan* plan;
-    long entry, ret, hist;
+    std::vector<long> entries, rets;
+    long hist;
   };
   std::vector<PendingFn> pf;
   for (auto& [k, f] : fns) {
-    long e = index_of(f.entry_key), r = index_of(f.ret_key), h = -1;
-    if (e >= 0 && r >= 0) {
-      h = static_cast<long>(meta->hist_keys.size());
+    PendingFn p{&f, {}, {}, -1};
+    for (const auto& key : f.entry_keys) p.entries.push_back(index_of(key));
+    for (const auto& key : f.ret_keys) p.rets.push_back(index_of(key));
+    if (!p.entries.empty() && !p.rets.empty()) {
+      p.hist = static_cast<long>(meta->hist_keys.size());
       meta->hist_keys.push_back(f.hist_key);
     }
-    pf.push_back({&f, e, r, h});
+    pf.push_back(std::move(p));
   }
   std::vector<std::pair<UsdtPlan*, long>> pu;
   for (auto& [k, u] : usdts) pu.emplace_back(&u, index_of(u.key));
@@ -348,30 +393,40 @@ void attach(const std::vector<std::string>& texts) {
   std::vector<bool> hist_attached(meta->hist_keys.size(), false);
   for (auto& p : pf) {
     using CB = uprobe::Callbacks;
-    CB cb = p.entry >= 0 && p.ret >= 0 ? CB::entry_and_ret : p.ret >= 0 ? CB::ret : CB::entry;
-    auto* c = new FnConsumer(cb, p.entry, p.ret, p.hist);  // never freed (see Meta)
+    CB cb = p.entries.empty() ? CB::ret : p.rets.empty() ? CB::entry : CB::entry_and_ret;
+    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist);  // never freed (see Meta)
     try {
-      uprobe::register_uprobe(p.plan->path, p.plan->offset, *c);
+      note_mode(uprobe::register_uprobe(p.plan->path, p.plan->offset, *c));
       for (std::size_t s : p.plan->specs) meta->specs[s].attached++;
-      if (p.entry >= 0) attached[static_cast<std::size_t>(p.entry)] = true;
-      if (p.ret >= 0) attached[static_cast<std::size_t>(p.ret)] = true;
+      for (long e : p.entries) attached[static_cast<std::size_t>(e)] = true;
+      for (long r : p.rets) attached[static_cast<std::size_t>(r)] = true;
       if (p.hist >= 0) hist_attached[static_cast<std::size_t>(p.hist)] = true;
     } catch (const uprobe::Error& e) {
-      for (std::size_t s : p.plan->specs) add_message(meta->specs[s], e.what());
+      for (std::size_t s : p.plan->specs) {
+        add_message(meta->specs[s], e.what());
+        meta->specs[s].failed++;
+      }
     }
   }
   for (auto& [u, idx] : pu) {
     auto* c = new CountConsumer(idx);
     for (const auto& site : u->sites) {
       try {
-        uprobe::register_uprobe(site.path, site.offset, site.semaphore_offset, *c);
-        meta->specs[u->spec].attached++;
+        note_mode(uprobe::register_uprobe(site.path, site.offset, site.semaphore_offset, *c));
+        for (std::size_t s : u->specs) meta->specs[s].attached++;
         attached[static_cast<std::size_t>(idx)] = true;
       } catch (const uprobe::Error& e) {
-        add_message(meta->specs[u->spec], e.what());
+        for (std::size_t s : u->specs) {
+          add_message(meta->specs[s], e.what());
+          meta->specs[s].failed++;
+        }
       }
     }
   }
+  for (auto& sp : meta->specs)
+    if (sp.failed && sp.attached)
+      sp.message = std::to_string(sp.failed) + " of " + std::to_string(sp.failed + sp.attached) +
+                   " sites not probed; first: " + sp.message;
   // Keep only attached keys in the record (indexes stay as allocated).
   for (std::size_t i = 0; i < attached.size(); ++i)
     if (!attached[i]) meta->keys[i].clear();
@@ -387,6 +442,7 @@ ProcessRecord snapshot() {
   r.ppid = getppid();
   r.exe = self_exe();
   r.specs = meta->specs;
+  r.modes = meta->modes;
   for (const auto& k : meta->keys)
     if (!k.empty()) r.keys.push_back(k);
   for (const auto& k : meta->hist_keys)
@@ -447,19 +503,46 @@ std::string write_results() {
   return final_path;
 }
 
+// DIR/PID.start exists while this process counts and has not reported: the
+// CLI names processes that ended without reporting (_exit(), a fatal signal).
+// Written with a stack buffer only (also from the fork child handler).
+void start_file_path(char* buf, std::size_t n, pid_t pid) {
+  std::snprintf(buf, n, "%s/%ld.start", meta->out_dir.c_str(), static_cast<long>(pid));
+}
+
+void create_start_file() {
+  if (meta->out_dir.empty()) return;
+  char path[PATH_MAX], line[64];
+  start_file_path(path, sizeof path, getpid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  int n = std::snprintf(line, sizeof line, "%ld\n", static_cast<long>(getppid()));
+  if (write(fd, line, static_cast<std::size_t>(n)) < 0) {
+  }
+  close(fd);
+}
+
+void remove_start_file() {
+  if (meta->out_dir.empty()) return;
+  char path[PATH_MAX];
+  start_file_path(path, sizeof path, getpid());
+  unlink(path);
+}
+
 std::atomic<bool> finished{false};
 
 void finish() noexcept {
   if (!meta || finished.exchange(true)) return;
   if (g) g->enabled.store(false, std::memory_order_seq_cst);
   try {
-    write_results();
+    if (!write_results().empty()) remove_start_file();
   } catch (...) {
   }
 }
 
 void atfork_child() {
   g_pid.store(getpid(), std::memory_order_relaxed);
+  create_start_file();
   if (!g) return;
   // The child starts from zero: the parent reports what it counted.
   auto clear = [](std::uint64_t* b) {
@@ -501,6 +584,7 @@ __attribute__((constructor)) void agent_init() {
     if (!meta->specs.empty()) add_message(meta->specs.front(), std::string("agent: ") + e.what());
   }
   pthread_atfork(nullptr, nullptr, atfork_child);
+  create_start_file();
   if (g) g->enabled.store(true, std::memory_order_seq_cst);
 }
 
@@ -517,14 +601,16 @@ class ExecFlush {
     if (meta && !finished.load() && getpid() == g_pid.load(std::memory_order_relaxed)) {
       try {
         file_ = write_results();
+        if (!file_.empty()) remove_start_file();
       } catch (...) {
       }
     }
   }
-  ~ExecFlush() {
+  ~ExecFlush() {  // the exec failed: this image goes on counting
     if (!file_.empty()) {
       const int e = errno;
       unlink(file_.c_str());
+      create_start_file();
       errno = e;
     }
   }

@@ -69,7 +69,8 @@ const char* const kUsage =
     "  -p, --per-thread   also report counts per process and thread\n"
     "  --no-follow        do not trace the programs PROG execs (forked children are always traced)\n"
     "  -l PATH|SPEC       list the probe-able functions and USDT probes of PATH (or those a SPEC matches)\n"
-    "  -v                 with -l: USDT sites, semaphores and argument specs\n"
+    "  -v                 with -l: USDT sites, semaphores and argument specs; when tracing: each\n"
+    "                     process's probe sites by mode (int3, optimized-nop5, pending)\n"
     "  -h, --help         this text\n"
     "\n"
     "environment: UPROBE_TRACE_AGENT overrides the agent's path.\n";
@@ -272,6 +273,24 @@ void remove_tree(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// Processes that started counting and never reported: DIR/PID.start.
+std::vector<Report::Proc> read_lost(const std::string& dir) {
+  std::vector<Report::Proc> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() < 7 || n.substr(n.size() - 6) != ".start") continue;
+      Report::Proc p{std::atol(n.c_str()), 0, "", false, {}};
+      std::ifstream f(dir + "/" + n);
+      f >> p.ppid;
+      out.push_back(p);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  return out;
+}
+
 std::vector<ProcessRecord> read_records(const std::string& dir) {
   std::vector<std::pair<std::string, ProcessRecord>> v;
   if (DIR* d = opendir(dir.c_str())) {
@@ -405,6 +424,7 @@ int main(int argc, char** argv) {
     rep.add(r);
     if (r.pid == child) main_reported = true;
   }
+  rep.lost = read_lost(dir);
   remove_tree(dir);
 
   std::string text = format == "json" ? format_json(rep, per_thread) : format_text(rep, per_thread);
@@ -415,17 +435,35 @@ int main(int argc, char** argv) {
     f << text;
     if (!f) die(out_file + ": cannot write");
   }
+  if (verbose)
+    for (const auto& p : rep.processes) {
+      std::string modes;
+      for (const auto& [m, n] : p.modes) modes += (modes.empty() ? "" : ", ") + m + " " + std::to_string(n);
+      std::fprintf(stderr, "uprobe-trace: pid %ld (%s, parent %ld): sites %s\n", p.pid, p.exe.c_str(), p.ppid,
+                   modes.empty() ? "none" : modes.c_str());
+    }
   if (WIFSIGNALED(main_status) && !main_reported)
     std::fprintf(stderr, "uprobe-trace: %s was killed by signal %d: its counts are lost\n", prog.c_str(),
                  WTERMSIG(main_status));
-  if (rep.processes.empty())
-    std::fprintf(stderr, "uprobe-trace: no process reported (was the agent loaded? static program?)\n");
-  for (const auto& s : rep.unattached()) {
+  for (const auto& p : rep.lost)
+    if (p.pid != child)
+      std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (parent %ld) ended without reporting its counts "
+                   "(_exit() or a fatal signal)\n", p.pid, p.ppid);
+  if (rep.processes.empty() && rep.lost.empty())
+    std::fprintf(stderr, "uprobe-trace: no process loaded the agent (a static or set-user-ID program?)\n");
+  const std::vector<std::string> unattached = rep.unattached();
+  for (const auto& s : rep.spec_attached) {
+    const bool none = std::find(unattached.begin(), unattached.end(), s.first) != unattached.end();
     std::set<std::string> seen;
-    std::fprintf(stderr, "uprobe-trace: WARNING: %s attached in no process\n", s.c_str());
-    for (const auto& m : rep.messages)
-      if (m.spec == s && seen.insert(m.text).second && seen.size() <= 3)
-        std::fprintf(stderr, "uprobe-trace:   pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+    if (none) std::fprintf(stderr, "uprobe-trace: WARNING: %s attached in no process\n", s.first.c_str());
+    for (const auto& m : rep.messages) {
+      if (m.spec != s.first || !seen.insert(m.text).second || seen.size() > 3) continue;
+      const bool absent = m.text.rfind("not loaded here", 0) == 0;
+      if (none) std::fprintf(stderr, "uprobe-trace:   pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+      else if (!absent)
+        std::fprintf(stderr, "uprobe-trace: WARNING: %s: pid %ld (%s): %s\n", m.spec.c_str(), m.pid, m.exe.c_str(),
+                     m.text.c_str());
+    }
   }
   if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
   if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);

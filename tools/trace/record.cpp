@@ -60,6 +60,7 @@ std::string serialize(const ProcessRecord& r) {
   s += "process\t" + std::to_string(r.pid) + "\t" + std::to_string(r.ppid) + "\t" + clean(r.exe) + "\n";
   for (const auto& sp : r.specs)
     s += "spec\t" + clean(sp.spec) + "\t" + std::to_string(sp.attached) + "\t" + clean(sp.message) + "\n";
+  for (const auto& [m, n] : r.modes) s += "mode\t" + clean(m) + "\t" + std::to_string(n) + "\n";
   for (const auto& k : r.keys) s += "key\t" + clean(k) + "\n";
   for (const auto& k : r.hist_keys) s += "hist\t" + clean(k) + "\n";
   for (const auto& c : r.counts)
@@ -91,6 +92,9 @@ std::optional<ProcessRecord> parse_record(std::string_view text) {
       SpecStatus s{std::string(f[1]), 0, std::string(f[3])};
       num(f[2], s.attached);
       r.specs.push_back(std::move(s));
+    } else if (f[0] == "mode" && f.size() == 3) {
+      unsigned n = 0;
+      if (num(f[2], n)) r.modes[std::string(f[1])] += n;
     } else if (f[0] == "key" && f.size() == 2) {
       r.keys.emplace_back(f[1]);
     } else if (f[0] == "hist" && f.size() == 2) {
@@ -111,7 +115,7 @@ std::optional<ProcessRecord> parse_record(std::string_view text) {
 }
 
 void Report::add(const ProcessRecord& r) {
-  processes.push_back({r.pid, r.ppid, r.exe, r.complete});
+  processes.push_back({r.pid, r.ppid, r.exe, r.complete, r.modes});
   for (const auto& s : r.specs) {
     spec_attached[s.spec] += s.attached;
     if (!s.message.empty()) messages.push_back({r.pid, r.exe, s.spec, s.message});
@@ -165,7 +169,14 @@ std::string format_hist(const Report::Hist& h) {
 
 std::string format_text(const Report& r, bool per_thread) {
   std::string out;
-  for (const auto& [k, n] : sorted_hits(r)) out += "@hits[" + k + "]: " + std::to_string(n) + "\n";
+  const auto sorted = sorted_hits(r);
+  const std::size_t zeros = static_cast<std::size_t>(
+      std::count_if(sorted.begin(), sorted.end(), [](const auto& kv) { return kv.second == 0; }));
+  if (zeros > kMaxZeroLines)
+    out += "@hits: " + std::to_string(zeros) + " of " + std::to_string(sorted.size()) +
+           " probes attached had no hits (--format json lists them)\n";
+  for (const auto& [k, n] : sorted)
+    if (n != 0 || zeros <= kMaxZeroLines) out += "@hits[" + k + "]: " + std::to_string(n) + "\n";
   for (const auto& [k, h] : r.hists) {
     out += "\n@latency_ns[" + k + "]:\n";
     out += format_hist(h);
@@ -236,8 +247,10 @@ std::string format_json(const Report& r, bool per_thread) {
   for (const auto& p : r.processes) {
     out += first ? "\n    " : ",\n    ";
     first = false;
+    std::string modes;
+    for (const auto& [m, n] : p.modes) modes += (modes.empty() ? "" : ", ") + json_escape(m) + ": " + std::to_string(n);
     out += "{\"pid\": " + std::to_string(p.pid) + ", \"ppid\": " + std::to_string(p.ppid) +
-           ", \"exe\": " + json_escape(p.exe) + "}";
+           ", \"exe\": " + json_escape(p.exe) + ", \"sites\": {" + modes + "}}";
   }
   out += first ? "],\n" : "\n  ],\n";
   out += "  \"specs\": {";
@@ -248,6 +261,14 @@ std::string format_json(const Report& r, bool per_thread) {
     out += json_escape(s) + ": {\"sites_attached\": " + std::to_string(n) + "}";
   }
   out += first ? "},\n" : "\n  },\n";
+  out += "  \"lost_processes\": [";
+  first = true;
+  for (const auto& p : r.lost) {
+    out += first ? "" : ", ";
+    first = false;
+    out += "{\"pid\": " + std::to_string(p.pid) + ", \"ppid\": " + std::to_string(p.ppid) + "}";
+  }
+  out += "],\n";
   out += "  \"messages\": [";
   first = true;
   for (const auto& m : r.messages) {

@@ -8,7 +8,8 @@
 /// Record file: UTF-8 lines of tab-separated fields:
 ///   uprobe-trace-record 1
 ///   process PID PPID EXE
-///   spec SPEC N MESSAGE        N sites attached here; MESSAGE why not ("" when N > 0)
+///   spec SPEC N MESSAGE        N sites attached here; MESSAGE: why not (all or some)
+///   mode MODE N                N sites attached in MODE (int3, optimized-nop5, pending)
 ///   key KEY                    an attached counter (uprobe:/uretprobe:/usdt: key)
 ///   hist KEY                   an attached latency histogram (key PATH:SYM)
 ///   count KEY TID N            hits by thread TID (N > 0)
@@ -40,6 +41,7 @@ struct SpecStatus {
   std::string spec;
   unsigned attached = 0;
   std::string message;
+  unsigned failed = 0;  ///< sites refused (agent-side bookkeeping; not serialized)
 };
 
 struct ProcessRecord {
@@ -47,6 +49,7 @@ struct ProcessRecord {
   std::string exe;
   bool complete = false;  ///< the `end` line was read
   std::vector<SpecStatus> specs;
+  std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
   std::vector<std::string> keys, hist_keys;
   struct Count {
     std::string key;
@@ -76,6 +79,7 @@ struct Report {
     long pid, ppid;
     std::string exe;
     bool complete;
+    std::map<std::string, unsigned> modes;
   };
   std::vector<Proc> processes;
   std::map<std::string, unsigned> spec_attached;  ///< spec -> sites attached, summed over processes
@@ -83,12 +87,17 @@ struct Report {
     long pid;
     std::string exe, spec, text;
   };
-  std::vector<Message> messages;  ///< why a spec did not attach in some process
+  std::vector<Message> messages;  ///< why a spec did not attach (fully) in some process
+  std::vector<Proc> lost;         ///< processes that started but never reported (_exit, fatal signal)
 
   void add(const ProcessRecord& r);
   /// Specs attached in no process.
   std::vector<std::string> unattached() const;
 };
+
+/// Text output lists attached probes without hits (`@hits[KEY]: 0`) only up
+/// to this many; more (a glob over a library) are summarized in one line.
+inline constexpr std::size_t kMaxZeroLines = 20;
 
 /// bpftrace's text output: @hits[KEY]: N (ascending), @latency_ns[FN]: hist,
 /// and with per_thread @hits_per_thread[KEY, PID, TID]: N.

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// liburcu's bulletproof flavour (urcu-bp: threads register themselves on
+// their first read-side section, so any thread of the program may hit a
+// probe). The hot paths enter and leave read-side sections through
+// rcu_read.c, which inlines liburcu-bp's read side (_LGPL_SOURCE: liburcu is
+// LGPL-2.1, and its README allows the inline read side to GPL-compatible code
+// such as MIT) and reaches the per-thread reader through a TLS descriptor
+// (-mtls-dialect=gnu2): a few instructions instead of two calls into
+// liburcu-bp and two __tls_get_addr calls per hit. Writers use liburcu-bp's
+// functions directly (urcu_bp_synchronize_rcu()).
+#include <urcu/urcu-bp.h>
+
+extern "C" {
+/// urcu_bp_read_lock(), inlined. Async-signal-safe; nests.
+void uprobe_rcu_read_lock(void);
+/// urcu_bp_read_unlock(), inlined. Async-signal-safe.
+void uprobe_rcu_read_unlock(void);
+}
