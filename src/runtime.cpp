@@ -64,6 +64,7 @@ namespace {
 // child with a registry mutex nobody owns: hold it across fork instead.
 void before_fork() {
   registry().mutex.lock();
+  note_fork();
   urcu_bp_before_fork();
 }
 void after_fork_parent() {

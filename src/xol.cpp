@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -20,6 +21,8 @@ constexpr unsigned kMfdExec = 0x10;
 #else
 constexpr unsigned kMfdExec = MFD_EXEC;
 #endif
+
+std::atomic<std::uint64_t> g_fork_gen{0};
 
 std::uint64_t distance(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : b - a; }
 
@@ -41,6 +44,8 @@ XolArea::Region* XolArea::region_of(std::uint64_t addr) {
     if (addr >= r.base && addr < r.base + r.size) return &r;
   return nullptr;
 }
+
+void note_fork() noexcept { g_fork_gen.fetch_add(1, std::memory_order_relaxed); }
 
 XolArea& xol_area() {
   static XolArea* a = new XolArea;
@@ -86,7 +91,7 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
       ::munmap(p, kRegionSize);
       continue;
     }
-    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid()});
+    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed)});
     return &regions_.back();
   }
   ::close(fd);
@@ -123,11 +128,13 @@ bool XolArea::privatize(Region& r, std::string& why) {
   ::close(r.fd);
   r.fd = fd;
   r.owner = ::getpid();
+  r.fork_gen = g_fork_gen.load(std::memory_order_relaxed);
   return true;
 }
 
 bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {
-  if (r.owner != ::getpid() && !privatize(r, why)) return false;
+  if ((r.owner != ::getpid() || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
+    return false;
   if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;

@@ -51,6 +51,7 @@ class XolArea {
     std::size_t used = 0;
     int fd = -1;
     pid_t owner = 0;
+    std::uint64_t fork_gen = 0;  ///< fork_generation() when this process got its own copy
   };
   Region* region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas, std::string& why);
   bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
@@ -64,5 +65,10 @@ class XolArea {
 
 /// The process's XOL area.
 XolArea& xol_area();
+
+/// Counts fork()s (bumped before each fork): a region made before the last
+/// fork is shared with the child, so a write first gives this process its own
+/// copy (the child makes its own copy as well, in its fork handler).
+void note_fork() noexcept;
 
 }  // namespace uprobe::detail

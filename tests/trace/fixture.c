@@ -11,10 +11,13 @@
  *   fork N          trace_fn() N times here, 2N times in a fork()ed child
  *   exec N          trace_fn() N times, then exec "basic 2N 0" (this program)
  *   sleepy K        trace_sleep() K times (each sleeps 1 ms)
+ *   lost N          trace_fn() N times here, N times in a child that leaves with _exit()
+ *   blocked N       trace_fn() N times with every signal blocked
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +145,22 @@ int main(int argc, char** argv) {
     n2[len] = 0;
     execl("/proc/self/exe", argv[0], "basic", n2, "0", (char*)NULL);
     return 4;
+  } else if (!strcmp(mode, "lost")) {
+    sink += calls(a);
+    pid_t p = fork();
+    if (p == 0) {
+      sink += calls(a);
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+  } else if (!strcmp(mode, "blocked")) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    sink += calls(a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    say("fn", a);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

@@ -366,6 +366,8 @@ int main(int argc, char** argv) {
 
   const std::string agent = find_agent();
   const std::string libuprobe = find_libuprobe();
+  for (const std::string& p : {agent, libuprobe})  // LD_PRELOAD separates with ':' and blanks
+    if (p.find_first_of(": \t") != std::string::npos) die("cannot preload " + p + ": its path has ':' or a blank");
   const char* tmp = getenv("TMPDIR");
   std::string dir_tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/uprobe-trace.XXXXXX";
   std::vector<char> dir_buf(dir_tmpl.begin(), dir_tmpl.end());
