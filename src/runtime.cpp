@@ -27,6 +27,9 @@ Registry& registry() {
 void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
   sigset_t all, old;
   sigfillset(&all);
+  // Never SIGTRAP: an int3 hit with SIGTRAP blocked is fatal (the kernel
+  // forces the signal). No probe can be hit in this short stretch anyway.
+  sigdelset(&all, SIGTRAP);
   // A signal handler on this thread that hits a probe must not find the
   // write lock held by its own thread.
   pthread_sigmask(SIG_BLOCK, &all, &old);

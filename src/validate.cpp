@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "elf_info.hpp"
+#include "vma.hpp"
 #include "format.hpp"
 #include "uprobe/uprobe.hpp"
 
@@ -101,6 +102,53 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
                     hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
 }
 
+namespace {
+
+/// libc functions that the trap path, the return trampoline or the writer
+/// (while it blocks signals) call: a probe there would recurse without end or
+/// be hit with SIGTRAP blocked, which the kernel makes fatal.
+void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
+  static const char* const names[] = {"__errno_location", "syscall",      "pthread_sigmask", "sigprocmask",
+                                      "sigaltstack",      "sched_getcpu", "open",            "open64",
+                                      "pwrite",           "pwrite64",     "close",           "mmap",
+                                      "mmap64",           "munmap",       "pthread_setspecific",
+                                      "getpid",           "abort",        "write"};
+  struct Forbidden {
+    dev_t dev;
+    ino_t ino;
+    std::uint64_t offset;
+    const char* name;
+  };
+  // Their (file, offset) in this process, computed once (registry mutex held).
+  static const std::vector<Forbidden> forbidden = [] {
+    std::vector<Forbidden> out;
+    VmaSnapshot maps(read_proc_maps());
+    for (const char* name : names) {
+      const Vma* v = maps.find(reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)));
+      if (v && v->ino)
+        out.push_back({v->dev, v->ino, v->pgoff + (reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)) - v->start),
+                       name});
+    }
+    return out;
+  }();
+  const Forbidden* match = nullptr;
+  for (const Forbidden& f : forbidden)
+    if (f.dev == t.st.st_dev && f.ino == t.st.st_ino) match = &f;
+  if (!match) return;  // not libc
+  std::string why;
+  auto info = elf_info(t.fd, t.path, t.st, why);
+  const FuncSym* fn = info ? info->enclosing_function(offset) : nullptr;
+  if (!fn) return;
+  for (const Forbidden& f : forbidden)
+    if (f.dev == t.st.st_dev && f.ino == t.st.st_ino && f.offset == fn->file_offset)
+      throw Error(Errc::forbidden_target, t.path, offset,
+                  "the function " + fn->name + " (" + f.name +
+                      ") runs on libuprobe's trap path or with SIGTRAP blocked; a probe there would recurse or be "
+                      "fatal");
+}
+
+}  // namespace
+
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
   // Our own code, liburcu-bp (read-side calls) and the dynamic linker (TLS
   // resolution of liburcu-bp's per-thread reader) run before the recursion
@@ -108,6 +156,7 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
   static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
                                   reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
                                   dlsym(RTLD_DEFAULT, "__tls_get_addr")};
+  check_not_trap_path_libc(t, offset);
   struct stat exe;
   const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
   for (const void* a : anchors) {
