@@ -16,6 +16,7 @@
 #include "runtime.hpp"
 #include "sites.hpp"
 #include "thread_state.hpp"
+#include "uretprobe.hpp"
 #include "validate.hpp"
 #include "xol.hpp"
 
@@ -178,6 +179,14 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
     for (const Registration* x : old->regs)
       if (x->consumer == &consumer)
         throw Error(Errc::conflict, path, offset, "this consumer is already registered on this probe");
+    if (reg->has_ret) {
+      unsigned rets = 0;
+      for (const Registration* x : old->regs) rets += x->has_ret;
+      if (rets >= kMaxReturnConsumers)
+        throw Error(Errc::conflict, path, offset,
+                    "this probe already has " + std::to_string(rets) +
+                        " consumers with a ret_handler, the most one return instance records");
+    }
     if (up->ref_ctr_offset != ref_ctr_offset)
       throw Error(Errc::conflict, path, offset,
                   "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +

@@ -5,6 +5,8 @@
 #include "runtime.hpp"
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include <pthread.h>
 #include <signal.h>
@@ -111,6 +113,9 @@ namespace uprobe {
 
 void configure(const Config& c) {
   using namespace detail;
+  if (c.max_uretprobe_depth < 1 || c.max_uretprobe_depth > kMaxReturnDepth)
+    throw std::invalid_argument("libuprobe: Config::max_uretprobe_depth must be 1.." +
+                                std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);

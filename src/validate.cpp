@@ -40,7 +40,9 @@ Target::~Target() {
 
 void open_target(const std::string& path, std::uint64_t offset, Target& out) {
   out.path = path;
-  out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (path.empty()) throw Error(Errc::file_not_found, path, offset, "the path is empty");
+  // O_NONBLOCK: a FIFO (or a device) must be refused, not waited on.
+  out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (out.fd < 0) throw Error(Errc::file_not_found, path, offset, std::string("cannot open file: ") + std::strerror(errno));
   if (::fstat(out.fd, &out.st) != 0)
     throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(errno));

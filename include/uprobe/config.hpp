@@ -58,8 +58,11 @@ struct Config {
 };
 
 /// Sets the configuration. Takes effect for hits that start after the call;
-/// signal_mask re-installs the SIGTRAP handler. Thread-safety: any thread, not
-/// from a handler. Not async-signal-safe.
+/// signal_mask re-installs the SIGTRAP handler; optimize converts attached
+/// probes. Thread-safety: any thread, not from a handler. Not
+/// async-signal-safe.
+/// @throws std::invalid_argument when max_uretprobe_depth is outside 1..4096
+/// (nothing changed then).
 void configure(const Config& config);
 
 /// The current configuration.

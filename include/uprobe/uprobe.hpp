@@ -82,6 +82,8 @@ class Consumer {
   /// address the function returns to, rsp the stack pointer after the return.
   /// Writes to the GPRs and rflags take effect; writing rip makes the return go
   /// there. `func` is the probed address (the kernel's `func` argument).
+  /// At most 10 consumers with a ret_handler per probe (register_uprobe
+  /// refuses the 11th with Errc::conflict).
   /// Only called when the consumer was built with Callbacks::ret or
   /// entry_and_ret, and only for invocations whose entry this consumer saw
   /// (registered, passed its filter, did not return remove or ignore).
@@ -144,7 +146,8 @@ enum class Errc {
   refused_instruction, ///< an existing int3, undecodable bytes, or an instruction we cannot run out of line
   not_file_backed,     ///< an address in anonymous memory, or in no mapping at all
   forbidden_target,    ///< libuprobe's own code or its hot-path dependencies
-  conflict,            ///< this consumer is already registered on this probe, or is not registered on it
+  conflict,            ///< this consumer is already registered on this probe, or is not registered on it; a different
+                       ///< USDT semaphore; more than 10 return consumers on one probe
   in_handler,          ///< (un)registering from inside a handler would deadlock
   system,              ///< a system call failed (message says which and errno)
 };

@@ -226,8 +226,10 @@ TEST(RetProcess, ThousandThreadsNoLeak) {
   EXPECT_EQ(d.return_dropped, 0u) << str(d);
   // Expected growth: the per-thread statistics blocks (128 B per new thread,
   // kept by design for stats(), at most 4096 of them) = 125 kB. A leaked
-  // return stack (>= 4 kB touched) or thread cache per thread would be MBs.
-  EXPECT_LT(rss1 - rss0, 512) << "VmRSS grew by " << rss1 - rss0 << " kB over 1000 threads";
+  // return stack (>= 4 kB touched) or thread cache per thread would be 4 MB
+  // or more; allocator noise (thread stacks' guard pages, malloc arenas under
+  // load) stays well below 2 MB.
+  EXPECT_LT(rss1 - rss0, 2048) << "VmRSS grew by " << rss1 - rss0 << " kB over 1000 threads";
 }
 
 TEST(RetProcess, MillionReturnsMemoryFlat) {
