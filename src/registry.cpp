@@ -132,6 +132,7 @@ void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.tree.size());
   for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
+  table->build();
   publish(r, nullptr, table.release());
 }
 

@@ -62,6 +62,7 @@ struct Image {
     }
     std::sort(table.entries.begin(), table.entries.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
+    table.build();  // as publish_probes() does
     snapshot = std::make_unique<VmaSnapshot>(std::move(v));
     micro::Rng rng;
     for (std::size_t n = 0; n < kLookups; ++n) {
