@@ -103,9 +103,10 @@ class ProbeHook final : public Hook {
       const void* address = reinterpret_cast<const void*>(v.target);
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
+      const std::string how = info.mode != "int3" ? info.mode : info.emulated ? "int3, emulated" : "int3, out of line";
       std::fprintf(text_out(), "Probe: %s+0x%" PRIx64 " (%p): '%s', %s%s\n", info.where.path.c_str(),
-                   info.where.offset, address, info.instruction.c_str(),
-                   info.emulated ? "emulated" : "out of line", v.kind == Kind::uretprobe ? ", return probe" : "");
+                   info.where.offset, address, info.instruction.c_str(), how.c_str(),
+                   v.kind == Kind::uretprobe ? ", return probe" : "");
       return true;
     } catch (const std::exception& e) {
       error = std::string("cannot probe ") + v.name + ": " + e.what();
@@ -116,9 +117,11 @@ class ProbeHook final : public Hook {
   bool check(std::uint64_t counted) override {
     const uprobe::Stats s = uprobe::stats();
     std::fprintf(text_out(),
-                 "Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", emulated %" PRIu64 ", out_of_line %" PRIu64
-                 ", locked_lookups %" PRIu64 ", restarts %" PRIu64 ", recursion_misses %" PRIu64 "\n",
-                 s.hits, counted, s.emulated, s.out_of_line, s.locked_lookups, s.restarts, s.recursion_misses);
+                 "Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", optimized %" PRIu64 ", emulated %" PRIu64
+                 ", out_of_line %" PRIu64 ", locked_lookups %" PRIu64 ", restarts %" PRIu64
+                 ", recursion_misses %" PRIu64 "\n",
+                 s.hits, counted, s.optimized, s.emulated, s.out_of_line, s.locked_lookups, s.restarts,
+                 s.recursion_misses);
 #if defined(UPROBE_HAS_URETPROBE)
     if (kind_ == Kind::uretprobe)
       std::fprintf(text_out(), "Return stats: return_hits %" PRIu64 ", return_misses %" PRIu64
