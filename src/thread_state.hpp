@@ -38,6 +38,9 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
+  int in_trap;               ///< >0 while the SIGTRAP handler handles a hit (its continuation is not decided yet)
+  const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
+  std::uint64_t trap_ip;     ///< address of the probe the SIGTRAP handler is handling (valid while in_trap)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight

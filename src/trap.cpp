@@ -78,6 +78,10 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   const std::uint64_t ip = arch::breakpoint_address(uc);
   StatBlock& st = stat_block();
+  ThreadState& ts = t_state;
+  ts.trap_uc = uc;
+  ts.trap_ip = ip;
+  ++ts.in_trap;
 
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
@@ -93,8 +97,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
       arch::set_ucontext_ip(uc, ip);
     } else {
       count(st.foreign_traps);
+      --ts.in_trap;
       forward_foreign_trap(sig, info, ctx);
+      errno = saved_errno;
+      return;
     }
+    --ts.in_trap;
     errno = saved_errno;
     return;
   }
@@ -104,7 +112,6 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   arch::regs_from_ucontext(uc, regs);
   regs.rip = ip;
   guarded_handler_chain(up, regs);
-  ThreadState& ts = t_state;
 
   if (regs.rip != ip) {
     count(st.redirected);
@@ -141,6 +148,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   }
   arch::regs_to_ucontext(regs, uc);
   uprobe_rcu_read_unlock();
+  --ts.in_trap;
   errno = saved_errno;
 }
 

@@ -4,8 +4,8 @@
 // `jmp rel32`, some with 0xE9/0xCC/nop5 bytes inside immediates), checking
 // every result; 2 threads attach and detach probes at random instruction
 // starts of those functions (entries become optimized-entry probes when
-// their window allows; callers block briefly between rounds so that they can
-// be observed outside the windows) and switch Config::optimize on and off. 3 s.
+// their window allows: the running callers are observed through
+// Config::sample_signal = SIGRTMAX) and switch Config::optimize on and off. 3 s.
 // Afterwards every code byte of the page equals the file's byte and the page
 // is r-x again (and no mapping is writable and executable).
 
@@ -109,10 +109,6 @@ TEST(C10, StormOnSharedPage) {
           }
         }
       }
-      // Block briefly between rounds: an entry is only converted once every
-      // other thread has been seen outside its window (blocked in the kernel),
-      // so the storm exercises optimized entries too.
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     calls.fetch_add(n);
   };
@@ -157,6 +153,12 @@ TEST(C10, StormOnSharedPage) {
       if (att[i]) uprobe::unregister_uprobe(att[i], consumers[static_cast<std::size_t>(id)][i]);
   };
 
+  ConfigGuard guard;
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.sample_signal = SIGRTMAX;
+    uprobe::configure(cfg);
+  }
   const uprobe::Stats s0 = uprobe::stats();
   std::vector<std::thread> threads;
   for (int i = 0; i < kCallers; ++i) threads.emplace_back(caller, 77 + static_cast<std::uint64_t>(i));
