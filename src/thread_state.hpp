@@ -42,6 +42,7 @@ struct ThreadState {
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool sstep_user_tf;        ///< the program itself had TF set at the probe
+  bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped

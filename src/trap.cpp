@@ -5,7 +5,11 @@
 // probed thread can hold, no stdio; per-thread state only.
 
 #include <signal.h>
+#include <sys/uio.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <cstring>
 #include "rcu.hpp"
 
 #include <cerrno>
@@ -52,13 +56,67 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
   return up;
 }
 
-/// A TF trap after a single-stepped XOL copy (XolMode::single_step).
-bool finish_single_step(ucontext_t* uc) noexcept {
+/// A TF trap after a single-stepped XOL copy (XolMode::single_step, or any
+/// out-of-line hit of a program that is single-stepping itself). Returns
+/// true when the trap was ours; `user_step` is then set when the program had
+/// TF set itself and must see this trap as the single-step of the probed
+/// instruction (the kernel's arch_uprobe_post_xol() sending SIGTRAP).
+bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   ThreadState& ts = t_state;
   if (!ts.sstep_active || arch::ucontext_ip(uc) != ts.sstep_slot + ts.sstep_len) return false;
   ts.sstep_active = false;
   arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
-  if (!ts.sstep_user_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+  if (!ts.sstep_user_tf) {
+    arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+    if (ts.sstep_fix_pushf) {
+      // The copy ran under our TF: the flags it stored must read as the
+      // program's (TF clear).
+      auto* top = reinterpret_cast<std::uint64_t*>(uc->uc_mcontext.gregs[REG_RSP]);
+      *top &= ~arch::kTrapFlag;
+    }
+  }
+  user_step = ts.sstep_user_tf;
+  return true;
+}
+
+/// Delivers to the program the single-step trap it would have taken after
+/// the probed instruction (its TF was set at the probe): the kernel's
+/// send_sigtrap() with TRAP_TRACE and the address execution continues at.
+void deliver_user_step(int sig, const siginfo_t* info, ucontext_t* uc) noexcept {
+  siginfo_t si = *info;
+  si.si_signo = SIGTRAP;
+  si.si_code = TRAP_TRACE;
+  si.si_addr = reinterpret_cast<void*>(arch::ucontext_ip(uc));
+  forward_foreign_trap(sig, &si, uc);
+}
+
+/// A program single-stepping itself took the jmp of an optimized site: the
+/// trap arrives at the stub's entry. Runs the probe here, in the signal
+/// handler, and continues where the stub would have (the stub itself is never
+/// stepped through), so the site steps as the one instruction it replaced.
+bool stepped_into_stub(ucontext_t* uc) noexcept {
+  const std::uint64_t ip = arch::ucontext_ip(uc);
+  std::uint8_t code[64];
+  const std::size_t n = arch::opt_stub_probe_len();
+  if (n > sizeof code) return false;
+  // The trapping address is mapped; what follows it may not be: read it
+  // with a call that fails instead of faulting.
+  struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
+  if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return false;
+  const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
+  if (!desc_addr) return false;
+  arch::OptSite desc;
+  peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);
+  std::uint8_t jmp[arch::kJumpLen], want[arch::kJumpLen];
+  peek_text(desc.site, jmp, sizeof jmp);
+  arch::encode_jump(desc.site, ip, want);
+  if (std::memcmp(jmp, want, sizeof jmp) != 0) return false;  // not the site's stub (any more)
+  Regs regs;
+  arch::regs_from_ucontext(uc, regs);
+  regs.rip = desc.site;
+  optimized_hit(desc, regs);
+  if (regs.rip == desc.site) regs.rip = desc.resume;
+  arch::regs_to_ucontext(regs, uc);
   return true;
 }
 
@@ -68,7 +126,13 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
   if (info->si_code != SI_KERNEL) {
-    if (!(info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT) || !finish_single_step(uc)) {
+    bool user_step = false;
+    const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
+    if (trace && finish_single_step(uc, user_step)) {
+      if (user_step) deliver_user_step(sig, info, uc);
+    } else if (trace && stepped_into_stub(uc)) {
+      deliver_user_step(sig, info, uc);
+    } else {
       count(stat_block().foreign_traps);
       forward_foreign_trap(sig, info, ctx);
     }
@@ -102,6 +166,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = ip;
+  // The program is single-stepping itself (TF set at the breakpoint): it
+  // must see exactly one single-step trap for the probed instruction, after
+  // it, as the kernel arranges (arch_uprobe_skip_sstep / post_xol send
+  // SIGTRAP when the task's TF was set).
+  const bool user_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
+  bool emulated_step = false;
   guarded_handler_chain(up, regs);
   ThreadState& ts = t_state;
 
@@ -110,11 +180,15 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
              arch::emulate(up->insn, ip, regs)) {
     count(st.emulated);
+    emulated_step = user_tf;
   } else if (site->xol != 0) {
     count(st.out_of_line);
     regs.rip = site->xol;
-    if (g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
-      ts.sstep_user_tf = regs.rflags & arch::kTrapFlag;
+    // Under the program's own TF the copy is single-stepped too: the jump
+    // back after it must not be seen as an extra step.
+    if (user_tf || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
+      ts.sstep_user_tf = user_tf;
+      ts.sstep_fix_pushf = !user_tf && arch::stores_flags(up->insn);
       ts.sstep_len = up->insn.len;
       ts.sstep_ip = ip;
       ts.sstep_slot = site->xol;
@@ -126,9 +200,11 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     // emulate even when emulation is switched off.
     arch::emulate(up->insn, ip, regs);
     count(st.emulated);
+    emulated_step = user_tf;
   }
   arch::regs_to_ucontext(regs, uc);
   uprobe_rcu_read_unlock();
+  if (emulated_step) deliver_user_step(sig, info, uc);
   errno = saved_errno;
 }
 

@@ -174,6 +174,20 @@ bool is_nop5(const Insn& insn) noexcept;
 /// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept;
 
+/// Bytes opt_stub_desc() needs to see at a candidate stub entry.
+std::size_t opt_stub_probe_len() noexcept;
+
+/// When `code` (opt_stub_probe_len() bytes read at address `ip`) is the entry
+/// of an optimized-probe stub built by build_opt_stub(), the address of its
+/// OptSite descriptor; else 0. Used when a program single-stepping itself
+/// (TF) takes a site's jmp: the trap arrives at the stub entry.
+/// Async-signal-safe.
+std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept;
+
+/// True for an instruction that stores rflags to memory (pushf): run out of
+/// line under our own TF it would store TF = 1. Async-signal-safe.
+bool stores_flags(const Insn& insn) noexcept;
+
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;
 

@@ -1,0 +1,1 @@
+#include "life_common.hpp"
