@@ -40,6 +40,11 @@ struct alignas(64) ReturnInstance {
 /// The per-thread return stack (the kernel's utask->return_instances).
 struct ReturnStack {
   std::uint32_t depth;
+  /// Kernel thread id of the thread that owns this stack. A task that shares
+  /// our memory and TLS without being this thread (a vfork/posix_spawn
+  /// child, clone(CLONE_VM) without CLONE_THREAD) sees the owner's instances
+  /// but must never drop them as stale: its stack says nothing about theirs.
+  pid_t owner;
   ReturnInstance* ri[kMaxReturnDepth];
 };
 

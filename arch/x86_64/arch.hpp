@@ -20,6 +20,9 @@ extern "C" {
 /// The return trampoline (ret_trampoline.S): the address a hijacked return
 /// address points to. Not callable from C.
 void uprobe_ret_trampoline();
+/// Landing pad of the return trampoline's personality routine
+/// (ret_trampoline.S): expects rax = the _Unwind_Exception. Not callable.
+void uprobe_ret_unwind_landing();
 }
 
 namespace uprobe::arch {

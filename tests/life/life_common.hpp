@@ -23,6 +23,9 @@ long lf_outer_body(long);
 /// What lf_outer_body(a) runs (a + 1000 when null); set by the tests.
 extern long (*g_outer_body)(long);
 
+std::uint64_t lf_int3();
+std::uint64_t lf_entry_misalign();
+
 std::uint64_t lf_step_run(std::uint64_t, std::uint64_t);
 std::uint64_t lf_step_callee(std::uint64_t);
 extern const std::uint64_t lf_step_nop5_site, lf_step_xol_site, lf_step_push_site;

@@ -79,6 +79,13 @@ FUNC lf_outer
         jmp lf_outer_body
 ENDF lf_outer
 
+/* A foreign trap: a raw int3 in the program's own code, then 0x77. */
+FUNC lf_int3
+        int3
+        mov $0x77, %eax
+        ret
+ENDF lf_int3
+
 /* ===================================================================== */
 /* Single-stepping (TF)                                                  */
 /* ===================================================================== */
@@ -199,5 +206,13 @@ FUNC lf_xmm_pushed
         ret
 ENDF lf_xmm_pushed
 OFF lf_xmm_pushed, .Lxmm_pushed_s, lf_xmm_pushed_site
+
+/* (rsp + 8) % 16 at entry: 0 when the caller's stack is aligned as the ABI
+ * says (rsp % 16 == 0 at the call). */
+FUNC lf_entry_misalign
+        lea 8(%rsp), %rax
+        and $15, %rax
+        ret
+ENDF lf_entry_misalign
 
         .section .note.GNU-stack,"",@progbits
