@@ -129,8 +129,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     bool user_step = false;
     const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
     if (trace && finish_single_step(uc, user_step)) {
-      if (user_step) deliver_user_step(sig, info, uc);
-    } else if (trace && stepped_into_stub(uc)) {
+      if (user_step && program_handles_sigtrap()) deliver_user_step(sig, info, uc);
+    } else if (trace && program_handles_sigtrap() && stepped_into_stub(uc)) {
       deliver_user_step(sig, info, uc);
     } else {
       count(stat_block().foreign_traps);
@@ -166,11 +166,13 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = ip;
-  // The program is single-stepping itself (TF set at the breakpoint): it
-  // must see exactly one single-step trap for the probed instruction, after
-  // it, as the kernel arranges (arch_uprobe_skip_sstep / post_xol send
-  // SIGTRAP when the task's TF was set).
-  const bool user_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
+  // The program is single-stepping itself (TF set at the breakpoint, and a
+  // SIGTRAP handler of its own to count the steps): it must see exactly one
+  // single-step trap for the probed instruction, after it, as the kernel
+  // arranges (arch_uprobe_skip_sstep / post_xol send SIGTRAP when the task's
+  // TF was set).
+  const bool raw_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
+  const bool user_tf = raw_tf && program_handles_sigtrap();
   bool emulated_step = false;
   guarded_handler_chain(up, regs);
   ThreadState& ts = t_state;
@@ -187,8 +189,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     // Under the program's own TF the copy is single-stepped too: the jump
     // back after it must not be seen as an extra step.
     if (user_tf || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
-      ts.sstep_user_tf = user_tf;
-      ts.sstep_fix_pushf = !user_tf && arch::stores_flags(up->insn);
+      ts.sstep_user_tf = raw_tf;
+      ts.sstep_fix_pushf = !raw_tf && arch::stores_flags(up->insn);
       ts.sstep_len = up->insn.len;
       ts.sstep_ip = ip;
       ts.sstep_slot = site->xol;
