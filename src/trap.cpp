@@ -19,6 +19,7 @@
 #include "probe.hpp"
 #include "runtime.hpp"
 #include "thread_state.hpp"
+#include "uretprobe.hpp"
 #include "dispatch.hpp"
 
 namespace uprobe::detail {
@@ -120,6 +121,20 @@ bool stepped_into_stub(ucontext_t* uc) noexcept {
   return true;
 }
 
+/// A program single-stepping itself executed a `ret` into the return
+/// trampoline: runs the return here, in the signal handler, and continues at
+/// the real return address (the trampoline itself is never stepped through).
+bool stepped_into_return(ucontext_t* uc) noexcept {
+  if (arch::ucontext_ip(uc) != arch::return_trampoline_address()) return false;
+  const ReturnStack* rs = t_state.rstack;
+  if (!rs || rs->depth == 0) return false;
+  arch::RetFrame f;
+  arch::ret_frame_from_ucontext(uc, f);
+  const std::uint64_t target = ret_dispatch(&f, static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]));
+  arch::ret_frame_to_ucontext(f, target, uc);
+  return true;
+}
+
 }  // namespace
 
 void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
@@ -130,7 +145,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
     if (trace && finish_single_step(uc, user_step)) {
       if (user_step && program_handles_sigtrap()) deliver_user_step(sig, info, uc);
-    } else if (trace && program_handles_sigtrap() && stepped_into_stub(uc)) {
+    } else if (trace && program_handles_sigtrap() && (stepped_into_return(uc) || stepped_into_stub(uc))) {
       deliver_user_step(sig, info, uc);
     } else {
       count(stat_block().foreign_traps);

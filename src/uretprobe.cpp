@@ -213,10 +213,15 @@ using namespace uprobe::detail;
 /// Called by the return trampoline with its saved frame; returns where to
 /// continue. The kernel's handle_trampoline().
 extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
+  return uprobe::detail::ret_dispatch(f, reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8);
+}
+
+namespace uprobe::detail {
+
+std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
   ThreadState& ts = t_state;
   StatBlock& st = stat_block();
   ReturnStack* rs = ts.rstack;
-  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8;
   if (!rs || rs->depth == 0) fatal("return trampoline reached with no pending return instance");
 
   uprobe::Regs regs;
@@ -262,6 +267,8 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispat
   f->rflags = (f->rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
   return regs.rip;
 }
+
+}  // namespace uprobe::detail
 
 namespace uprobe {
 

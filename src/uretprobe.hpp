@@ -58,6 +58,13 @@ void ri_free(ReturnInstance* ri) noexcept;
 /// the depth limit is reached. Entry side, signal context. AS-safe.
 void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
 
+/// The kernel's handle_trampoline(): pops the returning invocation's return
+/// instance(s), runs the ret_handlers on the registers in `f` and returns the
+/// address to continue at. `sp` is the stack pointer after the return (the
+/// trampoline passes &f->ret_slot + 8; the SIGTRAP handler, for a program
+/// single-stepping into the trampoline, the ucontext's). AS-safe.
+std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept;
+
 /// In a fork child: release pool locks a vanished thread may have held.
 void uretprobe_after_fork_child() noexcept;
 

@@ -203,6 +203,14 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
 void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept;
 void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
 
+/// The frame the return trampoline would build (xmm0, xmm1, the GPRs,
+/// rflags; ret_slot left 0) from a signal ucontext, and back: the GPRs,
+/// the arithmetic/direction/trap flags, xmm0/xmm1 and rip = `target`. For a
+/// program single-stepping itself into the trampoline (the SIGTRAP handler
+/// runs the return there instead). Async-signal-safe.
+void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept;
+void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept;
+
 /// The instruction pointer in a ucontext, and setting it.
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
 void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;

@@ -123,6 +123,16 @@ FUNC lf_step_callee
         ret
 ENDF lf_step_callee
 
+/* lf_add(a, b) + 1 called with TF set: the step crosses lf_add's entry
+ * probe and, with a return probe, its return through the trampoline. */
+FUNC lf_step_ret
+        TF_ON
+        call lf_add
+        add $1, %rax
+        TF_OFF
+        ret
+ENDF lf_step_ret
+
 /* rflags as `pushfq; pop %rax` reads them: a nop5 before (probe "before"),
  * then the pushfq (probe "on": int3 only, a 1-byte instruction). */
 FUNC lf_pushf

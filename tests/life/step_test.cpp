@@ -69,8 +69,12 @@ std::string render(const std::vector<std::uint64_t>& v) {
   char b[32];
   const auto base = addr(lf_step_run);
   for (std::uint64_t ip : v) {
-    if (ip >= base && ip < base + 0x80)
+    if (ip >= base && ip < base + 0x40)
       std::snprintf(b, sizeof b, " run+%llu", static_cast<unsigned long long>(ip - base));
+    else if (ip >= addr(lf_step_ret) && ip < addr(lf_step_ret) + 0x20)
+      std::snprintf(b, sizeof b, " ret+%llu", static_cast<unsigned long long>(ip - addr(lf_step_ret)));
+    else if (ip >= addr(lf_add) && ip < addr(lf_add) + 0x10)
+      std::snprintf(b, sizeof b, " add+%llu", static_cast<unsigned long long>(ip - addr(lf_add)));
     else if (ip >= addr(lf_step_callee) && ip < addr(lf_step_callee) + 0x20)
       std::snprintf(b, sizeof b, " callee+%llu", static_cast<unsigned long long>(ip - addr(lf_step_callee)));
     else
@@ -145,6 +149,41 @@ void check_region(Kind kind, uprobe::XolMode xol) {
 TEST(Step, RegionWithInt3Probes) { check_region(Kind::int3, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithOptimizedProbes) { check_region(Kind::optimized, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithInt3ProbesSingleStepXol) { check_region(Kind::int3, uprobe::XolMode::single_step); }
+
+/// Stepping across a call to a function with an entry+return probe: the
+/// return goes through the return trampoline, which must not be stepped
+/// through either: the program sees the `ret` step land at the real return
+/// address, as without the probe.
+void check_return(Kind kind) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  g_log.n = 0;
+  ASSERT_EQ(lf_step_ret(20, 21), 42u);
+  const std::vector<std::uint64_t> base = take_log();
+  ASSERT_EQ(base.size(), 8u) << render(base);  // call, nop5, lea, ret, add, pushfq, andq, popfq
+  use_kind(kind);
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_add), s);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(kind));
+  const uprobe::Stats s0 = uprobe::stats();
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_ret(20, 21), 42u);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(base)) << "round " << round;
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(s.entries.load(), 3u);
+  EXPECT_EQ(s.rets.load(), 3u);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(d.return_hits, 3u) << stats_str(d);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+}
+
+TEST(Step, ReturnProbeInt3) { check_return(Kind::int3); }
+TEST(Step, ReturnProbeOptimized) { check_return(Kind::optimized); }
 
 // --------------------------------------------------------------- pushf ----
 
