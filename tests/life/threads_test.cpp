@@ -4,8 +4,10 @@
 // attached window; a thread leaving through pthread_cancel (deferred, at a
 // cancellation point; and asynchronous, in a busy loop) from inside a
 // function whose return probe is armed: the process keeps working, the
-// canceled thread's cleanup runs, its return instance is dropped (Stats), no
-// instance leaks, other threads' probes stay right. Int3 and optimized.
+// canceled thread's cleanup handlers and its caller's destructors run (the
+// forced unwind goes past the hijacked return address), its return instance
+// is dropped (Stats), no instance leaks, other threads' probes stay right.
+// The same for pthread_exit() inside the function. Int3 and optimized.
 
 #include <pthread.h>
 #include <unistd.h>
@@ -89,13 +91,17 @@ struct CancelCtx {
   std::atomic<int> cleanups{0};   // cleanup handlers that ran
   std::atomic<int> dtors{0};      // destructors of the caller's frame that ran
   std::atomic<int> after{0};      // code after the body (must not run)
-  bool async = false;
+  int mode = 0;  // 0: deferred cancel, 1: asynchronous cancel, 2: pthread_exit
 };
 thread_local CancelCtx* t_cancel = nullptr;
 
 long cancel_body(long a) {
   CancelCtx* c = t_cancel;
-  if (c->async) {
+  if (c->mode == 2) {
+    c->inside.fetch_add(1);
+    pthread_exit(nullptr);
+  }
+  if (c->mode == 1) {
     pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, nullptr);
     c->inside.fetch_add(1);
     volatile long spin = 0;
@@ -130,7 +136,7 @@ void* cancel_thread(void* p) {
   return nullptr;
 }
 
-void check_cancel(Kind kind, bool async) {
+void check_cancel(Kind kind, int mode) {
   Session outer, add;
   add.adds = true;
   uprobe::Attachment ao(vaddr(lf_outer), outer), aa(vaddr(lf_add), add);
@@ -143,15 +149,17 @@ void check_cancel(Kind kind, bool async) {
   for (int i = 0; i < kThreads; ++i) {
     CancelCtx c;
     c.fd = pfd[0];
-    c.async = async;
+    c.mode = mode;
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, nullptr, cancel_thread, &c), 0);
-    while (c.inside.load() == 0) std::this_thread::yield();
-    if (!async) ::usleep(200);  // let it block in read()
-    ASSERT_EQ(pthread_cancel(t), 0);
-    void* res = nullptr;
+    if (mode != 2) {
+      while (c.inside.load() == 0) std::this_thread::yield();
+      if (mode == 0) ::usleep(200);  // let it block in read()
+      ASSERT_EQ(pthread_cancel(t), 0);
+    }
+    void* res = reinterpret_cast<void*>(1);
     ASSERT_EQ(pthread_join(t, &res), 0);
-    canceled += res == PTHREAD_CANCELED;
+    canceled += res == (mode == 2 ? nullptr : PTHREAD_CANCELED);
     inside += c.inside.load();
     cleanups += c.cleanups.load();
     dtors += c.dtors.load();
@@ -173,7 +181,7 @@ void check_cancel(Kind kind, bool async) {
   EXPECT_EQ(dtors, kThreads) << "destructors in the probed function's caller (forced unwind past the hijacked "
                                 "return address)";
   EXPECT_EQ(outer.entries.load(), std::uint64_t(kThreads));
-  EXPECT_EQ(outer.rets.load(), 0u) << "a canceled invocation does not return";
+  EXPECT_EQ(outer.rets.load(), 0u) << "a canceled (exited) invocation does not return";
   EXPECT_EQ(d.return_dropped, std::uint64_t(kThreads)) << "each canceled thread's pending instance: " << stats_str(d);
   EXPECT_EQ(d.return_misses, 0u) << stats_str(d);
   EXPECT_EQ(add.entries.load(), 10u * kThreads);
@@ -185,7 +193,8 @@ void check_cancel(Kind kind, bool async) {
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
 }
 
-TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetParam(), false); }
-TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), true); }
+TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetParam(), 0); }
+TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
+TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
 
 }  // namespace
