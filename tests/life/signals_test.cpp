@@ -195,7 +195,7 @@ void handler_after_start(ChildReport& r) {
       wrong += lf_add(i, 2) != i + 2;
       wrong += lf_outer(static_cast<long>(i)) != static_cast<long>(i) + 1000;
       calls += 1;
-      if (installed.load() && (i % 100) == 0) {
+      if (installed.load() && (i % 10) == 0) {
         wrong += lf_int3() != 0x77;
         foreign += 1;
       }
@@ -213,6 +213,7 @@ void handler_after_start(ChildReport& r) {
   });
   installer.join();
   for (int i = 0; i < 100; ++i) wrong += lf_int3() != 0x77;
+  while (foreign.load() < 10) std::this_thread::yield();  // the worker's own foreign traps
   stop = true;
   worker.join();
   struct sigaction cur;
@@ -244,7 +245,7 @@ TEST_P(Signals, ProgramSigtrapHandlerInstalledWhileProbesAreHit) {
   EXPECT_EQ(r.v[6], r.v[2]);
   EXPECT_EQ(r.v[7], r.v[2]);
   EXPECT_EQ(r.v[8], 0u);
-  EXPECT_GT(r.v[11], 100u);
+  EXPECT_GE(r.v[11], 110u);
   EXPECT_EQ(r.v[9], r.v[11]) << "the program's handler ran exactly once per foreign int3";
   EXPECT_EQ(r.v[10], 0u) << "the program's handler saw a wrong signo/si_code/rip";
 }
