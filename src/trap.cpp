@@ -69,12 +69,8 @@ bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
   if (!ts.sstep_user_tf) {
     arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
-    if (ts.sstep_fix_pushf) {
-      // The copy ran under our TF: the flags it stored must read as the
-      // program's (TF clear).
-      auto* top = reinterpret_cast<std::uint64_t*>(uc->uc_mcontext.gregs[REG_RSP]);
-      *top &= ~arch::kTrapFlag;
-    }
+    // The copy ran under our TF: flags it stored must read as the program's.
+    if (ts.sstep_fix_pushf) arch::clear_stored_trap_flag(uc);
   }
   user_step = ts.sstep_user_tf;
   return true;
@@ -130,7 +126,7 @@ bool stepped_into_return(ucontext_t* uc) noexcept {
   if (!rs || rs->depth == 0) return false;
   arch::RetFrame f;
   arch::ret_frame_from_ucontext(uc, f);
-  const std::uint64_t target = ret_dispatch(&f, static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]));
+  const std::uint64_t target = ret_dispatch(&f, arch::ucontext_sp(uc));
   arch::ret_frame_to_ucontext(f, target, uc);
   return true;
 }

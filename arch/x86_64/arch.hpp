@@ -211,6 +211,14 @@ void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
 void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept;
 void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept;
 
+/// The stack pointer in a ucontext.
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept;
+
+/// After an out-of-line pushf single-stepped under our own TF (stores_flags()):
+/// clears TF in the flags word it stored at the ucontext's stack pointer, so
+/// the program reads its own TF (clear). Async-signal-safe.
+void clear_stored_trap_flag(const ucontext_t* uc) noexcept;
+
 /// The instruction pointer in a ucontext, and setting it.
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
 void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;

@@ -69,6 +69,14 @@ void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* 
   }
 }
 
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept {
+  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
+}
+
+void clear_stored_trap_flag(const ucontext_t* uc) noexcept {
+  *reinterpret_cast<std::uint64_t*>(ucontext_sp(uc)) &= ~kTrapFlag;
+}
+
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept {
   return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
 }
