@@ -138,6 +138,69 @@ TEST_P(Process, ForkChildDetachesAndAttaches) {
   g_fork = nullptr;
 }
 
+/// fork() while two other threads hit entry+return probes (int3 or
+/// optimized) nonstop: the child (only the forking thread survives, the
+/// others vanish with instances pending) keeps working probes with exact
+/// counts of its own, can detach and attach, and exits cleanly; 10 rounds.
+TEST_P(Process, ForkWhileOtherThreadsHitReturnProbes) {
+  Session add;
+  add.adds = true;
+  uprobe::Attachment aa(vaddr(lf_add), add);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> wrong{0};
+  auto hammer = [&](std::uint64_t k) {
+    for (std::uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      wrong += lf_add(i, k) != i + k;
+      wrong += lf_outer(static_cast<long>(i)) != static_cast<long>(i) + 1000;
+    }
+  };
+  Session outer;
+  uprobe::Attachment ao(vaddr(lf_outer), outer);
+  std::thread t1(hammer, 1), t2(hammer, 2);
+  for (int round = 0; round < 10; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ::usleep(2000);
+    ChildReport r;
+    bool got = false;
+    const int st = in_child(
+        [&](ChildReport& c) {
+          const std::uint64_t e0 = add.entries.load(), r0 = add.rets.load();
+          for (std::uint64_t i = 0; i < 1000; ++i) c.v[0] += lf_add(i, 9) != i + 9;
+          c.v[1] = add.entries.load() - e0;
+          c.v[2] = add.rets.load() - r0;
+          aa.detach();
+          for (std::uint64_t i = 0; i < 10; ++i) c.v[0] += lf_add(i, 9) != i + 9;
+          c.v[3] = add.entries.load() - e0;
+          Session again;
+          again.adds = true;
+          uprobe::Attachment b(vaddr(lf_add), again);
+          for (std::uint64_t i = 0; i < 500; ++i) c.v[0] += lf_add(i, 8) != i + 8;
+          c.v[4] = again.entries.load();
+          c.v[5] = again.rets.load();
+          c.v[6] = again.bad.load();
+          c.v[7] = uprobe::return_stack_depth();
+        },
+        r, got);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << r.msg;
+    ASSERT_TRUE(got);
+    EXPECT_EQ(r.v[0], 0u) << "wrong results in the child";
+    EXPECT_EQ(r.v[1], 1000u);
+    EXPECT_EQ(r.v[2], 1000u);
+    EXPECT_EQ(r.v[3], 1000u) << "no hits after the child's detach";
+    EXPECT_EQ(r.v[4], 500u);
+    EXPECT_EQ(r.v[5], 500u);
+    EXPECT_EQ(r.v[6], 0u);
+    EXPECT_EQ(r.v[7], 0u);
+  }
+  stop = true;
+  t1.join();
+  t2.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(add.bad.load(), 0u);
+  EXPECT_EQ(add.entries.load(), add.rets.load());
+  EXPECT_EQ(outer.entries.load(), outer.rets.load());
+}
+
 // ----------------------------------------------------------- vfork+exec ----
 
 std::uint64_t g_vfork_result = 0;

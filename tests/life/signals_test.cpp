@@ -125,6 +125,8 @@ TEST_P(Signals, SigaltstackHandlerWhileAttachDetach) {
   g_alt_lo = reinterpret_cast<std::uintptr_t>(alt);
   g_alt_hi = g_alt_lo + kAlt;
   g_usr1_calls = 0;
+  g_usr1_on_alt = 0;
+  g_usr1_wrong = 0;
   Session add, outer;
   add.adds = true;
   Storm s;
@@ -166,6 +168,62 @@ TEST_P(Signals, SigaltstackHandlerWhileAttachDetach) {
   EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
   EXPECT_EQ(s.alt_changed, 0) << "the thread's sigaltstack changed";
   EXPECT_EQ(s.mask_changed, 0) << "the thread's signal mask changed";
+}
+
+// ------------------------------------------ a signal inside a handler ----
+
+std::atomic<std::uint64_t> g_nested_wrong{0}, g_nested_runs{0};
+
+void on_usr2(int) {
+  g_nested_runs.fetch_add(1);
+  // A probed call while the interrupted consumer handler is still running on
+  // this thread: not reported (recursion guard), but it runs right.
+  if (lf_add(40, 2) != 42) g_nested_wrong.fetch_add(1);
+  if (lf_outer(1) != 1001) g_nested_wrong.fetch_add(1);
+}
+
+/// A consumer whose entry handler raises SIGUSR2 (a system call is fine in
+/// a handler); the signal handler calls the probed functions.
+struct Raiser : uprobe::Consumer {
+  Raiser() : uprobe::Consumer(uprobe::Callbacks::entry_and_ret) {}
+  std::atomic<std::uint64_t> entries{0}, rets{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    entries.fetch_add(1);
+    raise(SIGUSR2);
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    rets.fetch_add(1);
+    raise(SIGUSR2);
+  }
+};
+
+TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  g_nested_runs = 0;
+  g_nested_wrong = 0;
+  Raiser r;
+  Session outer;
+  uprobe::Attachment a(vaddr(lf_add), r), b(vaddr(lf_outer), outer);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+  const uprobe::Stats s0 = uprobe::stats();
+  for (std::uint64_t i = 0; i < 200; ++i) ASSERT_EQ(lf_add(i, 1), i + 1);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(r.entries.load(), 200u);
+  EXPECT_EQ(r.rets.load(), 200u);
+  EXPECT_EQ(g_nested_runs.load(), 400u) << "one signal per entry and per return";
+  EXPECT_EQ(g_nested_wrong.load(), 0u);
+  EXPECT_EQ(outer.entries.load(), 0u) << "hits inside a handler are not reported";
+  EXPECT_EQ(d.hits, 200u + 800u) << "each nested call is a hit counted as a recursion miss: " << stats_str(d);
+  EXPECT_EQ(d.recursion_misses, 800u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, 200u) << stats_str(d);
+  EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
 }
 
 // ------------------------------------------- the program's SIGTRAP handler ----
