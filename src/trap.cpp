@@ -26,6 +26,8 @@ namespace uprobe::detail {
 
 namespace {
 
+const std::uint64_t g_page_size = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+
 /// (dev, ino, offset) of `ip` through the current snapshots, then the uprobe.
 /// Caller is in an RCU read-side critical section.
 Uprobe* find_uprobe(std::uint64_t ip) noexcept {
@@ -96,10 +98,14 @@ bool stepped_into_stub(ucontext_t* uc) noexcept {
   std::uint8_t code[64];
   const std::size_t n = arch::opt_stub_probe_len();
   if (n > sizeof code) return false;
-  // The trapping address is mapped; what follows it may not be: read it
-  // with a call that fails instead of faulting.
-  struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
-  if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return false;
+  // The trapping address's page is mapped; the next page may not be: read
+  // across a page end with a call that fails instead of faulting.
+  if (g_page_size - (ip & (g_page_size - 1)) >= n) {
+    peek_text(ip, code, n);
+  } else {
+    struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
+    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return false;
+  }
   const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
   if (!desc_addr) return false;
   arch::OptSite desc;
