@@ -43,6 +43,7 @@ struct ThreadState {
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool sstep_user_tf;        ///< the program itself had TF set at the probe
   bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
+  bool sstep_keep_tf;        ///< the stepped copy is a popf: TF after it is the one it loaded
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped

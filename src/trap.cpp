@@ -70,7 +70,7 @@ bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   ts.sstep_active = false;
   arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
   if (!ts.sstep_user_tf) {
-    arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+    if (!ts.sstep_keep_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
     // The copy ran under our TF: flags it stored must read as the program's.
     if (ts.sstep_fix_pushf) arch::clear_stored_trap_flag(uc);
   }
@@ -204,10 +204,14 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     count(st.out_of_line);
     regs.rip = site->xol;
     // Under the program's own TF the copy is single-stepped too: the jump
-    // back after it must not be seen as an extra step.
-    if (user_tf || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
+    // back after it must not be seen as an extra step. So is a popf, which
+    // may set TF: the program's first step is then after the next
+    // instruction, not after our jump back.
+    const bool loads = arch::loads_flags(up->insn);
+    if (user_tf || loads || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
       ts.sstep_user_tf = raw_tf;
       ts.sstep_fix_pushf = !raw_tf && arch::stores_flags(up->insn);
+      ts.sstep_keep_tf = loads;
       ts.sstep_len = up->insn.len;
       ts.sstep_ip = ip;
       ts.sstep_slot = site->xol;

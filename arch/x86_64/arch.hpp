@@ -165,6 +165,15 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
 /// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
 void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
 
+/// True for an instruction that stores rflags to memory (pushf): run out of
+/// line under our own TF it would store TF = 1. Async-signal-safe.
+bool stores_flags(const Insn& insn) noexcept;
+
+/// True for an instruction that loads rflags, TF included (popf): after it,
+/// TF is what it loaded, not what it found (the kernel's UPROBE_FIX_SETF).
+/// Async-signal-safe.
+bool loads_flags(const Insn& insn) noexcept;
+
 /// True for a 5-byte nop (0f 1f 44 00 00 and the other 5-byte nop forms): a
 /// site that can become a jmp rel32 with no instruction displaced.
 bool is_nop5(const Insn& insn) noexcept;
@@ -186,10 +195,6 @@ std::size_t opt_stub_probe_len() noexcept;
 /// (TF) takes a site's jmp: the trap arrives at the stub entry.
 /// Async-signal-safe.
 std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept;
-
-/// True for an instruction that stores rflags to memory (pushf): run out of
-/// line under our own TF it would store TF = 1. Async-signal-safe.
-bool stores_flags(const Insn& insn) noexcept;
 
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;

@@ -35,13 +35,6 @@ std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept
   return ip + desc_offset();
 }
 
-bool stores_flags(const Insn& insn) noexcept {
-  // pushfq (9c) and pushfw (66 9c); a REX prefix changes nothing.
-  std::size_t i = 0;
-  while (i < insn.len && (insn.bytes[i] == 0x66 || (insn.bytes[i] & 0xF0) == 0x40)) ++i;
-  return i < insn.len && insn.bytes[i] == 0x9C;
-}
-
 std::size_t opt_stub_flag_offset() noexcept { return desc_offset() + offsetof(OptSite, needs_vector); }
 
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept {

@@ -96,7 +96,10 @@ ENDF lf_int3
  * sets TF and the one after the popfq that clears it raises one single-step
  * trap in the program's own SIGTRAP handler. */
 FUNC lf_step_run
-        TF_ON
+        pushfq
+        orq $0x100, (%rsp)
+.Lstep_on_popf:
+        popfq
         nop
 .Lstep_nop5:
         NOP5
@@ -109,9 +112,14 @@ FUNC lf_step_run
         mov %rdi, %rdx
         call lf_step_callee
         add %rdx, %rax
-        TF_OFF
+        pushfq
+        andq $~0x100, (%rsp)
+.Lstep_off_popf:
+        popfq
         ret
 ENDF lf_step_run
+OFF lf_step_run, .Lstep_on_popf, lf_step_on_popf_site
+OFF lf_step_run, .Lstep_off_popf, lf_step_off_popf_site
 OFF lf_step_run, .Lstep_nop5, lf_step_nop5_site
 OFF lf_step_run, .Lstep_xol, lf_step_xol_site
 OFF lf_step_run, .Lstep_push, lf_step_push_site

@@ -185,6 +185,36 @@ void check_return(Kind kind) {
 TEST(Step, ReturnProbeInt3) { check_return(Kind::int3); }
 TEST(Step, ReturnProbeOptimized) { check_return(Kind::optimized); }
 
+/// Probes on the popfq that sets TF and on the one that clears it (int3: a
+/// 1-byte instruction): the program's steps are the same as without them.
+void check_popf(uprobe::XolMode xol) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const Baseline base = baseline();
+  ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
+  uprobe::Config c = uprobe::configuration();
+  c.xol = xol;
+  uprobe::configure(c);
+  Counter on, off;
+  uprobe::Attachment a(at(lf_step_run, lf_step_on_popf_site), on), b(at(lf_step_run, lf_step_off_popf_site), off);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_run(5, 7), base.result);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(base.steps)) << "round " << round;
+  }
+  EXPECT_EQ(on.hits.load(), 3u);
+  EXPECT_EQ(off.hits.load(), 3u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+  g_log.n = 0;
+  EXPECT_EQ(lf_add(2, 3), 5u);
+  EXPECT_EQ(g_log.n.load(), 0) << "TF stayed set after the region";
+}
+
+TEST(Step, ProbesOnThePopfs) { check_popf(uprobe::XolMode::jump_back); }
+TEST(Step, ProbesOnThePopfsSingleStepXol) { check_popf(uprobe::XolMode::single_step); }
+
 // --------------------------------------------------------------- pushf ----
 
 void check_pushf(Kind kind, bool on_pushf, uprobe::XolMode xol) {
