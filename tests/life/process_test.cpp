@@ -248,6 +248,50 @@ TEST_P(Process, VforkChildCallsProbedCodeThenExecs) {
   EXPECT_EQ(add.entries.load(), 2u);
 }
 
+long exit_body(long) { ::_exit(9); }
+
+__attribute__((noinline)) pid_t vfork_exit_inside() {
+  pid_t p = ::vfork();
+  if (p == 0) {
+    g_outer_body = exit_body;
+    lf_outer(5);  // return-probed; _exit()s inside: its instance stays behind
+    ::_exit(127);
+  }
+  return p;
+}
+
+long vfork_exit_body(long a) {
+  g_vfork_pid = vfork_exit_inside();
+  g_outer_body = nullptr;
+  return a + 6;
+}
+
+/// The vfork child (our stack, our TLS) enters the return-probed lf_outer and
+/// _exit()s inside it: its return instance is left on our return stack,
+/// below our own pending one. Our return must still come back right (the
+/// child's instance dropped as stale).
+TEST_P(Process, VforkChildExitsInsideReturnProbedFunction) {
+  Session outer;
+  uprobe::Attachment ao(vaddr(lf_outer), outer);
+  const uprobe::Stats s0 = uprobe::stats();
+  g_outer_body = vfork_exit_body;
+  const long r = lf_outer(1);
+  g_outer_body = nullptr;
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  ASSERT_GT(g_vfork_pid, 0);
+  const int st = wait_child(g_vfork_pid, 60);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 9) << status_str(st);
+  EXPECT_EQ(r, 7);
+  EXPECT_EQ(outer.entries.load(), 2u) << "ours and the child's";
+  EXPECT_EQ(outer.rets.load(), 1u) << "only ours returned";
+  EXPECT_EQ(outer.bad.load(), 0u);
+  EXPECT_EQ(d.return_hits, 1u) << stats_str(d);
+  EXPECT_EQ(d.return_dropped, 1u) << "the child's instance: " << stats_str(d);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+  EXPECT_EQ(lf_outer(3), 1003);
+  EXPECT_EQ(outer.rets.load(), 2u);
+}
+
 // ---------------------------------------------------------- posix_spawn ----
 
 int g_spawn_rc = -1;
