@@ -89,38 +89,56 @@ void deliver_user_step(int sig, const siginfo_t* info, ucontext_t* uc) noexcept 
   forward_foreign_trap(sig, &si, uc);
 }
 
+/// What the SIGTRAP handler does with a single-step trap it took over.
+enum class StepTaken { no, deliver, silent };
+
 /// A program single-stepping itself took the jmp of an optimized site: the
 /// trap arrives at the stub's entry. Runs the probe here, in the signal
 /// handler, and continues where the stub would have (the stub itself is never
-/// stepped through), so the site steps as the one instruction it replaced.
-bool stepped_into_stub(ucontext_t* uc) noexcept {
+/// stepped through), so a nop5 site steps as the one instruction it replaced.
+/// An entry site continues in its window slot (the displaced instructions,
+/// relocated, then a jump back): the traps inside the slot are not handed to
+/// the program, whose next step is the one after the jump back (the
+/// displaced window steps as one instruction).
+StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
+  const StepTaken no = StepTaken::no;
   const std::uint64_t ip = arch::ucontext_ip(uc);
   std::uint8_t code[64];
   const std::size_t n = arch::opt_stub_probe_len();
-  if (n > sizeof code) return false;
+  if (n > sizeof code) return no;
   // The trapping address's page is mapped; the next page may not be: read
   // across a page end with a call that fails instead of faulting.
   if (g_page_size - (ip & (g_page_size - 1)) >= n) {
     peek_text(ip, code, n);
   } else {
     struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
-    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return false;
+    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return no;
   }
   const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
-  if (!desc_addr) return false;
+  if (!desc_addr) return no;
   arch::OptSite desc;
   peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);
   std::uint8_t jmp[arch::kJumpLen], want[arch::kJumpLen];
   peek_text(desc.site, jmp, sizeof jmp);
   arch::encode_jump(desc.site, ip, want);
-  if (std::memcmp(jmp, want, sizeof jmp) != 0) return false;  // not the site's stub (any more)
+  if (std::memcmp(jmp, want, sizeof jmp) != 0) return no;  // not the site's stub (any more)
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = desc.site;
   optimized_hit(desc, regs);
-  if (regs.rip == desc.site) regs.rip = desc.resume;
+  StepTaken taken = StepTaken::deliver;
+  if (regs.rip == desc.site) {
+    regs.rip = desc.resume;
+    if (desc.resume != desc.site + arch::kJumpLen) {  // an entry window's slot
+      ThreadState& ts = t_state;
+      ts.wstep_lo = desc.resume;
+      ts.wstep_hi = desc.resume + arch::kWindowSlotSize;
+      ts.wstep_active = true;
+      taken = StepTaken::silent;
+    }
+  }
   arch::regs_to_ucontext(regs, uc);
-  return true;
+  return taken;
 }
 
 /// A program single-stepping itself executed a `ret` into the return
@@ -145,10 +163,22 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   if (info->si_code != SI_KERNEL) {
     bool user_step = false;
     const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
+    ThreadState& ts = t_state;
+    StepTaken taken = StepTaken::no;
+    if (trace && ts.wstep_active) {
+      const std::uint64_t ip = arch::ucontext_ip(uc);
+      if (ip >= ts.wstep_lo && ip < ts.wstep_hi) {  // inside the window slot: not the program's step
+        errno = saved_errno;
+        return;
+      }
+      ts.wstep_active = false;  // left the slot: this step is the program's
+    }
     if (trace && finish_single_step(uc, user_step)) {
       if (user_step && program_handles_sigtrap()) deliver_user_step(sig, info, uc);
-    } else if (trace && program_handles_sigtrap() && (stepped_into_return(uc) || stepped_into_stub(uc))) {
+    } else if (trace && program_handles_sigtrap() && stepped_into_return(uc)) {
       deliver_user_step(sig, info, uc);
+    } else if (trace && program_handles_sigtrap() && (taken = stepped_into_stub(uc)) != StepTaken::no) {
+      if (taken == StepTaken::deliver) deliver_user_step(sig, info, uc);
     } else {
       count(stat_block().foreign_traps);
       forward_foreign_trap(sig, info, ctx);
@@ -159,6 +189,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   const std::uint64_t ip = arch::breakpoint_address(uc);
   StatBlock& st = stat_block();
+
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
@@ -196,6 +227,20 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   if (regs.rip != ip) {
     count(st.redirected);
+  } else if (site->window_xol && !user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
+             g_hot.optimize_entries.load(std::memory_order_relaxed) &&
+             up->window_blocker.load(std::memory_order_acquire) == 0) {
+    // (A program single-stepping itself runs the probed instruction alone
+    // instead, below: it must see each displaced instruction step at its own
+    // address; a writer converting the site waits for it to leave.)
+    // The whole displaced window runs from its slot (never single-stepped):
+    // no thread resumes inside bytes an optimized jump may overwrite. (A
+    // thread that continues inside the window instead, while the window is
+    // blocked or entry optimization is off, is runnable until it has left
+    // it, and a writer converting the site waits for every thread to be
+    // observed outside.)
+    count(st.out_of_line);
+    regs.rip = site->window_xol;
   } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
              arch::emulate(up->insn, ip, regs)) {
     count(st.emulated);

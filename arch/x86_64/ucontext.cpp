@@ -69,10 +69,6 @@ void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* 
   }
 }
 
-std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept {
-  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
-}
-
 void clear_stored_trap_flag(const ucontext_t* uc) noexcept {
   *reinterpret_cast<std::uint64_t*>(ucontext_sp(uc)) &= ~kTrapFlag;
 }
@@ -87,6 +83,10 @@ void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept {
 
 std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept {
   return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_EFL]);
+}
+
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept {
+  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
 }
 
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept {

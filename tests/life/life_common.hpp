@@ -32,6 +32,8 @@ extern const std::uint64_t lf_step_nop5_site, lf_step_xol_site, lf_step_push_sit
 /// The popfq that sets TF and the one that clears it.
 extern const std::uint64_t lf_step_on_popf_site, lf_step_off_popf_site;
 std::uint64_t lf_step_ret(std::uint64_t, std::uint64_t);
+std::uint64_t lf_win(std::uint64_t, std::uint64_t);
+std::uint64_t lf_step_win(std::uint64_t, std::uint64_t);
 std::uint64_t lf_pushf();
 extern const std::uint64_t lf_pushf_site;
 std::uint64_t lf_step_pushf();

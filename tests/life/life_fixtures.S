@@ -141,6 +141,25 @@ FUNC lf_step_ret
         ret
 ENDF lf_step_ret
 
+/* a + b through a function with a real prologue (no nop5): an entry probe
+ * here is optimized by displacing push, mov and add (a 7-byte window). */
+FUNC lf_win
+        push %rbx
+        mov %rdi, %rax
+        add %rsi, %rax
+        pop %rbx
+        ret
+ENDF lf_win
+
+/* lf_win(a, b) + 1 called with TF set. */
+FUNC lf_step_win
+        TF_ON
+        call lf_win
+        add $1, %rax
+        TF_OFF
+        ret
+ENDF lf_step_win
+
 /* rflags as `pushfq; pop %rax` reads them: a nop5 before (probe "before"),
  * then the pushfq (probe "on": int3 only, a 1-byte instruction). */
 FUNC lf_pushf

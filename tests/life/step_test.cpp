@@ -73,6 +73,10 @@ std::string render(const std::vector<std::uint64_t>& v) {
       std::snprintf(b, sizeof b, " run+%llu", static_cast<unsigned long long>(ip - base));
     else if (ip >= addr(lf_step_ret) && ip < addr(lf_step_ret) + 0x20)
       std::snprintf(b, sizeof b, " ret+%llu", static_cast<unsigned long long>(ip - addr(lf_step_ret)));
+    else if (ip >= addr(lf_win) && ip < addr(lf_win) + 0x10)
+      std::snprintf(b, sizeof b, " win+%llu", static_cast<unsigned long long>(ip - addr(lf_win)));
+    else if (ip >= addr(lf_step_win) && ip < addr(lf_step_win) + 0x20)
+      std::snprintf(b, sizeof b, " stepwin+%llu", static_cast<unsigned long long>(ip - addr(lf_step_win)));
     else if (ip >= addr(lf_add) && ip < addr(lf_add) + 0x10)
       std::snprintf(b, sizeof b, " add+%llu", static_cast<unsigned long long>(ip - addr(lf_add)));
     else if (ip >= addr(lf_step_callee) && ip < addr(lf_step_callee) + 0x20)
@@ -214,6 +218,49 @@ void check_popf(uprobe::XolMode xol) {
 
 TEST(Step, ProbesOnThePopfs) { check_popf(uprobe::XolMode::jump_back); }
 TEST(Step, ProbesOnThePopfsSingleStepXol) { check_popf(uprobe::XolMode::single_step); }
+
+/// Stepping across a function-entry probe with a real prologue. On int3
+/// (Config::optimize off) every instruction steps at its own address, as
+/// without the probe. Optimized, the jump displaced push/mov/add into a
+/// window slot: the probe runs in the SIGTRAP handler and the window steps
+/// as one instruction (the program sees the step after it, at lf_win+7, and
+/// none at lf_win+1 or lf_win+4; never an address in our slots or stubs).
+void check_window(bool optimized) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  g_log.n = 0;
+  ASSERT_EQ(lf_step_win(20, 21), 42u);
+  const std::vector<std::uint64_t> base = take_log();
+  const std::uint64_t w = addr(lf_win);
+  std::vector<std::uint64_t> want;
+  for (std::uint64_t ip : base)
+    if (!optimized || (ip != w + 1 && ip != w + 4)) want.push_back(ip);
+  ASSERT_EQ(base.size(), 10u);  // call, push, mov, add, pop, ret, add, pushfq, andq, popfq
+  ASSERT_EQ(want.size(), optimized ? 8u : 10u);
+  use_kind(optimized ? Kind::optimized : Kind::int3);
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_win), s);
+  const std::string mode = uprobe::probe_info(a.probe()).mode;
+  if (optimized && mode != "optimized-entry") GTEST_SKIP() << "entry not optimized here: " << mode;
+  ASSERT_EQ(mode, optimized ? "optimized-entry" : "int3");
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_win(20, 21), 42u);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(want)) << "round " << round;
+  }
+  EXPECT_EQ(s.entries.load(), 3u);
+  EXPECT_EQ(s.rets.load(), 3u);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+  g_log.n = 0;
+  EXPECT_EQ(lf_win(1, 2), 3u);
+  EXPECT_EQ(g_log.n.load(), 0);
+}
+
+TEST(Step, EntryWindowInt3) { check_window(false); }
+TEST(Step, EntryWindowOptimized) { check_window(true); }
 
 // --------------------------------------------------------------- pushf ----
 
