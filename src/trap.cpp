@@ -230,15 +230,14 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   } else if (site->window_xol && !user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
              g_hot.optimize_entries.load(std::memory_order_relaxed) &&
              up->window_blocker.load(std::memory_order_acquire) == 0) {
-    // (A program single-stepping itself runs the probed instruction alone
-    // instead, below: it must see each displaced instruction step at its own
-    // address; a writer converting the site waits for it to leave.)
     // The whole displaced window runs from its slot (never single-stepped):
     // no thread resumes inside bytes an optimized jump may overwrite. (A
     // thread that continues inside the window instead, while the window is
     // blocked or entry optimization is off, is runnable until it has left
     // it, and a writer converting the site waits for every thread to be
-    // observed outside.)
+    // observed outside. A program single-stepping itself is such a thread:
+    // it runs the probed instruction alone, below, so that it sees each
+    // displaced instruction step at its own address.)
     count(st.out_of_line);
     regs.rip = site->window_xol;
   } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
