@@ -45,6 +45,11 @@ struct ThreadState {
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool sstep_user_tf;        ///< the program itself had TF set at the probe
+  bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
+  bool sstep_keep_tf;        ///< the stepped copy is a popf: TF after it is the one it loaded
+  bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
+  std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
+  std::uint64_t wstep_hi;
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped
