@@ -60,8 +60,9 @@ void on_sample(int, siginfo_t* info, void* ctx) {
   // counts as inside. Past the decision but not through sigreturn yet (the
   // rest of the handler, or __restore_rt): the stack pointer is still inside
   // the int3's signal frame, and the thread goes to that frame's rip.
-  const std::uint64_t ip = t_state.in_trap > 0 ? kInTrap : arch::ucontext_ip(uc);
-  const std::uint64_t trap_ip = t_state.in_trap > 0 ? t_state.trap_ip : 0;
+  StatBlock& st = stat_block();
+  const std::uint64_t trap_ip = st.trap_ip.load(std::memory_order_relaxed);
+  const std::uint64_t ip = trap_ip ? kInTrap : arch::ucontext_ip(uc);
   const auto* tuc = static_cast<const ucontext_t*>(t_state.trap_uc);
   const std::uint64_t sp = arch::ucontext_sp(uc);
   const auto top = reinterpret_cast<std::uint64_t>(tuc) + sizeof(ucontext_t);
@@ -181,7 +182,15 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
       ::sched_yield();
     }
   }
-  return running.empty() || sample_running(running, ranges, why);
+  if (!running.empty() && !sample_running(running, ranges, why)) return false;
+  // A thread stopped inside our SIGTRAP handler was observed where the
+  // handler is; where it resumes is decided only at the handler's end.
+  for (std::uint64_t ip : trap_ips_in_flight())
+    if (ip != 0 && handling_near(ranges, ip)) {
+      why = "a thread is handling the probe hit at " + hex(ip) + " and may resume inside the displaced instructions";
+      return false;
+    }
+  return true;
 }
 
 bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why) {

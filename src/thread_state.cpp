@@ -28,6 +28,16 @@ StatBlock& stat_block() noexcept {
   return *ts.stats;
 }
 
+std::vector<std::uint64_t> trap_ips_in_flight() {
+  std::vector<std::uint64_t> out;
+  unsigned n = g_next_block.load(std::memory_order_relaxed);
+  if (n > kBlocks) n = kBlocks;
+  for (unsigned i = 0; i < n; ++i)
+    if (std::uint64_t ip = g_blocks[i].trap_ip.load(std::memory_order_acquire)) out.push_back(ip);
+  if (std::uint64_t ip = g_overflow.trap_ip.load(std::memory_order_acquire)) out.push_back(ip);
+  return out;
+}
+
 pid_t current_tid() noexcept {
   ThreadState& ts = t_state;
   if (__builtin_expect(ts.tid == 0, 0)) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));

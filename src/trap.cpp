@@ -191,8 +191,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   StatBlock& st = stat_block();
   ThreadState& ts = t_state;
   ts.trap_uc = uc;
-  ts.trap_ip = ip;
-  ++ts.in_trap;
+  const std::uint64_t outer_trap_ip = st.trap_ip.load(std::memory_order_relaxed);  // a nested hit restores it
+  st.trap_ip.store(ip, std::memory_order_release);
 
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
@@ -208,12 +208,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
       arch::set_ucontext_ip(uc, ip);
     } else {
       count(st.foreign_traps);
-      --ts.in_trap;
+      st.trap_ip.store(outer_trap_ip, std::memory_order_release);
       forward_foreign_trap(sig, info, ctx);
       errno = saved_errno;
       return;
     }
-    --ts.in_trap;
+    st.trap_ip.store(outer_trap_ip, std::memory_order_release);
     errno = saved_errno;
     return;
   }
@@ -278,8 +278,10 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   }
   arch::regs_to_ucontext(regs, uc);
   uprobe_rcu_read_unlock();
-  --ts.in_trap;
+  // (After the program's own step handler: until then this thread may still
+  // be about to resume inside a window.)
   if (emulated_step) deliver_user_step(sig, info, uc);
+  st.trap_ip.store(outer_trap_ip, std::memory_order_release);
   errno = saved_errno;
 }
 
