@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// Probing all of libc (issue 7): an entry probe on every STT_FUNC and
+// STT_GNU_IFUNC symbol of libc.so.6's .dynsym (one probe per code address:
+// aliases share it), attached and detached while a workload in this process
+// (qsort, snprintf, stdio file I/O, threads, malloc/free) runs and checks its
+// own results. libc functions that libuprobe's trap path runs are refused by
+// design (Errc::forbidden_target); every refusal is listed and must be of that
+// kind. A few rarely used functions are called exactly K times and their
+// probes must count exactly K. After detaching all, libc's text equals the
+// file byte for byte.
+
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "int_consumers.hpp"
+#include "proc_text.hpp"
+#include "uprobe/symbols.hpp"
+#include "uprobe/uprobe.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+/// One code address of libc with every .dynsym name that points there.
+struct LibcFunction {
+  std::uint64_t offset = 0;
+  std::vector<std::string> names;
+  bool ifunc = false;
+};
+
+std::vector<LibcFunction> libc_functions(const std::string& path, std::size_t& symbols) {
+  std::map<std::uint64_t, LibcFunction> by_offset;
+  symbols = 0;
+  for (const uprobe::Symbol& s : uprobe::read_symbols(path)) {
+    if (!s.dynamic || (s.type != STT_FUNC && s.type != STT_GNU_IFUNC)) continue;
+    ++symbols;
+    EXPECT_TRUE(s.in_file && s.executable) << s.full_name() << " is not in libc's executable segment";
+    if (!s.in_file || !s.executable) continue;
+    LibcFunction& f = by_offset[s.offset];
+    f.offset = s.offset;
+    f.ifunc = f.ifunc || s.type == STT_GNU_IFUNC;
+    if (std::find(f.names.begin(), f.names.end(), s.name) == f.names.end()) f.names.push_back(s.name);
+  }
+  std::vector<LibcFunction> out;
+  for (auto& [off, f] : by_offset) out.push_back(std::move(f));
+  return out;
+}
+
+// ---------------------------------------------------------------- workload --
+
+/// What every workload iteration checks; the first failure is kept.
+struct WorkloadState {
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> iterations{0}, errors{0};
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::string> printf_expected;  // computed before any probe is attached
+
+  void fail(const std::string& what) {
+    if (errors.fetch_add(1) == 0) {
+      std::lock_guard<std::mutex> l(mu);
+      first_error = what;
+    }
+  }
+};
+
+constexpr int kPrintfCases = 64;
+
+std::string format_case(int i) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d|%s|%.3f|%08x|%ld|%-6s|%c", i, "probe", i * 0.5 - 3.25, i * 2654435761u,
+                static_cast<long>(i) * i * 1000003L, i % 2 ? "odd" : "even", 'a' + i % 26);
+  return buf;
+}
+
+int compare_ints(const void* a, const void* b) {
+  const int x = *static_cast<const int*>(a), y = *static_cast<const int*>(b);
+  return (x > y) - (x < y);
+}
+
+void* child_thread(void* arg) {
+  const char* s = static_cast<const char*>(arg);
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(std::strlen(s) * 3));
+}
+
+void workload_iteration(WorkloadState& w, int worker, std::uint64_t it, const std::string& tmp_path) {
+  const std::string tag = "worker " + std::to_string(worker) + " iteration " + std::to_string(it) + ": ";
+  // malloc + qsort.
+  const int n = 300 + static_cast<int>(it % 200);
+  int* v = static_cast<int*>(std::malloc(sizeof(int) * static_cast<std::size_t>(n)));
+  if (!v) return w.fail(tag + "malloc returned NULL");
+  std::uint32_t x = static_cast<std::uint32_t>(it * 7919 + static_cast<std::uint64_t>(worker));
+  long long sum = 0;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = static_cast<int>(x >> 8) - (1 << 23);
+    sum += v[i];
+  }
+  std::qsort(v, static_cast<std::size_t>(n), sizeof(int), compare_ints);
+  long long sum2 = 0;
+  for (int i = 0; i < n; ++i) {
+    sum2 += v[i];
+    if (i && v[i - 1] > v[i]) {
+      std::free(v);
+      return w.fail(tag + "qsort left the array unsorted at " + std::to_string(i));
+    }
+  }
+  std::free(v);
+  if (sum != sum2) return w.fail(tag + "qsort changed the elements");
+
+  // snprintf into a buffer.
+  const int pc = static_cast<int>(it % kPrintfCases);
+  const std::string got = format_case(pc);
+  if (got != w.printf_expected[static_cast<std::size_t>(pc)])
+    return w.fail(tag + "snprintf gave \"" + got + "\", want \"" + w.printf_expected[static_cast<std::size_t>(pc)] +
+                  "\"");
+
+  // stdio file I/O on a temporary file.
+  FILE* f = std::fopen(tmp_path.c_str(), "w+");
+  if (!f) return w.fail(tag + "fopen " + tmp_path + ": " + std::strerror(errno));
+  for (int i = 0; i < 20; ++i) std::fprintf(f, "line %d of %llu\n", i, static_cast<unsigned long long>(it));
+  std::fflush(f);
+  std::rewind(f);
+  char line[64];
+  int lines = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    char want[64];
+    std::snprintf(want, sizeof want, "line %d of %llu\n", lines, static_cast<unsigned long long>(it));
+    if (std::strcmp(line, want) != 0) {
+      std::fclose(f);
+      return w.fail(tag + "read back \"" + line + "\", want \"" + want + "\"");
+    }
+    ++lines;
+  }
+  std::fclose(f);
+  if (lines != 20) return w.fail(tag + "read back " + std::to_string(lines) + " lines, want 20");
+
+  // A thread.
+  pthread_t t;
+  char msg[] = "thirteen char";
+  if (int e = pthread_create(&t, nullptr, child_thread, msg)) return w.fail(tag + "pthread_create: " + std::strerror(e));
+  void* ret = nullptr;
+  pthread_join(t, &ret);
+  if (reinterpret_cast<std::uintptr_t>(ret) != 39) return w.fail(tag + "the child thread returned a wrong value");
+
+  // malloc/free of many sizes.
+  void* blocks[32];
+  for (int i = 0; i < 32; ++i) {
+    const std::size_t sz = 1 + ((it * 31 + static_cast<std::uint64_t>(i) * 977) % 8192);
+    blocks[i] = std::malloc(sz);
+    if (!blocks[i]) return w.fail(tag + "malloc(" + std::to_string(sz) + ") returned NULL");
+    std::memset(blocks[i], i, sz);
+    if (static_cast<unsigned char*>(blocks[i])[sz - 1] != i) return w.fail(tag + "malloc'ed memory did not hold");
+  }
+  for (int i = 31; i >= 0; --i) std::free(blocks[i]);
+}
+
+void workload(WorkloadState& w, int worker, std::string tmp_path) {
+  for (std::uint64_t it = 0; !w.stop.load(std::memory_order_relaxed); ++it) {
+    workload_iteration(w, worker, it, tmp_path);
+    w.iterations.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::remove(tmp_path.c_str());
+}
+
+// ------------------------------------------------ functions with known counts --
+
+/// Called through volatile pointers: the compiler cannot turn them into
+/// builtins or drop them.
+int (*volatile p_strverscmp)(const char*, const char*) = strverscmp;
+int (*volatile p_ffsll)(long long) = ffsll;
+long (*volatile p_a64l)(const char*) = a64l;
+void (*volatile p_swab)(const void*, void*, ssize_t) = swab;
+
+struct KnownCount {
+  const char* name;
+  unsigned calls;
+};
+constexpr KnownCount kKnown[] = {{"strverscmp", 37}, {"ffsll", 41}, {"a64l", 43}, {"swab", 29}};
+
+/// Makes exactly the calls kKnown lists and checks their results.
+void call_known(std::string& error) {
+  for (unsigned i = 0; i < 37; ++i) {
+    const int r = p_strverscmp(i % 2 ? "file9" : "file10", "file10");
+    if (i % 2 ? r >= 0 : r != 0) error = "strverscmp gave a wrong order";
+  }
+  for (unsigned i = 0; i < 41; ++i)
+    if (p_ffsll(1ll << (i % 63)) != static_cast<int>(i % 63) + 1) error = "ffsll gave a wrong bit";
+  for (unsigned i = 0; i < 43; ++i)
+    if (p_a64l("./") != 64) error = "a64l(\"./\") is not 64";
+  for (unsigned i = 0; i < 29; ++i) {
+    char in[4] = {'a', 'b', 'c', 'd'}, out[4] = {};
+    p_swab(in, out, 4);
+    if (std::memcmp(out, "badc", 4) != 0) error = "swab did not swap";
+  }
+}
+
+TEST(LibcAll, EntryProbeOnEveryDynsymFunction) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  std::size_t nsyms = 0;
+  const std::vector<LibcFunction> fns = libc_functions(libc, nsyms);
+  ASSERT_GT(fns.size(), 1000u) << libc;
+  {
+    const auto before = uprobe_test::compare_text_with_files([&](const uprobe_test::MapLine& m) { return m.path == libc; });
+    ASSERT_GT(before.bytes, 0u) << "libc's text is not mapped from " << libc;
+    ASSERT_EQ(before.differing, 0u) << before.diffs[0];
+  }
+
+  WorkloadState w;
+  for (int i = 0; i < kPrintfCases; ++i) w.printf_expected.push_back(format_case(i));
+  std::vector<std::thread> workers;
+  const std::string tmp = std::string(::testing::TempDir()) + "uprobe_libc_all_" + std::to_string(::getpid());
+  for (int i = 0; i < 2; ++i) workers.emplace_back(workload, std::ref(w), i, tmp + "_" + std::to_string(i));
+
+  // Attach everything while the workload runs.
+  std::vector<std::unique_ptr<opttest::IntCounter>> counters(fns.size());
+  std::vector<uprobe::Uprobe*> probes(fns.size(), nullptr);
+  struct Refusal {
+    std::string names;
+    uprobe::Errc code;
+    std::string what;
+  };
+  std::vector<Refusal> refused;
+  const auto t_attach = Clock::now();
+  for (std::size_t i = 0; i < fns.size(); ++i) {
+    counters[i] = std::make_unique<opttest::IntCounter>();
+    try {
+      probes[i] = uprobe::register_uprobe(libc, fns[i].offset, *counters[i]);
+    } catch (const uprobe::Error& e) {
+      std::string names;
+      for (const auto& n : fns[i].names) names += (names.empty() ? "" : "/") + n;
+      refused.push_back({names, e.code(), e.what()});
+    }
+  }
+  const double attach_ms = ms_since(t_attach);
+
+  // Modes, while attached.
+  std::map<std::string, unsigned> modes;
+  for (uprobe::Uprobe* p : probes)
+    if (p) ++modes[uprobe::probe_info(p).mode];
+
+  // Let the workload run with every probe in place, then the known counts.
+  const std::uint64_t it0 = w.iterations.load();
+  const auto t_run = Clock::now();
+  while (w.iterations.load() < it0 + 20 && ms_since(t_run) < 20000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::uint64_t attached_iterations = w.iterations.load() - it0;
+  std::string known_error;
+  call_known(known_error);
+
+  const auto t_detach = Clock::now();
+  for (std::size_t i = 0; i < fns.size(); ++i)
+    if (probes[i]) uprobe::unregister_uprobe(probes[i], *counters[i]);
+  const double detach_ms = ms_since(t_detach);
+  w.stop.store(true);
+  for (auto& t : workers) t.join();
+
+  std::uint64_t total_hits = 0, functions_hit = 0;
+  std::map<std::string, std::uint64_t> hits_by_name;
+  for (std::size_t i = 0; i < fns.size(); ++i) {
+    const std::uint64_t h = counters[i]->hits.load();
+    total_hits += h;
+    functions_hit += h != 0;
+    for (const auto& n : fns[i].names) hits_by_name[n] = h;
+  }
+  std::printf("[ info ] %s: %zu .dynsym FUNC/IFUNC symbols at %zu addresses; attached %zu, refused %zu\n",
+              libc.c_str(), nsyms, fns.size(), fns.size() - refused.size(), refused.size());
+  for (const auto& r : refused) std::printf("[ info ]   refused %s: %s\n", r.names.c_str(), r.what.c_str());
+  std::string mode_line;
+  for (const auto& [m, n] : modes) mode_line += " " + m + " " + std::to_string(n);
+  std::printf("[ info ] modes:%s; attach-all %.0f ms, detach-all %.0f ms\n", mode_line.c_str(), attach_ms, detach_ms);
+  std::printf("[ info ] workload: %llu iterations (%llu with every probe attached); %llu hits on %llu functions\n",
+              static_cast<unsigned long long>(w.iterations.load()), static_cast<unsigned long long>(attached_iterations),
+              static_cast<unsigned long long>(total_hits), static_cast<unsigned long long>(functions_hit));
+
+  std::vector<std::pair<std::uint64_t, std::size_t>> top;
+  for (std::size_t i = 0; i < fns.size(); ++i) top.emplace_back(counters[i]->hits.load(), i);
+  std::sort(top.rbegin(), top.rend());
+  std::string top_line;
+  for (std::size_t k = 0; k < 10 && k < top.size(); ++k)
+    top_line += " " + fns[top[k].second].names[0] + " " + std::to_string(top[k].first);
+  std::printf("[ info ] most hit:%s\n", top_line.c_str());
+
+  EXPECT_EQ(w.errors.load(), 0u) << w.first_error;
+  EXPECT_EQ(known_error, "");
+  EXPECT_GE(attached_iterations, 20u) << "the workload made no progress with every probe attached";
+  // Refusals: only libc functions that libuprobe's trap path runs.
+  for (const auto& r : refused) {
+    EXPECT_EQ(static_cast<int>(r.code), static_cast<int>(uprobe::Errc::forbidden_target)) << r.names << ": " << r.what;
+    EXPECT_TRUE(r.what.find("runs on libuprobe's trap path") != std::string::npos ||
+                r.what.find("runs with SIGTRAP blocked") != std::string::npos)
+        << r.names << ": " << r.what;
+  }
+  EXPECT_LE(refused.size(), 32u);
+  // Exact counts.
+  for (const KnownCount& k : kKnown) {
+    ASSERT_EQ(hits_by_name.count(k.name), 1u) << k.name << " is not a probed .dynsym function";
+    EXPECT_EQ(hits_by_name[k.name], k.calls) << k.name;
+  }
+  // The workload's functions were hit.
+  for (const char* name : {"malloc", "free", "qsort", "fopen", "fgets", "pthread_create", "snprintf"})
+    EXPECT_GT(hits_by_name[name], 0u) << name;
+  for (const auto& [m, n] : modes) EXPECT_TRUE(m == "int3" || m.rfind("optimized", 0) == 0) << m << " " << n;
+
+  // Every byte of libc's text is the file's again; nothing is writable and executable.
+  const auto after = uprobe_test::compare_text_with_files([&](const uprobe_test::MapLine& m) { return m.path == libc; });
+  EXPECT_GT(after.bytes, 0u);
+  EXPECT_EQ(after.differing, 0u) << (after.diffs.empty() ? "" : after.diffs[0]);
+  const auto rwx = uprobe_test::rwx_mappings();
+  EXPECT_TRUE(rwx.empty()) << rwx[0];
+}
+
+}  // namespace
