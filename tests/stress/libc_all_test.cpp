@@ -12,6 +12,7 @@
 #include <elf.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -326,6 +327,101 @@ TEST(LibcAll, EntryProbeOnEveryDynsymFunction) {
   EXPECT_EQ(after.differing, 0u) << (after.diffs.empty() ? "" : after.diffs[0]);
   const auto rwx = uprobe_test::rwx_mappings();
   EXPECT_TRUE(rwx.empty()) << rwx[0];
+}
+
+// The reductions of what probing all of libc found: libc functions that run
+// with every signal blocked (glibc's thread start and exit, liburcu-bp's reader
+// registration on a thread's first hit and its grace period on unregister) or
+// on the trap path itself. A probe on one of them must be refused
+// (Errc::forbidden_target) or be harmless; before they were refused, each of
+// these scenarios died of SIGTRAP (an int3 hit with SIGTRAP blocked is fatal).
+extern "C" __attribute__((noipa)) long libc_all_target(long x) {
+  asm volatile("");
+  return x + 1;
+}
+
+/// Counts hits on libc_all_target; while `hold` is set, a hit stays in the
+/// handler (an active RCU reader) until it is cleared.
+struct HoldingCounter : uprobe::Consumer {
+  std::atomic<long> hits{0};
+  std::atomic<bool> hold{false}, holding{false};
+  uprobe::Action handler(uprobe::Regs&) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    if (hold.load()) {
+      holding.store(true);
+      while (hold.load()) __builtin_ia32_pause();
+    }
+    return uprobe::Action::keep;
+  }
+};
+
+constexpr int kReaderThreads = 20;
+pthread_barrier_t g_barrier;
+
+void* first_hit_thread(void*) {
+  const long r = libc_all_target(41);  // this thread's first hit: liburcu-bp registers it as a reader
+  pthread_barrier_wait(&g_barrier);    // all alive at once: liburcu-bp's reader registry grows
+  return reinterpret_cast<void*>(r);
+}
+
+void* holding_thread(void*) { return reinterpret_cast<void*>(libc_all_target(1)); }
+
+/// In a child process: an entry probe on libc's `name`, then thread starts and
+/// exits, 20 new threads' first hits (reader registrations, registry growth)
+/// and an unregister while a reader is inside a handler (a grace period that
+/// waits). Exit status 0: survived with exact counts; 3: refused with
+/// forbidden_target; anything else is a failure.
+[[noreturn]] void probe_and_exercise(const char* name) {
+  struct : uprobe::Consumer {
+  } on_libc;
+  HoldingCounter on_target;
+  uprobe::Uprobe* p = nullptr;
+  try {
+    const std::string libc = uprobe::resolve_library("libc.so.6");
+    p = uprobe::register_uprobe(libc, uprobe::find_symbol(libc, name).offset, on_libc);
+  } catch (const uprobe::Error& e) {
+    ::_exit(e.code() == uprobe::Errc::forbidden_target ? 3 : 4);
+  }
+  uprobe::Uprobe* t = uprobe::register_uprobe(reinterpret_cast<const void*>(&libc_all_target), on_target);
+  pthread_barrier_init(&g_barrier, nullptr, kReaderThreads + 1);
+  pthread_t th[kReaderThreads];
+  for (pthread_t& x : th)
+    if (pthread_create(&x, nullptr, first_hit_thread, nullptr) != 0) ::_exit(5);
+  pthread_barrier_wait(&g_barrier);
+  for (pthread_t& x : th) {
+    void* r = nullptr;
+    pthread_join(x, &r);
+    if (reinterpret_cast<long>(r) != 42) ::_exit(6);
+  }
+  on_target.hold.store(true);
+  pthread_t holder;
+  if (pthread_create(&holder, nullptr, holding_thread, nullptr) != 0) ::_exit(5);
+  while (!on_target.holding.load()) ::usleep(1000);
+  std::thread release([&] {
+    ::usleep(50 * 1000);
+    on_target.hold.store(false);
+  });
+  uprobe::unregister_uprobe(t, on_target);  // waits for the holding reader
+  release.join();
+  pthread_join(holder, nullptr);
+  uprobe::unregister_uprobe(p, on_libc);
+  ::_exit(on_target.hits.load() == kReaderThreads + 1 ? 0 : 7);
+}
+
+TEST(LibcAll, FunctionsRunWithSigtrapBlockedAreRefusedOrSafe) {
+  for (const char* name : {"__ctype_init", "_setjmp", "__sigsetjmp", "madvise", "getpagesize", "pthread_mutex_lock",
+                           "pthread_mutex_unlock", "pthread_self", "poll", "mremap", "sigfillset", "pthread_sigmask",
+                           "sched_getcpu", "syscall", "strverscmp"}) {
+    const bool control = std::strcmp(name, "strverscmp") == 0;  // probed and survives: exit status 0 only
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) probe_and_exercise(name);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || (!control && WEXITSTATUS(status) == 3)))
+        << name << ": " << (WIFSIGNALED(status) ? std::string("killed by ") + strsignal(WTERMSIG(status))
+                                                : "exit status " + std::to_string(WEXITSTATUS(status)));
+  }
 }
 
 }  // namespace
