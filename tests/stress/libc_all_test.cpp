@@ -424,4 +424,58 @@ TEST(LibcAll, FunctionsRunWithSigtrapBlockedAreRefusedOrSafe) {
   }
 }
 
+// fork() runs libc functions between the atfork prepare and parent/child
+// handlers, where liburcu-bp's fork handler (called by libuprobe's) blocks
+// every signal: probes there were fatal before libuprobe let SIGTRAP in again.
+struct CountingConsumer : uprobe::Consumer {
+  std::atomic<long> hits{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    return uprobe::Action::keep;
+  }
+};
+
+/// In a child process: probes on what fork() runs with liburcu-bp's signals
+/// blocked, a second thread alive (fork's multi-threaded path), one fork. Exit
+/// status 0 when parent and child counted exactly; 3 when a probe was refused.
+[[noreturn]] void probe_fork_internals() {
+  const char* const names[] = {"_IO_list_lock", "_IO_list_unlock", "_IO_list_resetlock", "_Fork"};
+  CountingConsumer c[4];
+  uprobe::Uprobe* p[4];
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  for (int i = 0; i < 4; ++i) {
+    try {
+      p[i] = uprobe::register_uprobe(libc, uprobe::find_symbol(libc, names[i]).offset, c[i]);
+    } catch (const uprobe::Error& e) {
+      ::_exit(e.code() == uprobe::Errc::forbidden_target ? 3 : 4);
+    }
+  }
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    while (!done.load()) ::usleep(1000);
+  });
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // This process's copies: lock and _Fork before the fork, resetlock after it, no unlock.
+    ::_exit(c[0].hits == 1 && c[1].hits == 0 && c[2].hits == 1 && c[3].hits == 1 ? 0 : 8);
+  }
+  int status = 0;
+  const bool child_ok = pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  done.store(true);
+  other.join();
+  for (int i = 0; i < 4; ++i) uprobe::unregister_uprobe(p[i], c[i]);
+  ::_exit(!child_ok ? 9 : c[0].hits == 1 && c[1].hits == 1 && c[2].hits == 0 && c[3].hits == 1 ? 0 : 7);
+}
+
+TEST(LibcAll, ProbesOnWhatForkRunsWithSignalsBlocked) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) probe_fork_internals();
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3))
+      << (WIFSIGNALED(status) ? std::string("killed by ") + strsignal(WTERMSIG(status))
+                              : "exit status " + std::to_string(WEXITSTATUS(status)));
+}
+
 }  // namespace
