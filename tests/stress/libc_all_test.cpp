@@ -2,7 +2,7 @@
 // Probing all of libc (issue 7): an entry probe on every STT_FUNC and
 // STT_GNU_IFUNC symbol of libc.so.6's .dynsym (one probe per code address:
 // aliases share it), attached and detached while a workload in this process
-// (qsort, snprintf, stdio file I/O, threads, malloc/free) runs and checks its
+// (qsort, snprintf, stdio file I/O, threads, fork, malloc/free) runs and checks its
 // own results. libc functions that libuprobe's trap path runs are refused by
 // design (Errc::forbidden_target); every refusal is listed and must be of that
 // kind. A few rarely used functions are called exactly K times and their
@@ -163,6 +163,17 @@ void workload_iteration(WorkloadState& w, int worker, std::uint64_t it, const st
   pthread_join(t, &ret);
   if (reinterpret_cast<std::uintptr_t>(ret) != 39) return w.fail(tag + "the child thread returned a wrong value");
 
+  // A child process (fork runs libc functions with liburcu-bp's signals blocked).
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%d-%d", worker, 42);
+    ::_exit(std::strcmp(b, worker ? "1-42" : "0-42") == 0 ? 7 : 8);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 7)
+    return w.fail(tag + "the fork child failed: wait status " + std::to_string(status));
+
   // malloc/free of many sizes.
   void* blocks[32];
   for (int i = 0; i < 32; ++i) {
@@ -317,7 +328,7 @@ TEST(LibcAll, EntryProbeOnEveryDynsymFunction) {
     EXPECT_EQ(hits_by_name[k.name], k.calls) << k.name;
   }
   // The workload's functions were hit.
-  for (const char* name : {"malloc", "free", "qsort", "fopen", "fgets", "pthread_create", "snprintf"})
+  for (const char* name : {"malloc", "free", "qsort", "fopen", "fgets", "pthread_create", "snprintf", "_Fork"})
     EXPECT_GT(hits_by_name[name], 0u) << name;
   for (const auto& [m, n] : modes) EXPECT_TRUE(m == "int3" || m.rfind("optimized", 0) == 0) << m << " " << n;
 
