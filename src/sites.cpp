@@ -56,6 +56,9 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
   for (std::size_t i = 0; i < ss.sites.size(); ++i) {
     const std::uint8_t bp = arch::kBreakpoint;
     if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
+      std::uint8_t byte;
+      if (!peek_text_checked(ss.sites[i].addr, &byte, 1))
+        continue;  // unmapped since the snapshot (a dlclose on another thread): no site there any more
       for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
       throw Error(Errc::system, up->path, up->key.offset,
                   "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
@@ -67,7 +70,7 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
   for (const Site& s : ss.sites) {
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
     if (cur != arch::kJumpOpcode || up->insn.bytes[0] == arch::kJumpOpcode || up->insn.len < arch::kJumpLen) continue;
     const std::uint8_t bp = arch::kBreakpoint;
     poke_text(s.addr, &bp, 1);
@@ -81,7 +84,7 @@ void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
   deoptimize_sites(up, ss);  // optimized sites go back through int3: no thread ever runs a torn jump
   for (const Site& s : ss.sites) {
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
     if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
   }
 }
@@ -95,7 +98,7 @@ std::string why_not_optimized(const Uprobe* up) {
 
 bool site_is_optimized(std::uint64_t addr) noexcept {
   std::uint8_t b;
-  peek_text(addr, &b, 1);
+  if (!peek_text_checked(addr, &b, 1)) return false;
   return b == arch::kJumpOpcode && stubs().count(addr) != 0;
 }
 
@@ -104,7 +107,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
   const bool vector = needs_vector(up);
   for (const Site& s : ss.sites) {
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
     if (cur != arch::kBreakpoint) continue;  // already optimized, or not ours
     std::string why;
     std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
