@@ -125,8 +125,9 @@ struct TrapPathFunction {
 constexpr TrapPathFunction kTrapPathLibc[] = {
     {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
     {"syscall", TrapPathUse::trap_path, "the SIGTRAP handler"},
-    {"pthread_sigmask", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
-    {"sigprocmask", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"pthread_sigmask", TrapPathUse::trap_path,
+     "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
+    {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
     {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
     {"sigaltstack", TrapPathUse::trap_path, "the return path"},
     {"sched_getcpu", TrapPathUse::trap_path, "the return-instance pool"},
