@@ -2,7 +2,8 @@
 // uprobe-storm: N producer threads call probed fixtures of every probe kind
 // (int3 sites run out of line and emulated, rip-relative, optimized nop5,
 // function entries, uretprobes, sessions, filters, Action::remove, USDT with
-// and without a semaphore) and check every result, while M attacher threads
+// and without a semaphore, a function of a library the producers dlclose and
+// dlopen again: a pending probe) and check every result, while M attacher threads
 // attach and detach the kinds at random (and switch Config::optimize now and
 // then). Exact accounting: every attach of a kind is a fresh consumer (a
 // window) counting per producer, and the kind's generation counter walks
@@ -30,6 +31,7 @@
 // Prints one line per kind and a summary line; exit status 0 when every check
 // passed, 1 otherwise, 2 on bad usage.
 
+#include <dlfcn.h>
 #include <getopt.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -162,6 +164,7 @@ int run(const Options& o) {
   std::atomic<int> producers_ready{0};
   std::vector<std::vector<Tally>> tallies(static_cast<std::size_t>(o.producers), std::vector<Tally>(nk));
   std::vector<std::uint64_t> calls(static_cast<std::size_t>(o.producers), 0);
+  std::atomic<std::uint64_t> dlopens{0};
 
   auto producer = [&](int idx) {
     t_producer = idx;
@@ -171,7 +174,8 @@ int run(const Options& o) {
     std::vector<Tally>& tally = tallies[static_cast<std::size_t>(idx)];
     std::uint64_t g0[8], g1[8];
     std::uint64_t n = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
+    for (std::uint64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
+      if (round % 32 == 0) t_dl.reopen();  // dlclose + dlopen: unmapped when no other producer holds it
       for (int f = 0; f < kFns; ++f) {
         const std::vector<std::size_t>& ks = kinds_of_fn[f];
         const std::uint64_t x = rng() >> 2;
@@ -198,6 +202,8 @@ int run(const Options& o) {
       }
     }
     calls[static_cast<std::size_t>(idx)] = n;
+    dlopens.fetch_add(t_dl.opens);
+    ::dlclose(t_dl.handle);
   };
 
   std::atomic<std::uint64_t> toggles{0};
@@ -342,19 +348,26 @@ int run(const Options& o) {
     detaches += s.detaches;
   }
 
-  // Every code byte equals its file's byte again; nothing writable and executable.
+  // Every code byte equals its file's byte again (the dlopen'ed library too);
+  // nothing writable and executable.
+  DlHandle last;
+  last.reopen();
   const auto exec_after = uprobe_test::compare_text_with_files();
   for (const std::string& d : exec_after.diffs) fail.add("after the run, code differs from its file: " + d);
   for (const std::string& line : uprobe_test::rwx_mappings()) fail.add("writable and executable mapping: " + line);
   bool exe_compared = false;
   for (const std::string& p : exec_after.paths) exe_compared = exe_compared || p == kinds[0].path;
   if (!exe_compared) fail.add("the fixture's text (" + kinds[0].path + ") was not compared with its file");
+  bool dl_compared = false;
+  for (const std::string& p : exec_after.paths) dl_compared = dl_compared || p == kinds.back().path;
+  if (!dl_compared) fail.add("the library's text (" + kinds.back().path + ") was not compared with its file");
+  ::dlclose(last.handle);
   if (attaches == 0 || must_total == 0) fail.add("nothing was attached, or no call ran inside a window");
 
   std::uint64_t total_calls = 0;
   for (std::uint64_t n : calls) total_calls += n;
   std::printf("storm: runtime: %llu hits (%llu optimized, %llu emulated, %llu out of line), %llu return hits, "
-              "%llu restarts, %llu optimize toggles; %llu rwx scans; %u code mappings, %llu bytes compared, "
+              "%llu restarts, %llu optimize toggles, %llu dlopens; %llu rwx scans; %u code mappings, %llu bytes compared, "
               "%llu differ\n",
               static_cast<unsigned long long>(s1.hits - s0.hits),
               static_cast<unsigned long long>(s1.optimized - s0.optimized),
@@ -362,7 +375,7 @@ int run(const Options& o) {
               static_cast<unsigned long long>(s1.out_of_line - s0.out_of_line),
               static_cast<unsigned long long>(s1.return_hits - s0.return_hits),
               static_cast<unsigned long long>(s1.restarts - s0.restarts), static_cast<unsigned long long>(toggles.load()),
-              static_cast<unsigned long long>(scans.load()), exec_after.mappings,
+              static_cast<unsigned long long>(dlopens.load()), static_cast<unsigned long long>(scans.load()), exec_after.mappings,
               static_cast<unsigned long long>(exec_after.bytes), static_cast<unsigned long long>(exec_after.differing));
   for (const std::string& f : fail.first) std::printf("storm: FAIL %s\n", f.c_str());
   std::printf("storm: %s: %.1f s, %d producers, %d attachers, seed %llu: %llu calls, hits checked %llu "

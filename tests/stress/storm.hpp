@@ -32,11 +32,25 @@ namespace storm {
 constexpr int kMaxProducers = 16;
 
 /// The probed functions.
-enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain };
-constexpr int kFns = 6;
+enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain, dl };
+constexpr int kFns = 7;
 const char* fn_name(Fn f);
-/// Calls `f(x)`.
+/// Calls `f(x)`. Fn::dl calls storm_dl_fn of libuprobe_storm_dl.so through
+/// the calling thread's own dlopen() handle (see DlHandle).
 std::uint64_t call(Fn f, std::uint64_t x);
+
+/// The calling producer's handle on libuprobe_storm_dl.so: reopen() dlclose()s
+/// it (the library is unmapped when no other producer holds it, and its probe
+/// becomes pending) and dlopen()s it again (the interposed dlopen installs the
+/// pending probe before it returns).
+struct DlHandle {
+  static const char* path();  ///< the library's path (next to the executable)
+  void reopen();
+  void* handle = nullptr;
+  std::uint64_t (*fn)(std::uint64_t) = nullptr;
+  std::uint64_t opens = 0;
+};
+extern thread_local DlHandle t_dl;
 /// True when `r` is a correct result of f(x); `sema_on` tells which of
 /// storm_usdt_sema's two results it gave.
 bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on);

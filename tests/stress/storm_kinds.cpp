@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: MIT
 // uprobe-storm: the probe kinds, the fixtures' models and the window consumers.
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdlib>
+#include <string>
 
 #include "storm.hpp"
+#include "uprobe/symbols.hpp"
 #include "uprobe/usdt.hpp"
 
 namespace storm {
@@ -16,9 +22,34 @@ namespace {
 std::atomic<std::uint64_t> g_inject_tick{0};
 }  // namespace
 
+thread_local DlHandle t_dl;
+
+const char* DlHandle::path() {
+  static const std::string p = [] {
+    char exe[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    std::string dir = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string(".");
+    dir = dir.substr(0, dir.rfind('/'));
+    return dir + "/libuprobe_storm_dl.so";
+  }();
+  return p.c_str();
+}
+
+void DlHandle::reopen() {
+  if (handle) ::dlclose(handle);
+  handle = ::dlopen(path(), RTLD_NOW);
+  if (!handle) {
+    std::fprintf(stderr, "storm: dlopen %s: %s\n", path(), ::dlerror());
+    std::abort();
+  }
+  fn = reinterpret_cast<std::uint64_t (*)(std::uint64_t)>(::dlsym(handle, "storm_dl_fn"));
+  if (!fn) std::abort();
+  ++opens;
+}
+
 const char* fn_name(Fn f) {
-  static const char* const names[kFns] = {"storm_mid", "storm_nop5", "storm_entry", "storm_ret", "storm_usdt_sema",
-                                          "storm_usdt_plain"};
+  static const char* const names[kFns] = {"storm_mid",       "storm_nop5",       "storm_entry", "storm_ret",
+                                          "storm_usdt_sema", "storm_usdt_plain", "storm_dl_fn"};
   return names[static_cast<int>(f)];
 }
 
@@ -30,6 +61,9 @@ std::uint64_t call(Fn f, std::uint64_t x) {
     case Fn::ret: return storm_ret(x);
     case Fn::usdt_sema: return storm_usdt_sema(x);
     case Fn::usdt_plain: return storm_usdt_plain(x);
+    case Fn::dl:
+      if (!t_dl.fn) t_dl.reopen();
+      return t_dl.fn(x);
   }
   std::abort();
 }
@@ -44,6 +78,7 @@ bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on) {
       sema_on = r == 2 * x + 1;
       return r == 2 * x || r == 2 * x + 1;
     case Fn::usdt_plain: return r == (x ^ 0x5a);
+    case Fn::dl: return r == 5 * x + 1;
   }
   return false;
 }
@@ -82,6 +117,10 @@ std::vector<Kind> make_kinds() {
       throw uprobe::Error(uprobe::Errc::bad_offset, exe, sites[0].offset, "the USDT site is not mapped once");
     k.push_back(Kind{name, fn, Style::entry, exe, sites[0].offset, sites[0].semaphore_offset, addrs[0]});
   }
+  // A function of a library that comes and goes (pending probes): by symbol,
+  // whether or not it is mapped now.
+  const uprobe::Location dl = uprobe::resolve_symbol(DlHandle::path(), "storm_dl_fn");
+  k.push_back(Kind{"dlopen-pending", Fn::dl, Style::entry, dl.path, dl.offset, 0, 0});
   return k;
 }
 
@@ -109,7 +148,10 @@ Window::Window(const Kind& kind) : uprobe::Consumer(callbacks_of(kind.style)), s
 
 uprobe::Action Window::handler(uprobe::Regs& regs) {
   const int p = producer_slot();
-  if (regs.rip != ip_) bad.fetch_add(1, std::memory_order_relaxed);
+  // ip_ 0: a library mapped at a different address after each dlopen; the
+  // producer's own handle says where.
+  const std::uint64_t ip = ip_ ? ip_ : reinterpret_cast<std::uint64_t>(t_dl.fn);
+  if (regs.rip != ip) bad.fetch_add(1, std::memory_order_relaxed);
   switch (style_) {
     case Style::session:
       uprobe::session_cookie() = regs.rdi + 1;  // never 0
