@@ -92,7 +92,8 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
   out = EntryWindow{};
   why.clear();
   if (size < kJumpLen)
-    return refuse(why, "the function is " + std::to_string(size) + " bytes long, shorter than the 5-byte jump");
+    return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
+                           " long, shorter than the 5-byte jump");
   std::size_t len = 0;
   while (len < kJumpLen) {
     Insn insn;

@@ -40,6 +40,7 @@ void ent_leaf();
 std::uint64_t ent_load(const std::uint64_t*);
 extern const std::uint8_t ent_load_fault[];
 void ent_regs_driver(const std::uint64_t* in, std::uint64_t* out);
+double ent_fadd(double, double);
 }
 
 using namespace opttest;
@@ -183,6 +184,32 @@ TEST(Entry, EveryGeneralRegisterAndFlagsSurvive) {
     EXPECT_EQ(hex(out[16] & 0xcd5), hex(flags & 0xcd5)) << "flags after the call";
     EXPECT_EQ(hex(c.seen[15] & 0xcd5), hex(flags & 0xcd5)) << "flags seen by the handler";
   }
+}
+
+/// A consumer that computes with doubles, AVX locals and snprintf("%f") on an
+/// optimized entry whose displaced addsd reads xmm0/xmm1: the arguments
+/// survive (the stub saves the vector state for consumers that use it).
+TEST(Entry, VectorArgumentsSurviveAFloatingPointConsumer) {
+  struct FloatUser : uprobe::Consumer {
+    std::atomic<int> hits{0};
+    char text[64] = {};
+    Action handler(Regs& r) override {
+      alignas(32) volatile double v[4] = {static_cast<double>(r.rsp & 0xff), 1.25, 2.5, 3.75};
+      double s = 0;
+      for (int i = 0; i < 4; ++i) s += v[i] * 1.5;
+      std::snprintf(text, sizeof text, "%f", s);
+      hits.fetch_add(1);
+      return Action::keep;
+    }
+  } c;
+  uprobe::Attachment a(vaddr(ent_fadd), c);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  for (int i = 0; i < 1000; ++i) {
+    const double x = i * 0.5 + 0.25, y = 1000.0 - i;
+    ASSERT_EQ(ent_fadd(x, y), x + y) << i;
+  }
+  EXPECT_EQ(c.hits.load(), 1000);
+  EXPECT_NE(std::string(c.text).find('.'), std::string::npos);
 }
 
 /// Entries that stay int3, and the reason each gives.

@@ -3,7 +3,9 @@
 // functions placed on one page (some starting with a nop5, one with a
 // `jmp rel32`, some with 0xE9/0xCC/nop5 bytes inside immediates), checking
 // every result; 2 threads attach and detach probes at random instruction
-// starts of those functions and switch Config::optimize on and off. 3 s.
+// starts of those functions (entries become optimized-entry probes when
+// their window allows; callers block briefly between rounds so that they can
+// be observed outside the windows) and switch Config::optimize on and off. 3 s.
 // Afterwards every code byte of the page equals the file's byte and the page
 // is r-x again (and no mapping is writable and executable).
 
@@ -89,7 +91,7 @@ TEST(C10, StormOnSharedPage) {
   std::atomic<std::uint64_t> calls{0}, wrong{0};
   std::mutex first_mu;
   std::string first_wrong, first_error;
-  std::atomic<std::uint64_t> errors{0}, attaches{0}, detaches{0}, toggles{0};
+  std::atomic<std::uint64_t> errors{0}, attaches{0}, detaches{0}, toggles{0}, entry_optimized{0};
 
   auto caller = [&](std::uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -107,6 +109,10 @@ TEST(C10, StormOnSharedPage) {
           }
         }
       }
+      // Block briefly between rounds: an entry is only converted once every
+      // other thread has been seen outside its window (blocked in the kernel),
+      // so the storm exercises optimized entries too.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     calls.fetch_add(n);
   };
@@ -133,6 +139,7 @@ TEST(C10, StormOnSharedPage) {
         } else {
           att[i] = uprobe::register_uprobe(where, consumers[static_cast<std::size_t>(id)][i]);
           attaches.fetch_add(1);
+          if (uprobe::probe_info(att[i]).mode == "optimized-entry") entry_optimized.fetch_add(1);
         }
       } catch (const std::exception& e) {
         if (errors.fetch_add(1) == 0) {
@@ -165,6 +172,7 @@ TEST(C10, StormOnSharedPage) {
       hits += c.hits.load();
       bad_ip += c.bad_ip.load();
     }
+  std::printf("[ info ] %llu attaches ended optimized-entry\n", static_cast<unsigned long long>(entry_optimized.load()));
   std::printf("[ info ] %llu calls, %llu attaches, %llu detaches, %llu optimize toggles, %llu hits (%llu optimized)\n",
               static_cast<unsigned long long>(calls.load()), static_cast<unsigned long long>(attaches.load()),
               static_cast<unsigned long long>(detaches.load()), static_cast<unsigned long long>(toggles.load()),
@@ -173,6 +181,7 @@ TEST(C10, StormOnSharedPage) {
   EXPECT_EQ(errors.load(), 0u) << "first: " << first_error;
   EXPECT_EQ(bad_ip, 0u);
   EXPECT_GT(attaches.load(), 100u);
+  EXPECT_GT(entry_optimized.load(), 0u) << "no entry was optimized during the storm";
   EXPECT_GT(d.optimized, 0u) << stats_str(d);
   EXPECT_GT(d.emulated + d.out_of_line, 0u) << stats_str(d);
 
