@@ -148,6 +148,10 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
       // Only over the file's own bytes, and with the window's slot in place.
       if (!s.window_xol || std::memcmp(cur + 1, up->window.bytes + 1, len - 1) != 0) continue;
       windows.emplace_back(s.addr, s.addr + len);
+      // The first instruction's own XOL slot jumps back into the window (the
+      // int3 path runs it when the window is blocked or entry optimization is
+      // off): a thread in that slot is inside too, from its first byte.
+      if (s.xol) windows.emplace_back(s.xol - 1, s.xol + arch::kXolSlotSize);
     }
     todo.push_back(&s);
   }

@@ -157,6 +157,18 @@ bool stepped_into_return(ucontext_t* uc) noexcept {
 
 }  // namespace
 
+namespace {
+
+/// Bytes 1..4 at an entry site are not the file's (the jump's tail is
+/// there: a conversion or a de-optimization is under way). Async-signal-safe.
+bool window_patched(const Uprobe* up, std::uint64_t ip) noexcept {
+  std::uint8_t now[arch::kJumpLen - 1];
+  peek_text(ip + 1, now, sizeof now);
+  return std::memcmp(now, up->window.bytes + 1, sizeof now) != 0;
+}
+
+}  // namespace
+
 void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
@@ -165,6 +177,20 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
     ThreadState& ts = t_state;
     StepTaken taken = StepTaken::no;
+    // Finishing a single-stepped XOL copy moves the thread back next to its
+    // probe (maybe inside an entry window): a writer converting that window
+    // must see it as handling that probe until it is back in the program.
+    StatBlock& sst = stat_block();
+    const std::uint64_t outer_trap_ip = sst.trap_ip.load(std::memory_order_relaxed);
+    if (ts.sstep_active) {
+      ts.trap_uc = uc;
+      sst.trap_ip.store(ts.sstep_ip, std::memory_order_release);
+    }
+    struct RestoreTrapIp {
+      StatBlock& st;
+      std::uint64_t ip;
+      ~RestoreTrapIp() { st.trap_ip.store(ip, std::memory_order_release); }
+    } restore_trap_ip{sst, outer_trap_ip};
     if (trace && ts.wstep_active) {
       const std::uint64_t ip = arch::ucontext_ip(uc);
       if (ip >= ts.wstep_lo && ip < ts.wstep_hi) {  // inside the window slot: not the program's step
@@ -234,15 +260,19 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   if (regs.rip != ip) {
     count(st.redirected);
-  } else if (site->window_xol && !user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
-             g_hot.optimize_entries.load(std::memory_order_relaxed) &&
-             up->window_blocker.load(std::memory_order_acquire) == 0) {
+  } else if (site->window_xol &&
+             (window_patched(up, ip) ||
+              (!user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
+               g_hot.optimize_entries.load(std::memory_order_relaxed) &&
+               up->window_blocker.load(std::memory_order_acquire) == 0))) {
     // The whole displaced window runs from its slot (never single-stepped):
     // no thread resumes inside bytes an optimized jump may overwrite. (A
     // thread that continues inside the window instead, while the window is
     // blocked or entry optimization is off, is runnable until it has left
     // it, and a writer converting the site waits for every thread to be
-    // observed outside. A program single-stepping itself is such a thread:
+    // observed outside. Whatever the switches say, while bytes after the int3
+    // are still the jump's (a conversion or its undoing in progress), the
+    // window slot is the only way on. A program single-stepping itself is such a thread:
     // it runs the probed instruction alone, below, so that it sees each
     // displaced instruction step at its own address.)
     count(st.out_of_line);
