@@ -151,8 +151,9 @@ std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept;
 
 /// Builds the XOL copy of `insn` (original address `ip`) to run at address
 /// `slot`: the relocated instruction (rip-relative displacement re-aimed at
-/// the same absolute target) followed by an absolute jump back to ip + len.
-/// Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
+/// the same absolute target) followed by an absolute jump back to ip + len
+/// (`jmp *pad(%rip)`, int3 padding, the 8-byte address, 8-byte aligned when
+/// `slot` is: the copy may run with rflags.AC set). Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
 /// `why` set when the target is out of the disp32 reach of `slot`.
 /// Not hot (called at register time).
 std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,

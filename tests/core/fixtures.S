@@ -758,6 +758,22 @@ FUNC fx_pushf
 ENDF fx_pushf
 SITE fx_pushf, .Lpushf_s
 
+/* popfq at 6 turns on alignment checking (rflags.AC) for the rest of the
+ * function: its XOL copy runs, and jumps back, with AC set (an unaligned
+ * jump-back address raised SIGBUS in the slot). a + b; AC cleared on return. */
+FUNC fx_popf_ac
+        pushfq
+        orl $0x40000, (%rsp)
+.Lpopfac_s:
+        popfq
+        lea (%rdi,%rsi), %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF fx_popf_ac
+SITE fx_popf_ac, .Lpopfac_s
+
 /* ===================================================================== */
 /* C-03: rip-relative first instructions                                 */
 /* ===================================================================== */
