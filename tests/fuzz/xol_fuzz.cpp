@@ -77,7 +77,7 @@ std::uint64_t input_flags(std::uint8_t b) {
 }
 
 Plan g_plan;
-Result* g_results[3];
+Result* g_results = nullptr;  // Plan::kMaxVariants blocks, shared with the sandbox child
 
 /// Printed at exit: how many instructions were compared, and how.
 struct Stats {
@@ -235,11 +235,10 @@ void compare(const Insn& insn, const char* variant, const Result& a, Result& b, 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  for (Result*& r : g_results) {
-    void* m = ::mmap(nullptr, sizeof(Result), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) std::abort();
-    r = static_cast<Result*>(m);
-  }
+  void* m = ::mmap(nullptr, Plan::kMaxVariants * sizeof(Result), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  if (m == MAP_FAILED) std::abort();
+  g_results = static_cast<Result*>(m);
   std::atexit([] {
     std::fprintf(stderr,
                  "xol_fuzz: %lu inputs, %lu instructions run, %lu xol copies and %lu emulations compared with the "
@@ -298,40 +297,47 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                             &r.r8,  &r.r9,  &r.r10, &r.r11, &r.r12, &r.r13, &r.r14, &r.r15};
   for (std::size_t i = 0; i < 16; ++i) *gpr[i] = reg_value(at(16 + i));
   r.rflags = input_flags(at(15));
+  r.rip = 0;  // per variant
   for (std::size_t i = 0; i < sizeof p.xmm; ++i) p.xmm[i / 16][i % 16] = fill.at(0x5000 + i);
   p.fs_base = kFsBase;
   p.gs_base = kGsBase;
 
-  // Original.
-  r.rip = kIp;
-  p.emulate = nullptr;
-  Outcome o = xolfuzz::run(p, g_results[0]);
-  if (o == Outcome::setup_failed) {  // an address already taken in this process
+  // Original first, then the copy and/or the emulation.
+  p.nvariants = 0;
+  p.variants[p.nvariants++] = {kIp, nullptr};
+  const int xol_at = slot_len ? p.nvariants++ : -1;
+  if (xol_at >= 0) p.variants[xol_at] = {kSlot, nullptr};
+  const int emu_at = via_emulation ? p.nvariants++ : -1;
+  if (emu_at >= 0) p.variants[emu_at] = {kIp, &insn};
+  Outcome out[Plan::kMaxVariants];
+  xolfuzz::run(p, g_results, out);
+  if (out[0] == Outcome::setup_failed) {  // an address already taken in this process
     ++g_stats.setup_failed;
     return 0;
   }
   ++g_stats.accepted;
-  const bool orig_timeout = o == Outcome::timeout;
+  const bool orig_timeout = out[0] == Outcome::timeout;
   if (orig_timeout) ++g_stats.timeouts;
-  if (slot_len) {
-    r.rip = kSlot;
-    Outcome x = xolfuzz::run(p, g_results[1]);
-    if (x == Outcome::setup_failed) std::abort();
-    if ((x == Outcome::timeout) != orig_timeout)
-      mismatch(insn, "xol", "one run timed out", *g_results[0], *g_results[1]);
-    if (!orig_timeout) compare(insn, "xol", *g_results[0], *g_results[1], kSlot);
-    ++g_stats.xol_compared;
+  const Result& orig = g_results[0];
+  if (std::getenv("XOL_FUZZ_VERBOSE")) {  // what each run ended with (reproducing one input)
+    for (int k = 0; k < p.nvariants; ++k)
+      std::fprintf(stderr, "xol_fuzz: `%s' variant %d (rip %#llx%s): outcome %d stage %u signal %d code %d rip %#llx rflags %#llx\n",
+                   insn.text.c_str(), k, static_cast<unsigned long long>(p.variants[k].rip),
+                   p.variants[k].emulate ? ", emulated" : "", static_cast<int>(out[k]),
+                   static_cast<unsigned>(g_results[k].stage), g_results[k].sig, g_results[k].code,
+                   static_cast<unsigned long long>(g_results[k].gregs[REG_RIP]),
+                   static_cast<unsigned long long>(g_results[k].gregs[REG_EFL]));
   }
-  if (via_emulation) {
-    r.rip = kIp;
-    p.emulate = &insn;
-    Outcome e = xolfuzz::run(p, g_results[2]);
-    p.emulate = nullptr;
-    if (e == Outcome::setup_failed) std::abort();
-    if ((e == Outcome::timeout) != orig_timeout)
-      mismatch(insn, "emulated", "one run timed out", *g_results[0], *g_results[2]);
-    if (!orig_timeout) compare(insn, "emulated", *g_results[0], *g_results[2], 0);
-    ++g_stats.emulated_compared;
+  for (int k : {xol_at, emu_at}) {
+    if (k < 0) continue;
+    const char* variant = k == xol_at ? "xol" : "emulated";
+    if (out[k] == Outcome::setup_failed) {
+      std::fprintf(stderr, "xol_fuzz: the %s run could not start\n", variant);
+      std::abort();
+    }
+    if ((out[k] == Outcome::timeout) != orig_timeout) mismatch(insn, variant, "one run timed out", orig, g_results[k]);
+    if (!orig_timeout) compare(insn, variant, orig, g_results[k], k == xol_at ? kSlot : 0);
+    ++(k == xol_at ? g_stats.xol_compared : g_stats.emulated_compared);
   }
   return 0;
 }

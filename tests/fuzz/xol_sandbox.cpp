@@ -58,8 +58,10 @@ asm(".text\n"
 constexpr unsigned long kSaRestorer = 0x04000000;
 
 const Plan* g_plan = nullptr;
-Result* g_result = nullptr;
+Result* g_results = nullptr;
+int g_variant = 0;
 volatile Stage g_stage = Stage::start;
+long g_own_fs = 0, g_own_gs = 0;  // the child's own bases (TLS): instrumented code needs them
 
 // FXSAVE image offsets (Intel SDM vol. 1, 10.5.1).
 constexpr std::size_t kFxFcw = 0, kFxFsw = 2, kFxFtw = 4, kFxMxcsr = 24, kFxSt = 32, kFxXmm = 160;
@@ -67,7 +69,7 @@ constexpr std::size_t kFxSwBytes = 464;     // struct _fpx_sw_bytes (Linux)
 constexpr std::uint32_t kFpXstateMagic1 = 0x46505853;
 constexpr std::size_t kXstateBv = 512;      // XSAVE header: XSTATE_BV
 
-void load_plan(ucontext_t* uc) {
+void load_plan(ucontext_t* uc, std::uint64_t rip) {
   const Plan& p = *g_plan;
   greg_t* g = uc->uc_mcontext.gregs;
   g[REG_R8] = static_cast<greg_t>(p.regs.r8);
@@ -86,7 +88,7 @@ void load_plan(ucontext_t* uc) {
   g[REG_RAX] = static_cast<greg_t>(p.regs.rax);
   g[REG_RCX] = static_cast<greg_t>(p.regs.rcx);
   g[REG_RSP] = static_cast<greg_t>(p.regs.rsp);
-  g[REG_RIP] = static_cast<greg_t>(p.regs.rip);
+  g[REG_RIP] = static_cast<greg_t>(rip);
   g[REG_EFL] = static_cast<greg_t>(p.regs.rflags);
   auto* fx = reinterpret_cast<std::uint8_t*>(uc->uc_mcontext.fpregs);
   if (!fx) die(5);
@@ -98,20 +100,20 @@ void load_plan(ucontext_t* uc) {
   copy(fx + kFxMxcsr, &mxcsr, 4);
   for (std::size_t i = 0; i < 8 * 16; ++i) fx[kFxSt + i] = 0;
   copy(fx + kFxXmm, p.xmm, sizeof p.xmm);
-  // With an XSAVE frame, x87 and SSE state must be marked present, or
-  // XRSTOR would put them in their init state instead of loading ours.
+  // With an XSAVE frame: x87 and SSE state marked present (else XRSTOR would
+  // put them in their init state instead of loading ours), every other
+  // component (AVX upper halves, AVX-512, PKRU, ...) in its init state, so that
+  // no variant inherits what an earlier one left there.
   std::uint32_t magic;
   copy(&magic, fx + kFxSwBytes, 4);
   if (magic == kFpXstateMagic1) {
-    std::uint64_t bv;
-    copy(&bv, fx + kXstateBv, 8);
-    bv |= 3;
+    const std::uint64_t bv = 3;
     copy(fx + kXstateBv, &bv, 8);
   }
 }
 
 void record(int sig, siginfo_t* si, ucontext_t* uc) {
-  Result& r = *g_result;
+  Result& r = g_results[g_variant];
   r.stage = g_stage;
   r.sig = sig;
   r.code = si->si_code;
@@ -128,31 +130,62 @@ void record(int sig, siginfo_t* si, ucontext_t* uc) {
   r.done = 1;
 }
 
-void on_signal(int sig, siginfo_t* si, void* ctx) {
-  auto* uc = static_cast<ucontext_t*>(ctx);
-  if (g_stage == Stage::start && sig == SIGTRAP) {
-    load_plan(uc);
-    if (g_plan->emulate) {
-      uprobe::Regs regs;
-      uprobe::arch::regs_from_ucontext(uc, regs);
-      g_stage = Stage::emulating;
-      const bool ok = uprobe::arch::emulate(*g_plan->emulate, regs.rip, regs);
-      if (!ok) die(6);
-      uprobe::arch::regs_to_ucontext(regs, uc);
-    }
-    if (raw(SYS_arch_prctl, ARCH_SET_FS, static_cast<long>(g_plan->fs_base)) != 0) die(7);
-    if (raw(SYS_arch_prctl, ARCH_SET_GS, static_cast<long>(g_plan->gs_base)) != 0) die(7);
-    g_stage = Stage::running;
-    return;
+/// Puts the plan's bytes back into every writable page.
+void reset_memory() {
+  for (int i = 0; i < g_plan->npages; ++i) {
+    const Page& pg = g_plan->pages[i];
+    if (pg.prot & PROT_WRITE) copy(reinterpret_cast<void*>(pg.addr), pg.bytes, kPage);
   }
-  record(sig, si, uc);
-  die(0);
 }
 
-[[noreturn]] void child(const Plan& plan, Result* result) {
+void arm_timer() {
+  struct itimerval t{};
+  t.it_value.tv_usec = 250000;
+  raw(SYS_setitimer, ITIMER_REAL, reinterpret_cast<long>(&t), 0);
+}
+
+/// Turns the signal context `uc` into the start of variant g_variant.
+void begin_variant(ucontext_t* uc) {
+  const Plan::Variant& v = g_plan->variants[g_variant];
+  load_plan(uc, v.rip);
+  if (v.emulate) {
+    uprobe::Regs regs;
+    uprobe::arch::regs_from_ucontext(uc, regs);
+    g_stage = Stage::emulating;
+    const bool ok = uprobe::arch::emulate(*v.emulate, regs.rip, regs);
+    if (!ok) die(6);
+    uprobe::arch::regs_to_ucontext(regs, uc);
+  }
+  if (raw(SYS_arch_prctl, ARCH_SET_FS, static_cast<long>(g_plan->fs_base)) != 0) die(7);
+  if (raw(SYS_arch_prctl, ARCH_SET_GS, static_cast<long>(g_plan->gs_base)) != 0) die(7);
+  arm_timer();
+  g_stage = Stage::running;
+}
+
+void on_signal(int sig, siginfo_t* si, void* ctx) {
+  auto* uc = static_cast<ucontext_t*>(ctx);
+  if (g_stage == Stage::start) {
+    if (sig != SIGTRAP) die(9);
+    begin_variant(uc);
+    return;
+  }
+  // The end of a variant (possibly a fault inside emulate(), whose frame is
+  // abandoned: the next variant starts from this context).
+  record(sig, si, uc);
+  if (++g_variant == g_plan->nvariants) die(0);
+  raw(SYS_arch_prctl, ARCH_SET_FS, g_own_fs);
+  raw(SYS_arch_prctl, ARCH_SET_GS, g_own_gs);
+  reset_memory();
+  begin_variant(uc);
+}
+
+[[noreturn]] void child(const Plan& plan, Result* results, int first) {
   g_plan = &plan;
-  g_result = result;
+  g_results = results;
+  g_variant = first;
   g_stage = Stage::start;
+  if (raw(SYS_arch_prctl, ARCH_GET_FS, reinterpret_cast<long>(&g_own_fs)) != 0) die(4);
+  if (raw(SYS_arch_prctl, ARCH_GET_GS, reinterpret_cast<long>(&g_own_gs)) != 0) die(4);
   for (int i = 0; i < plan.npages; ++i) {
     const Page& pg = plan.pages[i];
     long a = raw(SYS_mmap, static_cast<long>(pg.addr), kPage, PROT_READ | PROT_WRITE,
@@ -180,29 +213,44 @@ void on_signal(int sig, siginfo_t* si, void* ctx) {
   if (raw(SYS_rt_sigaction, SIGALRM, reinterpret_cast<long>(&dfl), 0, 8) != 0) die(4);
   unsigned long none = 0;
   raw(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, 8);
-  struct itimerval t{};
-  t.it_value.tv_usec = 250000;
-  raw(SYS_setitimer, ITIMER_REAL, reinterpret_cast<long>(&t), 0);
   asm volatile("int3" ::: "memory");
   die(8);  // the handler never returns here
 }
 
 }  // namespace
 
-Outcome run(const Plan& plan, Result* shared) {
-  shared->done = 0;
-  shared->stage = Stage::start;
-  shared->sig = shared->code = 0;
-  const pid_t pid = ::fork();
-  if (pid < 0) return Outcome::setup_failed;
-  if (pid == 0) child(plan, shared);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return Outcome::setup_failed;
+void run(const Plan& plan, Result* results, Outcome* out) {
+  for (int k = 0; k < plan.nvariants; ++k) {
+    results[k].done = 0;
+    results[k].stage = Stage::start;
+    results[k].sig = results[k].code = 0;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && shared->done) return Outcome::signal;
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) return Outcome::timeout;
-  return Outcome::setup_failed;
+  int first = 0;
+  while (first < plan.nvariants) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (int k = first; k < plan.nvariants; ++k) out[k] = Outcome::setup_failed;
+      return;
+    }
+    if (pid == 0) child(plan, results, first);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) break;
+    }
+    int k = first;
+    while (k < plan.nvariants && results[k].done) out[k++] = Outcome::signal;
+    if (k == plan.nvariants) return;
+    const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // Variant k did not finish: a timeout (then go on with the next one in a
+    // new child), or a failure to set up (or an unexpected exit) for the rest.
+    if (!exited_ok && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+      out[k] = Outcome::timeout;
+      first = k + 1;
+      continue;
+    }
+    for (; k < plan.nvariants; ++k) out[k] = Outcome::setup_failed;
+    return;
+  }
 }
 
 }  // namespace xolfuzz

@@ -4,17 +4,21 @@
 // instruction in a forked child, from a given register and memory state, and
 // reports the state the child ended in.
 //
-// The child maps the plan's pages at fixed addresses (MAP_FIXED_NOREPLACE),
-// installs handlers for SIGTRAP, SIGSEGV, SIGBUS, SIGILL and SIGFPE on an
-// alternate stack, and executes int3. The first SIGTRAP handler call loads the
-// plan's registers into the signal context (every GPR, rflags, rip, xmm0-15,
-// MXCSR, a reset x87 state), optionally runs uprobe::arch::emulate() on them
-// exactly as the runtime's SIGTRAP handler does (regs_from_ucontext, emulate,
-// regs_to_ucontext), points fs and gs at the plan's bases, and returns: the
-// kernel's rt_sigreturn starts the instruction. The next signal (the int3 of
-// a landing pad, or a fault) records the context and the writable pages into
-// a shared result block, and the child exits. A child still running after
-// 250 ms is killed by SIGALRM (a timeout).
+// One child runs every variant of a plan in turn (one fork per input). It maps
+// the plan's pages at fixed addresses (MAP_FIXED_NOREPLACE), installs handlers
+// for SIGTRAP, SIGSEGV, SIGBUS, SIGILL and SIGFPE on an alternate stack, and
+// executes int3. The handler starts a variant by loading the plan's registers
+// into the signal context (every GPR, rflags, rip, xmm0-15, MXCSR, a reset x87
+// state, every other XSAVE component in its init state), optionally running
+// uprobe::arch::emulate() on them exactly as the runtime's SIGTRAP handler
+// does (regs_from_ucontext, emulate, regs_to_ucontext), pointing fs and gs at
+// the plan's bases, and returning: the kernel's rt_sigreturn starts the
+// instruction. The next signal (the int3 of a landing pad, or a fault)
+// records the context and the writable pages into the variant's shared
+// result block; the handler then puts back the child's own fs and gs bases,
+// rewrites the writable pages from the plan and starts the next variant the
+// same way. A variant still running after 250 ms is killed by SIGALRM (a
+// timeout); run() starts a new child for the variants after it.
 //
 // This file is compiled without sanitizers, coverage or stack protector and
 // with -fno-builtin: after the fs base changed, the child may not touch TLS,
@@ -47,7 +51,16 @@ struct Plan {
   uprobe::Regs regs{};               ///< GPRs, rflags, rip (where execution starts)
   std::uint8_t xmm[16][16] = {};
   std::uint64_t fs_base = 0, gs_base = 0;
-  const uprobe::arch::Insn* emulate = nullptr;  ///< emulate this instruction at regs.rip first (runtime path)
+  /// One way to run the instruction: where execution starts (regs.rip is
+  /// ignored), and whether arch::emulate() runs first on the state (the
+  /// runtime's trap path; the emulated rip is then where execution starts).
+  struct Variant {
+    std::uint64_t rip = 0;
+    const uprobe::arch::Insn* emulate = nullptr;
+  };
+  static constexpr int kMaxVariants = 3;
+  Variant variants[kMaxVariants];
+  int nvariants = 0;
 };
 
 enum class Stage : std::uint32_t {
@@ -69,7 +82,9 @@ struct Result {
 
 enum class Outcome { signal, timeout, setup_failed };
 
-/// Forks, runs `plan` in the child, waits. `shared` must be MAP_SHARED memory.
-Outcome run(const Plan& plan, Result* shared);
+/// Runs every variant of `plan` (forking once, again after a timeout) and
+/// stores variant k's outcome in out[k] and its end state in results[k].
+/// `results` must be MAP_SHARED memory for plan.nvariants Result blocks.
+void run(const Plan& plan, Result* results, Outcome* out);
 
 }  // namespace xolfuzz
