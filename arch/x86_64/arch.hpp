@@ -7,6 +7,7 @@
 /// The core in src/ calls only what is declared here; a second architecture
 /// provides its own arch/<name>/arch.hpp with the same names.
 
+#include <signal.h>
 #include <ucontext.h>
 
 #include <cstddef>
@@ -20,6 +21,12 @@ extern "C" {
 /// The return trampoline (ret_trampoline.S): the address a hijacked return
 /// address points to. Not callable from C.
 void uprobe_ret_trampoline();
+/// The SIGTRAP handler to install (trap_entry.S): clears rflags.AC, which
+/// the kernel leaves set in a handler when the interrupted code had it set,
+/// then tail-calls uprobe_sigtrap_handler(). Async-signal-safe.
+void uprobe_sigtrap_entry(int sig, siginfo_t* info, void* ucontext);
+/// Provided by the core (src/trap.cpp): the SIGTRAP handler proper.
+void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
 }
 
 namespace uprobe::arch {

@@ -774,6 +774,22 @@ FUNC fx_popf_ac
 ENDF fx_popf_ac
 SITE fx_popf_ac, .Lpopfac_s
 
+/* lea at 6 runs with alignment checking on (rflags.AC): the probe's trap
+ * handler and the consumers run with AC set too (the kernel keeps AC on
+ * signal delivery). a + b; AC cleared on return. */
+FUNC fx_ac_on
+        pushfq
+        orl $0x40000, (%rsp)
+        popfq
+.Lacon_s:
+        lea (%rdi,%rsi), %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF fx_ac_on
+SITE fx_ac_on, .Lacon_s
+
 /* ===================================================================== */
 /* C-03: rip-relative first instructions                                 */
 /* ===================================================================== */

@@ -168,6 +168,7 @@ std::vector<ClassCase> cases() {
   // Found by tests/fuzz (fuzz_xol): the copy of a popf that sets AC must not
   // fault on its own jump back.
   v.push_back(XCASE(fx_popf_ac, [](auto a, auto b) { return a + b; }));
+  v.push_back(XCASE(fx_ac_on, [](auto a, auto b) { return a + b; }));
   return v;
 }
 
