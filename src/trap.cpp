@@ -316,3 +316,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 }
 
 }  // namespace uprobe::detail
+
+extern "C" __attribute__((visibility("hidden"))) void uprobe_sigtrap_handler(int sig, siginfo_t* info,
+                                                                           void* ctx) noexcept {
+  uprobe::detail::on_sigtrap(sig, info, ctx);
+}
