@@ -86,6 +86,7 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
     sync_cores();
     poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
     sync_cores();
+    __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
   }
 }
 
@@ -184,6 +185,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (!xol_area().write_code(stub, code, n, why)) continue;
     stubs()[s.addr] = stub;
     s.stub = stub;
+    __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
     arch::encode_jump(s.addr, stub, jmp);
     poke_text(s.addr + 1, jmp + 1, arch::kJumpLen - 1);
