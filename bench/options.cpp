@@ -56,6 +56,14 @@ void usage(FILE* out) {
       "                        ri-pool, ri-lock, optimize, xol, emulate) back to back for every\n"
       "                        producer count; prints both tables and the after/before ratios\n"
       "\n"
+      "Attach and detach latency:\n"
+      "  --attach-libc N       attach entry probes to N libc .dynsym functions in one batch\n"
+      "                        (register_uprobes) and detach them (unregister_uprobes), then one by\n"
+      "                        one; each round (-r) in a fresh process; with --kernel also the\n"
+      "                        kernel's uprobes on the same entries, one perf event at a time\n"
+      "  --kernel-count M      only the first M of them for the kernel (its detach is slow)\n"
+      "  --attach-no-single    leave out the one-by-one register_uprobe() rounds\n"
+      "\n"
       "Output:\n"
       "  --format text|csv|json  csv and json hold every sample and the summaries (to stdout, or\n"
       "                        to -o FILE); the text then goes to stderr (default text)\n"
@@ -166,7 +174,8 @@ bool parse_options(int argc, char** argv, Options& o) {
   enum {
     opt_list = 256, opt_sweep, opt_variants, opt_config, opt_result_fd, opt_lookup, opt_xol, opt_signal_mask,
     opt_emulate, opt_no_emulate, opt_ri_pool, opt_ri_lock, opt_optimize, opt_no_optimize, opt_compare,
-    opt_kernel, opt_format, opt_sweep_variants,
+    opt_kernel, opt_format, opt_sweep_variants, opt_attach_libc, opt_attach_child, opt_attach_skip,
+    opt_attach_no_single, opt_kernel_count,
   };
   static const option longopts[] = {
       {"producers", required_argument, nullptr, 'p'},
@@ -196,6 +205,11 @@ bool parse_options(int argc, char** argv, Options& o) {
       {"kernel", no_argument, nullptr, opt_kernel},
       {"format", required_argument, nullptr, opt_format},
       {"result-fd", required_argument, nullptr, opt_result_fd},  // internal: lab child
+      {"attach-libc", required_argument, nullptr, opt_attach_libc},
+      {"attach-child", no_argument, nullptr, opt_attach_child},    // internal: one --attach-libc round
+      {"attach-skip", required_argument, nullptr, opt_attach_skip},  // internal: offsets the round skips
+      {"attach-no-single", no_argument, nullptr, opt_attach_no_single},
+      {"kernel-count", required_argument, nullptr, opt_kernel_count},
       {nullptr, 0, nullptr, 0},
   };
   for (int i = 0; i < argc; ++i) {
@@ -298,6 +312,21 @@ bool parse_options(int argc, char** argv, Options& o) {
         else return fail("bad --format '" + f + "' (text, csv, json)");
         break;
       }
+      case opt_attach_libc:
+        if (!parse_int(optarg, 1, 100000, o.attach_libc)) return fail("bad --attach-libc (1..100000)");
+        break;
+      case opt_attach_child:
+        o.attach_child = true;
+        break;
+      case opt_attach_skip:
+        o.attach_skip = optarg;
+        break;
+      case opt_attach_no_single:
+        o.attach_no_single = true;
+        break;
+      case opt_kernel_count:
+        if (!parse_int(optarg, 1, 100000, o.kernel_count)) return fail("bad --kernel-count (1..100000)");
+        break;
       case opt_result_fd:
         if (!parse_int(optarg, 0, 1 << 20, o.result_fd)) return fail("bad --result-fd");
         break;
@@ -307,6 +336,12 @@ bool parse_options(int argc, char** argv, Options& o) {
   }
   while (optind < argc) patterns.push_back(argv[optind++]);
   if (o.list) return true;
+  if (o.attach_libc > 0) {
+    if (!patterns.empty() || !o.compare.empty() || o.sweep)
+      return fail("--attach-libc takes no variant, --compare or --sweep");
+    if (o.kernel_count == 0 || o.kernel_count > o.attach_libc) o.kernel_count = o.attach_libc;
+    return true;
+  }
 
   for (const std::string& p : patterns)
     if (!add_variants(p, o.variants)) return fail("unknown variant '" + p + "' (see --list)");

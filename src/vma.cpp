@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "format.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -94,6 +95,18 @@ bool VmaSnapshot::same_layout(const VmaSnapshot& other) const noexcept {
       return false;
   }
   return true;
+}
+
+FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t a) {
+  const Vma* v = vmas.find(a);
+  if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");
+  if (v->ino == 0 || v->path.empty() || v->path[0] != '/')
+    throw Error(Errc::not_file_backed, v->path, a,
+                "address " + hex(a) + " is in anonymous memory" + (v->path.empty() ? "" : " (" + v->path + ")"));
+  const std::string deleted = " (deleted)";
+  if (v->path.size() > deleted.size() && v->path.compare(v->path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    throw Error(Errc::not_file_backed, v->path, a, "the file mapped at " + hex(a) + " was deleted");
+  return FileOffset{v->path, v->pgoff + (a - v->start), v->dev, v->ino};
 }
 
 }  // namespace uprobe::detail

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "uprobe/uprobe.hpp"
+
 namespace uprobe::detail {
 
 /// One mapping. prot bits: 1 read, 2 write, 4 exec; shared = 's' in maps.
@@ -42,5 +44,11 @@ class VmaSnapshot {
  private:
   std::vector<Vma> vmas_;
 };
+
+/// The file and file offset mapped at `addr` in `vmas` (offset = pgoff +
+/// addr - start): resolve_address() on a snapshot.
+/// @throws uprobe::Error(not_file_backed) for anonymous memory, no mapping,
+/// or a deleted file.
+FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t addr);
 
 }  // namespace uprobe::detail

@@ -136,6 +136,19 @@ bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, st
   if ((r.owner != ::getpid() || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
   if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
+  if (batch_) {
+    auto it = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& a) { return a.base == r.base; });
+    if (it == aliases_.end()) {
+      void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+      if (rw == MAP_FAILED) {
+        why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
+        return false;
+      }
+      it = aliases_.insert(aliases_.end(), Alias{r.base, rw});
+    }
+    std::memcpy(static_cast<std::uint8_t*>(it->rw) + (addr - r.base), bytes, len);
+    return true;
+  }
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;
   std::uint64_t page_off = off & ~(page - 1);
@@ -176,6 +189,15 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   r->used += arch::kXolSlotSize;
   by_site_[site] = slot;
   return slot;
+}
+
+void XolArea::end_batch() noexcept {
+  for (const Alias& a : aliases_) {
+    const Region* r = region_of(a.base);
+    ::munmap(a.rw, r ? r->size : kRegionSize);
+  }
+  aliases_.clear();
+  batch_ = false;
 }
 
 void XolArea::privatize_all() noexcept {
