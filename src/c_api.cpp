@@ -219,13 +219,17 @@ int register_common(uprobe_consumer* uc, uprobe_probe** probe, Register&& reg) n
 /// last error at the end of the call.
 struct FirstFailure {
   int err = 0;
+  size_t index = 0;
   std::string message;
-  void note(int e, const char* m) {
-    if (err) return;
+  int count = 0;
+  /// Request `i` failed with errno `e`.
+  void note(size_t i, int e, const char* m) {
+    ++count;
+    if (err && i >= index) return;
     err = e;
+    index = i;
     message = m;
   }
-  int count = 0;
 };
 
 /// Checks of one C request before it reaches the C++ API; 0 or a positive errno.
@@ -280,8 +284,7 @@ int uprobe_register_batch(uprobe_request* reqs, size_t n) {
       const char* why = nullptr;
       if (int e = check_request(q, false, why)) {
         q.err = -e;
-        first.note(e, why);
-        ++first.count;
+        first.note(i, e, why);
         continue;
       }
       uprobe::ProbeRequest r;
@@ -304,8 +307,7 @@ int uprobe_register_batch(uprobe_request* reqs, size_t n) {
       }
       const int e = to_errno(res[k].error->code(), false);
       q.err = -e;
-      first.note(e, res[k].error->what());
-      ++first.count;
+      first.note(index[k], e, res[k].error->what());
     }
   });
   for (size_t i = 0; i < n; ++i)  // references of the requests that did not register
@@ -340,16 +342,14 @@ int uprobe_unregister_batch(uprobe_request* reqs, size_t n) {
       const char* why = nullptr;
       if (int e = check_request(q, true, why)) {
         q.err = -e;
-        first.note(e, why);
-        ++first.count;
+        first.note(i, e, why);
         continue;
       }
       // A reference for the call keeps the adapter alive (as uprobe_unregister()).
       adapters[i] = acquire(q.uc, false);
       if (!adapters[i]) {
         q.err = -ENOENT;
-        first.note(ENOENT, "libuprobe: this consumer is not registered on any probe");
-        ++first.count;
+        first.note(i, ENOENT, "libuprobe: this consumer is not registered on any probe");
         continue;
       }
       pairs.push_back(uprobe::ProbeConsumer{reinterpret_cast<uprobe::Uprobe*>(q.probe), adapters[i]});
@@ -364,8 +364,7 @@ int uprobe_unregister_batch(uprobe_request* reqs, size_t n) {
       }
       const int e = to_errno(res[k]->code(), true);
       q.err = -e;
-      first.note(e, res[k]->what());
-      ++first.count;
+      first.note(index[k], e, res[k]->what());
     }
   });
   for (size_t i = 0; i < n; ++i)  // the call's reference, and on success the registration's

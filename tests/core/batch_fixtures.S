@@ -44,4 +44,13 @@ batch_fx:
         .endr
         .size batch_fx, . - batch_fx
 
+        /* A USDT-style semaphore (16-bit, file-backed .data). */
+        .data
+        .p2align 1
+        .globl batch_sem
+        .type batch_sem, @object
+batch_sem:
+        .short 0
+        .size batch_sem, 2
+
         .section .note.GNU-stack,"",@progbits
