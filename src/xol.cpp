@@ -70,9 +70,16 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
     std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
     if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
   };
-  for (const Vma& v : vmas) {
-    if (v.start > prev_end) consider_gap(prev_end, v.start);
-    if (v.end > prev_end) prev_end = v.end;
+  // What is mapped: the snapshot, plus our own regions (a batch places many
+  // slots against one snapshot, which does not show the regions it added).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
+  taken.reserve(vmas.size() + regions_.size());
+  for (const Vma& v : vmas) taken.emplace_back(v.start, v.end);
+  for (const Region& r : regions_) taken.emplace_back(r.base, r.base + r.size);
+  std::sort(taken.begin(), taken.end());
+  for (const auto& [start, end] : taken) {
+    if (start > prev_end) consider_gap(prev_end, start);
+    if (end > prev_end) prev_end = end;
   }
   consider_gap(prev_end, 0x7ffffffff000ull);
   std::sort(candidates.begin(), candidates.end(),

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * 256 distinct probe sites for the batch API tests: batch_fx_N(a) returns
+ * 4096 distinct probe sites for the batch API tests: batch_fx_N(a) returns
  * a + N. Even N start with a nop (emulated), odd N with the lea itself (run
  * out of line), so a batch holds both kinds. batch_fx[] is the table of their
  * addresses.
@@ -27,7 +27,7 @@ batch_fx_\n:
         .endm
 
         .set i, 0
-        .rept 256
+        .rept 4096
         BFX %i
         .set i, i+1
         .endr
@@ -38,7 +38,7 @@ batch_fx_\n:
         .type batch_fx, @object
 batch_fx:
         .set i, 0
-        .rept 256
+        .rept 4096
         BFX_ADDR %i
         .set i, i+1
         .endr

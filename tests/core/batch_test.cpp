@@ -23,7 +23,8 @@ extern volatile std::uint16_t batch_sem;
 
 namespace {
 
-constexpr std::size_t kFixtures = 256;
+constexpr std::size_t kFixtures = 256;      // used by most tests
+constexpr std::size_t kAllFixtures = 4096;  // batch_fixtures.S
 
 const void* fx(std::size_t i) { return reinterpret_cast<const void*>(batch_fx[i]); }
 
@@ -80,6 +81,23 @@ TEST(Batch, ExactHitCountsOnEveryProbeThenDetachRestoresEveryByte) {
   EXPECT_EQ(diff_snapshot(text_before), "") << "the program's code is byte for byte what it was";
   for (std::size_t i = 0; i < kFixtures; ++i) call(i, 3);
   for (std::size_t i = 0; i < kFixtures; ++i) EXPECT_EQ(counters[i].hits.load(), i % 7 + 1) << i;
+}
+
+TEST(Batch, ABatchLargerThanOneXolRegion) {
+  // 4096 out-of-line and emulated sites: 4096 XOL slots of 32 bytes, more
+  // than one 64 KiB region holds, all placed against the batch's one
+  // address-space snapshot.
+  std::vector<Counter> counters(kAllFixtures);
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 0; i < kAllFixtures; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), counters[i]));
+  const auto res = uprobe::register_uprobes(reqs);
+  std::size_t ok = 0;
+  for (const auto& r : res) ok += r.probe != nullptr;
+  EXPECT_EQ(ok, kAllFixtures) << (res.back().error ? res.back().error->what() : "");
+  for (std::size_t i = 0; i < kAllFixtures; ++i) call(i, 1 + i % 3);
+  for (std::size_t i = 0; i < kAllFixtures; ++i) ASSERT_EQ(counters[i].hits.load(), 1 + i % 3) << i;
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  for (std::size_t i = 0; i < kAllFixtures; ++i) ASSERT_NE(*static_cast<const std::uint8_t*>(fx(i)), 0xCC) << i;
 }
 
 TEST(Batch, BytesMatchTheFileAfterDetach) {
