@@ -110,7 +110,8 @@ struct Options {
   int duration = 5;
   int repeat = 1;
   Switches switches;
-  std::string compare;  // --compare SWITCH
+  std::string compare;  // --compare SWITCH, or "all"
+  bool variants_given = false;  // variants named on the command line (not defaults)
   bool kernel = false;  // --kernel
   bool list = false;
   bool sweep = false;
@@ -280,6 +281,8 @@ std::vector<std::pair<std::string, std::string>> run_meta(const Options& o);
 int run_attach(const Options& o);
 
 // ---- lab.cpp: sweeps and comparisons, each point in a fresh child process.
-int run_lab(const Options& o);
+/// Runs the lab; the before/after ratios of a comparison are appended to
+/// `ratios` when given. --compare all runs every comparison in turn.
+int run_lab(const Options& o, std::vector<Ratio>* ratios = nullptr);
 
 }  // namespace bench

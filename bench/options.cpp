@@ -55,6 +55,9 @@ void usage(FILE* out) {
       "  --compare SWITCH      run the before and after design of SWITCH (lookup, signal-mask,\n"
       "                        ri-pool, ri-lock, optimize, xol, emulate) back to back for every\n"
       "                        producer count; prints both tables and the after/before ratios\n"
+      "  --compare all         every switch in turn (each on its own variants, or on the ones\n"
+      "                        given), then one table of all before/after pairs; with -o F.csv\n"
+      "                        each switch's data goes to F-SWITCH.csv\n"
       "\n"
       "Attach and detach latency:\n"
       "  --attach-libc N       attach entry probes to N libc .dynsym functions in one batch\n"
@@ -296,9 +299,13 @@ bool parse_options(int argc, char** argv, Options& o) {
         if (!sw("optimize", "off")) return false;
         break;
       case opt_compare:
+        if (std::string(optarg) == "all") {
+          o.compare = "all";
+          break;
+        }
         if (!find_comparison(optarg))
           return fail(std::string("unknown --compare switch '") + optarg +
-                      "' (lookup, signal-mask, ri-pool, ri-lock, optimize, xol, emulate)");
+                      "' (all, lookup, signal-mask, ri-pool, ri-lock, optimize, xol, emulate)");
         o.compare = find_comparison(optarg)->name;
         break;
       case opt_kernel:
@@ -346,7 +353,15 @@ bool parse_options(int argc, char** argv, Options& o) {
   for (const std::string& p : patterns)
     if (!add_variants(p, o.variants)) return fail("unknown variant '" + p + "' (see --list)");
 
-  if (!o.compare.empty()) {
+  o.variants_given = !o.variants.empty();
+  if (o.compare == "all") {
+    // Every switch with its own default variants (or the ones given), one
+    // after the other: run_lab() expands it.
+    if (o.variants.empty())
+      for (const Comparison& c : comparisons())
+        for (const std::string& v : c.default_variants)
+          if (std::find(o.variants.begin(), o.variants.end(), v) == o.variants.end()) o.variants.push_back(v);
+  } else if (!o.compare.empty()) {
     const Comparison& cmp = *find_comparison(o.compare);
     if (o.switches.has(cmp.name))
       return fail("--compare " + cmp.name + " runs both values of " + cmp.name + ": do not also set it");
