@@ -185,13 +185,20 @@ int child(const Options& o) {
     std::string err;
     c0 = cpu_ms();
     t0 = Clock::now();
+    std::size_t krefused = 0;
+    std::string first_err;
     for (const kernel::Location& w : where) {
       const int fd = kernel::open_uprobe(w, false, err);
-      if (fd < 0) break;
-      fds.push_back(fd);
+      if (fd >= 0) {
+        fds.push_back(fd);
+      } else if (++krefused == 1) {
+        first_err = err;
+      }
     }
     const double kattach = ms_since(t0), kattach_cpu = cpu_ms() - c0;
-    if (fds.size() != where.size()) std::printf("kernel_error %s\n", err.c_str());
+    if (krefused)
+      std::printf("kernel_error the kernel refused %zu of %zu (first: %s)\n", krefused, where.size(),
+                  first_err.c_str());
     c0 = cpu_ms();
     t0 = Clock::now();
     for (int fd : fds) close(fd);
@@ -279,10 +286,13 @@ int run_attach(const Options& o) {
   // with the refused ones skipped, until N are accepted).
   std::string skip;
   std::vector<std::string> all_reasons;
+  Options light = o;  // the classification rounds: libuprobe's batch only
+  light.kernel = false;
+  light.attach_no_single = true;
   for (int tries = 0;; ++tries) {
     kv.clear();
     reasons.clear();
-    if (!run_round(o, skip, kv, reasons, error)) {
+    if (!run_round(light, skip, kv, reasons, error)) {
       std::fprintf(out, "attach-libc: FAILED (%s)\n", error.c_str());
       return 1;
     }
@@ -290,12 +300,15 @@ int run_attach(const Options& o) {
     if (kv["refused"] == "-" || tries == 10) break;
     skip += (skip.empty() ? "" : ",") + kv["refused"];
   }
-  reasons = all_reasons;
+  reasons = all_reasons;  // (the measured rounds below are fresh ones)
   std::fprintf(out, "attach-libc: %s, the first %d .dynsym function entries (by file offset)", kv["path"].c_str(),
                o.attach_libc);
   if (!skip.empty()) {
     std::fprintf(out, " that libuprobe accepts; it refuses %zu of them:\n", parse_list(skip).size());
-    for (const std::string& r : reasons) std::fprintf(out, "  %s\n", r.substr(r.find(' ') + 1).c_str());
+    for (const std::string& r : reasons) {
+      const std::size_t at = r.find("at offset ");
+      std::fprintf(out, "  %s\n", (at == std::string::npos ? r : r.substr(at + 3)).c_str());
+    }
   } else {
     std::fprintf(out, "\n");
   }
@@ -305,7 +318,7 @@ int run_attach(const Options& o) {
   std::vector<std::map<std::string, std::string>> rounds;
   int failures = 0;
   for (int round = 0; round < o.repeat; ++round) {
-    if (round > 0) {
+    {
       kv.clear();
       reasons.clear();
       if (!run_round(o, skip, kv, reasons, error)) {
