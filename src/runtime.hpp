@@ -61,8 +61,10 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes);
 /// the mutex and is not in a read-side critical section.
 void synchronize_and_reclaim(Registry& r);
 
-/// Re-reads /proc/self/maps; publishes a new VMA snapshot if the layout
-/// changed. Returns the current snapshot. Caller holds the mutex.
+/// Brings the VMA snapshot up to date: keeps the current one while the
+/// process's file-backed mappings are exactly its own (file_mappings_unchanged(),
+/// a few ioctls), else re-reads /proc/self/maps and publishes a new snapshot
+/// if the layout changed. Returns the current snapshot. Caller holds the mutex.
 const VmaSnapshot* refresh_vmas(Registry& r);
 
 /// Re-reads the address space and brings every probe in line with it: new

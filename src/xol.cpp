@@ -70,11 +70,20 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
     std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
     if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
   };
-  // What is mapped: the snapshot, plus our own regions (a batch places many
-  // slots against one snapshot, which does not show the regions it added).
+  // What is mapped now: a new region is rare (one per 2048 slots), so the
+  // gaps come from a fresh read of the address space rather than from the
+  // caller's snapshot, which may be older than the last mmap (refresh_vmas()
+  // reuses a snapshot while the file mappings are unchanged, and a batch
+  // places all its slots against one); plus our own regions.
+  std::vector<Vma> fresh;
+  try {
+    fresh = read_proc_maps();
+  } catch (const std::exception&) {
+    fresh = vmas;
+  }
   std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
-  taken.reserve(vmas.size() + regions_.size());
-  for (const Vma& v : vmas) taken.emplace_back(v.start, v.end);
+  taken.reserve(fresh.size() + regions_.size());
+  for (const Vma& v : fresh) taken.emplace_back(v.start, v.end);
   for (const Region& r : regions_) taken.emplace_back(r.base, r.base + r.size);
   std::sort(taken.begin(), taken.end());
   for (const auto& [start, end] : taken) {
