@@ -338,6 +338,7 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
 }
 
 FileOffset resolve_address(const void* address) {
+  if (auto fo = file_offset_from_snapshot(reinterpret_cast<std::uint64_t>(address))) return *fo;
   VmaSnapshot snap(read_proc_maps());
   return file_offset_of(snap, reinterpret_cast<std::uint64_t>(address));
 }

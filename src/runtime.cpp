@@ -70,6 +70,22 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
   return snap;
 }
 
+std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
+  // A handler may run on a thread that holds the registry mutex (a probe hit
+  // inside register_uprobe()): no lock there.
+  if (t_state.depth > 0) return std::nullopt;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  const Vma* v = cur ? cur->find(addr) : nullptr;
+  if (!v || v->ino == 0 || !file_mappings_unchanged(*cur).value_or(false)) return std::nullopt;
+  try {
+    return file_offset_of(*cur, addr);
+  } catch (const Error&) {
+    return std::nullopt;  // e.g. a deleted file: the fresh read gives the error
+  }
+}
+
 namespace {
 // fork() while another thread is inside register/unregister would leave the
 // child with a registry mutex nobody owns: hold it across fork instead.

@@ -5,6 +5,10 @@
 // consumers of one probe in one batch, batches mixed with single
 // registrations, the RAII forms, and batches racing with hits.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -311,6 +315,47 @@ TEST(Batch, UsdtSemaphoreCountsPerRegistration) {
   errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[0].probe, &a}, {res[1].probe, &a}});
   for (const auto& e : errs) EXPECT_FALSE(e);
   EXPECT_EQ(batch_sem, 0);
+}
+
+TEST(AddressSpace, AFileMappedWithRawMmapIsSeenByTheNextRegistration) {
+  // The registry keeps its snapshot of the address space while the file-backed
+  // mappings are unchanged; a mapping made with mmap() (no dlopen(), nothing
+  // libuprobe interposes) must still be seen by the next registration, and
+  // its going away by the next unregistration.
+  const std::string exe = self_exe();
+  Counter first, second;
+  uprobe::Uprobe* p0 = uprobe::register_uprobe(fx(70), first);  // the runtime has a snapshot now
+  const std::uint64_t off = uprobe::resolve_address(fx(80)).offset;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t page_off = off & ~static_cast<std::uint64_t>(page - 1);
+  const int fd = ::open(exe.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
+                   static_cast<off_t>(page_off));
+  ::close(fd);
+  ASSERT_NE(m, MAP_FAILED);
+  auto copy = reinterpret_cast<std::uint64_t (*)(std::uint64_t)>(static_cast<char*>(m) + (off - page_off));
+  ASSERT_EQ(copy(5), 85u);
+
+  uprobe::Uprobe* p = uprobe::register_uprobe(exe, off, second);
+  EXPECT_EQ(uprobe::probe_info(p).sites, 2u) << "the program's own mapping and the raw mmap() of the file";
+  EXPECT_EQ(copy(5), 85u);
+  call(80, 3);
+  EXPECT_EQ(second.hits.load(), 4u) << "one hit through the raw mapping, three through the program's";
+
+  ASSERT_EQ(::munmap(m, static_cast<std::size_t>(page)), 0);
+  // (Not probe_info(p) yet: it would read the vanished site; only a
+  // registration on p brings p's sites in line.)
+  Counter third;
+  EXPECT_EQ(uprobe::register_uprobe(exe, off, third), p);
+  EXPECT_EQ(uprobe::probe_info(p).sites, 1u) << "the vanished mapping's site is dropped, without a write";
+  call(80, 2);
+  EXPECT_EQ(second.hits.load(), 6u);
+  EXPECT_EQ(third.hits.load(), 2u);
+  uprobe::unregister_uprobe(p, second);
+  uprobe::unregister_uprobe(p, third);
+  uprobe::unregister_uprobe(p0, first);
+  EXPECT_EQ(mem_bytes(fx(80), 8), file_bytes(exe, off, 8));
 }
 
 TEST(Batch, EmptyBatchesAndHandlerRefusal) {
