@@ -15,12 +15,18 @@
 
 #include "uprobe/config.hpp"
 
+namespace uprobe {
+class Consumer;
+}
+
 extern "C" {
 void uprobe_target_nop();
 void uprobe_target_push();
 void uprobe_target_ret();
 void uprobe_target_nop5();
 void sigtrap_floor_target();
+void uprobe_target_entry();
+void trampoline_floor_target();
 }
 
 namespace bench {
@@ -42,6 +48,11 @@ inline void count_hit() noexcept {
   if (c) c->value.store(c->value.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 std::uint64_t sum_counters(int producers) noexcept;
+
+// ---- consumers.cpp: the counting consumers of uprobe-* and uretprobe-*
+// (general-purpose registers only; they declare the vector state unused).
+uprobe::Consumer& counting_consumer();
+uprobe::Consumer& ret_counting_consumer();
 
 /// Where human-readable text goes: stdout, or stderr when stdout carries
 /// --format csv|json.
@@ -138,7 +149,7 @@ bool parse_producers(const std::string& text, std::vector<int>& out, std::string
 std::vector<int> allowed_cpus();
 
 // ---- variants.cpp
-enum class Kind { count_call, count_syscall, sigtrap, uprobe, uretprobe, kernel_uprobe, kernel_uretprobe };
+enum class Kind { count_call, count_syscall, sigtrap, trampoline, uprobe, uretprobe, kernel_uprobe, kernel_uretprobe };
 
 struct Variant {
   const char* name;

@@ -275,13 +275,22 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
         continue;
       }
 
+      // An optimized entry whose window covers this offset goes back to
+      // int3 first: its jump overwrote the bytes this probe needs.
+      refresh_entry_windows(r, key, &key, nullptr);
       auto up = std::make_unique<Uprobe>();
       up->key = key;
       up->id = next_id();
       up->ref_ctr_offset = q.ref_ctr_offset;
       up->path = path;
-      analyze_target(t, offset, up->insn);
-      up->sites.store(probe_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+      try {
+        analyze_target(t, offset, up->insn, &up->window, &up->window_why);
+        up->window_blocker.store(probe_in_window(r, up.get(), nullptr), std::memory_order_relaxed);
+        up->sites.store(probe_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+      } catch (...) {
+        refresh_entry_windows(r, key, nullptr, vmas);
+        throw;
+      }
       auto cs = std::make_unique<ConsumerSet>();
       cs->regs.push_back(reg.release());
       up->consumers.store(cs.release(), std::memory_order_relaxed);
@@ -292,7 +301,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
       // Asked now, while nothing of the batch is applied: the answer is a
       // string, and allocating after the breakpoints are in would trap when
       // the batch probes malloc().
-      fresh.push_back(Fresh{raw, why_not_optimized(raw).empty()});
+      fresh.push_back(Fresh{raw, why_not_optimizable(raw).empty()});
       out[i].probe = raw;
     } catch (const std::exception& e) {
       out[i].error = as_error(e, path, offset);
@@ -303,7 +312,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
   if (!fresh.empty()) publish_probe_table(r);
 
   // 3. The breakpoints (and optimized jumps, USDT semaphores) of the new probes.
-  bool dropped = false;
+  std::pmr::vector<ProbeKey> dropped_keys(&arena);
   for (std::size_t k = 0; k < fresh.size(); ++k) {
     const Fresh& f = fresh[k];
     Uprobe* up = f.up;
@@ -321,7 +330,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
         out[i].error = err;
       }
       r.tree.erase(r.tree.iterator_to(*up));
-      dropped = true;
+      dropped_keys.push_back(up->key);
       r.deferred.emplace_back([up] {
         for (Registration* reg : up->consumers.load()->regs) delete reg;
         delete up->consumers.load();
@@ -332,8 +341,9 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
     }
     for (Registration* reg : up->consumers.load(std::memory_order_relaxed)->regs) sync_probe_ref_ctr(up, reg, *vmas);
   }
-  if (dropped) {
+  if (!dropped_keys.empty()) {
     publish_probe_table(r);
+    for (const ProbeKey& k : dropped_keys) refresh_entry_windows(r, k, nullptr, vmas);
     synchronize_and_reclaim(r);
   } else if (r.deferred.size() > 256) {
     synchronize_and_reclaim(r);
@@ -435,7 +445,11 @@ std::vector<std::optional<Error>> unregister_uprobes(std::span<const ProbeConsum
     refresh_stub_flags(up, *up->sites.load(std::memory_order_relaxed));
   }
   for (Uprobe* up : garbage.probes) r.tree.erase(r.tree.iterator_to(*up));
-  if (!garbage.probes.empty()) publish_probe_table(r);
+  if (!garbage.probes.empty()) {
+    publish_probe_table(r);
+    // Entry probes whose window held one of the probes gone may be optimized now.
+    for (const Uprobe* up : garbage.probes) refresh_entry_windows(r, up->key, nullptr, vmas);
+  }
   r.deferred.emplace_back([g = std::make_shared<Garbage>(std::move(garbage))] { g->free(); });
   synchronize_and_reclaim(r);  // the one grace period
   return out;

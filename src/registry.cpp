@@ -52,7 +52,12 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     Site s;
     s.addr = v.start + (up->key.offset - v.pgoff);
     std::string why;
+    if (up->window.len) {
+      std::string wwhy;
+      s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
+    }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
+    s.stub = stub_of(s.addr);
     if (!s.xol && !arch::is_emulated(up->insn))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
@@ -60,7 +65,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     peek_text(s.addr, &cur, 1);
     const SiteSet* old = up->sites.load(std::memory_order_relaxed);
     bool ours = up->applied && old && old->find(s.addr);
-    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s.addr))))
+    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s))))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
                       hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
@@ -135,6 +140,41 @@ void publish_probes(Registry& r) {
   for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
   table->build();
   publish(r, nullptr, table.release());
+}
+
+/// The offset of a probe of the same file strictly inside the window of
+/// `up` (`extra` counts as one when given), or 0.
+std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  const ProbeKey& k = up->key;
+  const std::uint64_t end = k.offset + up->window.len;
+  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
+    return extra->offset;
+  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
+    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
+    return it->key.offset;
+  }
+  return 0;
+}
+
+/// Re-evaluates the window of every entry probe of the file of `k` whose
+/// window may cover k.offset: blocked ones go back to int3 (before a probe
+/// inside them gets its breakpoint), unblocked ones are optimized again.
+void refresh_windows_around(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  const std::uint64_t lo = k.offset > arch::kMaxWindowLen ? k.offset - arch::kMaxWindowLen : 0;
+  for (auto it = r.tree.lower_bound(ProbeKey{k.dev, k.ino, lo}, KeyLess()); it != r.tree.end(); ++it) {
+    Uprobe& u = *it;
+    if (u.key.dev != k.dev || u.key.ino != k.ino || u.key.offset >= k.offset) break;
+    if (!u.window.len) continue;
+    const std::uint64_t inner = probe_inside_window(r, &u, extra);
+    u.window_blocker.store(inner, std::memory_order_release);
+    PatchGuard guard(&u);
+    if (!u.applied) continue;
+    const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
+    if (inner)
+      deoptimize_sites(&u, ss);
+    else if (vmas)
+      optimize_sites(&u, ss, vmas->vmas());
+  }
 }
 
 bool is_registered(Registry& r, const Uprobe* up) {
@@ -213,13 +253,22 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
     return up;
   }
 
+  // An optimized entry whose window covers this offset goes back to int3
+  // first: its jump overwrote the bytes this probe needs.
+  refresh_windows_around(r, key, &key, nullptr);
   auto up = std::make_unique<Uprobe>();
   up->key = key;
   up->id = ++next_id;
   up->ref_ctr_offset = ref_ctr_offset;
   up->path = path;
-  analyze_target(t, offset, up->insn);
-  up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+  try {
+    analyze_target(t, offset, up->insn, &up->window, &up->window_why);
+    up->window_blocker.store(probe_inside_window(r, up.get(), nullptr), std::memory_order_relaxed);
+    up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+  } catch (...) {
+    refresh_windows_around(r, key, nullptr, vmas);
+    throw;
+  }
   auto cs = std::make_unique<ConsumerSet>();
   cs->regs.push_back(reg.release());
   up->consumers.store(cs.release(), std::memory_order_relaxed);
@@ -236,6 +285,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
   } catch (...) {
     r.tree.erase(r.tree.iterator_to(*raw));
     publish_probes(r);
+    refresh_windows_around(r, key, nullptr, vmas);
     synchronize_and_reclaim(r);
     delete raw->consumers.load()->regs[0];
     delete raw->consumers.load();
@@ -272,7 +322,7 @@ void detail::reoptimize_all(Registry& r) {
     PatchGuard guard(&u);
     if (!u.applied) continue;
     const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
-    if (g_hot.optimize.load(std::memory_order_relaxed)) {
+    if (why_not_optimizable(&u).empty()) {
       if (vmas) optimize_sites(&u, ss, vmas->vmas());
     } else {
       deoptimize_sites(&u, ss);
@@ -326,8 +376,10 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
       restore_sites(up, *up->sites.load(std::memory_order_relaxed));
       up->applied = false;
     }
+    const ProbeKey gone_key = up->key;
     r.tree.erase(r.tree.iterator_to(*up));
     publish_probes(r);
+    refresh_windows_around(r, gone_key, nullptr, vmas);
     r.deferred.emplace_back([up] {
       delete up->consumers.load();
       delete up->sites.load();
@@ -358,8 +410,12 @@ ProbeInfo probe_info(const Uprobe* up) {
   info.why_not_optimized = why_not_optimized(up);
   bool optimized = false;
   if (ss)
-    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s.addr);
-  info.mode = info.sites == 0 ? "pending" : optimized ? "optimized-nop5" : "int3";
+    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
+  info.mode = info.sites == 0 ? "pending"
+              : !optimized        ? "int3"
+              : arch::is_nop5(up->insn) ? "optimized-nop5"
+                                        : "optimized-entry";
+  if (info.mode == "optimized-entry") info.displaced = up->window.len;
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";
   return info;
@@ -410,6 +466,12 @@ void release_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapsho
 }
 void publish_probe_table(Registry& r) { publish_probes(r); }
 bool probe_registered(Registry& r, const Uprobe* up) { return is_registered(r, up); }
+std::uint64_t probe_in_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  return probe_inside_window(r, up, extra);
+}
+void refresh_entry_windows(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  refresh_windows_around(r, k, extra, vmas);
+}
 
 }  // namespace uprobe::detail
 

@@ -33,6 +33,15 @@ void release_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapsho
 /// Publishes a new probe table built from the registry's tree.
 void publish_probe_table(Registry& r);
 
+/// The offset of a probe of the same file strictly inside the entry window
+/// of `up` (`extra` counts as one when given), or 0.
+std::uint64_t probe_in_window(Registry& r, const Uprobe* up, const ProbeKey* extra);
+
+/// Re-evaluates the window of every entry probe of the file of `k` whose
+/// window may cover k.offset: blocked ones go back to int3, unblocked ones
+/// are optimized again (when `vmas` is given).
+void refresh_entry_windows(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas);
+
 /// True when `up` is a probe of the registry.
 bool probe_registered(Registry& r, const Uprobe* up);
 

@@ -31,6 +31,7 @@ struct HotState {
   std::atomic<XolMode> xol{XolMode::jump_back};
   std::atomic<bool> emulate{true};
   std::atomic<bool> optimize{true};
+  std::atomic<bool> optimize_entries{true};
   /// Written under the registry mutex only; not read on the trap path.
   SignalMask signal_mask_for_install = SignalMask::nodefer;
   uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;

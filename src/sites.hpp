@@ -21,7 +21,12 @@ void apply_sites(Uprobe* up, const SiteSet& ss);
 /// (un-optimizing through int3). Async-signal-safe (open/pwrite/membarrier).
 void restore_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
-/// Why `up` cannot be optimized ("" when it can). Registry side.
+/// Why `up` can never be optimized as things are configured ("" when its
+/// shape allows it). Registry side.
+std::string why_not_optimizable(const Uprobe* up);
+
+/// Why `up` is not optimized: why_not_optimizable(), else the reason the
+/// last attempt failed (a thread inside the window), else "". Registry side.
 std::string why_not_optimized(const Uprobe* up);
 
 /// Converts the int3 sites of an optimizable uprobe into jumps to stubs.
@@ -36,8 +41,14 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 /// changed. Registry mutex held.
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss);
 
-/// True when the site at `addr` currently jumps to our stub.
-bool site_is_optimized(std::uint64_t addr) noexcept;
+/// True when the site currently jumps to its stub (not merely holds a jmp
+/// rel32: a function may start with one). Patch lock held, or registry side.
+/// Async-signal-safe.
+bool site_is_optimized(const Site& s) noexcept;
+
+/// The stub built for the site address `addr` in this process, 0 if none.
+/// Registry mutex held.
+std::uint64_t stub_of(std::uint64_t addr);
 
 /// Registers for membarrier(SYNC_CORE) once; false when unavailable.
 bool init_core_sync();

@@ -78,6 +78,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   const std::uint64_t ip = arch::breakpoint_address(uc);
   StatBlock& st = stat_block();
+
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
@@ -107,6 +108,17 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   if (regs.rip != ip) {
     count(st.redirected);
+  } else if (site->window_xol && g_hot.optimize.load(std::memory_order_relaxed) &&
+             g_hot.optimize_entries.load(std::memory_order_relaxed) &&
+             up->window_blocker.load(std::memory_order_acquire) == 0) {
+    // The whole displaced window runs from its slot (never single-stepped):
+    // no thread resumes inside bytes an optimized jump may overwrite. (A
+    // thread that continues inside the window instead, while the window is
+    // blocked or entry optimization is off, is runnable until it has left
+    // it, and a writer converting the site waits for every thread to be
+    // observed outside.)
+    count(st.out_of_line);
+    regs.rip = site->window_xol;
   } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
              arch::emulate(up->insn, ip, regs)) {
     count(st.emulated);

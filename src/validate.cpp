@@ -52,7 +52,8 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
                 "offset is past the end of the file (size " + std::to_string(out.st.st_size) + " bytes)");
 }
 
-void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window,
+                    std::string* window_why) {
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   if (!info) throw Error(Errc::not_executable, t.path, offset, why);
@@ -91,6 +92,19 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
   std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, seg->offset + seg->filesz - offset);
   avail = read_at(t.fd, offset, bytes, avail);
   if (!arch::analyze(bytes, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
+
+  if (!window) return;
+  *window = arch::EntryWindow{};
+  const FuncSym* fn = info->enclosing_function(offset);
+  if (!fn || fn->file_offset != offset) {
+    *window_why = fn ? "the offset is inside " + fn->name + ", not at its entry"
+                     : "the offset is not the entry of a function the symbol table sizes";
+    return;
+  }
+  const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
+  std::vector<std::uint8_t> code(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})));
+  code.resize(read_at(t.fd, offset, code.data(), code.size()));
+  if (!arch::plan_entry_window(code.data(), code.size(), *window, why)) *window_why = why;
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {

@@ -216,21 +216,34 @@ void XolArea::end_batch() noexcept {
   batch_ = false;
 }
 
+std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWindow& window,
+                                       const std::vector<Vma>& vmas, std::string& why) {
+  // Keyed apart from the stubs (user addresses never have bit 63 set); the
+  // block must be in reach of the site itself, not of the key.
+  std::uint64_t slot = code_near(site, arch::kWindowSlotSize, vmas, why, site | (1ull << 63));
+  if (!slot) return 0;
+  std::uint8_t code[arch::kWindowSlotSize];
+  std::size_t n = arch::build_window_xol(window, site, slot, code, why);
+  if (n == 0 || !write_code(slot, code, n, why)) return 0;
+  return slot;
+}
+
 void XolArea::privatize_all() noexcept {
   std::string why;
   for (Region& r : regions_) privatize(r, why);
 }
 
 std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas,
-                                  std::string& why) {
-  auto it = code_by_site_.find(site);
+                                  std::string& why, std::uint64_t key) {
+  if (key == 0) key = site;
+  auto it = code_by_site_.find(key);
   if (it != code_by_site_.end()) return it->second;
   size = (size + 63) & ~std::size_t{63};
   Region* r = region_near(site, size, vmas, why);
   if (!r) return 0;
   std::uint64_t addr = r->base + r->used;
   r->used += size;
-  code_by_site_[site] = addr;
+  code_by_site_[key] = addr;
   return addr;
 }
 

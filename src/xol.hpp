@@ -31,10 +31,19 @@ class XolArea {
   std::uint64_t slot_for(std::uint64_t site, const arch::Insn& insn, const std::vector<Vma>& vmas,
                          std::string& why);
 
+  /// Returns the window slot of the function entry at `site`: the relocated
+  /// copy of `window` followed by a jump back to site + window.len (one
+  /// kWindowSlotSize block per site address, kept for the life of the
+  /// process). 0 with `why` set when nothing in reach. Registry mutex held.
+  std::uint64_t window_slot_for(std::uint64_t site, const arch::EntryWindow& window, const std::vector<Vma>& vmas,
+                                std::string& why);
+
   /// Reserves `size` bytes of code memory within jmp rel32 reach of `site`,
   /// once per site address (the same block is returned again for the same
-  /// site). 0 with `why` set when no memory is in reach. Registry mutex held.
-  std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why);
+  /// site, or the same `key` when given). 0 with `why` set when no memory is
+  /// in reach. Registry mutex held.
+  std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why,
+                          std::uint64_t key = 0);
 
   /// In a fork child: gives the child its own copy of every region, so that
   /// neither process's later writes reach the other's slots and stubs.

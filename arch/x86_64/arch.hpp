@@ -110,6 +110,7 @@ struct Insn {
   std::uint8_t disp_offset = 0;  ///< byte offset of the disp32 in bytes[]
   std::int32_t disp = 0;         ///< the original disp32
   std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
+  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
 };
 
 /// Decodes and classifies the instruction at `code` (up to `avail` bytes).
@@ -174,6 +175,46 @@ bool is_nop5(const Insn& insn) noexcept;
 /// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept;
 
+/// Longest displaced window of an optimized function entry: instructions
+/// covering at least the 5 bytes of the jump, the last one starting at byte 4.
+inline constexpr std::size_t kMaxWindowLen = kJumpLen - 1 + kMaxInsnLen;
+/// Bytes of one window slot: the relocated window and the jump back.
+inline constexpr std::size_t kWindowSlotSize = 64;
+
+/// The instructions an optimized function-entry probe displaces: the first
+/// instructions of the function, covering >= kJumpLen bytes, all of which
+/// run correctly from another address (the window slot). Computed once at
+/// register time from the file's bytes; position independent.
+struct EntryWindow {
+  std::vector<Insn> insns;                ///< the displaced instructions, in order
+  std::uint8_t len = 0;                   ///< bytes covered (0 = no window)
+  std::uint8_t bytes[kMaxWindowLen] = {};  ///< the original bytes [0, len)
+};
+
+/// Plans the window of a function entry from the function's bytes
+/// [func, func + size) (size from the symbol table). Refuses, with the reason
+/// in `why`: a function shorter than the jump; an instruction in the window
+/// that cannot be relocated (a return, a system call or trap, an indirect
+/// call, a call or indirect jump before the last instruction of the window;
+/// direct jumps and Jcc anywhere are re-encoded); a function the
+/// linear sweep cannot disassemble to its end; and a direct branch anywhere
+/// in the function whose target lies inside the window past its first byte
+/// (it would land in the middle of the jump: case C-04). When
+/// `refuse_indirect_jumps` is set, a function with an indirect jmp through a
+/// register (a jump table whose targets cannot be checked) is refused too.
+/// Not async-signal-safe (Capstone). Thread-safe.
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
+                       bool refuse_indirect_jumps = false);
+
+/// Builds the relocated copy of `w` (original address `ip`) to run at
+/// `slot`: every instruction with its rip-relative displacement re-aimed, a
+/// final direct branch re-encoded with a rel32 from the slot (a call pushes
+/// the original return address, ip + w.len), then a jump back to ip + w.len.
+/// Writes at most kWindowSlotSize bytes; returns the length, or 0 with `why`
+/// set when a target is out of rel32 reach of the slot. Not hot.
+std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
+                             std::string& why);
+
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;
 
@@ -190,6 +231,7 @@ void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
 void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;
 std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept;
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept;
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept;
 
 /// The address of the probed instruction given the ucontext of its SIGTRAP

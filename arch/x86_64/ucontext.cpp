@@ -50,6 +50,10 @@ std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept {
   return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_EFL]);
 }
 
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept {
+  return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
+}
+
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept {
   uc->uc_mcontext.gregs[REG_EFL] = static_cast<greg_t>(flags);
 }

@@ -275,8 +275,14 @@ class Attachment {
 /// Probe-site state, for tests and tools.
 struct ProbeInfo {
   FileOffset where;          ///< the probe key
-  /// "int3", "optimized-nop5" or "pending" (no mapping of the file yet).
+  /// "int3", "optimized-nop5" (a 5-byte nop became the jump),
+  /// "optimized-entry" (a function entry: the jump displaced its first
+  /// instructions, which run relocated in a window slot) or "pending" (no
+  /// mapping of the file yet).
   std::string mode;
+  /// Bytes displaced by an optimized entry's jump (the relocated window;
+  /// 0 for nop5 and int3 probes or when the entry cannot be displaced).
+  unsigned displaced = 0;
   /// Why the probe is not optimized ("" when it is).
   std::string why_not_optimized;
   unsigned sites = 0;        ///< mappings where the breakpoint is written now

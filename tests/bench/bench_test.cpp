@@ -138,10 +138,11 @@ TEST(Options, ModesAndDefaults) {
   EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uretprobe-ret", "kernel-uprobe-nop",
                                                   "kernel-uretprobe-ret"}));
   ASSERT_TRUE(parse({"--kernel"}, o));
-  EXPECT_EQ(o.variants.size(), 8u);
+  EXPECT_EQ(o.variants.size(), 10u);  // kernel-u(ret)probe-{nop,push,ret,nop5,entry}
 
   ASSERT_TRUE(parse({"uprobe-*"}, o));
-  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5"}));
+  EXPECT_EQ(o.variants,
+            (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5", "uprobe-entry"}));
 
   ASSERT_TRUE(parse({"--sweep-producers", "1,2"}, o));  // the older spelling implies --sweep
   EXPECT_TRUE(o.sweep);
