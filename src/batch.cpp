@@ -311,18 +311,34 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
   // 2. One publication: from here on a hit at any new site finds its probe.
   if (!fresh.empty()) publish_probe_table(r);
 
-  // 3. The breakpoints (and optimized jumps, USDT semaphores) of the new probes.
+  // 3. The breakpoints of the new probes; then their optimized jumps, all
+  //    with one protocol run (optimize_sites_batch()); then the USDT
+  //    semaphores. Each probe's patch_lock is held from its int3 until its
+  //    jump is in (the trap path's Action::remove only try-locks it).
   std::pmr::vector<ProbeKey> dropped_keys(&arena);
+  dropped_keys.reserve(fresh.size());
+  std::vector<Uprobe*> applied, to_optimize;
+  applied.reserve(fresh.size());
+  to_optimize.reserve(fresh.size());
+  for (const Fresh& f : fresh)
+    if (f.optimizable) to_optimize.push_back(f.up);
+  OptBatch opt;
+  try {
+    prepare_optimize_batch(to_optimize, vmas->vmas(), opt);  // stubs, before any int3: it allocates
+  } catch (const std::exception&) {
+    opt.items.clear();  // out of memory: int3 probes only
+  }
   for (std::size_t k = 0; k < fresh.size(); ++k) {
     const Fresh& f = fresh[k];
     Uprobe* up = f.up;
+    while (up->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
     try {
-      PatchLock guard(up);
-      const SiteSet& ss = *up->sites.load(std::memory_order_relaxed);
-      apply_sites(up, ss);  // restores what it wrote before it throws
+      apply_sites(up, *up->sites.load(std::memory_order_relaxed));  // restores what it wrote before it throws
       up->applied = true;
-      if (f.optimizable) optimize_sites(up, ss, vmas->vmas());
+      applied.push_back(up);
+      continue;
     } catch (const std::exception& e) {
+      up->patch_lock.clear(std::memory_order_release);
       const Error err = as_error(e, up->path, up->key.offset);
       for (std::size_t i = 0; i < requests.size(); ++i) {
         if (fresh_of[i] != k) continue;
@@ -337,8 +353,17 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
         delete up->sites.load();
         delete up;
       });
-      continue;
     }
+  }
+  // Items of probes dropped above fail finish's int3 check (their bytes are
+  // the original ones again) and are skipped.
+  try {
+    finish_optimize_batch(opt);
+  } catch (const std::exception&) {
+    // Out of memory: the probes stay int3 probes, which work as well.
+  }
+  for (Uprobe* up : applied) {
+    up->patch_lock.clear(std::memory_order_release);
     for (Registration* reg : up->consumers.load(std::memory_order_relaxed)->regs) sync_probe_ref_ctr(up, reg, *vmas);
   }
   if (!dropped_keys.empty()) {
