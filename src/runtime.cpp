@@ -15,6 +15,7 @@
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
+#include "thread_sample.hpp"
 #include "xol.hpp"
 
 namespace uprobe::detail {
@@ -140,6 +141,7 @@ void configure(const Config& c) {
                                 std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);
   g_hot.emulate.store(c.emulate, std::memory_order_relaxed);
@@ -171,6 +173,7 @@ Config configuration() {
   c.max_uretprobe_depth = g_hot.max_depth_for_install;
   c.optimize = g_hot.optimize_for_install;
   c.optimize_entries = g_hot.optimize_entries.load(std::memory_order_relaxed);
+  c.sample_signal = sample_signal();
   return c;
 }
 

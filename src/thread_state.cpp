@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "uprobe/config.hpp"
+#include "uretprobe.hpp"
 
 namespace uprobe::detail {
 
@@ -33,7 +34,11 @@ pid_t current_tid() noexcept {
   return ts.tid;
 }
 
-void thread_state_after_fork_child() noexcept { t_state.tid = 0; }
+void thread_state_after_fork_child() noexcept {
+  t_state.tid = 0;
+  // The forking thread's return stack now belongs to the child's thread.
+  if (t_state.rstack) t_state.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
+}
 
 }  // namespace uprobe::detail
 

@@ -38,10 +38,18 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
+  int in_trap;               ///< >0 while the SIGTRAP handler handles a hit (its continuation is not decided yet)
+  const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
+  std::uint64_t trap_ip;     ///< address of the probe the SIGTRAP handler is handling (valid while in_trap)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool sstep_user_tf;        ///< the program itself had TF set at the probe
+  bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
+  bool sstep_keep_tf;        ///< the stepped copy is a popf: TF after it is the one it loaded
+  bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
+  std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
+  std::uint64_t wstep_hi;
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped

@@ -17,6 +17,7 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "opt_common.hpp"
@@ -289,6 +290,49 @@ TEST(Entry, RunningThreadDefersTheConversion) {
   for (int i = 0; i < 50; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
   EXPECT_EQ(c.hits.load(), 100u);
   EXPECT_EQ(c2.hits.load(), 50u);
+}
+
+/// With Config::sample_signal, a running thread is sampled (a real-time
+/// signal whose handler records where it was) and the entry converts at once.
+TEST(Entry, SampleSignalObservesARunningThread) {
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.sample_signal = SIGRTMAX;
+  uprobe::configure(cfg);
+  EXPECT_EQ(uprobe::configuration().sample_signal, SIGRTMAX);
+  std::atomic<int> phase{0};
+  std::atomic<std::uint64_t> wrong{0};
+  std::thread spinner([&] {
+    phase.store(1);
+    while (phase.load() == 1)
+      if (ent_sub(1, 2) != 3) wrong.fetch_add(1);
+  });
+  while (phase.load() != 1) {
+  }
+  // The spinner calls ent_sub without pause: a sample may find it inside
+  // the window (or handling the int3 there), which defers the conversion to
+  // the next attach. A few attaches convert it.
+  EntryCounter c(addr(ent_sub));
+  {
+    uprobe::Attachment a(vaddr(ent_sub), c);
+    std::vector<std::unique_ptr<EntryCounter>> more;
+    std::vector<uprobe::Attachment> extra;
+    for (int i = 0; i < 8 && uprobe::probe_info(a.probe()).mode != "optimized-entry"; ++i) {
+      more.push_back(std::make_unique<EntryCounter>(addr(ent_sub)));
+      extra.emplace_back(vaddr(ent_sub), *more.back());
+    }
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+    const std::uint64_t h = c.hits.load();
+    while (c.hits.load() < h + 1000) {
+    }
+  }
+  phase.store(2);
+  spinner.join();
+  EXPECT_EQ(wrong.load(), 0u) << "a wrong result while the entry was converted under a running caller";
+  // Only real-time signals without a handler of the program.
+  cfg.sample_signal = SIGUSR1;
+  EXPECT_THROW(uprobe::configure(cfg), std::invalid_argument);
+  EXPECT_EQ(uprobe::configuration().sample_signal, SIGRTMAX);
 }
 
 /// A thread stopped inside the window (on a load that userfaultfd holds at
