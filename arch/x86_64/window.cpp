@@ -27,50 +27,101 @@ bool refuse(std::string& why, std::string reason) {
   return false;
 }
 
+/// One Capstone handle per thread for the sweeps, opened once, detail off
+/// (attaching every entry of a library sweeps thousands of functions; the
+/// decoder only gives the lengths, the branches are read from the bytes).
+struct SweepHandle {
+  csh h = 0;
+  cs_insn* insn = nullptr;
+  SweepHandle() {
+    if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) {
+      h = 0;
+      return;
+    }
+    insn = cs_malloc(h);
+  }
+  ~SweepHandle() {
+    if (insn) cs_free(insn, 1);
+    if (h) cs_close(&h);
+  }
+  SweepHandle(const SweepHandle&) = delete;
+  SweepHandle& operator=(const SweepHandle&) = delete;
+};
+
+/// What one decoded instruction is as a branch, from its bytes.
+struct BranchInfo {
+  bool relative = false;  ///< a direct branch: target = end + rel
+  bool indirect_jmp_reg = false;
+  std::int64_t rel = 0;
+};
+
+BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
+  BranchInfo bi;
+  std::size_t i = 0;
+  bool opsize = false;
+  for (; i < n; ++i) {
+    const std::uint8_t c = b[i];
+    if (c == 0x66) opsize = true;
+    else if (c == 0x67 || c == 0xf2 || c == 0xf3 || c == 0xf0 || c == 0x2e || c == 0x3e || c == 0x26 ||
+             c == 0x36 || c == 0x64 || c == 0x65 || (c & 0xf0) == 0x40)
+      continue;
+    else
+      break;
+  }
+  if (i >= n) return bi;
+  const std::uint8_t op = b[i];
+  const std::uint8_t op2 = i + 1 < n ? b[i + 1] : 0;
+  auto rel8 = [&] { return static_cast<std::int64_t>(static_cast<std::int8_t>(b[n - 1])); };
+  auto relz = [&] {
+    if (opsize) {  // rel16 (Intel truncates rip; either way the target is computed below)
+      std::int16_t v;
+      std::memcpy(&v, b + n - 2, 2);
+      return static_cast<std::int64_t>(v);
+    }
+    std::int32_t v;
+    std::memcpy(&v, b + n - 4, 4);
+    return static_cast<std::int64_t>(v);
+  };
+  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) {
+    bi.relative = true;
+    bi.rel = rel8();
+  } else if (op == 0xe8 || op == 0xe9 || (op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) ||
+             (op == 0xc7 && op2 == 0xf8)) {  // call, jmp, Jcc rel32, xbegin
+    bi.relative = true;
+    bi.rel = relz();
+  } else if (op == 0xff && i + 1 < n && ((op2 >> 3) & 7) == 4 && (op2 & 0xc0) == 0xc0) {
+    bi.indirect_jmp_reg = true;
+  }
+  return bi;
+}
+
 /// The linear sweep of the whole function: refuses a direct branch into
 /// bytes 1 .. len-1 of the window and (optionally) jump tables.
 bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why,
                     bool refuse_indirect_jumps) {
-  csh h = 0;
-  if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) return refuse(why, "cannot open the disassembler");
-  cs_option(h, CS_OPT_DETAIL, CS_OPT_ON);
-  std::unique_ptr<cs_insn, void (*)(cs_insn*)> insn(cs_malloc(h), [](cs_insn* i) { cs_free(i, 1); });
+  thread_local SweepHandle sh;
+  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
   const std::uint8_t* code = func;
   std::size_t left = size;
   std::uint64_t at = 0;
-  bool ok = true;
   while (left > 0) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(h, &code, &left, &at, insn.get())) {
-      ok = refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
-                           "), so branches into the displaced bytes cannot be ruled out");
-      break;
-    }
-    const cs_detail* d = insn->detail;
-    bool branch = false, relative = false;
-    for (std::uint8_t g = 0; g < d->groups_count; ++g) {
-      branch = branch || d->groups[g] == CS_GRP_JUMP || d->groups[g] == CS_GRP_CALL;
-      relative = relative || d->groups[g] == CS_GRP_BRANCH_RELATIVE;
-    }
-    if (!branch) continue;
-    const cs_x86& x = d->x86;
-    if (relative && x.op_count == 1 && x.operands[0].type == X86_OP_IMM) {
-      const std::uint64_t target = static_cast<std::uint64_t>(x.operands[0].imm);
-      if (target > 0 && target < len) {
-        ok = refuse(why, "the instruction at +" + hex(start) + " (" + insn->mnemonic + " " + insn->op_str +
-                             ") branches to +" + hex(target) + ", inside the " + std::to_string(len) +
-                             " bytes the jump displaces");
-        break;
-      }
-    } else if (refuse_indirect_jumps && insn->id == X86_INS_JMP && x.op_count == 1 &&
-               x.operands[0].type == X86_OP_REG) {
-      ok = refuse(why, "the function has an indirect jump at +" + hex(start) +
-                           " (a jump table whose targets cannot be checked)");
-      break;
+    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn))
+      return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
+                             "), so branches into the displaced bytes cannot be ruled out");
+    const BranchInfo bi = branch_info(func + start, sh.insn->size);
+    if (bi.relative) {
+      const std::uint64_t target = at + static_cast<std::uint64_t>(bi.rel);
+      if (target > 0 && target < len)
+        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " +
+                               sh.insn->op_str + ") branches to +" + hex(target) + ", inside the " +
+                               std::to_string(len) + " bytes the jump displaces");
+    } else if (refuse_indirect_jumps && bi.indirect_jmp_reg) {
+      return refuse(why, "the function has an indirect jump at +" + hex(start) +
+                             " (a jump table whose targets cannot be checked)");
     }
   }
-  cs_close(&h);
-  return ok;
+  return true;
 }
 
 std::size_t put(std::uint8_t* out, std::size_t at, const void* bytes, std::size_t n) {
