@@ -1,11 +1,21 @@
 # libuprobe: the two commands of the README.
 #   make test   install missing packages, configure, build, run the whole ctest suite
 #   make bench  same set-up, then run every uprobe-bench variant for 1..nproc producers
+# and the sanitizer runs of the same suite (CI runs them after `make test`):
+#   make test-asan  ASan + UBSan build in build-asan, ctest without the no-asan label
+#   make test-tsan  TSan build in build-tsan, ctest without the no-tsan label
 BUILD ?= build
 JOBS ?= $(shell nproc)
 BENCH_ARGS ?=
 
-.PHONY: all deps configure build test bench clean
+# Every report is fatal (the build uses -fno-sanitize-recover=all; TSan exits
+# non-zero at the end of a process with a report). detect_leaks stays on.
+ASAN_ENV = ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+.PHONY: all deps configure build test bench clean test-asan test-tsan
 
 all: build
 
@@ -24,5 +34,20 @@ test: build
 bench: build
 	@$(BUILD)/bench/uprobe-bench --sweep $(BENCH_ARGS)
 
+# $(1): build dir, $(2): -fsanitize list, $(3): label to exclude, $(4): environment.
+define sanitized_test
+	@cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=Release -DUPROBE_SANITIZE=$(2) >/dev/null
+	@cmake --build $(1) -j $(JOBS)
+	@cd $(1) && $(4) ctest --output-on-failure -j $(JOBS) -LE '^$(3)$$'
+endef
+
+test-asan: deps
+	$(call sanitized_test,build-asan,address$(comma)undefined,no-asan,$(ASAN_ENV))
+
+test-tsan: deps
+	$(call sanitized_test,build-tsan,thread,no-tsan,$(TSAN_ENV))
+
+comma := ,
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan
