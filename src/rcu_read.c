@@ -5,5 +5,26 @@
 #define _LGPL_SOURCE
 #include <urcu/urcu-bp.h>
 
+#include "sanitize.hpp"
+
+#if UPROBE_TSAN
+/* ThreadSanitizer cannot see a grace period (liburcu-bp is not instrumented):
+ * every read-side section's end releases this object and the writer acquires
+ * it when urcu_bp_synchronize_rcu() returns -- RCU's guarantee exactly: what
+ * a reader did before its unlock happens before the writer's reclamation. */
+static char tsan_grace_period;
+#endif
+
 __attribute__((visibility("hidden"))) void uprobe_rcu_read_lock(void) { urcu_bp_read_lock(); }
-__attribute__((visibility("hidden"))) void uprobe_rcu_read_unlock(void) { urcu_bp_read_unlock(); }
+__attribute__((visibility("hidden"))) void uprobe_rcu_read_unlock(void) {
+#if UPROBE_TSAN
+  __tsan_release(&tsan_grace_period);
+#endif
+  urcu_bp_read_unlock();
+}
+__attribute__((visibility("hidden"))) void uprobe_rcu_synchronize(void) {
+  urcu_bp_synchronize_rcu();
+#if UPROBE_TSAN
+  __tsan_acquire(&tsan_grace_period);
+#endif
+}

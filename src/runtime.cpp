@@ -50,7 +50,7 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
 }
 
 void synchronize_and_reclaim(Registry& r) {
-  urcu_bp_synchronize_rcu();
+  uprobe_rcu_synchronize();
   std::vector<std::function<void()>> frees;
   frees.swap(r.deferred);
   for (auto& f : frees) f();
