@@ -15,18 +15,17 @@
 static char tsan_grace_period;
 #endif
 
-/* UBSan's alignment check is off in the two read-side functions (liburcu's
- * inline code): liburcu-bp 0.13 declares struct urcu_bp_reader aligned to
- * 128 bytes (CAA_CACHE_LINE_SIZE) but places the readers in its registry
- * arena after a 32-byte chunk header (addresses ...020, ...120 seen), so
- * every access through URCU_TLS(urcu_bp_reader) is "misaligned" for the
- * type -- harmless on x86 (plain 8-byte accesses), and not our code. */
-#define UPROBE_URCU_READER_ALIGNMENT __attribute__((no_sanitize("alignment")))
+/* Under UBSan this file is built with -fno-sanitize=alignment (CMakeLists.txt):
+ * liburcu-bp 0.13 declares struct urcu_bp_reader aligned to 128 bytes
+ * (CAA_CACHE_LINE_SIZE) but places the readers in its registry arena after a
+ * 32-byte chunk header (addresses ...020, ...120 seen), so every access of
+ * its inline read side through URCU_TLS(urcu_bp_reader) is "misaligned" for
+ * the type -- harmless on x86 (plain 8-byte accesses), and not our code. */
 
-__attribute__((visibility("hidden"))) UPROBE_URCU_READER_ALIGNMENT void uprobe_rcu_read_lock(void) {
+__attribute__((visibility("hidden"))) void uprobe_rcu_read_lock(void) {
   urcu_bp_read_lock();
 }
-__attribute__((visibility("hidden"))) UPROBE_URCU_READER_ALIGNMENT void uprobe_rcu_read_unlock(void) {
+__attribute__((visibility("hidden"))) void uprobe_rcu_read_unlock(void) {
 #if UPROBE_TSAN
   __tsan_release(&tsan_grace_period);
 #endif
