@@ -4,9 +4,16 @@
 # and the sanitizer runs of the same suite (CI runs test-asan after `make test`):
 #   make test-asan  ASan + UBSan build in build-asan, ctest without the no-asan label
 #   make test-tsan  TSan build in build-tsan, ctest without the no-tsan label
+#   make fuzz-smoke  build the libFuzzer targets (tests/fuzz, clang) in $(FUZZ_BUILD) and run each
+#               for FUZZ_SECONDS over the checked-in corpora (CI runs it after make test)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 BENCH_ARGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 25
+FUZZ_TARGETS ?= usdt_args stapsdt probe_spec xol
+FUZZ_CC ?= clang
+FUZZ_CXX ?= clang++
 
 # Every report is fatal (the build uses -fno-sanitize-recover=all; TSan exits
 # non-zero at the end of a process with a report). detect_leaks stays on.
@@ -15,7 +22,7 @@ ASAN_ENV = ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:strict_string_checks=1:d
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps configure build test bench clean test-asan test-tsan
+.PHONY: all deps configure build test bench fuzz-build fuzz-smoke clean test-asan test-tsan
 
 all: build
 
@@ -49,5 +56,14 @@ test-tsan: deps
 
 comma := ,
 
+
+fuzz-build: deps
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=$(FUZZ_CC) \
+	  -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DUPROBE_FUZZ=ON -DUPROBE_BUILD_TESTS=OFF -DUPROBE_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) --target fuzz -j $(JOBS)
+
+fuzz-smoke: fuzz-build
+	@tests/fuzz/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) $(FUZZ_BUILD) build-asan build-tsan

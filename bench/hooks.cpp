@@ -26,6 +26,13 @@ namespace {
 // registered or started in this process.
 void floor_handler(int, siginfo_t*, void*) { count_hit(); }
 
+}  // namespace
+
+// ---- trampoline-floor: the C function its stub calls (targets.S).
+extern "C" __attribute__((noinline)) void bench_trampoline_floor_entry(std::uint64_t*, const void*) { count_hit(); }
+
+namespace {
+
 class SigtrapHook final : public Hook {
  public:
   bool install(std::string& error) {
@@ -60,30 +67,8 @@ class SigtrapHook final : public Hook {
   bool installed_ = false;
 };
 
-// ---- uprobe-*: a consumer at the target's first byte counts on the hitting
-// thread's counter.
-class CountingConsumer final : public uprobe::Consumer {
- public:
-  uprobe::Action handler(uprobe::Regs& regs) override {
-    (void)regs;
-    count_hit();
-    return uprobe::Action::keep;
-  }
-};
-
-#if defined(UPROBE_HAS_URETPROBE)
-// ---- uretprobe-*: a return-only consumer (the kernel bench's uretprobe
-// program) counts in its ret_handler.
-class RetCountingConsumer final : public uprobe::Consumer {
- public:
-  RetCountingConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
-  void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
-    (void)regs;
-    (void)func;
-    count_hit();
-  }
-};
-#endif
+// ---- uprobe-* / uretprobe-*: the counting consumers live in consumers.cpp
+// (compiled with -mgeneral-regs-only, so they declare the vector state unused).
 
 class ProbeHook final : public Hook {
  public:
@@ -204,20 +189,19 @@ std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o, std::stri
   switch (v.kind) {
     case Kind::count_call:
     case Kind::count_syscall:
+    case Kind::trampoline:  // the site jumps into its stub by itself
       return std::make_unique<Hook>();
     case Kind::sigtrap: {
       auto h = std::make_unique<SigtrapHook>();
       return h->install(error) ? std::move(h) : nullptr;
     }
     case Kind::uprobe: {
-      static CountingConsumer consumer;
-      auto h = std::make_unique<ProbeHook>(consumer);
+      auto h = std::make_unique<ProbeHook>(counting_consumer());
       return h->install(v, o, error) ? std::move(h) : nullptr;
     }
     case Kind::uretprobe: {
 #if defined(UPROBE_HAS_URETPROBE)
-      static RetCountingConsumer consumer;
-      auto h = std::make_unique<ProbeHook>(consumer);
+      auto h = std::make_unique<ProbeHook>(ret_counting_consumer());
       return h->install(v, o, error) ? std::move(h) : nullptr;
 #else
       skipped = true;

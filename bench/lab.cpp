@@ -122,9 +122,58 @@ std::optional<double> ratio(const Point* a, const Point* b) {
   return a->result.median / b->result.median;
 }
 
+/// --compare all: every comparison in turn at the same producer counts, then
+/// one table of all before/after pairs.
+int run_compare_all(const Options& o) {
+  FILE* out = text_out();
+  std::vector<Ratio> ratios;
+  std::vector<std::string> skipped;
+  int rc = 0;
+  for (const Comparison& c : comparisons()) {
+    if (o.switches.has(c.name)) {
+      skipped.push_back(c.name + " (set on the command line)");
+      continue;
+    }
+    Options one = o;
+    one.compare = c.name;
+    if (!o.variants_given) {
+      one.variants = c.default_variants;
+    } else {
+      one.variants.clear();
+      for (const std::string& v : o.variants)
+        if (uses_switches(*find_variant(v)) || is_kernel(*find_variant(v))) one.variants.push_back(v);
+    }
+    if (!o.output.empty()) {
+      const std::size_t dot = o.output.rfind('.');
+      one.output = o.output.substr(0, dot) + "-" + c.name + (dot == std::string::npos ? "" : o.output.substr(dot));
+    }
+    std::fprintf(out, "\n################ --compare %s ################\n", c.name.c_str());
+    rc |= run_lab(one, &ratios);
+  }
+  std::fprintf(out, "\n--compare all: before vs after of every switch (medians of the per-second samples, M/s; "
+               "same run)\n");
+  if (!skipped.empty()) {
+    std::fprintf(out, "not compared:");
+    for (const std::string& s : skipped) std::fprintf(out, " %s", s.c_str());
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "%-12s %-24s %-21s %9s %9s %9s %12s\n", "switch", "before / after design", "variant",
+               "producers", "before", "after", "after/before");
+  for (const Ratio& r : ratios) {
+    const Comparison* c = find_comparison(r.compare);
+    const std::string designs = c ? c->before_label.substr(c->before_label.find('=') + 1) + " / " +
+                                        c->after_label.substr(c->after_label.find('=') + 1)
+                                  : "";
+    std::fprintf(out, "%-12s %-24s %-21s %9d %9.3f %9.3f %12.3f\n", r.compare.c_str(), designs.c_str(),
+                 r.variant.c_str(), r.producers, r.before_median, r.after_median, r.ratio);
+  }
+  return rc;
+}
+
 }  // namespace
 
-int run_lab(const Options& o) {
+int run_lab(const Options& o, std::vector<Ratio>* ratios) {
+  if (o.compare == "all") return run_compare_all(o);
   FILE* out = text_out();
   FILE* data = nullptr;
   if (o.format != Format::text) {
@@ -244,7 +293,10 @@ int run_lab(const Options& o) {
       if (cmp && uses_switches(*v) && !skipped.count(v->name)) {
         const Point* b = find(table, v->name, "before", p);
         const Point* a = find(table, v->name, "after", p);
-        if (auto x = ratio(a, b)) rec.add(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+        if (auto x = ratio(a, b)) {
+          rec.add(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+          if (ratios) ratios->push_back(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+        }
       }
     }
   }
@@ -285,13 +337,15 @@ int run_lab(const Options& o) {
   } else {
     std::fprintf(out, "\nScaling (this run):\n");
     lines("", std::nullopt);
-    std::vector<std::pair<std::string, std::vector<std::optional<double>>>> floor_rows, kernel_rows, thread_rows;
+    std::vector<std::pair<std::string, std::vector<std::optional<double>>>> floor_rows, tramp_rows, kernel_rows,
+        thread_rows;
     for (const Variant* v : vars) {
-      std::vector<std::optional<double>> f, k, t;
+      std::vector<std::optional<double>> f, tr, k, t;
       const Variant* kv = kernel_counterpart(*v);
       for (int p : ps) {
         const Point* a = find(table, v->name, "", p);
         f.push_back(ratio(a, find(table, "sigtrap-floor", "", p)));
+        tr.push_back(ratio(a, find(table, "trampoline-floor", "", p)));
         if (kv) k.push_back(ratio(a, find(table, kv->name, "", p)));
         const Point* one = find(table, v->name, "", 1);
         if (a && one && one->result.median > 0) t.push_back(a->result.median / p / one->result.median);
@@ -299,6 +353,8 @@ int run_lab(const Options& o) {
       }
       if (uses_switches(*v) && std::any_of(f.begin(), f.end(), [](auto& x) { return x.has_value(); }))
         floor_rows.emplace_back(v->name, f);
+      if (uses_switches(*v) && std::any_of(tr.begin(), tr.end(), [](auto& x) { return x.has_value(); }))
+        tramp_rows.emplace_back(v->name, tr);
       if (kv && std::any_of(k.begin(), k.end(), [](auto& x) { return x.has_value(); }))
         kernel_rows.emplace_back(v->name, k);
       thread_rows.emplace_back(v->name, t);
@@ -307,6 +363,10 @@ int run_lab(const Options& o) {
                       "Ratio to sigtrap-floor at the same producer count (medians; >1 is faster than a bare int3 "
                       "round trip):",
                       ps, floor_rows);
+    print_ratio_table(out,
+                      "Ratio to trampoline-floor at the same producer count (medians; an optimized probe's cost "
+                      "against a bare jump, GPR save and C call):",
+                      ps, tramp_rows);
     print_ratio_table(out, "Ratio to the kernel's uprobe on the same target (libuprobe / kernel-*, medians):", ps,
                       kernel_rows);
     std::vector<int> multi;

@@ -32,6 +32,82 @@ TARGET(uprobe_target_nop5)
 	ret
 END(uprobe_target_nop5)
 
+// A frame-pointer prologue: the optimized-entry target (the jump displaces
+// push %rbp; mov %rsp,%rbp; pop %rbp, 5 bytes, relocated in a window slot).
+TARGET(uprobe_target_entry)
+	push %rbp
+	.cfi_adjust_cfa_offset 8
+	mov %rsp, %rbp
+	pop %rbp
+	.cfi_adjust_cfa_offset -8
+	ret
+END(uprobe_target_entry)
+
+// trampoline-floor: what an optimized hit costs with nothing of libuprobe in
+// it. The site is a jmp rel32 into a stub laid out as libuprobe's
+// (arch/x86_64/opt_stub.S): rsp below the red zone, every GPR and rflags
+// saved in a Regs frame, an aligned call of a C function that only counts the
+// hit, everything restored, `pop %rsp; ret $128` to the next instruction.
+TARGET(trampoline_floor_target)
+	.byte 0xe9
+	.long trampoline_floor_stub - . - 4
+trampoline_floor_resume:
+	ret
+END(trampoline_floor_target)
+
+	.p2align 4
+	.type trampoline_floor_stub, @function
+trampoline_floor_stub:
+	lea	-136(%rsp), %rsp
+	push	%rsp
+	pushfq
+	push	$0
+	push	%rdi
+	push	%rsi
+	push	%rdx
+	push	%rcx
+	push	%rax
+	push	%r8
+	push	%r9
+	push	%r10
+	push	%r11
+	push	%rbx
+	push	%rbp
+	push	%r12
+	push	%r13
+	push	%r14
+	push	%r15
+	mov	%rsp, %rdi
+	xor	%esi, %esi
+	mov	%rsp, %rbx
+	and	$-16, %rsp
+	cld
+	call	bench_trampoline_floor_entry
+	mov	%rbx, %rsp
+	mov	17*8(%rsp), %rax		/* the target slot (site rsp - 136) */
+	lea	trampoline_floor_resume(%rip), %rcx
+	mov	%rcx, (%rax)
+	pop	%r15
+	pop	%r14
+	pop	%r13
+	pop	%r12
+	pop	%rbp
+	pop	%rbx
+	pop	%r11
+	pop	%r10
+	pop	%r9
+	pop	%r8
+	pop	%rax
+	pop	%rcx
+	pop	%rdx
+	pop	%rsi
+	pop	%rdi
+	lea	8(%rsp), %rsp
+	popfq
+	pop	%rsp
+	ret	$128
+	.size trampoline_floor_stub, .-trampoline_floor_stub
+
 // int3; ret: the SIGTRAP handler returns to the ret (rip is past the int3).
 TARGET(sigtrap_floor_target)
 	int3

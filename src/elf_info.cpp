@@ -24,7 +24,8 @@ const FuncSym* ElfInfo::enclosing_function(std::uint64_t off) const noexcept {
   const FuncSym* best = nullptr;
   for (int steps = 0; it != funcs.begin() && steps < 64; ++steps) {
     --it;
-    if (off < it->file_offset + it->size && (!best || it->size < best->size)) best = &*it;
+    // off - start < size: no overflow for a hostile st_size (off >= start here).
+    if (off - it->file_offset < it->size && (!best || it->size < best->size)) best = &*it;
   }
   return best;
 }
@@ -68,7 +69,8 @@ std::shared_ptr<ElfInfo> read_elf(int fd, std::string& why) {
     for (std::size_t i = 0; i < n; ++i) {
       GElf_Sym sym;
       if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
-      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF) continue;
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF) continue;
       for (const ExecSegment& s : info->exec) {
         if (sym.st_value >= s.vaddr && sym.st_value < s.vaddr + s.filesz) {
           const char* name = elf_strptr(e, sh.sh_link, sym.st_name);

@@ -2,14 +2,33 @@
 #include "patch.hpp"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 namespace uprobe::detail {
 
+namespace {
+/// The calling thread's PokeSession descriptor, or -1.
+constinit thread_local int t_session_fd = -1;
+}  // namespace
+
+PokeSession::PokeSession() noexcept {
+  if (t_session_fd >= 0) return;
+  t_session_fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  owner_ = t_session_fd >= 0;
+}
+
+PokeSession::~PokeSession() {
+  if (!owner_) return;
+  ::close(t_session_fd);
+  t_session_fd = -1;
+}
+
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
-  int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  const bool session = t_session_fd >= 0;
+  int fd = session ? t_session_fd : ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno;
   int err = 0;
   std::size_t done = 0;
@@ -22,13 +41,19 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
     }
     done += static_cast<std::size_t>(n);
   }
-  ::close(fd);
+  if (!session) ::close(fd);
   return err;
 }
 
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
   const volatile std::uint8_t* p = reinterpret_cast<const volatile std::uint8_t*>(addr);
   for (std::size_t i = 0; i < len; ++i) out[i] = p[i];
+}
+
+bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
+  struct iovec local = {out, len};
+  struct iovec remote = {reinterpret_cast<void*>(addr), len};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
 }
 
 }  // namespace uprobe::detail

@@ -49,6 +49,20 @@ struct ConsumerSet {
 struct Site {
   std::uint64_t addr = 0;
   std::uint64_t xol = 0;
+  /// The window slot of an entry probe (every displaced instruction,
+  /// relocated, then a jump to addr + window.len), 0 if none. While entry
+  /// optimization is on and nothing blocks the window, the int3 path
+  /// continues there, so that no thread resumes inside bytes the optimized
+  /// jump may overwrite; the stub continues there too.
+  std::uint64_t window_xol = 0;
+  /// This site's optimized-probe stub, 0 before one was built; written and
+  /// read under the uprobe's patch_lock (the registry carries it over when it
+  /// replaces the SiteSet).
+  mutable std::uint64_t stub = 0;
+  /// 1 from before the jump's tail is written until the original bytes are
+  /// back and serialised (the int3 path then never resumes inside the
+  /// window); read by the trap path with __atomic_load_n.
+  mutable std::uint8_t jumped = 0;
 };
 
 /// Immutable set of sites.
@@ -72,6 +86,19 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   std::uint64_t ref_ctr_offset = 0;  ///< file offset of the USDT semaphore, 0 = none
   std::string path;
   arch::Insn insn;
+  /// At a function entry whose first instructions can be displaced: the
+  /// window an optimized jump replaces (len 0 otherwise, with the reason in
+  /// window_why). Immutable after registration.
+  arch::EntryWindow window;
+  std::string window_why;
+  /// Why the last attempt to optimize failed for a passing reason (a thread
+  /// inside the window); registry side.
+  std::string opt_failure;
+  /// File offset of another probe inside the window (0 = none): then the
+  /// window is never displaced (that probe must see its instruction run), and
+  /// the int3 path does not run the window slot either. Set by the registry
+  /// before that probe's breakpoint is written.
+  std::atomic<std::uint64_t> window_blocker{0};
   std::atomic<detail::ConsumerSet*> consumers{nullptr};
   std::atomic<detail::SiteSet*> sites{nullptr};
   /// Serialises breakpoint writes between the registry and the trap path's

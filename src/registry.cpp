@@ -13,6 +13,7 @@
 #include "format.hpp"
 #include "patch.hpp"
 #include "probe.hpp"
+#include "registry_steps.hpp"
 #include "runtime.hpp"
 #include "sites.hpp"
 #include "thread_state.hpp"
@@ -51,15 +52,21 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     Site s;
     s.addr = v.start + (up->key.offset - v.pgoff);
     std::string why;
+    if (up->window.len) {
+      std::string wwhy;
+      s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
+    }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
+    s.stub = stub_of(s.addr);
+    s.jumped = site_is_optimized(s) ? 1 : 0;
     if (!s.xol && !arch::is_emulated(up->insn))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped since the snapshot (a concurrent dlclose)
     const SiteSet* old = up->sites.load(std::memory_order_relaxed);
     bool ours = up->applied && old && old->find(s.addr);
-    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s.addr))))
+    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s))))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
                       hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
@@ -76,8 +83,21 @@ void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
   const SiteSet* old = up->sites.load(std::memory_order_relaxed);
   if (up->applied) {
     SiteSet added;
-    for (const Site& s : fresh->sites)
-      if (!old || !old->find(s.addr)) added.sites.push_back(s);
+    for (const Site& s : fresh->sites) {
+      if (!old || !old->find(s.addr)) {
+        added.sites.push_back(s);
+        continue;
+      }
+      // A site we wrote before, at the same address, may be a new mapping:
+      // a dlclose() and a dlopen() on other threads between two resyncs can
+      // unmap the file and map it again at the same place, a layout no
+      // snapshot tells apart. Applied, its byte is int3 or an optimized jump;
+      // the original byte there means the breakpoint is gone: write it again.
+      std::uint8_t cur;
+      if (peek_text_checked(s.addr, &cur, 1) && cur == up->insn.bytes[0] && cur != arch::kBreakpoint &&
+          !site_is_optimized(s))
+        added.sites.push_back(s);
+    }
     apply_sites(up, added);
   }
   up->sites.store(fresh.release(), std::memory_order_release);
@@ -134,6 +154,41 @@ void publish_probes(Registry& r) {
   for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
   table->build();
   publish(r, nullptr, table.release());
+}
+
+/// The offset of a probe of the same file strictly inside the window of
+/// `up` (`extra` counts as one when given), or 0.
+std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  const ProbeKey& k = up->key;
+  const std::uint64_t end = k.offset + up->window.len;
+  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
+    return extra->offset;
+  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
+    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
+    return it->key.offset;
+  }
+  return 0;
+}
+
+/// Re-evaluates the window of every entry probe of the file of `k` whose
+/// window may cover k.offset: blocked ones go back to int3 (before a probe
+/// inside them gets its breakpoint), unblocked ones are optimized again.
+void refresh_windows_around(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  const std::uint64_t lo = k.offset > arch::kMaxWindowLen ? k.offset - arch::kMaxWindowLen : 0;
+  for (auto it = r.tree.lower_bound(ProbeKey{k.dev, k.ino, lo}, KeyLess()); it != r.tree.end(); ++it) {
+    Uprobe& u = *it;
+    if (u.key.dev != k.dev || u.key.ino != k.ino || u.key.offset >= k.offset) break;
+    if (!u.window.len) continue;
+    const std::uint64_t inner = probe_inside_window(r, &u, extra);
+    u.window_blocker.store(inner, std::memory_order_release);
+    PatchGuard guard(&u);
+    if (!u.applied) continue;
+    const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
+    if (inner)
+      deoptimize_sites(&u, ss);
+    else if (vmas)
+      optimize_sites(&u, ss, vmas->vmas());
+  }
 }
 
 bool is_registered(Registry& r, const Uprobe* up) {
@@ -212,13 +267,22 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
     return up;
   }
 
+  // An optimized entry whose window covers this offset goes back to int3
+  // first: its jump overwrote the bytes this probe needs.
+  refresh_windows_around(r, key, &key, nullptr);
   auto up = std::make_unique<Uprobe>();
   up->key = key;
   up->id = ++next_id;
   up->ref_ctr_offset = ref_ctr_offset;
   up->path = path;
-  analyze_target(t, offset, up->insn);
-  up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+  try {
+    analyze_target(t, offset, up->insn, &up->window, &up->window_why);
+    up->window_blocker.store(probe_inside_window(r, up.get(), nullptr), std::memory_order_relaxed);
+    up->sites.store(compute_sites(up.get(), *vmas).release(), std::memory_order_relaxed);
+  } catch (...) {
+    refresh_windows_around(r, key, nullptr, vmas);
+    throw;
+  }
   auto cs = std::make_unique<ConsumerSet>();
   cs->regs.push_back(reg.release());
   up->consumers.store(cs.release(), std::memory_order_relaxed);
@@ -235,6 +299,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
   } catch (...) {
     r.tree.erase(r.tree.iterator_to(*raw));
     publish_probes(r);
+    refresh_windows_around(r, key, nullptr, vmas);
     synchronize_and_reclaim(r);
     delete raw->consumers.load()->regs[0];
     delete raw->consumers.load();
@@ -271,7 +336,7 @@ void detail::reoptimize_all(Registry& r) {
     PatchGuard guard(&u);
     if (!u.applied) continue;
     const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
-    if (g_hot.optimize.load(std::memory_order_relaxed)) {
+    if (why_not_optimizable(&u).empty()) {
       if (vmas) optimize_sites(&u, ss, vmas->vmas());
     } else {
       deoptimize_sites(&u, ss);
@@ -325,8 +390,10 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
       restore_sites(up, *up->sites.load(std::memory_order_relaxed));
       up->applied = false;
     }
+    const ProbeKey gone_key = up->key;
     r.tree.erase(r.tree.iterator_to(*up));
     publish_probes(r);
+    refresh_windows_around(r, gone_key, nullptr, vmas);
     r.deferred.emplace_back([up] {
       delete up->consumers.load();
       delete up->sites.load();
@@ -337,18 +404,9 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
 }
 
 FileOffset resolve_address(const void* address) {
-  const std::uint64_t a = reinterpret_cast<std::uint64_t>(address);
-  std::vector<Vma> vmas = read_proc_maps();
-  VmaSnapshot snap(std::move(vmas));
-  const Vma* v = snap.find(a);
-  if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");
-  if (v->ino == 0 || v->path.empty() || v->path[0] != '/')
-    throw Error(Errc::not_file_backed, v->path, a,
-                "address " + hex(a) + " is in anonymous memory" + (v->path.empty() ? "" : " (" + v->path + ")"));
-  const std::string deleted = " (deleted)";
-  if (v->path.size() > deleted.size() && v->path.compare(v->path.size() - deleted.size(), deleted.size(), deleted) == 0)
-    throw Error(Errc::not_file_backed, v->path, a, "the file mapped at " + hex(a) + " was deleted");
-  return FileOffset{v->path, v->pgoff + (a - v->start), v->dev, v->ino};
+  if (auto fo = file_offset_from_snapshot(reinterpret_cast<std::uint64_t>(address))) return *fo;
+  VmaSnapshot snap(read_proc_maps());
+  return file_offset_of(snap, reinterpret_cast<std::uint64_t>(address));
 }
 
 ProbeInfo probe_info(const Uprobe* up) {
@@ -366,8 +424,12 @@ ProbeInfo probe_info(const Uprobe* up) {
   info.why_not_optimized = why_not_optimized(up);
   bool optimized = false;
   if (ss)
-    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s.addr);
-  info.mode = info.sites == 0 ? "pending" : optimized ? "optimized-nop5" : "int3";
+    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
+  info.mode = info.sites == 0 ? "pending"
+              : !optimized        ? "int3"
+              : arch::is_nop5(up->insn) ? "optimized-nop5"
+                                        : "optimized-entry";
+  if (info.mode == "optimized-entry") info.displaced = up->window.len;
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";
   return info;
@@ -405,3 +467,33 @@ void Attachment::detach() {
 }
 
 }  // namespace uprobe
+
+// ---- The steps above, for the batch API (registry_steps.hpp, batch.cpp).
+
+namespace uprobe::detail {
+
+std::unique_ptr<SiteSet> probe_sites(Uprobe* up, const VmaSnapshot& vmas) { return compute_sites(up, vmas); }
+void sync_probe_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) { sync_sites(r, up, vmas); }
+void sync_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) { sync_ref_ctr(up, reg, vmas); }
+void release_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  release_ref_ctr(up, reg, vmas);
+}
+void publish_probe_table(Registry& r) { publish_probes(r); }
+bool probe_registered(Registry& r, const Uprobe* up) { return is_registered(r, up); }
+std::uint64_t probe_in_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  return probe_inside_window(r, up, extra);
+}
+void refresh_entry_windows(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  refresh_windows_around(r, k, extra, vmas);
+}
+
+}  // namespace uprobe::detail
+
+uprobe::Attachment uprobe::Attachment::adopt(Uprobe* probe, Consumer& consumer) noexcept {
+  Attachment a;
+  if (probe) {
+    a.probe_ = probe;
+    a.consumer_ = &consumer;
+  }
+  return a;
+}

@@ -15,6 +15,7 @@
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
+#include "thread_sample.hpp"
 #include "xol.hpp"
 
 namespace uprobe::detail {
@@ -57,21 +58,57 @@ void synchronize_and_reclaim(Registry& r) {
 }
 
 const VmaSnapshot* refresh_vmas(Registry& r) {
-  auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  // What the registry and the trap path use a snapshot for is file-backed:
+  // where a file's code and USDT semaphores are mapped. While those mappings
+  // are exactly the snapshot's, it stays (its anonymous mappings may be
+  // older: only XOL placement looks at them, and it reads the address space
+  // afresh when it needs a new region).
+  if (cur && file_mappings_unchanged(*cur).value_or(false)) return cur;
+  auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
   if (cur && cur->same_layout(*fresh)) return cur;
   const VmaSnapshot* snap = fresh.release();
   publish(r, snap, nullptr);
   return snap;
 }
 
+std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
+  // A handler may run on a thread that holds the registry mutex (a probe hit
+  // inside register_uprobe()): no lock there.
+  if (t_state.depth > 0) return std::nullopt;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  const Vma* v = cur ? cur->find(addr) : nullptr;
+  if (!v || v->ino == 0 || !file_mappings_unchanged(*cur).value_or(false)) return std::nullopt;
+  try {
+    return file_offset_of(*cur, addr);
+  } catch (const Error&) {
+    return std::nullopt;  // e.g. a deleted file: the fresh read gives the error
+  }
+}
+
 namespace {
 // fork() while another thread is inside register/unregister would leave the
 // child with a registry mutex nobody owns: hold it across fork instead.
+/// Only SIGTRAP, built at start-up (sigemptyset/sigaddset may carry probes).
+sigset_t g_sigtrap_only;
+
 void before_fork() {
   registry().mutex.lock();
   note_fork();
+  // liburcu-bp blocks every signal from here until the fork completes
+  // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
+  // (_IO_list_lock, _Fork, _IO_list_unlock, _IO_list_resetlock) as well as the
+  // atfork handlers registered before ours: an int3 probe there would be hit
+  // with SIGTRAP blocked, which is fatal. So let SIGTRAP in again. Our
+  // handler only needs a read-side section, which takes no lock once this
+  // thread is a registered reader: register it first (registration takes
+  // liburcu-bp's registry lock, which urcu_bp_before_fork() holds).
+  uprobe_rcu_read_lock();
+  uprobe_rcu_read_unlock();
   urcu_bp_before_fork();
+  pthread_sigmask(SIG_UNBLOCK, &g_sigtrap_only, nullptr);
 }
 void after_fork_parent() {
   urcu_bp_after_fork_parent();
@@ -94,6 +131,8 @@ void after_fork_child() {
 
 void start_runtime(Registry& r) {
   if (r.started) return;
+  sigemptyset(&g_sigtrap_only);
+  sigaddset(&g_sigtrap_only, SIGTRAP);
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   // Register this thread with RCU now; other threads register on their first
   // hit (urcu-bp does it with all signals blocked).
@@ -119,6 +158,7 @@ void configure(const Config& c) {
                                 std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);
   g_hot.emulate.store(c.emulate, std::memory_order_relaxed);
@@ -129,8 +169,10 @@ void configure(const Config& c) {
   g_hot.ri_lock_for_install = c.ri_lock;
   g_hot.max_depth_for_install = c.max_uretprobe_depth;
   g_hot.optimize_for_install = c.optimize;
-  const bool optimize_changed = g_hot.optimize.load(std::memory_order_relaxed) != c.optimize;
+  const bool optimize_changed = g_hot.optimize.load(std::memory_order_relaxed) != c.optimize ||
+                                g_hot.optimize_entries.load(std::memory_order_relaxed) != c.optimize_entries;
   g_hot.optimize.store(c.optimize, std::memory_order_relaxed);
+  g_hot.optimize_entries.store(c.optimize_entries, std::memory_order_relaxed);
   if (r.started && optimize_changed) reoptimize_all(r);
   if (r.started)
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
@@ -147,6 +189,8 @@ Config configuration() {
   c.ri_lock = g_hot.ri_lock_for_install;
   c.max_uretprobe_depth = g_hot.max_depth_for_install;
   c.optimize = g_hot.optimize_for_install;
+  c.optimize_entries = g_hot.optimize_entries.load(std::memory_order_relaxed);
+  c.sample_signal = sample_signal();
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "probe.hpp"
@@ -30,6 +31,7 @@ struct HotState {
   std::atomic<XolMode> xol{XolMode::jump_back};
   std::atomic<bool> emulate{true};
   std::atomic<bool> optimize{true};
+  std::atomic<bool> optimize_entries{true};
   /// Written under the registry mutex only; not read on the trap path.
   SignalMask signal_mask_for_install = SignalMask::nodefer;
   uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;
@@ -61,9 +63,17 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes);
 /// the mutex and is not in a read-side critical section.
 void synchronize_and_reclaim(Registry& r);
 
-/// Re-reads /proc/self/maps; publishes a new VMA snapshot if the layout
-/// changed. Returns the current snapshot. Caller holds the mutex.
+/// Brings the VMA snapshot up to date: keeps the current one while the
+/// process's file-backed mappings are exactly its own (file_mappings_unchanged(),
+/// a few ioctls), else re-reads /proc/self/maps and publishes a new snapshot
+/// if the layout changed. Returns the current snapshot. Caller holds the mutex.
 const VmaSnapshot* refresh_vmas(Registry& r);
+
+/// The file and offset of `addr` from the current snapshot, when it lies in
+/// a file-backed mapping there and the file-backed mappings are unchanged
+/// (file_mappings_unchanged()); nullopt otherwise (the caller then reads the
+/// address space). Takes the registry mutex (not from a handler: nullopt).
+std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr);
 
 /// Re-reads the address space and brings every probe in line with it: new
 /// mappings of a probed file get their breakpoints and USDT semaphore counts
@@ -88,5 +98,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* uc) noexcept;
 /// Passes a SIGTRAP that is not ours to the program's disposition
 /// (signals.cpp). Async-signal-safe.
 void forward_foreign_trap(int sig, siginfo_t* info, void* uc) noexcept;
+
+/// True when the program's SIGTRAP disposition is a handler (not SIG_DFL or
+/// SIG_IGN): only then can the program be single-stepping itself, and only
+/// then does the SIGTRAP handler hand it the single-step trap of a probed
+/// instruction (a TF without a handler is a debugger's, which sees its own
+/// traps through ptrace). Async-signal-safe.
+bool program_handles_sigtrap() noexcept;
 
 }  // namespace uprobe::detail

@@ -54,7 +54,7 @@ struct sigaction program_action() noexcept { return g_program[g_program_idx.load
 void install_trap_handler(SignalMask mask) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_sigtrap;
+  sa.sa_sigaction = uprobe_sigtrap_entry;  // arch entry: clears rflags.AC, then on_sigtrap()
   // Seed 001 in user space: with SA_NODEFER and an empty sa_mask, delivery
   // and sigreturn leave the blocked mask as it is, so the kernel never takes
   // the process-wide siglock to change it.
@@ -66,6 +66,11 @@ void install_trap_handler(SignalMask mask) {
     set_program_action(old);
     g_installed.store(true, std::memory_order_release);
   }
+}
+
+bool program_handles_sigtrap() noexcept {
+  const struct sigaction pa = program_action();
+  return pa.sa_handler != SIG_DFL && pa.sa_handler != SIG_IGN;
 }
 
 void forward_foreign_trap(int sig, siginfo_t* info, void* ctx) noexcept {

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "format.hpp"
 #include "patch.hpp"
 #include "runtime.hpp"
+#include "thread_sample.hpp"
 #include "xol.hpp"
 
 namespace uprobe::detail {
@@ -44,6 +46,16 @@ bool needs_vector(const Uprobe* up) {
   return false;
 }
 
+/// The original bytes the jump replaces (the nop5, or the entry window).
+const std::uint8_t* original_bytes(const Uprobe* up) noexcept {
+  return arch::is_nop5(up->insn) ? up->insn.bytes : up->window.bytes;
+}
+
+/// The shape allows a jump at all: a nop5, or a displaceable entry window.
+bool optimizable_shape(const Uprobe* up) noexcept {
+  return arch::is_nop5(up->insn) || up->window.len >= arch::kJumpLen;
+}
+
 }  // namespace
 
 bool init_core_sync() {
@@ -56,6 +68,9 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
   for (std::size_t i = 0; i < ss.sites.size(); ++i) {
     const std::uint8_t bp = arch::kBreakpoint;
     if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
+      std::uint8_t byte;
+      if (!peek_text_checked(ss.sites[i].addr, &byte, 1))
+        continue;  // unmapped since the snapshot (a dlclose on another thread): no site there any more
       for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
       throw Error(Errc::system, up->path, up->key.offset,
                   "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
@@ -66,14 +81,13 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
 
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
   for (const Site& s : ss.sites) {
-    std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
-    if (cur != arch::kJumpOpcode || up->insn.bytes[0] == arch::kJumpOpcode || up->insn.len < arch::kJumpLen) continue;
+    if (!optimizable_shape(up) || !site_is_optimized(s)) continue;
     const std::uint8_t bp = arch::kBreakpoint;
     poke_text(s.addr, &bp, 1);
     sync_cores();
-    poke_text(s.addr + 1, up->insn.bytes + 1, arch::kJumpLen - 1);
+    poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
     sync_cores();
+    __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
   }
 }
 
@@ -81,38 +95,89 @@ void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
   deoptimize_sites(up, ss);  // optimized sites go back through int3: no thread ever runs a torn jump
   for (const Site& s : ss.sites) {
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
     if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
   }
 }
 
-std::string why_not_optimized(const Uprobe* up) {
+std::string why_not_optimizable(const Uprobe* up) {
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return "optimization is switched off (Config::optimize)";
-  if (!arch::is_nop5(up->insn)) return "the instruction `" + up->insn.text + "` is not a 5-byte nop";
+  if (!arch::is_nop5(up->insn)) {
+    const std::string not_nop5 = "the instruction `" + up->insn.text + "` is not a 5-byte nop, and ";
+    if (!up->window.len) return not_nop5 + up->window_why;
+    if (!g_hot.optimize_entries.load(std::memory_order_relaxed))
+      return not_nop5 + "entry optimization is switched off (Config::optimize_entries)";
+    if (const std::uint64_t inner = up->window_blocker.load(std::memory_order_relaxed))
+      return not_nop5 + "another probe, at +" + std::to_string(inner - up->key.offset) + ", lies inside the " +
+             std::to_string(up->window.len) + " bytes an entry jump would displace";
+  }
   if (!g_sync_core) return "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) is not available";
   return "";
 }
 
-bool site_is_optimized(std::uint64_t addr) noexcept {
-  std::uint8_t b;
-  peek_text(addr, &b, 1);
-  return b == arch::kJumpOpcode && stubs().count(addr) != 0;
+std::string why_not_optimized(const Uprobe* up) {
+  std::string why = why_not_optimizable(up);
+  return why.empty() ? up->opt_failure : why;
+}
+
+bool site_is_optimized(const Site& s) noexcept {
+  // Our jump, not the program's own (a function may start with a jmp rel32):
+  // it targets this site's stub, which lives in our memory only.
+  if (!s.stub) return false;
+  std::uint8_t b[arch::kJumpLen], want[arch::kJumpLen];
+  if (!peek_text_checked(s.addr, b, arch::kJumpLen)) return false;  // unmapped meanwhile
+  arch::encode_jump(s.addr, s.stub, want);
+  return std::memcmp(b, want, arch::kJumpLen) == 0;
+}
+
+std::uint64_t stub_of(std::uint64_t addr) {
+  auto it = stubs().find(addr);
+  return it == stubs().end() ? 0 : it->second;
 }
 
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas) {
-  if (!why_not_optimized(up).empty()) return;
+  if (!why_not_optimizable(up).empty()) return;
   const bool vector = needs_vector(up);
+  const bool entry = !arch::is_nop5(up->insn);
+  std::vector<const Site*> todo;
+  std::vector<AddrRange> windows;
   for (const Site& s : ss.sites) {
-    std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
-    if (cur != arch::kBreakpoint) continue;  // already optimized, or not ours
+    std::uint8_t cur[arch::kMaxWindowLen];
+    const std::size_t len = entry ? up->window.len : arch::kJumpLen;
+    if (!peek_text_checked(s.addr, cur, len)) continue;  // unmapped meanwhile: nothing to write there
+    if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
+    if (entry) {
+      // Only over the file's own bytes, and with the window's slot in place.
+      if (!s.window_xol || std::memcmp(cur + 1, up->window.bytes + 1, len - 1) != 0) continue;
+      windows.emplace_back(s.addr, s.addr + len);
+      // The first instruction's own XOL slot jumps back into the window (the
+      // int3 path runs it when the window is blocked or entry optimization is
+      // off): a thread in that slot is inside too, from its first byte.
+      if (s.xol) windows.emplace_back(s.xol - 1, s.xol + arch::kXolSlotSize);
+    }
+    todo.push_back(&s);
+  }
+  if (todo.empty()) return;
+  if (entry) {
+    // Every core sees the int3 (so no thread enters a window from its start
+    // any more); then no thread may still be inside one.
+    sync_cores();
+    std::string why;
+    if (!threads_outside(windows, why)) {
+      up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+      return;
+    }
+    up->opt_failure.clear();
+  }
+  for (const Site* sp : todo) {
+    const Site& s = *sp;
     std::string why;
     std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
     if (!stub) continue;  // stays int3
     std::uint8_t code[arch::kOptStubSize];
     arch::OptSite desc{};
     desc.site = s.addr;
-    desc.resume = s.addr + up->insn.len;
+    desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
     desc.key[0] = up->key.dev;
     desc.key[1] = up->key.ino;
     desc.key[2] = up->key.offset;
@@ -120,6 +185,8 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     std::size_t n = arch::build_opt_stub(stub, desc, code);
     if (!xol_area().write_code(stub, code, n, why)) continue;
     stubs()[s.addr] = stub;
+    s.stub = stub;
+    __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
     arch::encode_jump(s.addr, stub, jmp);
     poke_text(s.addr + 1, jmp + 1, arch::kJumpLen - 1);
@@ -127,6 +194,82 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     poke_text(s.addr, jmp, 1);
     sync_cores();
   }
+}
+
+void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b) {
+  for (Uprobe* up : ups) {
+    if (!why_not_optimizable(up).empty()) continue;
+    const bool vector = needs_vector(up);
+    const bool entry = !arch::is_nop5(up->insn);
+    for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
+      if (entry && !s.window_xol) continue;
+      std::string why;
+      const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+      if (!stub) continue;  // stays int3
+      std::uint8_t code[arch::kOptStubSize];
+      arch::OptSite desc{};
+      desc.site = s.addr;
+      desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
+      desc.key[0] = up->key.dev;
+      desc.key[1] = up->key.ino;
+      desc.key[2] = up->key.offset;
+      desc.needs_vector = vector;
+      const std::size_t n = arch::build_opt_stub(stub, desc, code);
+      if (!xol_area().write_code(stub, code, n, why)) continue;
+      stubs()[s.addr] = stub;  // unused until the jump is written
+      b.items.push_back(OptBatch::Item{up, &s, entry, stub});
+    }
+  }
+  b.windows.reserve(2 * b.items.size());
+}
+
+void finish_optimize_batch(OptBatch& b) {
+  std::size_t kept = 0;
+  bool any_entry = false;
+  for (const OptBatch::Item& it : b.items) {
+    std::uint8_t cur[arch::kMaxWindowLen];
+    const std::size_t len = it.entry ? it.up->window.len : arch::kJumpLen;
+    peek_text(it.site->addr, cur, len);
+    if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
+    if (it.entry) {
+      if (std::memcmp(cur + 1, it.up->window.bytes + 1, len - 1) != 0) continue;
+      b.windows.emplace_back(it.site->addr, it.site->addr + len);
+      // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
+      if (it.site->xol) b.windows.emplace_back(it.site->xol - 1, it.site->xol + arch::kXolSlotSize);
+      any_entry = true;
+    }
+    b.items[kept++] = it;
+  }
+  b.items.resize(kept);
+  if (b.items.empty()) return;
+  if (any_entry) {
+    // Every core sees the int3s; then no thread may still be inside a window.
+    sync_cores();
+    std::string why;
+    const bool outside = threads_outside(b.windows, why);
+    for (const OptBatch::Item& it : b.items) {
+      if (!it.entry) continue;
+      if (outside) it.up->opt_failure.clear();
+      else it.up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+    }
+    if (!outside)
+      b.items.erase(std::remove_if(b.items.begin(), b.items.end(), [](const OptBatch::Item& i) { return i.entry; }),
+                    b.items.end());
+  }
+  for (const OptBatch::Item& it : b.items) {
+    it.site->stub = it.stub;
+    __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
+    std::uint8_t jmp[arch::kJumpLen];
+    arch::encode_jump(it.site->addr, it.stub, jmp);
+    poke_text(it.site->addr + 1, jmp + 1, arch::kJumpLen - 1);
+  }
+  sync_cores();
+  for (const OptBatch::Item& it : b.items) {
+    std::uint8_t jmp[arch::kJumpLen];
+    arch::encode_jump(it.site->addr, it.stub, jmp);
+    poke_text(it.site->addr, jmp, 1);
+  }
+  sync_cores();
 }
 
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {

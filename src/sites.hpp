@@ -21,12 +21,38 @@ void apply_sites(Uprobe* up, const SiteSet& ss);
 /// (un-optimizing through int3). Async-signal-safe (open/pwrite/membarrier).
 void restore_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
-/// Why `up` cannot be optimized ("" when it can). Registry side.
+/// Why `up` can never be optimized as things are configured ("" when its
+/// shape allows it). Registry side.
+std::string why_not_optimizable(const Uprobe* up);
+
+/// Why `up` is not optimized: why_not_optimizable(), else the reason the
+/// last attempt failed (a thread inside the window), else "". Registry side.
 std::string why_not_optimized(const Uprobe* up);
 
 /// Converts the int3 sites of an optimizable uprobe into jumps to stubs.
 /// Sites that cannot be converted stay int3. Registry mutex held.
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas);
+
+/// optimize_sites() for many probes at once (the batch API), in two steps
+/// with the kernel's text_poke_bp_batch() protocol. prepare: before the
+/// int3s are written, the stub of every site that may be optimized is
+/// reserved and written (everything that allocates happens here, while no
+/// probe of the batch can trap yet). finish: after the int3s, one core
+/// serialisation, one look at the other threads for all entry windows, all
+/// jump tails, one serialisation, all first bytes, one serialisation. Registry
+/// mutex held; every probe's patch_lock held through finish.
+struct OptBatch {
+  struct Item {
+    Uprobe* up;
+    const Site* site;
+    bool entry;
+    std::uint64_t stub;
+  };
+  std::vector<Item> items;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;  // scratch, reserved by prepare
+};
+void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b);
+void finish_optimize_batch(OptBatch& b);
 
 /// Turns optimized sites back into int3 sites (jmp -> int3, through the same
 /// protocol). Patch lock held.
@@ -36,8 +62,14 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 /// changed. Registry mutex held.
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss);
 
-/// True when the site at `addr` currently jumps to our stub.
-bool site_is_optimized(std::uint64_t addr) noexcept;
+/// True when the site currently jumps to its stub (not merely holds a jmp
+/// rel32: a function may start with one). Patch lock held, or registry side.
+/// Async-signal-safe.
+bool site_is_optimized(const Site& s) noexcept;
+
+/// The stub built for the site address `addr` in this process, 0 if none.
+/// Registry mutex held.
+std::uint64_t stub_of(std::uint64_t addr);
 
 /// Registers for membarrier(SYNC_CORE) once; false when unavailable.
 bool init_core_sync();

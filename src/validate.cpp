@@ -52,7 +52,8 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
                 "offset is past the end of the file (size " + std::to_string(out.st.st_size) + " bytes)");
 }
 
-void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window,
+                    std::string* window_why) {
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   if (!info) throw Error(Errc::not_executable, t.path, offset, why);
@@ -91,6 +92,19 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn) {
   std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, seg->offset + seg->filesz - offset);
   avail = read_at(t.fd, offset, bytes, avail);
   if (!arch::analyze(bytes, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
+
+  if (!window) return;
+  *window = arch::EntryWindow{};
+  const FuncSym* fn = info->enclosing_function(offset);
+  if (!fn || fn->file_offset != offset) {
+    *window_why = fn ? "the offset is inside " + fn->name + ", not at its entry"
+                     : "the offset is not the entry of a function the symbol table sizes";
+    return;
+  }
+  const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
+  std::vector<std::uint8_t> code(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})));
+  code.resize(read_at(t.fd, offset, code.data(), code.size()));
+  if (!arch::plan_entry_window(code.data(), code.size(), *window, why)) *window_why = why;
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {
@@ -106,30 +120,72 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
 
 namespace {
 
-/// libc functions that the trap path, the return trampoline or the writer
-/// (while it blocks signals) call: a probe there would recurse without end or
-/// be hit with SIGTRAP blocked, which the kernel makes fatal.
+/// Why a libc function cannot carry an int3 probe.
+enum class TrapPathUse {
+  trap_path,        ///< the SIGTRAP handler, return trampoline or optimized path calls it: a probe would recurse
+  sigtrap_blocked,  ///< called with SIGTRAP blocked: an int3 there is fatal (the kernel forces the signal)
+};
+
+/// libc functions that the trap path, the return trampoline, liburcu-bp (a
+/// new reader's registration on its first hit, the writer's grace period) or
+/// glibc itself (thread start and exit) call, the latter three with every
+/// signal blocked: a probe there would recurse without end or be hit with
+/// SIGTRAP blocked, which the kernel makes fatal.
+struct TrapPathFunction {
+  const char* name;
+  TrapPathUse use;
+  const char* caller;
+};
+constexpr TrapPathFunction kTrapPathLibc[] = {
+    {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"syscall", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"pthread_sigmask", TrapPathUse::trap_path,
+     "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
+    {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
+    {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
+    {"sigaltstack", TrapPathUse::trap_path, "the return path"},
+    {"sched_getcpu", TrapPathUse::trap_path, "the return-instance pool"},
+    {"open", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"open64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"pwrite", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"pwrite64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"close", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"mmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
+    {"mmap64", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
+    {"munmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp"},
+    {"pthread_setspecific", TrapPathUse::trap_path, "the return path and liburcu-bp's reader registration"},
+    {"getpid", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"abort", TrapPathUse::trap_path, "the return path (fatal errors)"},
+    {"write", TrapPathUse::trap_path, "the return path (fatal errors)"},
+    {"mremap", TrapPathUse::sigtrap_blocked, "liburcu-bp's reader registration on a thread's first hit"},
+    {"pthread_mutex_lock", TrapPathUse::sigtrap_blocked,
+     "liburcu-bp's reader registration on a thread's first hit and its grace period (every unregister)"},
+    {"pthread_mutex_unlock", TrapPathUse::sigtrap_blocked,
+     "liburcu-bp's reader registration on a thread's first hit and its grace period (every unregister)"},
+    {"pthread_self", TrapPathUse::sigtrap_blocked, "liburcu-bp's reader registration on a thread's first hit"},
+    {"poll", TrapPathUse::sigtrap_blocked, "liburcu-bp's grace period (every unregister)"},
+    {"__ctype_init", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread)"},
+    {"_setjmp", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread)"},
+    {"__sigsetjmp", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread, through _setjmp)"},
+    {"madvise", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
+    {"getpagesize", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
+};
+
 void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
-  static const char* const names[] = {"__errno_location", "syscall",      "pthread_sigmask", "sigprocmask",
-                                      "sigaltstack",      "sched_getcpu", "open",            "open64",
-                                      "pwrite",           "pwrite64",     "close",           "mmap",
-                                      "mmap64",           "munmap",       "pthread_setspecific",
-                                      "getpid",           "abort",        "write"};
   struct Forbidden {
     dev_t dev;
     ino_t ino;
     std::uint64_t offset;
-    const char* name;
+    const TrapPathFunction* fn;
   };
   // Their (file, offset) in this process, computed once (registry mutex held).
   static const std::vector<Forbidden> forbidden = [] {
     std::vector<Forbidden> out;
     VmaSnapshot maps(read_proc_maps());
-    for (const char* name : names) {
-      const Vma* v = maps.find(reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)));
-      if (v && v->ino)
-        out.push_back({v->dev, v->ino, v->pgoff + (reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)) - v->start),
-                       name});
+    for (const TrapPathFunction& f : kTrapPathLibc) {
+      const auto a = reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, f.name));
+      const Vma* v = maps.find(a);
+      if (v && v->ino) out.push_back({v->dev, v->ino, v->pgoff + (a - v->start), &f});
     }
     return out;
   }();
@@ -144,34 +200,64 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino && f.offset == fn->file_offset)
       throw Error(Errc::forbidden_target, t.path, offset,
-                  "the function " + fn->name + " (" + f.name +
-                      ") runs on libuprobe's trap path or with SIGTRAP blocked; a probe there would recurse or be "
-                      "fatal");
+                  "the function " + fn->name + " (" + f.fn->name + ") " +
+                      (f.fn->use == TrapPathUse::trap_path
+                           ? std::string("runs on libuprobe's trap path (") + f.fn->caller +
+                                 "); a probe there would recurse"
+                           : std::string("runs with SIGTRAP blocked (") + f.fn->caller +
+                                 "); a breakpoint hit there is fatal"));
+}
+
+}  // namespace
+
+namespace {
+
+/// A file that holds code of the trap path: its identity and whether it is
+/// the main program (libuprobe linked statically).
+struct Anchor {
+  dev_t dev;
+  ino_t ino;
+  bool in_exe;
+  std::string name;
+};
+
+/// The files of our own code, liburcu-bp (read-side calls) and the dynamic
+/// linker (TLS resolution of liburcu-bp's per-thread reader). Computed once:
+/// none of them can be unloaded while the runtime exists, and the identity of
+/// the mapped file is what matters even if its path is replaced later.
+const std::vector<Anchor>& anchors() {
+  static const std::vector<Anchor> out = [] {
+    const void* addrs[] = {reinterpret_cast<const void*>(&open_target),
+                           reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
+                           dlsym(RTLD_DEFAULT, "__tls_get_addr")};
+    std::vector<Anchor> v;
+    struct stat exe;
+    const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
+    for (const void* a : addrs) {
+      Dl_info di;
+      if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
+      struct stat st;
+      // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
+      const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
+                                                       st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
+      if (in_exe) st = exe;
+      else if (::stat(di.dli_fname, &st) != 0) continue;
+      v.push_back(Anchor{st.st_dev, st.st_ino, in_exe, di.dli_fname});
+    }
+    return v;
+  }();
+  return out;
 }
 
 }  // namespace
 
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
-  // Our own code, liburcu-bp (read-side calls) and the dynamic linker (TLS
-  // resolution of liburcu-bp's per-thread reader) run before the recursion
+  // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
-  static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
-                                  reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
-                                  dlsym(RTLD_DEFAULT, "__tls_get_addr")};
   check_not_trap_path_libc(t, offset);
-  struct stat exe;
-  const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
-  for (const void* a : anchors) {
-    Dl_info di;
-    if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
-    struct stat st;
-    // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
-    const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
-                                                     st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
-    if (in_exe) st = exe;
-    else if (::stat(di.dli_fname, &st) != 0) continue;
-    if (st.st_dev != t.st.st_dev || st.st_ino != t.st.st_ino) continue;
-    if (in_exe) {
+  for (const Anchor& a : anchors()) {
+    if (a.dev != t.st.st_dev || a.ino != t.st.st_ino) continue;
+    if (a.in_exe) {
       // Linked statically into the program: refuse only our own functions.
       std::string why;
       auto info = elf_info(t.fd, t.path, t.st, why);
@@ -185,8 +271,7 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
       continue;
     }
     throw Error(Errc::forbidden_target, t.path, offset,
-                std::string("this file (") + di.dli_fname +
-                    ") holds code that libuprobe's trap path runs; a probe there would recurse");
+                "this file (" + a.name + ") holds code that libuprobe's trap path runs; a probe there would recurse");
   }
 }
 

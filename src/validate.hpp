@@ -27,8 +27,12 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out);
 
 /// Checks that `offset` is executable code at an instruction start and that
 /// the instruction there can be probed; fills `insn` from the file's bytes.
+/// When `window` is given, also plans the displaced window of an optimized
+/// function-entry probe (window->len 0 and the reason in `window_why` when the
+/// offset is not a function entry that can be displaced).
 /// @throws uprobe::Error (not_executable, mid_instruction, refused_instruction).
-void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn);
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window = nullptr,
+                    std::string* window_why = nullptr);
 
 /// A return probe needs the return address at *rsp: refuses an offset that
 /// the symbol table places inside a function but not at its entry.

@@ -31,10 +31,19 @@ class XolArea {
   std::uint64_t slot_for(std::uint64_t site, const arch::Insn& insn, const std::vector<Vma>& vmas,
                          std::string& why);
 
+  /// Returns the window slot of the function entry at `site`: the relocated
+  /// copy of `window` followed by a jump back to site + window.len (one
+  /// kWindowSlotSize block per site address, kept for the life of the
+  /// process). 0 with `why` set when nothing in reach. Registry mutex held.
+  std::uint64_t window_slot_for(std::uint64_t site, const arch::EntryWindow& window, const std::vector<Vma>& vmas,
+                                std::string& why);
+
   /// Reserves `size` bytes of code memory within jmp rel32 reach of `site`,
   /// once per site address (the same block is returned again for the same
-  /// site). 0 with `why` set when no memory is in reach. Registry mutex held.
-  std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why);
+  /// site, or the same `key` when given). 0 with `why` set when no memory is
+  /// in reach. Registry mutex held.
+  std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why,
+                          std::uint64_t key = 0);
 
   /// In a fork child: gives the child its own copy of every region, so that
   /// neither process's later writes reach the other's slots and stubs.
@@ -43,6 +52,12 @@ class XolArea {
   /// Writes code or data into XOL memory at `addr` through a transient RW
   /// alias. Registry mutex held.
   bool write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
+
+  /// From begin_batch() to end_batch() (registry mutex held throughout, as
+  /// for a batch registration), writes keep one RW alias per region mapped
+  /// instead of mapping and unmapping one per write; end_batch() unmaps them.
+  void begin_batch() noexcept { batch_ = true; }
+  void end_batch() noexcept;
 
  private:
   struct Region {
@@ -58,6 +73,13 @@ class XolArea {
   bool privatize(Region& r, std::string& why);
   Region* region_of(std::uint64_t addr);
 
+  /// The RW alias of a region kept by a batch (base of the region -> alias).
+  struct Alias {
+    std::uint64_t base;
+    void* rw;
+  };
+  std::vector<Alias> aliases_;
+  bool batch_ = false;
   std::vector<Region> regions_;
   std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
   std::unordered_map<std::uint64_t, std::uint64_t> code_by_site_;

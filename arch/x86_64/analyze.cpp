@@ -395,6 +395,20 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
 
   const Prefixes p = parse_prefixes(out.bytes, out.len);
   if (!classify(ci, p, out, why)) return false;
+  switch (ci->id) {
+    case X86_INS_SYSCALL:
+    case X86_INS_SYSENTER:
+    case X86_INS_INT:
+    case X86_INS_INTO:
+    case X86_INS_UD2:
+    case X86_INS_UD0:
+    case X86_INS_UD2B:
+    case X86_INS_HLT:
+      out.traps = true;
+      break;
+    default:
+      out.traps = has_group(ci->detail, CS_GRP_INT);
+  }
 
   const cs_x86& x = ci->detail->x86;
   // The rip-relative memory operand, for every class (a nop or an indirect

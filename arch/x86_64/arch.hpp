@@ -7,6 +7,7 @@
 /// The core in src/ calls only what is declared here; a second architecture
 /// provides its own arch/<name>/arch.hpp with the same names.
 
+#include <signal.h>
 #include <ucontext.h>
 
 #include <cstddef>
@@ -20,6 +21,15 @@ extern "C" {
 /// The return trampoline (ret_trampoline.S): the address a hijacked return
 /// address points to. Not callable from C.
 void uprobe_ret_trampoline();
+/// Landing pad of the return trampoline's personality routine
+/// (ret_trampoline.S): expects rax = the _Unwind_Exception. Not callable.
+void uprobe_ret_unwind_landing();
+/// The SIGTRAP handler to install (trap_entry.S): clears rflags.AC, which
+/// the kernel leaves set in a handler when the interrupted code had it set,
+/// then tail-calls uprobe_sigtrap_handler(). Async-signal-safe.
+void uprobe_sigtrap_entry(int sig, siginfo_t* info, void* ucontext);
+/// Provided by the core (src/trap.cpp): the SIGTRAP handler proper.
+void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
 }
 
 namespace uprobe::arch {
@@ -110,6 +120,7 @@ struct Insn {
   std::uint8_t disp_offset = 0;  ///< byte offset of the disp32 in bytes[]
   std::int32_t disp = 0;         ///< the original disp32
   std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
+  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
 };
 
 /// Decodes and classifies the instruction at `code` (up to `avail` bytes).
@@ -151,8 +162,9 @@ std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept;
 
 /// Builds the XOL copy of `insn` (original address `ip`) to run at address
 /// `slot`: the relocated instruction (rip-relative displacement re-aimed at
-/// the same absolute target) followed by an absolute jump back to ip + len.
-/// Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
+/// the same absolute target) followed by an absolute jump back to ip + len
+/// (`jmp *pad(%rip)`, int3 padding, the 8-byte address, 8-byte aligned when
+/// `slot` is: the copy may run with rflags.AC set). Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
 /// `why` set when the target is out of the disp32 reach of `slot`.
 /// Not hot (called at register time).
 std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
@@ -161,6 +173,15 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
 /// After a single-step of the XOL copy at `slot` (XolMode::single_step),
 /// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
 void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
+
+/// True for an instruction that stores rflags to memory (pushf): run out of
+/// line under our own TF it would store TF = 1. Async-signal-safe.
+bool stores_flags(const Insn& insn) noexcept;
+
+/// True for an instruction that loads rflags, TF included (popf): after it,
+/// TF is what it loaded, not what it found (the kernel's UPROBE_FIX_SETF).
+/// Async-signal-safe.
+bool loads_flags(const Insn& insn) noexcept;
 
 /// True for a 5-byte nop (0f 1f 44 00 00 and the other 5-byte nop forms): a
 /// site that can become a jmp rel32 with no instruction displaced.
@@ -174,6 +195,56 @@ bool is_nop5(const Insn& insn) noexcept;
 /// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept;
 
+/// Bytes opt_stub_desc() needs to see at a candidate stub entry.
+std::size_t opt_stub_probe_len() noexcept;
+
+/// When `code` (opt_stub_probe_len() bytes read at address `ip`) is the entry
+/// of an optimized-probe stub built by build_opt_stub(), the address of its
+/// OptSite descriptor; else 0. Used when a program single-stepping itself
+/// (TF) takes a site's jmp: the trap arrives at the stub entry.
+/// Async-signal-safe.
+std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept;
+
+/// Longest displaced window of an optimized function entry: instructions
+/// covering at least the 5 bytes of the jump, the last one starting at byte 4.
+inline constexpr std::size_t kMaxWindowLen = kJumpLen - 1 + kMaxInsnLen;
+/// Bytes of one window slot: the relocated window and the jump back.
+inline constexpr std::size_t kWindowSlotSize = 64;
+
+/// The instructions an optimized function-entry probe displaces: the first
+/// instructions of the function, covering >= kJumpLen bytes, all of which
+/// run correctly from another address (the window slot). Computed once at
+/// register time from the file's bytes; position independent.
+struct EntryWindow {
+  std::vector<Insn> insns;                ///< the displaced instructions, in order
+  std::uint8_t len = 0;                   ///< bytes covered (0 = no window)
+  std::uint8_t bytes[kMaxWindowLen] = {};  ///< the original bytes [0, len)
+};
+
+/// Plans the window of a function entry from the function's bytes
+/// [func, func + size) (size from the symbol table). Refuses, with the reason
+/// in `why`: a function shorter than the jump; an instruction in the window
+/// that cannot be relocated (a return, a system call or trap, an indirect
+/// call, a call or indirect jump before the last instruction of the window;
+/// direct jumps and Jcc anywhere are re-encoded); a function the
+/// linear sweep cannot disassemble to its end; and a direct branch anywhere
+/// in the function whose target lies inside the window past its first byte
+/// (it would land in the middle of the jump: case C-04). When
+/// `refuse_indirect_jumps` is set, a function with an indirect jmp through a
+/// register (a jump table whose targets cannot be checked) is refused too.
+/// Not async-signal-safe (Capstone). Thread-safe.
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
+                       bool refuse_indirect_jumps = false);
+
+/// Builds the relocated copy of `w` (original address `ip`) to run at
+/// `slot`: every instruction with its rip-relative displacement re-aimed, a
+/// final direct branch re-encoded with a rel32 from the slot (a call pushes
+/// the original return address, ip + w.len), then a jump back to ip + w.len.
+/// Writes at most kWindowSlotSize bytes; returns the length, or 0 with `why`
+/// set when a target is out of rel32 reach of the slot. Not hot.
+std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
+                             std::string& why);
+
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;
 
@@ -186,10 +257,24 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
 void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept;
 void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
 
+/// The frame the return trampoline would build (xmm0, xmm1, the GPRs,
+/// rflags; ret_slot left 0) from a signal ucontext, and back: the GPRs,
+/// the arithmetic/direction/trap flags, xmm0/xmm1 and rip = `target`. For a
+/// program single-stepping itself into the trampoline (the SIGTRAP handler
+/// runs the return there instead). Async-signal-safe.
+void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept;
+void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept;
+
+/// After an out-of-line pushf single-stepped under our own TF (stores_flags()):
+/// clears TF in the flags word it stored at the ucontext's stack pointer, so
+/// the program reads its own TF (clear). Async-signal-safe.
+void clear_stored_trap_flag(const ucontext_t* uc) noexcept;
+
 /// The instruction pointer in a ucontext, and setting it.
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
 void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;
 std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept;
+std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept;
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept;
 
 /// The address of the probed instruction given the ucontext of its SIGTRAP

@@ -7,7 +7,8 @@
  * which pops the return instance(s), runs the ret_handlers and returns the
  * address to continue at; then everything is restored and a `ret` through the
  * old return-address slot continues there, with rsp exactly as the returning
- * function left it. No signal, no syscall.
+ * function left it. No signal, no syscall. The ret_handlers run with rflags.AC
+ * (alignment check) off; the saved rflags, AC included, are restored.
  *
  * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
  * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
@@ -19,8 +20,14 @@
  * handler runs, so unwinding from inside a ret_handler continues into the
  * real caller. The byte before the entry point has rip undefined, so an
  * unwinder that meets the trampoline address as a return address of a frame
- * that has not returned yet stops cleanly (libuprobe restores real return
- * addresses before C++ exceptions and backtraces unwind).
+ * that has not returned yet stops there (libuprobe restores real return
+ * addresses before C++ exceptions and backtraces unwind). For the unwinders
+ * it cannot interpose (glibc's pthread_cancel and pthread_exit call
+ * libgcc_s's _Unwind_ForcedUnwind through dlsym) that byte carries a
+ * personality routine (uprobe_ret_personality) whose cleanup phase lands in
+ * uprobe_ret_unwind_landing below: it pops the frame's return instance and
+ * resumes the unwind as if called from the real return address, so the
+ * caller's destructors and cleanup handlers run.
  */
 	.text
 	.p2align 4
@@ -31,6 +38,7 @@
 	.type uprobe_ret_trampoline, @function
 uprobe_ret_trampoline_begin:
 	.cfi_startproc
+	.cfi_personality 0x1b, uprobe_ret_personality	/* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
 	.cfi_undefined rip
 	nop
 uprobe_ret_trampoline:
@@ -84,6 +92,12 @@ uprobe_ret_trampoline:
 	.cfi_def_cfa_register rbx
 	and	$-16, %rsp
 	cld
+	testl	$0x40000, 152(%rbx)	/* saved rflags.AC: alignment checking on in the caller */
+	jz	1f
+	pushfq				/* the ret_handlers run with it off (libc, ld.so and */
+	andl	$~0x40000, (%rsp)	/* consumers do unaligned accesses); popfq below puts */
+	popfq				/* the caller's rflags back */
+1:
 	mov	%rbx, %rdi
 	call	uprobe_ret_dispatch
 	mov	%rbx, %rsp
@@ -128,4 +142,32 @@ uprobe_ret_trampoline:
 	ret
 	.cfi_endproc
 	.size uprobe_ret_trampoline, .-uprobe_ret_trampoline
+
+/*
+ * Landing pad of uprobe_ret_personality: installed by the unwinder with the
+ * state of the frame whose return address was hijacked, as if the probed
+ * function had returned (rsp = its return slot + 8, the caller's callee-saved
+ * registers), rax = the _Unwind_Exception. uprobe_ret_unwind_pop(rsp) pops
+ * that frame's return instance (and any left by deeper frames, dropped) and
+ * returns the real return address; it goes back into the slot and
+ * _Unwind_Resume runs as if called from there, continuing the unwind in the
+ * real caller.
+ */
+	.p2align 4
+	.globl uprobe_ret_unwind_landing
+	.hidden uprobe_ret_unwind_landing
+	.type uprobe_ret_unwind_landing, @function
+uprobe_ret_unwind_landing:
+	.cfi_startproc
+	.cfi_undefined rip
+	push	%rax			/* the exception; rsp = slot */
+	sub	$8, %rsp		/* slot % 16 == 8 (the callee's entry): aligned for the call */
+	lea	16(%rsp), %rdi
+	call	uprobe_ret_unwind_pop
+	add	$8, %rsp
+	pop	%rdi
+	push	%rax			/* the real return address back in the slot */
+	jmp	_Unwind_Resume@PLT
+	.cfi_endproc
+	.size uprobe_ret_unwind_landing, .-uprobe_ret_unwind_landing
 	.section .note.GNU-stack,"",@progbits

@@ -274,3 +274,21 @@ std::string stats_str(const uprobe::Stats& s) {
 }
 
 }  // namespace coretest
+
+namespace {
+
+/// tests/core is the int3 suite: probes at function entries trap, as they
+/// did before entry optimization existed. The runner's Mode::entry_opt and
+/// tests/opt/entry_test.cpp cover optimized function entries.
+class Int3PathEnvironment : public testing::Environment {
+ public:
+  void SetUp() override {
+    uprobe::Config c = uprobe::configuration();
+    c.optimize_entries = false;
+    uprobe::configure(c);
+  }
+};
+
+[[maybe_unused]] testing::Environment* const g_int3_env = testing::AddGlobalTestEnvironment(new Int3PathEnvironment);
+
+}  // namespace

@@ -38,7 +38,11 @@ struct ClassCase {
 
 inline void PrintTo(const ClassCase& c, std::ostream* os) { *os << c.name; }
 
-enum class Mode { def, no_emulate, single_step, locked };
+/// def / no_emulate / single_step / locked exercise the int3 path (entry
+/// optimization off, so a probe at a function entry traps); entry_opt lets
+/// function entries become optimized-entry probes (the displaced window runs
+/// relocated from its slot).
+enum class Mode { def, no_emulate, single_step, locked, entry_opt };
 
 inline const char* mode_name(Mode m) {
   switch (m) {
@@ -46,6 +50,7 @@ inline const char* mode_name(Mode m) {
     case Mode::no_emulate: return "no_emulate";
     case Mode::single_step: return "single_step";
     case Mode::locked: return "locked_lookup";
+    case Mode::entry_opt: return "entry_opt";
   }
   return "?";
 }
@@ -73,6 +78,7 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
   if (mode == Mode::no_emulate) cfg.emulate = false;
   if (mode == Mode::single_step) cfg.xol = uprobe::XolMode::single_step;
   if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
+  cfg.optimize_entries = mode == Mode::entry_opt;
   uprobe::configure(cfg);
 
   const std::string exe = self_exe();
@@ -124,15 +130,24 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
     EXPECT_EQ(info.where.offset, file_off);
     EXPECT_EQ(info.where.path, exe);
     EXPECT_FALSE(info.instruction.empty());
-    if (mode == Mode::def && c.cont != Cont::either) {
+    if ((mode == Mode::def || mode == Mode::entry_opt) && c.cont != Cont::either) {
       EXPECT_EQ(info.emulated, c.cont == Cont::emulated) << "probe_info says: " << info.instruction;
     }
 
     auto now = mem_bytes(c.fn, sym->size);
     // An eligible site (a nop5) is optimized into `jmp rel32` to its stub;
     // everything else holds int3.
-    const bool optimized = info.mode == "optimized-nop5";
+    const bool optimized = info.mode == "optimized-nop5" || info.mode == "optimized-entry";
     EXPECT_EQ(now[c.site], optimized ? 0xE9 : 0xCC) << "no int3/jmp at the site while attached (mode " << info.mode << ")";
+    if (mode == Mode::entry_opt && c.site == 0 && !optimized) {
+      // Only the documented reasons keep a function entry on int3.
+      const std::string& w = info.why_not_optimized;
+      EXPECT_TRUE(w.find("cannot be displaced") != std::string::npos ||
+                  w.find("shorter than the 5-byte jump") != std::string::npos ||
+                  w.find("branches to +") != std::string::npos || w.find("enters the kernel") != std::string::npos ||
+                  w.find("run past the function's end") != std::string::npos)
+          << info.instruction << ": " << w;
+    }
     for (std::size_t k = 0; k < now.size(); ++k)
       if (k != c.site && !(optimized && k > c.site && k < c.site + 5)) {
         EXPECT_EQ(now[k], orig[k]) << "byte " << k << " changed while attached";

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+// uprobe-coverage on libc.so.6: every exported function entry attached in one
+// process; the share that ends optimized (the target: >= 90%; the
+// kernel optimizes none), every int3 with a reason, only the documented
+// refusals, and every byte of libc back after the detach (exit status 0).
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+namespace {
+
+std::string run(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  status = pclose(p);
+  return out;
+}
+
+int field(const std::string& out, const std::string& row) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("\\n  " + row + " +([0-9]+) "))) return -1;
+  return std::stoi(m[1]);
+}
+
+TEST(Coverage, LibcEntriesAreOptimized) {
+  int status = -1;
+  const std::string out = run(UPROBE_COVERAGE_BIN " libc.so.6", status);
+  ASSERT_EQ(status, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(": ([0-9]+) function entries"))) << out;
+  const int total = std::stoi(m[1]);
+  const int entry = field(out, "optimized-entry"), nop5 = field(out, "optimized-nop5"), int3 = field(out, "int3"),
+            pending = field(out, "pending"), refused = field(out, "refused");
+  ASSERT_GT(total, 1000) << out;
+  EXPECT_EQ(entry + nop5 + int3 + pending + refused, total) << out;
+  EXPECT_EQ(pending, 0) << out;
+  EXPECT_GE(100.0 * (entry + nop5) / total, 90.0) << out;
+  // Refusals are only the libc functions libuprobe's own trap path runs or
+  // that run with SIGTRAP blocked (src/validate.cpp lists 30 names).
+  EXPECT_LE(refused, 30) << out;
+  if (refused > 0) {
+    const std::string why = out.substr(out.find("why refused:"));
+    int reasons = 0;
+    for (std::size_t at = why.find("\n      "); at != std::string::npos; at = why.find("\n      ", at + 1)) {
+      const std::string line = why.substr(at + 1, why.find('\n', at + 1) - at - 1);
+      if (line.find("  the function") == std::string::npos) continue;  // the example names
+      ++reasons;
+      EXPECT_TRUE(line.find("runs on libuprobe's trap path") != std::string::npos ||
+                  line.find("runs with SIGTRAP blocked") != std::string::npos)
+          << line;
+    }
+    EXPECT_GT(reasons, 0) << out;
+  }
+  EXPECT_NE(out.find("bytes differing from the file after detach: 0"), std::string::npos) << out;
+  std::printf("%s", out.substr(0, out.find("why int3")).c_str());
+}
+
+}  // namespace
