@@ -239,6 +239,7 @@ struct Path {
 const Path kEmulated{"int3, emulated", asafe_emulated, "int3", &uprobe::Stats::emulated};
 const Path kXol{"int3, out of line", asafe_xol, "int3", &uprobe::Stats::out_of_line};
 const Path kOptimized{"optimized", asafe_nop5, "optimized-nop5", &uprobe::Stats::optimized};
+const Path kOptimizedEntry{"optimized entry", asafe_emulated, "optimized-entry", &uprobe::Stats::optimized};
 
 class Asafe : public ::testing::Test {
  protected:
@@ -251,8 +252,16 @@ class Asafe : public ::testing::Test {
 
 /// Attaches `c` to path.fn, calls it n times on this thread, detaches; checks
 /// the mode, the hits on the path's counter and the results.
+/// The int3 paths need optimization off (a function entry is optimized otherwise).
+void set_optimize(bool on) {
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize = on;
+  uprobe::configure(cfg);
+}
+
 void run_path(const Path& path, Audited& c, int n) {
   SCOPED_TRACE(path.name);
+  set_optimize(std::string(path.mode) != "int3");
   uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(path.fn), c);
   EXPECT_EQ(uprobe::probe_info(p).mode, path.mode);
   const uprobe::Stats before = uprobe::stats();
@@ -284,8 +293,15 @@ TEST_F(Asafe, OptimizedEntry) {
   EXPECT_EQ(violations(), "");
 }
 
+TEST_F(Asafe, OptimizedFunctionEntry) {
+  Audited c(Callbacks::entry);
+  run_path(kOptimizedEntry, c, 50);
+  EXPECT_EQ(c.entries, 50);
+  EXPECT_EQ(violations(), "");
+}
+
 TEST_F(Asafe, ReturnProbeArmAndReturn) {
-  for (const Path* path : {&kEmulated, &kXol, &kOptimized}) {
+  for (const Path* path : {&kEmulated, &kXol, &kOptimized, &kOptimizedEntry}) {
     reset_record();
     Audited c(Callbacks::ret);
     const uprobe::Stats before = uprobe::stats();
@@ -346,6 +362,7 @@ TEST_F(Asafe, RemoveActionUnappliesOnTheHitPath) {
     reset_record();
     Audited c(Callbacks::entry);
     c.remove_at = 3;
+    set_optimize(std::string(k.mode) != "int3");
     uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(k.fn), c);
     EXPECT_EQ(uprobe::probe_info(p).mode, k.mode);
     std::uint64_t sum = 0;
