@@ -88,6 +88,7 @@ void handler_chain(Uprobe* up, Regs& regs) noexcept {
 
 
 void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
+  HotPathScope hot;
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);

@@ -8,7 +8,7 @@
 // such as MIT) and reaches the per-thread reader through a TLS descriptor
 // (-mtls-dialect=gnu2): a few instructions instead of two calls into
 // liburcu-bp and two __tls_get_addr calls per hit. Writers use liburcu-bp's
-// functions directly (urcu_bp_synchronize_rcu()).
+// uprobe_rcu_synchronize() (urcu_bp_synchronize_rcu()).
 #include <urcu/urcu-bp.h>
 
 extern "C" {
@@ -16,4 +16,7 @@ extern "C" {
 void uprobe_rcu_read_lock(void);
 /// urcu_bp_read_unlock(), inlined. Async-signal-safe.
 void uprobe_rcu_read_unlock(void);
+/// urcu_bp_synchronize_rcu(): waits for a grace period (writers; not in a
+/// read-side section). Tells ThreadSanitizer about it in TSan builds.
+void uprobe_rcu_synchronize(void);
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "sanitize.hpp"
+
 namespace uprobe::detail {
 
 __thread RiThreadCache t_ri_cache[kRiCacheSlots] __attribute__((tls_model("initial-exec"))) = {};
@@ -51,10 +53,18 @@ inline void store_next(void* obj, std::uint64_t next) noexcept {
 template <class Head>
 inline bool cas16(Head* addr, Head& expected, std::uint64_t ptr, std::uint64_t tag) noexcept {
   bool ok;
+#if UPROBE_TSAN
+  // ThreadSanitizer does not see inline asm: model the CAS as the acq_rel
+  // read-modify-write of the head it is (failed ones too: an over-approximation).
+  __tsan_release(addr);
+#endif
   asm volatile("lock cmpxchg16b %1"
                : "=@ccz"(ok), "+m"(*addr), "+a"(expected.ptr), "+d"(expected.tag)
                : "b"(ptr), "c"(tag)
                : "memory");
+#if UPROBE_TSAN
+  __tsan_acquire(addr);
+#endif
   return ok;
 }
 

@@ -38,8 +38,9 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
   pthread_sigmask(SIG_BLOCK, &all, &old);
   g_hot.mm_lock.lock();
   std::uint64_t seq = g_hot.mm_seq.load(std::memory_order_relaxed);
+  // The odd count is ordered before the pointers by the release exchanges
+  // themselves (a reader that acquires a new pointer then sees it): no fence.
   g_hot.mm_seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
   const VmaSnapshot* old_vmas = vmas ? g_hot.vmas.exchange(vmas, std::memory_order_release) : nullptr;
   const ProbeTable* old_probes = probes ? g_hot.probes.exchange(probes, std::memory_order_release) : nullptr;
   g_hot.mm_seq.store(seq + 2, std::memory_order_release);
@@ -50,7 +51,7 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
 }
 
 void synchronize_and_reclaim(Registry& r) {
-  urcu_bp_synchronize_rcu();
+  uprobe_rcu_synchronize();
   std::vector<std::function<void()>> frees;
   frees.swap(r.deferred);
   for (auto& f : frees) f();

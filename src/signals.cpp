@@ -19,6 +19,7 @@
 
 #include "arch.hpp"
 #include "runtime.hpp"
+#include "sanitize.hpp"
 #include "thread_state.hpp"
 
 extern "C" int __sigaction(int, const struct sigaction*, struct sigaction*);
@@ -34,7 +35,9 @@ struct sigaction g_program[2];
 std::atomic<int> g_program_idx{0};
 std::atomic_flag g_program_write = ATOMIC_FLAG_INIT;
 
-int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) { return __sigaction(sig, act, old); }
+UPROBE_NO_SANITIZE int real_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  return __sigaction(sig, act, old);
+}
 
 void set_program_action(const struct sigaction& act) noexcept {
   while (g_program_write.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
@@ -116,7 +119,11 @@ using uprobe::detail::g_installed;
 
 /// Interposed sigaction(2): SIGTRAP is virtualised once the runtime owns it
 /// (see the file comment); everything else goes to libc unchanged.
-extern "C" __attribute__((visibility("default"))) int sigaction(int sig, const struct sigaction* act,
+/// Not instrumented: under a sanitizer, the sanitizer's own sigaction
+/// interceptor reaches this function (its "real" sigaction is the next
+/// definition, ours) while the sanitizer runtime initialises, before it can
+/// run instrumented code. Likewise signal().
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE int sigaction(int sig, const struct sigaction* act,
                                                                   struct sigaction* old) {
   if (sig != SIGTRAP || !g_installed.load(std::memory_order_acquire))
     return uprobe::detail::real_sigaction(sig, act, old);
@@ -127,7 +134,7 @@ extern "C" __attribute__((visibility("default"))) int sigaction(int sig, const s
 
 /// Interposed signal(3), with glibc's BSD semantics (SA_RESTART, the signal
 /// blocked in its handler), routed through the sigaction() above.
-extern "C" __attribute__((visibility("default"))) sighandler_t signal(int sig, sighandler_t handler) {
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_t signal(int sig, sighandler_t handler) {
   struct sigaction act, old;
   std::memset(&act, 0, sizeof act);
   act.sa_handler = handler;

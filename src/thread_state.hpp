@@ -44,6 +44,7 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
+  int hot;                   ///< >0 while this thread is on a hot path (HotPathScope)
   const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
@@ -63,6 +64,18 @@ struct ThreadState {
 };
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+/// Marks the calling thread as inside a hot path (the SIGTRAP handler, an
+/// optimized stub's entry, the return trampoline's dispatch) for its lifetime:
+/// t_state.hot counts the nesting. The runtime does not read it; the
+/// async-signal-safety audit test (tests/asafe) does, to catch allocations and
+/// locks on these paths. Two plain TLS stores. Async-signal-safe.
+struct HotPathScope {
+  HotPathScope() noexcept { ++t_state.hot; }
+  ~HotPathScope() { --t_state.hot; }
+  HotPathScope(const HotPathScope&) = delete;
+  HotPathScope& operator=(const HotPathScope&) = delete;
+};
 
 /// The calling thread's StatBlock (claims one on first use; threads beyond the
 /// static pool share an overflow block). Async-signal-safe.

@@ -48,7 +48,12 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
     std::uint64_t seq = g_hot.mm_seq.load(std::memory_order_acquire);
     if (!(seq & 1)) {
       Uprobe* up = find_uprobe(ip);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      // No fence needed before the re-check: find_uprobe() reads the two
+      // snapshot pointers with acquire loads, which keep this later load
+      // after them; if either pointer is one a writer published after `seq`,
+      // the acquire synchronises with its release exchange and this load sees
+      // the writer's odd count or later (ThreadSanitizer, which does not
+      // model fences, checks exactly this ordering).
       if (g_hot.mm_seq.load(std::memory_order_relaxed) == seq) return up;
     }
     count(st.locked_lookups);
@@ -168,6 +173,7 @@ bool window_patched(const Site& site) noexcept { return __atomic_load_n(&site.ju
 }  // namespace
 
 void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
+  HotPathScope hot;
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
   if (info->si_code != SI_KERNEL) {

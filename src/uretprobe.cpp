@@ -30,6 +30,27 @@ std::atomic<RiPool*> g_pool{nullptr};
 std::atomic<unsigned> g_max_depth{64};
 std::atomic<bool> g_global_lock{false};
 pthread_key_t g_exit_key;
+/// Whether return_stack() may call pthread_setspecific(g_exit_key) on the hot
+/// path: glibc keeps the values of keys 0..31 (PTHREAD_KEY_2NDLEVEL_SIZE) in
+/// the thread descriptor, but for a later key pthread_setspecific() callocs a
+/// second-level block on a thread's first use of it: an allocation in the
+/// SIGTRAP handler or a stub (found by tests/asafe). The key is therefore
+/// created by a constructor that runs before most others (libuprobe.so's run
+/// before the program's), which makes it one of the first 32 in practice; if
+/// it is not, the thread-exit hook is not installed (see thread_exit()).
+bool g_exit_key_inline = false;
+
+void thread_exit(void* p);
+
+__attribute__((constructor(101))) void create_exit_key() {
+  constexpr pthread_key_t kInlineKeys = 32;  // glibc's PTHREAD_KEY_2NDLEVEL_SIZE
+  if (g_exit_key_inline) return;
+  if (pthread_key_create(&g_exit_key, thread_exit) != 0) return;
+  if (g_exit_key < kInlineKeys)
+    g_exit_key_inline = true;
+  else
+    pthread_key_delete(g_exit_key);
+}
 
 [[noreturn]] void fatal(const char* msg) noexcept {
   static const char prefix[] = "libuprobe: fatal: ";
@@ -59,10 +80,14 @@ ReturnStack* return_stack() noexcept {
   if (p == MAP_FAILED) return nullptr;
   ts.rstack = static_cast<ReturnStack*>(p);
   ts.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
-  pthread_setspecific(g_exit_key, p);  // thread exit releases it
+  if (g_exit_key_inline) pthread_setspecific(g_exit_key, p);  // thread exit releases it
   return ts.rstack;
 }
 
+/// The thread-exit hook (the g_exit_key destructor): drops the thread's
+/// pending return instances, returns its cached ones and unmaps its return
+/// stack. Without the hook (g_exit_key_inline false: the program had used up
+/// glibc's 32 inline keys before libuprobe loaded) these stay allocated.
 void thread_exit(void* p) {
   auto* rs = static_cast<ReturnStack*>(p);
   if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
@@ -136,7 +161,7 @@ void uretprobe_after_fork_child() noexcept {
 
 void uretprobe_init() {
   if (g_pool.load(std::memory_order_relaxed)) return;
-  pthread_key_create(&g_exit_key, thread_exit);
+  create_exit_key();  // normally done already, before main()
   g_pool.store(new RiPool(sizeof(ReturnInstance), 4096), std::memory_order_release);
 }
 
@@ -219,6 +244,7 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispat
 namespace uprobe::detail {
 
 std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
+  HotPathScope hot;
   ThreadState& ts = t_state;
   StatBlock& st = stat_block();
   ReturnStack* rs = ts.rstack;

@@ -1,0 +1,34 @@
+# ctest labels of the tests that do not run under a sanitizer build
+# (`make test-asan` runs `ctest -LE no-asan`, `make test-tsan` `-LE no-tsan`).
+# Included by ctest after the tests are discovered (tests/CMakeLists.txt adds
+# it to every test directory's TEST_INCLUDE_FILES), so gtest names work here.
+# Keep this list short; every entry says why.
+
+# Strict seccomp filter (read, write, exit_group, rt_sigreturn, futex) and then
+# "no system call at all" on the optimized path: the instrumented path calls
+# into the sanitizer runtime, which the filter then kills for its own calls.
+set_tests_properties(opt.Seccomp.OptimizedHitsMakeNoSystemCall PROPERTIES LABELS "no-asan;no-tsan")
+# An RSS bound (1000 threads, 2 MiB): shadow memory and the sanitizer
+# allocator's per-thread caches are resident memory the bound does not allow for.
+set_tests_properties(ret.RetProcess.ThousandThreadsNoLeak PROPERTIES LABELS "no-asan;no-tsan")
+# dlopen("libX.so") must search the calling executable's RUNPATH; libuprobe's
+# interposed dlopen() finds its caller by return address, and under a
+# sanitizer the caller is the sanitizer's own dlopen interceptor (libasan /
+# libtsan, no RUNPATH), so the search path is the wrong one.
+set_tests_properties(usdt.pie.Libraries.NotLoadedThenSearchPathThenLoaded PROPERTIES LABELS "no-asan;no-tsan")
+# Asserts which argument operand forms (index, stack) gcc chose for sys/sdt.h
+# probes in an -O2 C fixture; instrumented code generation chooses others.
+set_tests_properties(usdt.UsdtArgs.SdtFromCLive usdt.nopie.UsdtArgs.SdtFromCLive usdt.lld.UsdtArgs.SdtFromCLive
+                     PROPERTIES LABELS "no-asan;no-tsan")
+# uprobe-trace preloads libuprobe-agent.so (instrumented) into the traced
+# program; a program not linked with the sanitizer runtime then stops with
+# "ASan runtime does not come first in initial library list" (TSan likewise).
+set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.MallocCountIsExactWithoutOtherProbes
+                     trace.Trace.WildcardMatchesExactlyTheThreeFunctions
+                     trace.Trace.UsdtSemaphoreGuardedBranchRunsOnlyWhileTraced trace.Trace.ThreadsCountInTheirOwnSlots
+                     trace.Trace.ForkedChildCountsSeparately trace.Trace.ExecIsFollowedUnlessNoFollow
+                     trace.Trace.ChildThatSkipsExitIsNamed trace.Trace.SpecsNamingOneSiteEachCount
+                     trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
+                     trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
+                     trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
+                     PROPERTIES LABELS "no-asan;no-tsan")
