@@ -122,13 +122,20 @@ namespace {
 
 /// libc functions that the trap path, the return trampoline or the writer
 /// (while it blocks signals) call: a probe there would recurse without end or
-/// be hit with SIGTRAP blocked, which the kernel makes fatal.
+/// be hit with SIGTRAP blocked, which the kernel makes fatal. The second row:
+/// liburcu-bp's urcu_bp_register(), which a thread's first
+/// uprobe_rcu_read_lock() runs (its first probe hit), calls them, most with
+/// every signal blocked and its registry mutex held: an int3 there is fatal,
+/// an optimized entry re-enters the registration (deadlock on that mutex, or
+/// recursion until the stack overflows).
 void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   static const char* const names[] = {"__errno_location", "syscall",      "pthread_sigmask", "sigprocmask",
                                       "sigaltstack",      "sched_getcpu", "open",            "open64",
                                       "pwrite",           "pwrite64",     "close",           "mmap",
                                       "mmap64",           "munmap",       "pthread_setspecific",
-                                      "getpid",           "abort",        "write"};
+                                      "getpid",           "abort",        "write",
+                                      "sigfillset",       "pthread_mutex_lock", "pthread_mutex_unlock",
+                                      "mremap",           "pthread_self", "pthread_key_create"};
   struct Forbidden {
     dev_t dev;
     ino_t ino;
