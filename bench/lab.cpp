@@ -285,13 +285,15 @@ int run_lab(const Options& o) {
   } else {
     std::fprintf(out, "\nScaling (this run):\n");
     lines("", std::nullopt);
-    std::vector<std::pair<std::string, std::vector<std::optional<double>>>> floor_rows, kernel_rows, thread_rows;
+    std::vector<std::pair<std::string, std::vector<std::optional<double>>>> floor_rows, tramp_rows, kernel_rows,
+        thread_rows;
     for (const Variant* v : vars) {
-      std::vector<std::optional<double>> f, k, t;
+      std::vector<std::optional<double>> f, tr, k, t;
       const Variant* kv = kernel_counterpart(*v);
       for (int p : ps) {
         const Point* a = find(table, v->name, "", p);
         f.push_back(ratio(a, find(table, "sigtrap-floor", "", p)));
+        tr.push_back(ratio(a, find(table, "trampoline-floor", "", p)));
         if (kv) k.push_back(ratio(a, find(table, kv->name, "", p)));
         const Point* one = find(table, v->name, "", 1);
         if (a && one && one->result.median > 0) t.push_back(a->result.median / p / one->result.median);
@@ -299,6 +301,8 @@ int run_lab(const Options& o) {
       }
       if (uses_switches(*v) && std::any_of(f.begin(), f.end(), [](auto& x) { return x.has_value(); }))
         floor_rows.emplace_back(v->name, f);
+      if (uses_switches(*v) && std::any_of(tr.begin(), tr.end(), [](auto& x) { return x.has_value(); }))
+        tramp_rows.emplace_back(v->name, tr);
       if (kv && std::any_of(k.begin(), k.end(), [](auto& x) { return x.has_value(); }))
         kernel_rows.emplace_back(v->name, k);
       thread_rows.emplace_back(v->name, t);
@@ -307,6 +311,10 @@ int run_lab(const Options& o) {
                       "Ratio to sigtrap-floor at the same producer count (medians; >1 is faster than a bare int3 "
                       "round trip):",
                       ps, floor_rows);
+    print_ratio_table(out,
+                      "Ratio to trampoline-floor at the same producer count (medians; an optimized probe's cost "
+                      "against a bare jump, GPR save and C call):",
+                      ps, tramp_rows);
     print_ratio_table(out, "Ratio to the kernel's uprobe on the same target (libuprobe / kernel-*, medians):", ps,
                       kernel_rows);
     std::vector<int> multi;

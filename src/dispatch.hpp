@@ -2,6 +2,7 @@
 #pragma once
 // The consumer chain: one hit of `up` on the calling thread.
 
+#include "arch.hpp"
 #include "probe.hpp"
 
 namespace uprobe::detail {
@@ -14,5 +15,11 @@ void handler_chain(Uprobe* up, Regs& regs) noexcept;
 /// handler_chain() behind the per-thread recursion guard: a hit while a
 /// handler of ours runs on this thread only counts a recursion miss.
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
+
+/// The core's side of an optimized hit: counts it, finds the uprobe by the
+/// stub's key and runs the guarded handler chain on `regs` (rip = the site).
+/// Called by the stub's C entry and, for a program single-stepping into a
+/// stub, by the SIGTRAP handler. Async-signal-safe.
+void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
 
 }  // namespace uprobe::detail

@@ -2,6 +2,7 @@
 #include "patch.hpp"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,6 +30,12 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
   const volatile std::uint8_t* p = reinterpret_cast<const volatile std::uint8_t*>(addr);
   for (std::size_t i = 0; i < len; ++i) out[i] = p[i];
+}
+
+bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
+  struct iovec local = {out, len};
+  struct iovec remote = {reinterpret_cast<void*>(addr), len};
+  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
 }
 
 }  // namespace uprobe::detail

@@ -20,4 +20,12 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
 /// Reads `len` bytes at `addr` (mapped readable memory). Async-signal-safe.
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 
+/// Reads `len` bytes at `addr` without faulting when the memory is not mapped
+/// (any more): process_vm_readv(2) on this process. For the writer side,
+/// whose VMA snapshot may be stale by the time it reads (another thread's
+/// dlclose() or munmap() runs outside the registry lock). Returns false when
+/// the bytes cannot be read (nothing written to `out` then is meaningful).
+/// Async-signal-safe (one system call).
+bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
+
 }  // namespace uprobe::detail

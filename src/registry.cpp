@@ -61,7 +61,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped since the snapshot (a concurrent dlclose)
     const SiteSet* old = up->sites.load(std::memory_order_relaxed);
     bool ours = up->applied && old && old->find(s.addr);
     if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s))))
@@ -81,8 +81,21 @@ void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
   const SiteSet* old = up->sites.load(std::memory_order_relaxed);
   if (up->applied) {
     SiteSet added;
-    for (const Site& s : fresh->sites)
-      if (!old || !old->find(s.addr)) added.sites.push_back(s);
+    for (const Site& s : fresh->sites) {
+      if (!old || !old->find(s.addr)) {
+        added.sites.push_back(s);
+        continue;
+      }
+      // A site we wrote before, at the same address, may be a new mapping:
+      // a dlclose() and a dlopen() on other threads between two resyncs can
+      // unmap the file and map it again at the same place, a layout no
+      // snapshot tells apart. Applied, its byte is int3 or an optimized jump;
+      // the original byte there means the breakpoint is gone: write it again.
+      std::uint8_t cur;
+      if (peek_text_checked(s.addr, &cur, 1) && cur == up->insn.bytes[0] && cur != arch::kBreakpoint &&
+          !site_is_optimized(s))
+        added.sites.push_back(s);
+    }
     apply_sites(up, added);
   }
   up->sites.store(fresh.release(), std::memory_order_release);

@@ -15,6 +15,7 @@
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
+#include "thread_sample.hpp"
 #include "xol.hpp"
 
 namespace uprobe::detail {
@@ -67,10 +68,24 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
 namespace {
 // fork() while another thread is inside register/unregister would leave the
 // child with a registry mutex nobody owns: hold it across fork instead.
+/// Only SIGTRAP, built at start-up (sigemptyset/sigaddset may carry probes).
+sigset_t g_sigtrap_only;
+
 void before_fork() {
   registry().mutex.lock();
   note_fork();
+  // liburcu-bp blocks every signal from here until the fork completes
+  // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
+  // (_IO_list_lock, _Fork, _IO_list_unlock, _IO_list_resetlock) as well as the
+  // atfork handlers registered before ours: an int3 probe there would be hit
+  // with SIGTRAP blocked, which is fatal. So let SIGTRAP in again. Our
+  // handler only needs a read-side section, which takes no lock once this
+  // thread is a registered reader: register it first (registration takes
+  // liburcu-bp's registry lock, which urcu_bp_before_fork() holds).
+  uprobe_rcu_read_lock();
+  uprobe_rcu_read_unlock();
   urcu_bp_before_fork();
+  pthread_sigmask(SIG_UNBLOCK, &g_sigtrap_only, nullptr);
 }
 void after_fork_parent() {
   urcu_bp_after_fork_parent();
@@ -93,6 +108,8 @@ void after_fork_child() {
 
 void start_runtime(Registry& r) {
   if (r.started) return;
+  sigemptyset(&g_sigtrap_only);
+  sigaddset(&g_sigtrap_only, SIGTRAP);
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   // Register this thread with RCU now; other threads register on their first
   // hit (urcu-bp does it with all signals blocked).
@@ -118,6 +135,7 @@ void configure(const Config& c) {
                                 std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);
   g_hot.emulate.store(c.emulate, std::memory_order_relaxed);
@@ -149,6 +167,7 @@ Config configuration() {
   c.max_uretprobe_depth = g_hot.max_depth_for_install;
   c.optimize = g_hot.optimize_for_install;
   c.optimize_entries = g_hot.optimize_entries.load(std::memory_order_relaxed);
+  c.sample_signal = sample_signal();
   return c;
 }
 

@@ -90,4 +90,11 @@ void on_sigtrap(int sig, siginfo_t* info, void* uc) noexcept;
 /// (signals.cpp). Async-signal-safe.
 void forward_foreign_trap(int sig, siginfo_t* info, void* uc) noexcept;
 
+/// True when the program's SIGTRAP disposition is a handler (not SIG_DFL or
+/// SIG_IGN): only then can the program be single-stepping itself, and only
+/// then does the SIGTRAP handler hand it the single-step trap of a probed
+/// instruction (a TF without a handler is a debugger's, which sees its own
+/// traps through ptrace). Async-signal-safe.
+bool program_handles_sigtrap() noexcept;
+
 }  // namespace uprobe::detail

@@ -65,6 +65,11 @@ void install_trap_handler(SignalMask mask) {
   }
 }
 
+bool program_handles_sigtrap() noexcept {
+  const struct sigaction pa = program_action();
+  return pa.sa_handler != SIG_DFL && pa.sa_handler != SIG_IGN;
+}
+
 void forward_foreign_trap(int sig, siginfo_t* info, void* ctx) noexcept {
   struct sigaction pa = program_action();
   auto* uc = static_cast<ucontext_t*>(ctx);

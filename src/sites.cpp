@@ -67,6 +67,9 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
   for (std::size_t i = 0; i < ss.sites.size(); ++i) {
     const std::uint8_t bp = arch::kBreakpoint;
     if (int err = poke_text(ss.sites[i].addr, &bp, arch::kBreakpointLen)) {
+      std::uint8_t byte;
+      if (!peek_text_checked(ss.sites[i].addr, &byte, 1))
+        continue;  // unmapped since the snapshot (a dlclose on another thread): no site there any more
       for (std::size_t j = 0; j < i; ++j) poke_text(ss.sites[j].addr, up->insn.bytes, arch::kBreakpointLen);
       throw Error(Errc::system, up->path, up->key.offset,
                   "writing the breakpoint at " + hex(ss.sites[i].addr) + " through /proc/self/mem failed: " +
@@ -77,8 +80,6 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
 
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
   for (const Site& s : ss.sites) {
-    std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
     if (!optimizable_shape(up) || !site_is_optimized(s)) continue;
     const std::uint8_t bp = arch::kBreakpoint;
     poke_text(s.addr, &bp, 1);
@@ -92,7 +93,7 @@ void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
   deoptimize_sites(up, ss);  // optimized sites go back through int3: no thread ever runs a torn jump
   for (const Site& s : ss.sites) {
     std::uint8_t cur;
-    peek_text(s.addr, &cur, 1);
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
     if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
   }
 }
@@ -122,7 +123,7 @@ bool site_is_optimized(const Site& s) noexcept {
   // it targets this site's stub, which lives in our memory only.
   if (!s.stub) return false;
   std::uint8_t b[arch::kJumpLen], want[arch::kJumpLen];
-  peek_text(s.addr, b, arch::kJumpLen);
+  if (!peek_text_checked(s.addr, b, arch::kJumpLen)) return false;  // unmapped meanwhile
   arch::encode_jump(s.addr, s.stub, want);
   return std::memcmp(b, want, arch::kJumpLen) == 0;
 }
@@ -141,12 +142,16 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
   for (const Site& s : ss.sites) {
     std::uint8_t cur[arch::kMaxWindowLen];
     const std::size_t len = entry ? up->window.len : arch::kJumpLen;
-    peek_text(s.addr, cur, len);
+    if (!peek_text_checked(s.addr, cur, len)) continue;  // unmapped meanwhile: nothing to write there
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (entry) {
       // Only over the file's own bytes, and with the window's slot in place.
       if (!s.window_xol || std::memcmp(cur + 1, up->window.bytes + 1, len - 1) != 0) continue;
       windows.emplace_back(s.addr, s.addr + len);
+      // The first instruction's own XOL slot jumps back into the window (the
+      // int3 path runs it when the window is blocked or entry optimization is
+      // off): a thread in that slot is inside too, from its first byte.
+      if (s.xol) windows.emplace_back(s.xol - 1, s.xol + arch::kXolSlotSize);
     }
     todo.push_back(&s);
   }

@@ -14,16 +14,83 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <signal.h>
+#include <ucontext.h>
+
+#include <stdexcept>
+
 #include "arch.hpp"
 #include "format.hpp"
+#include "thread_state.hpp"
 
 namespace uprobe::detail {
 
 namespace {
 
 constexpr long kTimeoutNs = 2'000'000;
+constexpr long kAnswerNs = 50'000'000;
+/// Tag in the upper half of si_value ("UPRO"); the lower half is the request
+/// generation, so a late answer to an expired request is consumed unused.
+constexpr std::uint64_t kTag = 0x5550524FULL << 32;
+constexpr std::size_t kMaxAnswers = 4096;
+constexpr std::uint64_t kInTrap = ~0ull;
+/// How far below its ucontext the rest of a signal delivery's frame can be.
+constexpr std::uint64_t kFrameReach = 64 * 1024;
+
+int g_sample_sig = 0;
+
+struct Request {
+  std::atomic<std::uint64_t> live{0};  ///< tag | generation while a request is open, else 0
+  std::atomic<std::uint32_t> claimed{0};
+  std::atomic<std::uint32_t> answered{0};
+  std::uint64_t ips[kMaxAnswers];
+  std::uint64_t resumes[kMaxAnswers];  ///< the rip a pending sigreturn of an int3 hit goes to, 0 = none
+  std::uint64_t trap_ips[kMaxAnswers];  ///< the probe a thread in our SIGTRAP handler is handling (ips[] = kInTrap)
+};
+Request g_req;
+std::uint32_t g_gen = 0;
+
+/// The sample signal's handler. Async-signal-safe, no system call.
+void on_sample(int, siginfo_t* info, void* ctx) {
+  if (info->si_code != SI_QUEUE) return;
+  const auto v = reinterpret_cast<std::uint64_t>(info->si_value.sival_ptr);
+  if ((v & ~0xFFFFFFFFull) != kTag || v != g_req.live.load(std::memory_order_acquire)) return;
+  const auto* uc = static_cast<const ucontext_t*>(ctx);
+  // Inside our SIGTRAP handler before it decided where the thread goes:
+  // counts as inside. Past the decision but not through sigreturn yet (the
+  // rest of the handler, or __restore_rt): the stack pointer is still inside
+  // the int3's signal frame, and the thread goes to that frame's rip.
+  StatBlock& st = stat_block();
+  const std::uint64_t trap_ip = st.trap_ip.load(std::memory_order_relaxed);
+  const std::uint64_t ip = trap_ip ? kInTrap : arch::ucontext_ip(uc);
+  const auto* tuc = static_cast<const ucontext_t*>(t_state.trap_uc);
+  const std::uint64_t sp = arch::ucontext_sp(uc);
+  const auto top = reinterpret_cast<std::uint64_t>(tuc) + sizeof(ucontext_t);
+  std::uint64_t resume = 0;
+  if (ip != kInTrap && tuc && sp <= top && sp + kFrameReach >= top) resume = arch::ucontext_ip(tuc);
+  const std::uint32_t i = g_req.claimed.fetch_add(1, std::memory_order_relaxed);
+  if (i < kMaxAnswers) {
+    g_req.ips[i] = ip;
+    g_req.resumes[i] = resume;
+    g_req.trap_ips[i] = trap_ip;
+  }
+  g_req.answered.fetch_add(1, std::memory_order_release);
+}
+
+
+/// A thread handling the probe at `trap_ip` has not decided where it goes
+/// next: a continuation inside a window is only possible for a probe at most
+/// one instruction before the window's end (the fall-through; a branch into
+/// a window was excluded), so it counts as inside when [trap_ip, trap_ip +
+/// 15] meets a range.
+bool handling_near(const std::vector<AddrRange>& ranges, std::uint64_t trap_ip) {
+  for (const AddrRange& r : ranges)
+    if (trap_ip < r.second && trap_ip + arch::kMaxInsnLen >= r.first) return true;
+  return false;
+}
 
 bool inside(const std::vector<AddrRange>& ranges, std::uint64_t ip) {
+  if (ip == kInTrap) return true;
   for (const AddrRange& r : ranges)
     if (ip > r.first && ip < r.second) return true;  // at r.first the thread meets the int3 or the jump
   return false;
@@ -62,6 +129,9 @@ long now_ns() {
 
 }  // namespace
 
+/// Sends the sample signal to `running` and checks their answers.
+bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why);
+
 bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
   why.clear();
   if (ranges.empty()) return true;
@@ -80,7 +150,8 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
   // does not wait 2 ms per entry.
   static long busy_tid = 0, busy_until = 0;
   const long start = now_ns();
-  const long deadline = start + kTimeoutNs;
+  const long deadline = start + (g_sample_sig ? kTimeoutNs / 10 : kTimeoutNs);
+  std::vector<long> running;
   for (long tid : tids) {
     if (tid == self) continue;
     std::uint64_t ip = 0;
@@ -95,7 +166,11 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
         }
         break;
       }
-      if (now_ns() >= deadline || (tid == busy_tid && start < busy_until)) {
+      if (g_sample_sig && now_ns() >= deadline) {
+        running.push_back(tid);
+        break;
+      }
+      if (!g_sample_sig && (now_ns() >= deadline || (tid == busy_tid && start < busy_until))) {
         if (tid != busy_tid || start >= busy_until) {
           busy_tid = tid;
           busy_until = now_ns() + 50'000'000;
@@ -107,7 +182,99 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
       ::sched_yield();
     }
   }
+  if (!running.empty() && !sample_running(running, ranges, why)) return false;
+  // A thread stopped inside our SIGTRAP handler was observed where the
+  // handler is; where it resumes is decided only at the handler's end.
+  for (std::uint64_t ip : trap_ips_in_flight())
+    if (ip != 0 && handling_near(ranges, ip)) {
+      why = "a thread is handling the probe hit at " + hex(ip) + " and may resume inside the displaced instructions";
+      return false;
+    }
   return true;
 }
+
+bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why) {
+  const pid_t pid = ::getpid();
+  const std::uint64_t tag = kTag | ++g_gen;
+  g_req.claimed.store(0, std::memory_order_relaxed);
+  g_req.answered.store(0, std::memory_order_relaxed);
+  g_req.live.store(tag, std::memory_order_release);
+  std::uint32_t sent = 0;
+  for (long tid : running) {
+    if (sent >= kMaxAnswers) break;
+    siginfo_t si;
+    std::memset(&si, 0, sizeof si);
+    si.si_signo = g_sample_sig;
+    si.si_code = SI_QUEUE;
+    si.si_pid = pid;
+    si.si_uid = ::getuid();
+    si.si_value.sival_ptr = reinterpret_cast<void*>(tag);
+    if (::syscall(SYS_rt_tgsigqueueinfo, pid, tid, g_sample_sig, &si) == 0) ++sent;  // ESRCH: it exited
+  }
+  bool ok = true;
+  const long deadline = now_ns() + kAnswerNs;
+  while (g_req.answered.load(std::memory_order_acquire) < sent && now_ns() < deadline) {
+    timespec ts{0, 20'000};
+    ::nanosleep(&ts, nullptr);
+  }
+  const std::uint32_t got = g_req.answered.load(std::memory_order_acquire);
+  if (running.size() > kMaxAnswers) {
+    why = "more than " + std::to_string(kMaxAnswers) + " running threads to sample";
+    ok = false;
+  } else if (got < sent) {
+    why = std::to_string(sent - got) + " of " + std::to_string(sent) + " running threads did not answer signal " +
+          std::to_string(g_sample_sig) + " within 50 ms (blocked?)";
+    ok = false;
+  } else {
+    for (std::uint32_t i = 0; i < got && i < kMaxAnswers; ++i)
+      if ((g_req.ips[i] == kInTrap ? handling_near(ranges, g_req.trap_ips[i]) : inside(ranges, g_req.ips[i])) ||
+          (g_req.resumes[i] && inside(ranges, g_req.resumes[i]))) {
+        why = g_req.ips[i] == kInTrap ? "a running thread was handling the probe hit at " + hex(g_req.trap_ips[i])
+                                      : "a running thread was at " + hex(g_req.ips[i]) +
+                                            (g_req.resumes[i] ? " (returning from a probe hit to " +
+                                                                    hex(g_req.resumes[i]) + ")"
+                                                              : "") +
+                                            ", inside the instructions the jump would displace";
+        ok = false;
+        break;
+      }
+  }
+  g_req.live.store(0, std::memory_order_release);
+  return ok;
+}
+
+void set_sample_signal(int sig) {
+  if (sig == g_sample_sig) return;
+  if (sig != 0 && (sig < SIGRTMIN || sig > SIGRTMAX))
+    throw std::invalid_argument("libuprobe: Config::sample_signal must be 0 or a real-time signal (" +
+                                std::to_string(SIGRTMIN) + ".." + std::to_string(SIGRTMAX) + "), not " +
+                                std::to_string(sig));
+  if (sig != 0) {
+    struct sigaction old;
+    if (::sigaction(sig, nullptr, &old) != 0)
+      throw std::invalid_argument("libuprobe: Config::sample_signal " + std::to_string(sig) + ": " +
+                                  std::strerror(errno));
+    const bool ours = (old.sa_flags & SA_SIGINFO) && old.sa_sigaction == on_sample;
+    if (!ours && old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)
+      throw std::invalid_argument("libuprobe: Config::sample_signal " + std::to_string(sig) +
+                                  " already has a handler in this program; choose a signal it does not use");
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sample;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+  if (g_sample_sig != 0) {
+    // Give the old one back to its default (late answers are ignored by the tag).
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_IGN;
+    ::sigaction(g_sample_sig, &dfl, nullptr);
+  }
+  g_sample_sig = sig;
+}
+
+int sample_signal() noexcept { return g_sample_sig; }
 
 }  // namespace uprobe::detail

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "uprobe/config.hpp"
+#include "uretprobe.hpp"
 
 namespace uprobe::detail {
 
@@ -27,13 +28,27 @@ StatBlock& stat_block() noexcept {
   return *ts.stats;
 }
 
+std::vector<std::uint64_t> trap_ips_in_flight() {
+  std::vector<std::uint64_t> out;
+  unsigned n = g_next_block.load(std::memory_order_relaxed);
+  if (n > kBlocks) n = kBlocks;
+  for (unsigned i = 0; i < n; ++i)
+    if (std::uint64_t ip = g_blocks[i].trap_ip.load(std::memory_order_acquire)) out.push_back(ip);
+  if (std::uint64_t ip = g_overflow.trap_ip.load(std::memory_order_acquire)) out.push_back(ip);
+  return out;
+}
+
 pid_t current_tid() noexcept {
   ThreadState& ts = t_state;
   if (__builtin_expect(ts.tid == 0, 0)) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));
   return ts.tid;
 }
 
-void thread_state_after_fork_child() noexcept { t_state.tid = 0; }
+void thread_state_after_fork_child() noexcept {
+  t_state.tid = 0;
+  // The forking thread's return stack now belongs to the child's thread.
+  if (t_state.rstack) t_state.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
+}
 
 }  // namespace uprobe::detail
 

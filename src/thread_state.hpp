@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace uprobe::detail {
 
@@ -27,6 +28,11 @@ struct alignas(64) StatBlock {
   std::atomic<std::uint64_t> return_misses{0};
   std::atomic<std::uint64_t> return_dropped{0};
   std::atomic<std::uint64_t> optimized{0};
+  /// The probe address the SIGTRAP handler is handling on this thread, 0 when
+  /// it is not in it: read by a writer converting an entry (a thread stopped
+  /// in our handler has not decided yet whether it resumes inside a window).
+  /// Threads beyond the pool share one block: there it is approximate.
+  std::atomic<std::uint64_t> trap_ip{0};
 };
 
 struct ReturnStack;
@@ -38,10 +44,16 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
+  const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool sstep_user_tf;        ///< the program itself had TF set at the probe
+  bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
+  bool sstep_keep_tf;        ///< the stepped copy is a popf: TF after it is the one it loaded
+  bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
+  std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
+  std::uint64_t wstep_hi;
   std::uint8_t sstep_len;    ///< length of the stepped instruction
   std::uint64_t sstep_ip;    ///< probe address being stepped
   std::uint64_t sstep_slot;  ///< XOL slot being stepped
@@ -55,6 +67,10 @@ extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 /// The calling thread's StatBlock (claims one on first use; threads beyond the
 /// static pool share an overflow block). Async-signal-safe.
 StatBlock& stat_block() noexcept;
+
+/// The probe addresses threads are handling in the SIGTRAP handler right now
+/// (StatBlock::trap_ip != 0). Writer side.
+std::vector<std::uint64_t> trap_ips_in_flight();
 
 /// gettid() of the calling thread, cached. Async-signal-safe.
 pid_t current_tid() noexcept;

@@ -5,7 +5,11 @@
 // probed thread can hold, no stdio; per-thread state only.
 
 #include <signal.h>
+#include <sys/uio.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <cstring>
 #include "rcu.hpp"
 
 #include <cerrno>
@@ -15,11 +19,14 @@
 #include "probe.hpp"
 #include "runtime.hpp"
 #include "thread_state.hpp"
+#include "uretprobe.hpp"
 #include "dispatch.hpp"
 
 namespace uprobe::detail {
 
 namespace {
+
+const std::uint64_t g_page_size = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 
 /// (dev, ino, offset) of `ip` through the current snapshots, then the uprobe.
 /// Caller is in an RCU read-side critical section.
@@ -52,14 +59,112 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
   return up;
 }
 
-/// A TF trap after a single-stepped XOL copy (XolMode::single_step).
-bool finish_single_step(ucontext_t* uc) noexcept {
+/// A TF trap after a single-stepped XOL copy (XolMode::single_step, or any
+/// out-of-line hit of a program that is single-stepping itself). Returns
+/// true when the trap was ours; `user_step` is then set when the program had
+/// TF set itself and must see this trap as the single-step of the probed
+/// instruction (the kernel's arch_uprobe_post_xol() sending SIGTRAP).
+bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   ThreadState& ts = t_state;
   if (!ts.sstep_active || arch::ucontext_ip(uc) != ts.sstep_slot + ts.sstep_len) return false;
   ts.sstep_active = false;
   arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
-  if (!ts.sstep_user_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+  if (!ts.sstep_user_tf) {
+    if (!ts.sstep_keep_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
+    // The copy ran under our TF: flags it stored must read as the program's.
+    if (ts.sstep_fix_pushf) arch::clear_stored_trap_flag(uc);
+  }
+  user_step = ts.sstep_user_tf;
   return true;
+}
+
+/// Delivers to the program the single-step trap it would have taken after
+/// the probed instruction (its TF was set at the probe): the kernel's
+/// send_sigtrap() with TRAP_TRACE and the address execution continues at.
+void deliver_user_step(int sig, const siginfo_t* info, ucontext_t* uc) noexcept {
+  siginfo_t si = *info;
+  si.si_signo = SIGTRAP;
+  si.si_code = TRAP_TRACE;
+  si.si_addr = reinterpret_cast<void*>(arch::ucontext_ip(uc));
+  forward_foreign_trap(sig, &si, uc);
+}
+
+/// What the SIGTRAP handler does with a single-step trap it took over.
+enum class StepTaken { no, deliver, silent };
+
+/// A program single-stepping itself took the jmp of an optimized site: the
+/// trap arrives at the stub's entry. Runs the probe here, in the signal
+/// handler, and continues where the stub would have (the stub itself is never
+/// stepped through), so a nop5 site steps as the one instruction it replaced.
+/// An entry site continues in its window slot (the displaced instructions,
+/// relocated, then a jump back): the traps inside the slot are not handed to
+/// the program, whose next step is the one after the jump back (the
+/// displaced window steps as one instruction).
+StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
+  const StepTaken no = StepTaken::no;
+  const std::uint64_t ip = arch::ucontext_ip(uc);
+  std::uint8_t code[64];
+  const std::size_t n = arch::opt_stub_probe_len();
+  if (n > sizeof code) return no;
+  // The trapping address's page is mapped; the next page may not be: read
+  // across a page end with a call that fails instead of faulting.
+  if (g_page_size - (ip & (g_page_size - 1)) >= n) {
+    peek_text(ip, code, n);
+  } else {
+    struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
+    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return no;
+  }
+  const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
+  if (!desc_addr) return no;
+  arch::OptSite desc;
+  peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);
+  std::uint8_t jmp[arch::kJumpLen], want[arch::kJumpLen];
+  peek_text(desc.site, jmp, sizeof jmp);
+  arch::encode_jump(desc.site, ip, want);
+  if (std::memcmp(jmp, want, sizeof jmp) != 0) return no;  // not the site's stub (any more)
+  Regs regs;
+  arch::regs_from_ucontext(uc, regs);
+  regs.rip = desc.site;
+  optimized_hit(desc, regs);
+  StepTaken taken = StepTaken::deliver;
+  if (regs.rip == desc.site) {
+    regs.rip = desc.resume;
+    if (desc.resume != desc.site + arch::kJumpLen) {  // an entry window's slot
+      ThreadState& ts = t_state;
+      ts.wstep_lo = desc.resume;
+      ts.wstep_hi = desc.resume + arch::kWindowSlotSize;
+      ts.wstep_active = true;
+      taken = StepTaken::silent;
+    }
+  }
+  arch::regs_to_ucontext(regs, uc);
+  return taken;
+}
+
+/// A program single-stepping itself executed a `ret` into the return
+/// trampoline: runs the return here, in the signal handler, and continues at
+/// the real return address (the trampoline itself is never stepped through).
+bool stepped_into_return(ucontext_t* uc) noexcept {
+  if (arch::ucontext_ip(uc) != arch::return_trampoline_address()) return false;
+  const ReturnStack* rs = t_state.rstack;
+  if (!rs || rs->depth == 0) return false;
+  arch::RetFrame f;
+  arch::ret_frame_from_ucontext(uc, f);
+  const std::uint64_t target = ret_dispatch(&f, arch::ucontext_sp(uc));
+  arch::ret_frame_to_ucontext(f, target, uc);
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+/// Bytes 1..4 at an entry site are not the file's (the jump's tail is
+/// there: a conversion or a de-optimization is under way). Async-signal-safe.
+bool window_patched(const Uprobe* up, std::uint64_t ip) noexcept {
+  std::uint8_t now[arch::kJumpLen - 1];
+  peek_text(ip + 1, now, sizeof now);
+  return std::memcmp(now, up->window.bytes + 1, sizeof now) != 0;
 }
 
 }  // namespace
@@ -68,7 +173,39 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
   if (info->si_code != SI_KERNEL) {
-    if (!(info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT) || !finish_single_step(uc)) {
+    bool user_step = false;
+    const bool trace = info->si_code == TRAP_TRACE || info->si_code == TRAP_BRKPT;
+    ThreadState& ts = t_state;
+    StepTaken taken = StepTaken::no;
+    // Finishing a single-stepped XOL copy moves the thread back next to its
+    // probe (maybe inside an entry window): a writer converting that window
+    // must see it as handling that probe until it is back in the program.
+    StatBlock& sst = stat_block();
+    const std::uint64_t outer_trap_ip = sst.trap_ip.load(std::memory_order_relaxed);
+    if (ts.sstep_active) {
+      ts.trap_uc = uc;
+      sst.trap_ip.store(ts.sstep_ip, std::memory_order_release);
+    }
+    struct RestoreTrapIp {
+      StatBlock& st;
+      std::uint64_t ip;
+      ~RestoreTrapIp() { st.trap_ip.store(ip, std::memory_order_release); }
+    } restore_trap_ip{sst, outer_trap_ip};
+    if (trace && ts.wstep_active) {
+      const std::uint64_t ip = arch::ucontext_ip(uc);
+      if (ip >= ts.wstep_lo && ip < ts.wstep_hi) {  // inside the window slot: not the program's step
+        errno = saved_errno;
+        return;
+      }
+      ts.wstep_active = false;  // left the slot: this step is the program's
+    }
+    if (trace && finish_single_step(uc, user_step)) {
+      if (user_step && program_handles_sigtrap()) deliver_user_step(sig, info, uc);
+    } else if (trace && program_handles_sigtrap() && stepped_into_return(uc)) {
+      deliver_user_step(sig, info, uc);
+    } else if (trace && program_handles_sigtrap() && (taken = stepped_into_stub(uc)) != StepTaken::no) {
+      if (taken == StepTaken::deliver) deliver_user_step(sig, info, uc);
+    } else {
       count(stat_block().foreign_traps);
       forward_foreign_trap(sig, info, ctx);
     }
@@ -78,6 +215,10 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 
   const std::uint64_t ip = arch::breakpoint_address(uc);
   StatBlock& st = stat_block();
+  ThreadState& ts = t_state;
+  ts.trap_uc = uc;
+  const std::uint64_t outer_trap_ip = st.trap_ip.load(std::memory_order_relaxed);  // a nested hit restores it
+  st.trap_ip.store(ip, std::memory_order_release);
 
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
@@ -93,8 +234,12 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
       arch::set_ucontext_ip(uc, ip);
     } else {
       count(st.foreign_traps);
+      st.trap_ip.store(outer_trap_ip, std::memory_order_release);
       forward_foreign_trap(sig, info, ctx);
+      errno = saved_errno;
+      return;
     }
+    st.trap_ip.store(outer_trap_ip, std::memory_order_release);
     errno = saved_errno;
     return;
   }
@@ -103,30 +248,51 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = ip;
+  // The program is single-stepping itself (TF set at the breakpoint, and a
+  // SIGTRAP handler of its own to count the steps): it must see exactly one
+  // single-step trap for the probed instruction, after it, as the kernel
+  // arranges (arch_uprobe_skip_sstep / post_xol send SIGTRAP when the task's
+  // TF was set).
+  const bool raw_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
+  const bool user_tf = raw_tf && program_handles_sigtrap();
+  bool emulated_step = false;
   guarded_handler_chain(up, regs);
-  ThreadState& ts = t_state;
 
   if (regs.rip != ip) {
     count(st.redirected);
-  } else if (site->window_xol && g_hot.optimize.load(std::memory_order_relaxed) &&
-             g_hot.optimize_entries.load(std::memory_order_relaxed) &&
-             up->window_blocker.load(std::memory_order_acquire) == 0) {
+  } else if (site->window_xol &&
+             (window_patched(up, ip) ||
+              (!user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
+               g_hot.optimize_entries.load(std::memory_order_relaxed) &&
+               up->window_blocker.load(std::memory_order_acquire) == 0))) {
     // The whole displaced window runs from its slot (never single-stepped):
     // no thread resumes inside bytes an optimized jump may overwrite. (A
     // thread that continues inside the window instead, while the window is
     // blocked or entry optimization is off, is runnable until it has left
     // it, and a writer converting the site waits for every thread to be
-    // observed outside.)
+    // observed outside. Whatever the switches say, while bytes after the int3
+    // are still the jump's (a conversion or its undoing in progress), the
+    // window slot is the only way on. A program single-stepping itself is such a thread:
+    // it runs the probed instruction alone, below, so that it sees each
+    // displaced instruction step at its own address.)
     count(st.out_of_line);
     regs.rip = site->window_xol;
   } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
              arch::emulate(up->insn, ip, regs)) {
     count(st.emulated);
+    emulated_step = user_tf;
   } else if (site->xol != 0) {
     count(st.out_of_line);
     regs.rip = site->xol;
-    if (g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
-      ts.sstep_user_tf = regs.rflags & arch::kTrapFlag;
+    // Under the program's own TF the copy is single-stepped too: the jump
+    // back after it must not be seen as an extra step. So is a popf, which
+    // may set TF: the program's first step is then after the next
+    // instruction, not after our jump back.
+    const bool loads = arch::loads_flags(up->insn);
+    if (user_tf || loads || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
+      ts.sstep_user_tf = raw_tf;
+      ts.sstep_fix_pushf = !raw_tf && arch::stores_flags(up->insn);
+      ts.sstep_keep_tf = loads;
       ts.sstep_len = up->insn.len;
       ts.sstep_ip = ip;
       ts.sstep_slot = site->xol;
@@ -138,9 +304,14 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     // emulate even when emulation is switched off.
     arch::emulate(up->insn, ip, regs);
     count(st.emulated);
+    emulated_step = user_tf;
   }
   arch::regs_to_ucontext(regs, uc);
   uprobe_rcu_read_unlock();
+  // (After the program's own step handler: until then this thread may still
+  // be about to resume inside a window.)
+  if (emulated_step) deliver_user_step(sig, info, uc);
+  st.trap_ip.store(outer_trap_ip, std::memory_order_release);
   errno = saved_errno;
 }
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "rcu.hpp"
 
@@ -57,6 +58,7 @@ ReturnStack* return_stack() noexcept {
   void* p = ::mmap(nullptr, sizeof(ReturnStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   ts.rstack = static_cast<ReturnStack*>(p);
+  ts.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
   pthread_setspecific(g_exit_key, p);  // thread exit releases it
   return ts.rstack;
 }
@@ -76,9 +78,15 @@ void thread_exit(void* p) {
 }
 
 /// True when `sp` and the slot at `slot` are on different stacks (one of them
-/// on the sigaltstack the thread is running on): then their addresses say
+/// on the sigaltstack the thread is running on, or the caller is a task
+/// sharing this thread's TLS on a stack of its own: a vfork or posix_spawn
+/// child, clone(CLONE_VM) without CLONE_THREAD): then their addresses say
 /// nothing about frame order and nothing is stale.
 bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
+  // Only on the (rare) path where an instance looks stale: are we the task
+  // that owns this return stack, or another one sharing our TLS?
+  const ReturnStack* rs = t_state.rstack;
+  if (rs && static_cast<pid_t>(::syscall(SYS_gettid)) != rs->owner) return true;
   stack_t ss;
   if (::sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_DISABLE)) return false;
   auto lo = reinterpret_cast<std::uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
@@ -205,10 +213,15 @@ using namespace uprobe::detail;
 /// Called by the return trampoline with its saved frame; returns where to
 /// continue. The kernel's handle_trampoline().
 extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
+  return uprobe::detail::ret_dispatch(f, reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8);
+}
+
+namespace uprobe::detail {
+
+std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
   ThreadState& ts = t_state;
   StatBlock& st = stat_block();
   ReturnStack* rs = ts.rstack;
-  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8;
   if (!rs || rs->depth == 0) fatal("return trampoline reached with no pending return instance");
 
   uprobe::Regs regs;
@@ -254,6 +267,8 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispat
   f->rflags = (f->rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
   return regs.rip;
 }
+
+}  // namespace uprobe::detail
 
 namespace uprobe {
 

@@ -40,6 +40,11 @@ struct alignas(64) ReturnInstance {
 /// The per-thread return stack (the kernel's utask->return_instances).
 struct ReturnStack {
   std::uint32_t depth;
+  /// Kernel thread id of the thread that owns this stack. A task that shares
+  /// our memory and TLS without being this thread (a vfork/posix_spawn
+  /// child, clone(CLONE_VM) without CLONE_THREAD) sees the owner's instances
+  /// but must never drop them as stale: its stack says nothing about theirs.
+  pid_t owner;
   ReturnInstance* ri[kMaxReturnDepth];
 };
 
@@ -52,6 +57,13 @@ void ri_free(ReturnInstance* ri) noexcept;
 /// consumers) on the thread's return stack; frees it and counts a miss when
 /// the depth limit is reached. Entry side, signal context. AS-safe.
 void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
+
+/// The kernel's handle_trampoline(): pops the returning invocation's return
+/// instance(s), runs the ret_handlers on the registers in `f` and returns the
+/// address to continue at. `sp` is the stack pointer after the return (the
+/// trampoline passes &f->ret_slot + 8; the SIGTRAP handler, for a program
+/// single-stepping into the trampoline, the ucontext's). AS-safe.
+std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept;
 
 /// In a fork child: release pool locks a vanished thread may have held.
 void uretprobe_after_fork_child() noexcept;

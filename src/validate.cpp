@@ -120,37 +120,72 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
 
 namespace {
 
-/// libc functions that the trap path, the return trampoline or the writer
-/// (while it blocks signals) call: a probe there would recurse without end or
-/// be hit with SIGTRAP blocked, which the kernel makes fatal. The second row:
-/// liburcu-bp's urcu_bp_register(), which a thread's first
-/// uprobe_rcu_read_lock() runs (its first probe hit), calls them, most with
-/// every signal blocked and its registry mutex held: an int3 there is fatal,
-/// an optimized entry re-enters the registration (deadlock on that mutex, or
-/// recursion until the stack overflows).
+/// Why a libc function cannot carry an int3 probe.
+enum class TrapPathUse {
+  trap_path,        ///< the SIGTRAP handler, return trampoline or optimized path calls it: a probe would recurse
+  sigtrap_blocked,  ///< called with SIGTRAP blocked: an int3 there is fatal (the kernel forces the signal)
+};
+
+/// libc functions that the trap path, the return trampoline, liburcu-bp (a
+/// new reader's registration on its first hit, the writer's grace period) or
+/// glibc itself (thread start and exit) call, the latter three with every
+/// signal blocked: a probe there would recurse without end or be hit with
+/// SIGTRAP blocked, which the kernel makes fatal.
+struct TrapPathFunction {
+  const char* name;
+  TrapPathUse use;
+  const char* caller;
+};
+constexpr TrapPathFunction kTrapPathLibc[] = {
+    {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"syscall", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"pthread_sigmask", TrapPathUse::trap_path,
+     "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
+    {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
+    {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
+    {"sigaltstack", TrapPathUse::trap_path, "the return path"},
+    {"sched_getcpu", TrapPathUse::trap_path, "the return-instance pool"},
+    {"open", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"open64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"pwrite", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"pwrite64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"close", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    {"mmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
+    {"mmap64", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
+    {"munmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp"},
+    {"pthread_setspecific", TrapPathUse::trap_path, "the return path and liburcu-bp's reader registration"},
+    {"getpid", TrapPathUse::trap_path, "the SIGTRAP handler"},
+    {"abort", TrapPathUse::trap_path, "the return path (fatal errors)"},
+    {"write", TrapPathUse::trap_path, "the return path (fatal errors)"},
+    {"mremap", TrapPathUse::sigtrap_blocked, "liburcu-bp's reader registration on a thread's first hit"},
+    {"pthread_mutex_lock", TrapPathUse::sigtrap_blocked,
+     "liburcu-bp's reader registration on a thread's first hit and its grace period (every unregister)"},
+    {"pthread_mutex_unlock", TrapPathUse::sigtrap_blocked,
+     "liburcu-bp's reader registration on a thread's first hit and its grace period (every unregister)"},
+    {"pthread_self", TrapPathUse::sigtrap_blocked, "liburcu-bp's reader registration on a thread's first hit"},
+    {"poll", TrapPathUse::sigtrap_blocked, "liburcu-bp's grace period (every unregister)"},
+    {"__ctype_init", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread)"},
+    {"_setjmp", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread)"},
+    {"__sigsetjmp", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread, through _setjmp)"},
+    {"madvise", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
+    {"getpagesize", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
+};
+
 void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
-  static const char* const names[] = {"__errno_location", "syscall",      "pthread_sigmask", "sigprocmask",
-                                      "sigaltstack",      "sched_getcpu", "open",            "open64",
-                                      "pwrite",           "pwrite64",     "close",           "mmap",
-                                      "mmap64",           "munmap",       "pthread_setspecific",
-                                      "getpid",           "abort",        "write",
-                                      "sigfillset",       "pthread_mutex_lock", "pthread_mutex_unlock",
-                                      "mremap",           "pthread_self", "pthread_key_create"};
   struct Forbidden {
     dev_t dev;
     ino_t ino;
     std::uint64_t offset;
-    const char* name;
+    const TrapPathFunction* fn;
   };
   // Their (file, offset) in this process, computed once (registry mutex held).
   static const std::vector<Forbidden> forbidden = [] {
     std::vector<Forbidden> out;
     VmaSnapshot maps(read_proc_maps());
-    for (const char* name : names) {
-      const Vma* v = maps.find(reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)));
-      if (v && v->ino)
-        out.push_back({v->dev, v->ino, v->pgoff + (reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, name)) - v->start),
-                       name});
+    for (const TrapPathFunction& f : kTrapPathLibc) {
+      const auto a = reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, f.name));
+      const Vma* v = maps.find(a);
+      if (v && v->ino) out.push_back({v->dev, v->ino, v->pgoff + (a - v->start), &f});
     }
     return out;
   }();
@@ -165,9 +200,12 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino && f.offset == fn->file_offset)
       throw Error(Errc::forbidden_target, t.path, offset,
-                  "the function " + fn->name + " (" + f.name +
-                      ") runs on libuprobe's trap path or with SIGTRAP blocked; a probe there would recurse or be "
-                      "fatal");
+                  "the function " + fn->name + " (" + f.fn->name + ") " +
+                      (f.fn->use == TrapPathUse::trap_path
+                           ? std::string("runs on libuprobe's trap path (") + f.fn->caller +
+                                 "); a probe there would recurse"
+                           : std::string("runs with SIGTRAP blocked (") + f.fn->caller +
+                                 "); a breakpoint hit there is fatal"));
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "uprobe/uprobe.hpp"
@@ -36,35 +35,68 @@ std::string slurp(const char* path) {
   return out;
 }
 
+/// Parses hex or decimal digits at `p`, advancing it; false when there are none.
+bool parse_number(const char*& p, const char* end, unsigned base, unsigned long long& out) {
+  const char* start = p;
+  unsigned long long v = 0;
+  for (; p < end; ++p) {
+    unsigned d;
+    if (*p >= '0' && *p <= '9') d = static_cast<unsigned>(*p - '0');
+    else if (base == 16 && *p >= 'a' && *p <= 'f') d = static_cast<unsigned>(*p - 'a' + 10);
+    else if (base == 16 && *p >= 'A' && *p <= 'F') d = static_cast<unsigned>(*p - 'A' + 10);
+    else break;
+    v = v * base + d;
+  }
+  out = v;
+  return p != start;
+}
+
+bool expect(const char*& p, const char* end, char c) {
+  if (p >= end || *p != c) return false;
+  ++p;
+  return true;
+}
+
+/// One line: `start-end perms pgoff major:minor ino   path`. Parsed by hand,
+/// not with sscanf: with probes on libc's stdio and strto* functions, every
+/// libc call here would be a trap, and this runs on every (un)registration.
+bool parse_maps_line(const char* p, const char* end, Vma& v) {
+  unsigned long long start, stop, pgoff, major, minor, ino;
+  if (!parse_number(p, end, 16, start) || !expect(p, end, '-') || !parse_number(p, end, 16, stop) ||
+      !expect(p, end, ' ') || end - p < 5)
+    return false;
+  const char* perms = p;
+  p += 4;
+  if (!expect(p, end, ' ') || !parse_number(p, end, 16, pgoff) || !expect(p, end, ' ') ||
+      !parse_number(p, end, 16, major) || !expect(p, end, ':') || !parse_number(p, end, 16, minor) ||
+      !expect(p, end, ' ') || !parse_number(p, end, 10, ino))
+    return false;
+  while (p < end && *p == ' ') ++p;
+  v.start = start;
+  v.end = stop;
+  v.pgoff = pgoff;
+  v.dev = makedev(static_cast<unsigned>(major), static_cast<unsigned>(minor));
+  v.ino = static_cast<ino_t>(ino);
+  v.prot = static_cast<std::uint8_t>((perms[0] == 'r' ? 1 : 0) | (perms[1] == 'w' ? 2 : 0) |
+                                     (perms[2] == 'x' ? 4 : 0));
+  v.shared = perms[3] == 's';
+  v.path.assign(p, static_cast<std::size_t>(end - p));
+  return true;
+}
+
 }  // namespace
 
 std::vector<Vma> read_proc_maps() {
-  std::string text = slurp("/proc/self/maps");
+  const std::string text = slurp("/proc/self/maps");
   std::vector<Vma> vmas;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    unsigned long long start, end, pgoff, ino;
-    unsigned major, minor;
-    char perms[5] = {};
-    int path_at = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %4s %llx %x:%x %llu %n", &start, &end, perms, &pgoff, &major, &minor,
-                    &ino, &path_at) < 7)
-      continue;
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  while (p < end) {
+    const char* eol = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+    if (!eol) eol = end;
     Vma v;
-    v.start = start;
-    v.end = end;
-    v.pgoff = pgoff;
-    v.dev = makedev(major, minor);
-    v.ino = static_cast<ino_t>(ino);
-    v.prot = static_cast<std::uint8_t>((perms[0] == 'r' ? 1 : 0) | (perms[1] == 'w' ? 2 : 0) |
-                                       (perms[2] == 'x' ? 4 : 0));
-    v.shared = perms[3] == 's';
-    if (path_at > 0 && static_cast<std::size_t>(path_at) < line.size()) v.path = line.substr(path_at);
-    vmas.push_back(std::move(v));
+    if (parse_maps_line(p, eol, v)) vmas.push_back(std::move(v));
+    p = eol + 1;
   }
   std::sort(vmas.begin(), vmas.end(), [](const Vma& a, const Vma& b) { return a.start < b.start; });
   return vmas;

@@ -20,6 +20,9 @@ extern "C" {
 /// The return trampoline (ret_trampoline.S): the address a hijacked return
 /// address points to. Not callable from C.
 void uprobe_ret_trampoline();
+/// Landing pad of the return trampoline's personality routine
+/// (ret_trampoline.S): expects rax = the _Unwind_Exception. Not callable.
+void uprobe_ret_unwind_landing();
 }
 
 namespace uprobe::arch {
@@ -163,6 +166,15 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
 /// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
 void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
 
+/// True for an instruction that stores rflags to memory (pushf): run out of
+/// line under our own TF it would store TF = 1. Async-signal-safe.
+bool stores_flags(const Insn& insn) noexcept;
+
+/// True for an instruction that loads rflags, TF included (popf): after it,
+/// TF is what it loaded, not what it found (the kernel's UPROBE_FIX_SETF).
+/// Async-signal-safe.
+bool loads_flags(const Insn& insn) noexcept;
+
 /// True for a 5-byte nop (0f 1f 44 00 00 and the other 5-byte nop forms): a
 /// site that can become a jmp rel32 with no instruction displaced.
 bool is_nop5(const Insn& insn) noexcept;
@@ -174,6 +186,16 @@ bool is_nop5(const Insn& insn) noexcept;
 /// handler's new rip) with `ret $128`. `desc` is copied behind the code.
 /// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept;
+
+/// Bytes opt_stub_desc() needs to see at a candidate stub entry.
+std::size_t opt_stub_probe_len() noexcept;
+
+/// When `code` (opt_stub_probe_len() bytes read at address `ip`) is the entry
+/// of an optimized-probe stub built by build_opt_stub(), the address of its
+/// OptSite descriptor; else 0. Used when a program single-stepping itself
+/// (TF) takes a site's jmp: the trap arrives at the stub entry.
+/// Async-signal-safe.
+std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept;
 
 /// Longest displaced window of an optimized function entry: instructions
 /// covering at least the 5 bytes of the jump, the last one starting at byte 4.
@@ -226,6 +248,19 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
 /// change (GPRs, rip, rsp, arithmetic/direction/trap flags of rflags).
 void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept;
 void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
+
+/// The frame the return trampoline would build (xmm0, xmm1, the GPRs,
+/// rflags; ret_slot left 0) from a signal ucontext, and back: the GPRs,
+/// the arithmetic/direction/trap flags, xmm0/xmm1 and rip = `target`. For a
+/// program single-stepping itself into the trampoline (the SIGTRAP handler
+/// runs the return there instead). Async-signal-safe.
+void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept;
+void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept;
+
+/// After an out-of-line pushf single-stepped under our own TF (stores_flags()):
+/// clears TF in the flags word it stored at the ucontext's stack pointer, so
+/// the program reads its own TF (clear). Async-signal-safe.
+void clear_stored_trap_flag(const ucontext_t* uc) noexcept;
 
 /// The instruction pointer in a ucontext, and setting it.
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;

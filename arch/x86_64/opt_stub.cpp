@@ -25,6 +25,16 @@ std::size_t desc_offset() noexcept { return (code_len() + 15) & ~std::size_t{15}
 
 bool is_nop5(const Insn& insn) noexcept { return insn.cls == InsnClass::nop && insn.len == kJumpLen; }
 
+std::size_t opt_stub_probe_len() noexcept {
+  // The fixed code before the first patched immediate.
+  return static_cast<std::size_t>(uprobe_opt_stub_desc_imm - uprobe_opt_stub_template);
+}
+
+std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept {
+  if (std::memcmp(code, uprobe_opt_stub_template, opt_stub_probe_len()) != 0) return 0;
+  return ip + desc_offset();
+}
+
 std::size_t opt_stub_flag_offset() noexcept { return desc_offset() + offsetof(OptSite, needs_vector); }
 
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept {

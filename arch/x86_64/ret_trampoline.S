@@ -19,8 +19,14 @@
  * handler runs, so unwinding from inside a ret_handler continues into the
  * real caller. The byte before the entry point has rip undefined, so an
  * unwinder that meets the trampoline address as a return address of a frame
- * that has not returned yet stops cleanly (libuprobe restores real return
- * addresses before C++ exceptions and backtraces unwind).
+ * that has not returned yet stops there (libuprobe restores real return
+ * addresses before C++ exceptions and backtraces unwind). For the unwinders
+ * it cannot interpose (glibc's pthread_cancel and pthread_exit call
+ * libgcc_s's _Unwind_ForcedUnwind through dlsym) that byte carries a
+ * personality routine (uprobe_ret_personality) whose cleanup phase lands in
+ * uprobe_ret_unwind_landing below: it pops the frame's return instance and
+ * resumes the unwind as if called from the real return address, so the
+ * caller's destructors and cleanup handlers run.
  */
 	.text
 	.p2align 4
@@ -31,6 +37,7 @@
 	.type uprobe_ret_trampoline, @function
 uprobe_ret_trampoline_begin:
 	.cfi_startproc
+	.cfi_personality 0x1b, uprobe_ret_personality	/* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
 	.cfi_undefined rip
 	nop
 uprobe_ret_trampoline:
@@ -128,4 +135,32 @@ uprobe_ret_trampoline:
 	ret
 	.cfi_endproc
 	.size uprobe_ret_trampoline, .-uprobe_ret_trampoline
+
+/*
+ * Landing pad of uprobe_ret_personality: installed by the unwinder with the
+ * state of the frame whose return address was hijacked, as if the probed
+ * function had returned (rsp = its return slot + 8, the caller's callee-saved
+ * registers), rax = the _Unwind_Exception. uprobe_ret_unwind_pop(rsp) pops
+ * that frame's return instance (and any left by deeper frames, dropped) and
+ * returns the real return address; it goes back into the slot and
+ * _Unwind_Resume runs as if called from there, continuing the unwind in the
+ * real caller.
+ */
+	.p2align 4
+	.globl uprobe_ret_unwind_landing
+	.hidden uprobe_ret_unwind_landing
+	.type uprobe_ret_unwind_landing, @function
+uprobe_ret_unwind_landing:
+	.cfi_startproc
+	.cfi_undefined rip
+	push	%rax			/* the exception; rsp = slot */
+	sub	$8, %rsp		/* slot % 16 == 8 (the callee's entry): aligned for the call */
+	lea	16(%rsp), %rdi
+	call	uprobe_ret_unwind_pop
+	add	$8, %rsp
+	pop	%rdi
+	push	%rax			/* the real return address back in the slot */
+	jmp	_Unwind_Resume@PLT
+	.cfi_endproc
+	.size uprobe_ret_unwind_landing, .-uprobe_ret_unwind_landing
 	.section .note.GNU-stack,"",@progbits

@@ -2,6 +2,9 @@
 /// @file ucontext.cpp
 /// Regs <-> signal ucontext (uc_mcontext.gregs). Async-signal-safe.
 
+#include <cstddef>
+#include <cstring>
+
 #include "arch.hpp"
 
 namespace uprobe::arch {
@@ -36,6 +39,38 @@ void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept {
   for (const Map& m : kMap) g[m.greg] = static_cast<greg_t>(regs.*m.field);
   const auto old = static_cast<std::uint64_t>(g[REG_EFL]);
   g[REG_EFL] = static_cast<greg_t>((old & ~kUserFlags) | (regs.rflags & kUserFlags));
+}
+
+void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept {
+  Regs regs;
+  regs_from_ucontext(uc, regs);
+  static_assert(offsetof(Regs, rdi) == 14 * 8, "RetFrame::gpr is Regs r15 .. rdi");
+  std::memcpy(f.gpr, &regs, sizeof f.gpr);
+  f.rflags = regs.rflags;
+  f.ret_slot = 0;
+  std::memset(f.xmm0, 0, sizeof f.xmm0);
+  std::memset(f.xmm1, 0, sizeof f.xmm1);
+  if (const auto* fp = uc->uc_mcontext.fpregs) {
+    std::memcpy(f.xmm0, &fp->_xmm[0], sizeof f.xmm0);
+    std::memcpy(f.xmm1, &fp->_xmm[1], sizeof f.xmm1);
+  }
+}
+
+void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept {
+  Regs regs;
+  regs_from_ucontext(uc, regs);
+  std::memcpy(&regs, f.gpr, sizeof f.gpr);
+  regs.rflags = f.rflags;
+  regs.rip = target;
+  regs_to_ucontext(regs, uc);
+  if (auto* fp = uc->uc_mcontext.fpregs) {
+    std::memcpy(&fp->_xmm[0], f.xmm0, sizeof f.xmm0);
+    std::memcpy(&fp->_xmm[1], f.xmm1, sizeof f.xmm1);
+  }
+}
+
+void clear_stored_trap_flag(const ucontext_t* uc) noexcept {
+  *reinterpret_cast<std::uint64_t*>(ucontext_sp(uc)) &= ~kTrapFlag;
 }
 
 std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept {

@@ -66,6 +66,19 @@ void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot,
   if (regs.rip == slot + insn.len) regs.rip = ip + insn.len;
 }
 
+namespace {
+/// The opcode after operand-size and REX prefixes.
+int opcode_after_prefixes(const Insn& insn) noexcept {
+  std::size_t i = 0;
+  while (i < insn.len && (insn.bytes[i] == 0x66 || (insn.bytes[i] & 0xF0) == 0x40)) ++i;
+  return i < insn.len ? insn.bytes[i] : -1;
+}
+}  // namespace
+
+// pushf/popf: 9c/9d, 66 9c/66 9d (16-bit); a REX prefix changes nothing.
+bool stores_flags(const Insn& insn) noexcept { return opcode_after_prefixes(insn) == 0x9C; }
+bool loads_flags(const Insn& insn) noexcept { return opcode_after_prefixes(insn) == 0x9D; }
+
 bool xol_safe(const Insn& insn) noexcept {
   switch (insn.cls) {
     case InsnClass::jmp_rel:

@@ -60,6 +60,16 @@ struct Config {
   /// running the entry stays int3 and the conversion is retried at the next
   /// attach or mapping change. Default true; false keeps entries on int3.
   bool optimize_entries = true;
+  /// How a thread that keeps running is observed before an entry is
+  /// converted. 0 (default): it is not; the conversion waits for the next
+  /// attach. A real-time signal number (SIGRTMIN..SIGRTMAX, e.g. SIGRTMAX):
+  /// libuprobe installs its own handler for it and sends it to each running
+  /// thread once per conversion; the handler records where the thread was and
+  /// consumes the signal. The program must not use that signal (configure()
+  /// refuses one that already has a handler). Like any signal it interrupts a
+  /// blocking call the thread enters at that moment (SA_RESTART; calls such
+  /// as nanosleep() or poll() return EINTR).
+  int sample_signal = 0;
   /// Return probes per thread before further invocations are not tracked
   /// (the kernel's MAX_URETPROBE_DEPTH). 1..4096.
   unsigned max_uretprobe_depth = 64;

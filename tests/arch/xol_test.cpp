@@ -245,3 +245,29 @@ TEST_F(XolRun, PlainInstruction) {
 
 }  // namespace
 }  // namespace uprobe::arch
+
+namespace uprobe::arch {
+namespace {
+
+// stores_flags()/loads_flags(): the pushf/popf fixups of a single-stepped copy.
+TEST(FlagsInsns, PushfAndPopfForms) {
+  auto d = [](std::vector<std::uint8_t> b) {
+    Insn insn;
+    std::string why;
+    EXPECT_TRUE(analyze(b.data(), b.size(), insn, why)) << why;
+    return insn;
+  };
+  EXPECT_TRUE(stores_flags(d({0x9c})));         // pushfq
+  EXPECT_TRUE(stores_flags(d({0x66, 0x9c})));   // pushfw
+  EXPECT_FALSE(loads_flags(d({0x9c})));
+  EXPECT_TRUE(loads_flags(d({0x9d})));          // popfq
+  EXPECT_TRUE(loads_flags(d({0x66, 0x9d})));    // popfw
+  EXPECT_FALSE(stores_flags(d({0x9d})));
+  EXPECT_FALSE(stores_flags(d({0x50})));        // push rax
+  EXPECT_FALSE(loads_flags(d({0x58})));         // pop rax
+  EXPECT_FALSE(stores_flags(d({0x0f, 0x1f, 0x44, 0x00, 0x00})));
+  EXPECT_FALSE(loads_flags(d({0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00})));
+}
+
+}  // namespace
+}  // namespace uprobe::arch

@@ -163,6 +163,15 @@ ENDF ent_load
         .globl ent_load_fault
         .set ent_load_fault, ent_load + 1
 
+/* double ent_fadd(double a, double b) = a + b; window push/mov/addsd (8). */
+FUNC ent_fadd
+        push %rbp
+        mov %rsp, %rbp
+        addsd %xmm1, %xmm0
+        pop %rbp
+        ret
+ENDF ent_fadd
+
 /* void ent_regs_driver(const uint64_t in[17], uint64_t out[17]): loads
  * rax rcx rdx rbx rbp rsi rdi r8..r15 (15 values, in[] order below) and
  * rflags = in[16] (arithmetic flags only), calls ent_leaf, stores the same

@@ -17,6 +17,7 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "opt_common.hpp"
@@ -40,6 +41,7 @@ void ent_leaf();
 std::uint64_t ent_load(const std::uint64_t*);
 extern const std::uint8_t ent_load_fault[];
 void ent_regs_driver(const std::uint64_t* in, std::uint64_t* out);
+double ent_fadd(double, double);
 }
 
 using namespace opttest;
@@ -185,6 +187,32 @@ TEST(Entry, EveryGeneralRegisterAndFlagsSurvive) {
   }
 }
 
+/// A consumer that computes with doubles, AVX locals and snprintf("%f") on an
+/// optimized entry whose displaced addsd reads xmm0/xmm1: the arguments
+/// survive (the stub saves the vector state for consumers that use it).
+TEST(Entry, VectorArgumentsSurviveAFloatingPointConsumer) {
+  struct FloatUser : uprobe::Consumer {
+    std::atomic<int> hits{0};
+    char text[64] = {};
+    Action handler(Regs& r) override {
+      alignas(32) volatile double v[4] = {static_cast<double>(r.rsp & 0xff), 1.25, 2.5, 3.75};
+      double s = 0;
+      for (int i = 0; i < 4; ++i) s += v[i] * 1.5;
+      std::snprintf(text, sizeof text, "%f", s);
+      hits.fetch_add(1);
+      return Action::keep;
+    }
+  } c;
+  uprobe::Attachment a(vaddr(ent_fadd), c);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  for (int i = 0; i < 1000; ++i) {
+    const double x = i * 0.5 + 0.25, y = 1000.0 - i;
+    ASSERT_EQ(ent_fadd(x, y), x + y) << i;
+  }
+  EXPECT_EQ(c.hits.load(), 1000);
+  EXPECT_NE(std::string(c.text).find('.'), std::string::npos);
+}
+
 /// Entries that stay int3, and the reason each gives.
 TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
   struct Case {
@@ -262,6 +290,49 @@ TEST(Entry, RunningThreadDefersTheConversion) {
   for (int i = 0; i < 50; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
   EXPECT_EQ(c.hits.load(), 100u);
   EXPECT_EQ(c2.hits.load(), 50u);
+}
+
+/// With Config::sample_signal, a running thread is sampled (a real-time
+/// signal whose handler records where it was) and the entry converts at once.
+TEST(Entry, SampleSignalObservesARunningThread) {
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.sample_signal = SIGRTMAX;
+  uprobe::configure(cfg);
+  EXPECT_EQ(uprobe::configuration().sample_signal, SIGRTMAX);
+  std::atomic<int> phase{0};
+  std::atomic<std::uint64_t> wrong{0};
+  std::thread spinner([&] {
+    phase.store(1);
+    while (phase.load() == 1)
+      if (ent_sub(1, 2) != 3) wrong.fetch_add(1);
+  });
+  while (phase.load() != 1) {
+  }
+  // The spinner calls ent_sub without pause: a sample may find it inside
+  // the window (or handling the int3 there), which defers the conversion to
+  // the next attach. A few attaches convert it.
+  EntryCounter c(addr(ent_sub));
+  {
+    uprobe::Attachment a(vaddr(ent_sub), c);
+    std::vector<std::unique_ptr<EntryCounter>> more;
+    std::vector<uprobe::Attachment> extra;
+    for (int i = 0; i < 8 && uprobe::probe_info(a.probe()).mode != "optimized-entry"; ++i) {
+      more.push_back(std::make_unique<EntryCounter>(addr(ent_sub)));
+      extra.emplace_back(vaddr(ent_sub), *more.back());
+    }
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+    const std::uint64_t h = c.hits.load();
+    while (c.hits.load() < h + 1000) {
+    }
+  }
+  phase.store(2);
+  spinner.join();
+  EXPECT_EQ(wrong.load(), 0u) << "a wrong result while the entry was converted under a running caller";
+  // Only real-time signals without a handler of the program.
+  cfg.sample_signal = SIGUSR1;
+  EXPECT_THROW(uprobe::configure(cfg), std::invalid_argument);
+  EXPECT_EQ(uprobe::configuration().sample_signal, SIGRTMAX);
 }
 
 /// A thread stopped inside the window (on a load that userfaultfd holds at

@@ -1,36 +1,21 @@
 // SPDX-License-Identifier: MIT
 #include "opt_common.hpp"
 
+#include "proc_text.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace opttest {
 
 std::vector<Mapping> read_maps() {
   std::vector<Mapping> out;
-  std::ifstream in("/proc/self/maps");
-  std::string line;
-  while (std::getline(in, line)) {
-    Mapping m;
-    char perms[8] = {};
-    unsigned long long start = 0, end = 0, off = 0;
-    int pos = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s%n", &start, &end, perms, &off, &pos) < 4) continue;
-    m.start = start;
-    m.end = end;
-    m.perms = perms;
-    m.offset = off;
-    std::string rest = line.substr(static_cast<std::size_t>(pos));
-    rest.erase(0, rest.find_first_not_of(' '));
-    m.path = rest;
-    m.line = line;
-    out.push_back(m);
-  }
+  for (const uprobe_test::MapLine& l : uprobe_test::read_maps())
+    out.push_back(Mapping{l.start, l.end, l.perms, l.offset, l.path, l.line});
   return out;
 }
 
@@ -40,12 +25,7 @@ std::optional<Mapping> mapping_of(std::uint64_t addr) {
   return std::nullopt;
 }
 
-std::vector<std::string> rwx_mappings() {
-  std::vector<std::string> out;
-  for (const Mapping& m : read_maps())
-    if (m.perms.size() >= 3 && m.perms[1] == 'w' && m.perms[2] == 'x') out.push_back(m.line);
-  return out;
-}
+std::vector<std::string> rwx_mappings() { return uprobe_test::rwx_mappings(); }
 
 std::vector<std::uint8_t> mem(const void* addr, std::size_t len) {
   const volatile std::uint8_t* p = static_cast<const volatile std::uint8_t*>(addr);

@@ -3,7 +3,9 @@
 // functions placed on one page (some starting with a nop5, one with a
 // `jmp rel32`, some with 0xE9/0xCC/nop5 bytes inside immediates), checking
 // every result; 2 threads attach and detach probes at random instruction
-// starts of those functions and switch Config::optimize on and off. 3 s.
+// starts of those functions (entries become optimized-entry probes when
+// their window allows: the running callers are observed through
+// Config::sample_signal = SIGRTMAX) and switch Config::optimize on and off. 3 s.
 // Afterwards every code byte of the page equals the file's byte and the page
 // is r-x again (and no mapping is writable and executable).
 
@@ -89,7 +91,7 @@ TEST(C10, StormOnSharedPage) {
   std::atomic<std::uint64_t> calls{0}, wrong{0};
   std::mutex first_mu;
   std::string first_wrong, first_error;
-  std::atomic<std::uint64_t> errors{0}, attaches{0}, detaches{0}, toggles{0};
+  std::atomic<std::uint64_t> errors{0}, attaches{0}, detaches{0}, toggles{0}, entry_optimized{0};
 
   auto caller = [&](std::uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -133,6 +135,7 @@ TEST(C10, StormOnSharedPage) {
         } else {
           att[i] = uprobe::register_uprobe(where, consumers[static_cast<std::size_t>(id)][i]);
           attaches.fetch_add(1);
+          if (uprobe::probe_info(att[i]).mode == "optimized-entry") entry_optimized.fetch_add(1);
         }
       } catch (const std::exception& e) {
         if (errors.fetch_add(1) == 0) {
@@ -150,6 +153,12 @@ TEST(C10, StormOnSharedPage) {
       if (att[i]) uprobe::unregister_uprobe(att[i], consumers[static_cast<std::size_t>(id)][i]);
   };
 
+  ConfigGuard guard;
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.sample_signal = SIGRTMAX;
+    uprobe::configure(cfg);
+  }
   const uprobe::Stats s0 = uprobe::stats();
   std::vector<std::thread> threads;
   for (int i = 0; i < kCallers; ++i) threads.emplace_back(caller, 77 + static_cast<std::uint64_t>(i));
@@ -165,6 +174,7 @@ TEST(C10, StormOnSharedPage) {
       hits += c.hits.load();
       bad_ip += c.bad_ip.load();
     }
+  std::printf("[ info ] %llu attaches ended optimized-entry\n", static_cast<unsigned long long>(entry_optimized.load()));
   std::printf("[ info ] %llu calls, %llu attaches, %llu detaches, %llu optimize toggles, %llu hits (%llu optimized)\n",
               static_cast<unsigned long long>(calls.load()), static_cast<unsigned long long>(attaches.load()),
               static_cast<unsigned long long>(detaches.load()), static_cast<unsigned long long>(toggles.load()),
@@ -173,6 +183,7 @@ TEST(C10, StormOnSharedPage) {
   EXPECT_EQ(errors.load(), 0u) << "first: " << first_error;
   EXPECT_EQ(bad_ip, 0u);
   EXPECT_GT(attaches.load(), 100u);
+  EXPECT_GT(entry_optimized.load(), 0u) << "no entry was optimized during the storm";
   EXPECT_GT(d.optimized, 0u) << stats_str(d);
   EXPECT_GT(d.emulated + d.out_of_line, 0u) << stats_str(d);
 

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: MIT
+// Signals: a SIGUSR1 handler running on a sigaltstack calls return-probed
+// code (and is raised from inside a return-probed function) 1000 times while
+// the main thread attaches and detaches the probes window by window; every
+// hit of an attached window is counted exactly, none of a detached one, and
+// the raising thread's sigaltstack and signal mask are unchanged afterwards.
+// The program's own SIGTRAP handler installed after the library started, from
+// another thread while probes are hit: probes of both kinds (with return
+// probes) keep working, foreign int3s reach the program's handler exactly
+// once each, sigaction() reports the program's handler, and SA_RESETHAND
+// makes the second foreign trap fatal exactly as without the library.
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "life_common.hpp"
+
+using namespace lifetest;
+
+namespace {
+
+class Signals : public ::testing::TestWithParam<Kind> {
+ protected:
+  ConfigGuard guard;
+  void SetUp() override { use_kind(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Kinds, Signals, ::testing::Values(Kind::int3, Kind::optimized),
+                         [](const auto& info) { return std::string(kind_name(info.param)); });
+
+// ------------------------------------------------- SIGUSR1 on sigaltstack ----
+
+std::atomic<std::uint64_t> g_usr1_calls{0}, g_usr1_wrong{0}, g_usr1_on_alt{0};
+std::uintptr_t g_alt_lo = 0, g_alt_hi = 0;
+
+void on_usr1(int) {
+  const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  if (here >= g_alt_lo && here < g_alt_hi) g_usr1_on_alt.fetch_add(1);
+  const std::uint64_t n = g_usr1_calls.fetch_add(1);
+  if (lf_add(n, 3) != n + 3) g_usr1_wrong.fetch_add(1);
+}
+
+long raise_body(long a) {
+  raise(SIGUSR1);
+  return a + 1;
+}
+
+enum : int { kIdle = 0, kGo = 1, kDone = 2, kStop = 3 };
+
+struct Storm {
+  std::atomic<int> state{kIdle};
+  std::atomic<bool> attached_window{false};
+  std::uint64_t raises = 0, attached_raises = 0, attached_outer = 0, wrong = 0;
+  int alt_changed = 0, mask_changed = 0;
+};
+
+void raiser(Storm* s, void* alt, std::size_t alt_size) {
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = alt_size;
+  if (sigaltstack(&ss, nullptr) != 0) {
+    s->wrong += 1000000;
+    return;
+  }
+  // The thread's mask: SIGUSR2 blocked, so a change is visible.
+  sigset_t m;
+  sigemptyset(&m);
+  sigaddset(&m, SIGUSR2);
+  pthread_sigmask(SIG_SETMASK, &m, nullptr);
+  stack_t ss0;
+  sigaltstack(nullptr, &ss0);
+  sigset_t m0;
+  pthread_sigmask(SIG_SETMASK, nullptr, &m0);
+  g_outer_body = raise_body;
+  for (;;) {
+    int st;
+    while ((st = s->state.load()) == kIdle || st == kDone) std::this_thread::yield();
+    if (st == kStop) break;
+    const bool attached = s->attached_window.load();
+    // 50 raises per window: 25 directly, 25 from inside lf_outer (a return
+    // pending on the thread's stack while the handler runs on the altstack).
+    for (int i = 0; i < 50; ++i) {
+      if (i & 1) {
+        if (lf_outer(i) != i + 1) ++s->wrong;
+        if (attached) ++s->attached_outer;
+      } else {
+        raise(SIGUSR1);
+      }
+      ++s->raises;
+      if (attached) ++s->attached_raises;
+    }
+    stack_t ss1;
+    sigaltstack(nullptr, &ss1);
+    if (ss1.ss_sp != ss0.ss_sp || ss1.ss_size != ss0.ss_size || ss1.ss_flags != ss0.ss_flags) ++s->alt_changed;
+    sigset_t m1;
+    pthread_sigmask(SIG_SETMASK, nullptr, &m1);
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (sigismember(&m0, sig) != sigismember(&m1, sig)) {
+        ++s->mask_changed;
+        break;
+      }
+    if (uprobe::return_stack_depth() != 0) ++s->wrong;
+    s->state.store(kDone);
+  }
+  g_outer_body = nullptr;
+  ss.ss_flags = SS_DISABLE;
+  sigaltstack(&ss, nullptr);
+}
+
+TEST_P(Signals, SigaltstackHandlerWhileAttachDetach) {
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  const std::size_t kAlt = 256 << 10;
+  void* alt = ::mmap(nullptr, kAlt, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(alt, MAP_FAILED);
+  g_alt_lo = reinterpret_cast<std::uintptr_t>(alt);
+  g_alt_hi = g_alt_lo + kAlt;
+  g_usr1_calls = 0;
+  g_usr1_on_alt = 0;
+  g_usr1_wrong = 0;
+  Session add, outer;
+  add.adds = true;
+  Storm s;
+  std::thread t(raiser, &s, alt, kAlt);
+  const uprobe::Stats s0 = uprobe::stats();
+  for (int w = 0; w < 20; ++w) {  // 20 windows x 50 raises = 1000
+    uprobe::Attachment aa, ao;
+    const bool attach = (w % 2) == 0;
+    if (attach) {
+      aa = uprobe::Attachment(vaddr(lf_add), add);
+      ao = uprobe::Attachment(vaddr(lf_outer), outer);
+      ASSERT_EQ(uprobe::probe_info(aa.probe()).mode, kind_mode(GetParam()));
+    }
+    s.attached_window = attach;
+    s.state.store(kGo);
+    while (s.state.load() != kDone) std::this_thread::yield();
+    aa.detach();
+    ao.detach();
+  }
+  s.state.store(kStop);
+  t.join();
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  sigaction(SIGUSR1, &old, nullptr);
+  ::munmap(alt, kAlt);
+  EXPECT_EQ(s.raises, 1000u);
+  EXPECT_EQ(s.attached_raises, 500u);
+  EXPECT_EQ(g_usr1_calls.load(), 1000u);
+  EXPECT_EQ(g_usr1_on_alt.load(), 1000u) << "the handler ran on the sigaltstack";
+  EXPECT_EQ(g_usr1_wrong.load(), 0u);
+  EXPECT_EQ(s.wrong, 0u);
+  EXPECT_EQ(add.entries.load(), s.attached_raises) << "one hit per handler run in an attached window";
+  EXPECT_EQ(add.rets.load(), s.attached_raises);
+  EXPECT_EQ(add.bad.load(), 0u);
+  EXPECT_EQ(outer.entries.load(), s.attached_outer);
+  EXPECT_EQ(outer.rets.load(), s.attached_outer);
+  EXPECT_EQ(outer.bad.load(), 0u);
+  EXPECT_EQ(d.hits, s.attached_raises + s.attached_outer) << stats_str(d);
+  EXPECT_EQ(d.return_hits, s.attached_raises + s.attached_outer) << stats_str(d);
+  EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
+  EXPECT_EQ(s.alt_changed, 0) << "the thread's sigaltstack changed";
+  EXPECT_EQ(s.mask_changed, 0) << "the thread's signal mask changed";
+}
+
+// ------------------------------------------ a signal inside a handler ----
+
+std::atomic<std::uint64_t> g_nested_wrong{0}, g_nested_runs{0};
+
+void on_usr2(int) {
+  g_nested_runs.fetch_add(1);
+  // A probed call while the interrupted consumer handler is still running on
+  // this thread: not reported (recursion guard), but it runs right.
+  if (lf_add(40, 2) != 42) g_nested_wrong.fetch_add(1);
+  if (lf_outer(1) != 1001) g_nested_wrong.fetch_add(1);
+}
+
+/// A consumer whose entry handler raises SIGUSR2 (a system call is fine in
+/// a handler); the signal handler calls the probed functions.
+struct Raiser : uprobe::Consumer {
+  Raiser() : uprobe::Consumer(uprobe::Callbacks::entry_and_ret) {}
+  std::atomic<std::uint64_t> entries{0}, rets{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    entries.fetch_add(1);
+    raise(SIGUSR2);
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    rets.fetch_add(1);
+    raise(SIGUSR2);
+  }
+};
+
+TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  g_nested_runs = 0;
+  g_nested_wrong = 0;
+  Raiser r;
+  Session outer;
+  uprobe::Attachment a(vaddr(lf_add), r), b(vaddr(lf_outer), outer);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+  const uprobe::Stats s0 = uprobe::stats();
+  for (std::uint64_t i = 0; i < 200; ++i) ASSERT_EQ(lf_add(i, 1), i + 1);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(r.entries.load(), 200u);
+  EXPECT_EQ(r.rets.load(), 200u);
+  EXPECT_EQ(g_nested_runs.load(), 400u) << "one signal per entry and per return";
+  EXPECT_EQ(g_nested_wrong.load(), 0u);
+  EXPECT_EQ(outer.entries.load(), 0u) << "hits inside a handler are not reported";
+  EXPECT_EQ(d.hits, 200u + 800u) << "each nested call is a hit counted as a recursion miss: " << stats_str(d);
+  EXPECT_EQ(d.recursion_misses, 800u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, 200u) << stats_str(d);
+  EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
+// ------------------------------------------- the program's SIGTRAP handler ----
+
+std::atomic<std::uint64_t> g_prog_calls{0}, g_prog_bad{0};
+
+void prog_trap(int sig, siginfo_t* si, void* ctx) {
+  g_prog_calls.fetch_add(1);
+  const auto* uc = static_cast<const ucontext_t*>(ctx);
+  if (sig != SIGTRAP || si->si_code != SI_KERNEL ||
+      uc->uc_mcontext.gregs[REG_RIP] != static_cast<greg_t>(addr(lf_int3) + 1))
+    g_prog_bad.fetch_add(1);
+}
+
+/// In a child: probes (entry + return) hit by a worker thread; another
+/// thread installs the program's SIGTRAP handler meanwhile; then foreign
+/// int3s from two threads while the probes keep being hit.
+void handler_after_start(ChildReport& r) {
+  static Session add, outer;
+  add.adds = true;
+  uprobe::Attachment aa(vaddr(lf_add), add), ao(vaddr(lf_outer), outer);
+  r.v[0] = uprobe::probe_info(aa.probe()).mode == (uprobe::configuration().optimize ? "optimized-nop5" : "int3");
+  std::atomic<bool> stop{false}, installed{false};
+  std::atomic<std::uint64_t> calls{0}, wrong{0}, foreign{0};
+  std::thread worker([&] {
+    for (std::uint64_t i = 0; !stop.load() || calls.load() < 20000; ++i) {
+      wrong += lf_add(i, 2) != i + 2;
+      wrong += lf_outer(static_cast<long>(i)) != static_cast<long>(i) + 1000;
+      calls += 1;
+      if (installed.load() && (i % 10) == 0) {
+        wrong += lf_int3() != 0x77;
+        foreign += 1;
+      }
+    }
+  });
+  std::thread installer([&] {
+    ::usleep(2000);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = prog_trap;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTRAP, &sa, nullptr);
+    installed = true;
+  });
+  installer.join();
+  for (int i = 0; i < 100; ++i) wrong += lf_int3() != 0x77;
+  while (foreign.load() < 10) std::this_thread::yield();  // the worker's own foreign traps
+  stop = true;
+  worker.join();
+  struct sigaction cur;
+  ::sigaction(SIGTRAP, nullptr, &cur);
+  r.v[1] = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == prog_trap;
+  r.v[2] = calls.load();
+  r.v[3] = wrong.load();
+  r.v[4] = add.entries.load();
+  r.v[5] = add.rets.load();
+  r.v[6] = outer.entries.load();
+  r.v[7] = outer.rets.load();
+  r.v[8] = add.bad.load() + outer.bad.load();
+  r.v[9] = g_prog_calls.load();
+  r.v[10] = g_prog_bad.load();
+  r.v[11] = foreign.load() + 100;  // foreign int3s after the program's handler was installed
+}
+
+TEST_P(Signals, ProgramSigtrapHandlerInstalledWhileProbesAreHit) {
+  ChildReport r;
+  bool got = false;
+  const int st = in_child(handler_after_start, r, got);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << r.msg;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(r.v[0], 1u) << "probe mode";
+  EXPECT_EQ(r.v[1], 1u) << "sigaction() reports the program's handler";
+  EXPECT_EQ(r.v[3], 0u) << "wrong results (lf_int3 returns 0x77 after the program's handler)";
+  EXPECT_EQ(r.v[4], r.v[2]) << "every probed call counted";
+  EXPECT_EQ(r.v[5], r.v[2]);
+  EXPECT_EQ(r.v[6], r.v[2]);
+  EXPECT_EQ(r.v[7], r.v[2]);
+  EXPECT_EQ(r.v[8], 0u);
+  EXPECT_GE(r.v[11], 110u);
+  EXPECT_EQ(r.v[9], r.v[11]) << "the program's handler ran exactly once per foreign int3";
+  EXPECT_EQ(r.v[10], 0u) << "the program's handler saw a wrong signo/si_code/rip";
+}
+
+/// SA_RESETHAND: the first foreign int3 runs the program's handler, which
+/// resets to SIG_DFL; the second kills the process by SIGTRAP, as without
+/// the library. Probes keep working in between.
+TEST_P(Signals, ProgramSigtrapHandlerResetHand) {
+  ChildReport r;
+  bool got = false;
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(p[0]);
+    static Session add;
+    add.adds = true;
+    uprobe::Attachment aa(vaddr(lf_add), add);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = prog_trap;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTRAP, &sa, nullptr);
+    ChildReport c;
+    c.v[0] = lf_int3();
+    for (std::uint64_t i = 0; i < 10; ++i) c.v[1] += lf_add(i, 1) != i + 1;
+    c.v[2] = add.rets.load();
+    c.v[3] = g_prog_calls.load();
+    struct sigaction cur;
+    ::sigaction(SIGTRAP, nullptr, &cur);
+    c.v[4] = cur.sa_handler == SIG_DFL;
+    write_all(p[1], &c, sizeof c);
+    lf_int3();  // fatal
+    c.v[5] = 1;
+    write_all(p[1], &c, sizeof c);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  got = read_all(p[0], &r, sizeof r) == sizeof r;
+  ChildReport extra;
+  const bool second = read_all(p[0], &extra, sizeof extra) == sizeof extra;
+  ::close(p[0]);
+  const int st = wait_child(pid, 60);
+  ASSERT_TRUE(got);
+  EXPECT_FALSE(second) << "the child survived its second foreign int3";
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTRAP) << status_str(st);
+  EXPECT_EQ(r.v[0], 0x77u);
+  EXPECT_EQ(r.v[1], 0u);
+  EXPECT_EQ(r.v[2], 10u);
+  EXPECT_EQ(r.v[3], 1u) << "the program's handler ran once";
+  EXPECT_EQ(r.v[4], 1u) << "SA_RESETHAND left SIG_DFL";
+}
+
+}  // namespace

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: MIT
+// A program single-stepping itself: it sets TF with pushf/popf and counts the
+// single-step traps in its own SIGTRAP handler (installed after the library
+// started, so libuprobe forwards them). Across a region holding probes (a
+// nop5 site, int3 or optimized; an out-of-line instruction; an emulated push;
+// a call to a function with a probed nop5 entry) it must see exactly the
+// traps, at exactly the addresses, it sees without the probes: the probed
+// instructions single-step as one instruction each, as with the kernel's
+// uprobes. A probed `pushf; pop %rax` (probe on the pushf, or on the nop5
+// before it) reads TF == 0 when not stepping and the same flags as without
+// the probe when stepping.
+
+#include <signal.h>
+#include <ucontext.h>
+
+#include <cstring>
+#include <vector>
+
+#include "life_common.hpp"
+
+using namespace lifetest;
+
+namespace {
+
+constexpr std::uint64_t kTF = 0x100;
+constexpr int kMaxSteps = 256;
+
+struct StepLog {
+  std::atomic<int> n{0};
+  std::uint64_t rip[kMaxSteps];
+  std::atomic<int> bad_code{0};
+};
+StepLog g_log;
+
+/// The program's SIGTRAP handler: one call per single-step trap.
+void on_step(int sig, siginfo_t* si, void* ctx) {
+  const auto* uc = static_cast<const ucontext_t*>(ctx);
+  const int i = g_log.n.fetch_add(1);
+  if (i < kMaxSteps) g_log.rip[i] = static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  if (sig != SIGTRAP || si->si_code != TRAP_TRACE) g_log.bad_code.fetch_add(1);
+}
+
+/// Installs the program's handler for the test's lifetime (after the
+/// library started: a probe was registered and removed first).
+struct ProgramHandler {
+  struct sigaction old {};
+  ProgramHandler() {
+    Counter c;
+    uprobe::Attachment start(vaddr(lf_mul), c);  // the runtime owns SIGTRAP from here on
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_step;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    EXPECT_EQ(sigaction(SIGTRAP, &sa, &old), 0);
+  }
+  ~ProgramHandler() { sigaction(SIGTRAP, &old, nullptr); }
+};
+
+std::vector<std::uint64_t> take_log() {
+  const int n = g_log.n.load();
+  std::vector<std::uint64_t> v(g_log.rip, g_log.rip + (n < kMaxSteps ? n : kMaxSteps));
+  g_log.n = 0;
+  return v;
+}
+
+std::string render(const std::vector<std::uint64_t>& v) {
+  std::string s;
+  char b[32];
+  const auto base = addr(lf_step_run);
+  for (std::uint64_t ip : v) {
+    if (ip >= base && ip < base + 0x40)
+      std::snprintf(b, sizeof b, " run+%llu", static_cast<unsigned long long>(ip - base));
+    else if (ip >= addr(lf_step_ret) && ip < addr(lf_step_ret) + 0x20)
+      std::snprintf(b, sizeof b, " ret+%llu", static_cast<unsigned long long>(ip - addr(lf_step_ret)));
+    else if (ip >= addr(lf_win) && ip < addr(lf_win) + 0x10)
+      std::snprintf(b, sizeof b, " win+%llu", static_cast<unsigned long long>(ip - addr(lf_win)));
+    else if (ip >= addr(lf_step_win) && ip < addr(lf_step_win) + 0x20)
+      std::snprintf(b, sizeof b, " stepwin+%llu", static_cast<unsigned long long>(ip - addr(lf_step_win)));
+    else if (ip >= addr(lf_add) && ip < addr(lf_add) + 0x10)
+      std::snprintf(b, sizeof b, " add+%llu", static_cast<unsigned long long>(ip - addr(lf_add)));
+    else if (ip >= addr(lf_step_callee) && ip < addr(lf_step_callee) + 0x20)
+      std::snprintf(b, sizeof b, " callee+%llu", static_cast<unsigned long long>(ip - addr(lf_step_callee)));
+    else
+      std::snprintf(b, sizeof b, " %#llx", static_cast<unsigned long long>(ip));
+    s += b;
+  }
+  return s;
+}
+
+struct Baseline {
+  std::vector<std::uint64_t> steps;
+  std::uint64_t result = 0;
+};
+
+Baseline baseline() {
+  Baseline b;
+  g_log.n = 0;
+  b.result = lf_step_run(5, 7);
+  b.steps = take_log();
+  return b;
+}
+
+void check_region(Kind kind, uprobe::XolMode xol) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const Baseline base = baseline();
+  // (5 + 7) * 3 + (5 + 1) = 42; the region is 14 instructions (3 in the
+  // callee) plus the popfq that clears TF: 15 traps without any probe.
+  ASSERT_EQ(base.result, 42u);
+  ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
+  ASSERT_EQ(g_log.bad_code.load(), 0);
+  use_kind(kind);
+  uprobe::Config c = uprobe::configuration();
+  c.xol = xol;
+  uprobe::configure(c);
+  Counter nop5, xolc, push, callee;
+  uprobe::Attachment a(at(lf_step_run, lf_step_nop5_site), nop5), b(at(lf_step_run, lf_step_xol_site), xolc),
+      p(at(lf_step_run, lf_step_push_site), push), e(vaddr(lf_step_callee), callee);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(kind));
+  ASSERT_EQ(uprobe::probe_info(e.probe()).mode, kind_mode(kind));
+  ASSERT_EQ(uprobe::probe_info(b.probe()).mode, "int3");
+  ASSERT_FALSE(uprobe::probe_info(b.probe()).emulated) << "the imul runs out of line";
+  ASSERT_TRUE(uprobe::probe_info(p.probe()).emulated) << "the push is emulated";
+  const uprobe::Stats s0 = uprobe::stats();
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    g_log.n = 0;
+    const std::uint64_t r = lf_step_run(5, 7);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(r, base.result);
+    EXPECT_EQ(render(steps), render(base.steps)) << "single-step traps seen by the program";
+    EXPECT_EQ(steps.size(), base.steps.size());
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(nop5.hits.load(), 3u);
+  EXPECT_EQ(xolc.hits.load(), 3u);
+  EXPECT_EQ(push.hits.load(), 3u);
+  EXPECT_EQ(callee.hits.load(), 3u);
+  EXPECT_EQ(d.hits, 12u) << stats_str(d);
+  EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
+  // Not stepping any more: the probes still work and nothing traps.
+  g_log.n = 0;
+  Counter plain;
+  {
+    uprobe::Attachment pa(vaddr(lf_add), plain);
+    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(lf_add(i, 2), i + 2);
+  }
+  EXPECT_EQ(plain.hits.load(), 10u);
+  EXPECT_EQ(g_log.n.load(), 0) << "a trap reached the program while it was not stepping";
+}
+
+TEST(Step, RegionWithInt3Probes) { check_region(Kind::int3, uprobe::XolMode::jump_back); }
+TEST(Step, RegionWithOptimizedProbes) { check_region(Kind::optimized, uprobe::XolMode::jump_back); }
+TEST(Step, RegionWithInt3ProbesSingleStepXol) { check_region(Kind::int3, uprobe::XolMode::single_step); }
+
+/// Stepping across a call to a function with an entry+return probe: the
+/// return goes through the return trampoline, which must not be stepped
+/// through either: the program sees the `ret` step land at the real return
+/// address, as without the probe.
+void check_return(Kind kind) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  g_log.n = 0;
+  ASSERT_EQ(lf_step_ret(20, 21), 42u);
+  const std::vector<std::uint64_t> base = take_log();
+  ASSERT_EQ(base.size(), 8u) << render(base);  // call, nop5, lea, ret, add, pushfq, andq, popfq
+  use_kind(kind);
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_add), s);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(kind));
+  const uprobe::Stats s0 = uprobe::stats();
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_ret(20, 21), 42u);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(base)) << "round " << round;
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(s.entries.load(), 3u);
+  EXPECT_EQ(s.rets.load(), 3u);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(d.return_hits, 3u) << stats_str(d);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+}
+
+TEST(Step, ReturnProbeInt3) { check_return(Kind::int3); }
+TEST(Step, ReturnProbeOptimized) { check_return(Kind::optimized); }
+
+/// Probes on the popfq that sets TF and on the one that clears it (int3: a
+/// 1-byte instruction): the program's steps are the same as without them.
+void check_popf(uprobe::XolMode xol) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const Baseline base = baseline();
+  ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
+  uprobe::Config c = uprobe::configuration();
+  c.xol = xol;
+  uprobe::configure(c);
+  Counter on, off;
+  uprobe::Attachment a(at(lf_step_run, lf_step_on_popf_site), on), b(at(lf_step_run, lf_step_off_popf_site), off);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_run(5, 7), base.result);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(base.steps)) << "round " << round;
+  }
+  EXPECT_EQ(on.hits.load(), 3u);
+  EXPECT_EQ(off.hits.load(), 3u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+  g_log.n = 0;
+  EXPECT_EQ(lf_add(2, 3), 5u);
+  EXPECT_EQ(g_log.n.load(), 0) << "TF stayed set after the region";
+}
+
+TEST(Step, ProbesOnThePopfs) { check_popf(uprobe::XolMode::jump_back); }
+TEST(Step, ProbesOnThePopfsSingleStepXol) { check_popf(uprobe::XolMode::single_step); }
+
+/// Stepping across a function-entry probe with a real prologue. On int3
+/// (Config::optimize off) every instruction steps at its own address, as
+/// without the probe. Optimized, the jump displaced push/mov/add into a
+/// window slot: the probe runs in the SIGTRAP handler and the window steps
+/// as one instruction (the program sees the step after it, at lf_win+7, and
+/// none at lf_win+1 or lf_win+4; never an address in our slots or stubs).
+void check_window(bool optimized) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  g_log.n = 0;
+  ASSERT_EQ(lf_step_win(20, 21), 42u);
+  const std::vector<std::uint64_t> base = take_log();
+  const std::uint64_t w = addr(lf_win);
+  std::vector<std::uint64_t> want;
+  for (std::uint64_t ip : base)
+    if (!optimized || (ip != w + 1 && ip != w + 4)) want.push_back(ip);
+  ASSERT_EQ(base.size(), 10u);  // call, push, mov, add, pop, ret, add, pushfq, andq, popfq
+  ASSERT_EQ(want.size(), optimized ? 8u : 10u);
+  use_kind(optimized ? Kind::optimized : Kind::int3);
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_win), s);
+  const std::string mode = uprobe::probe_info(a.probe()).mode;
+  if (optimized && mode != "optimized-entry") GTEST_SKIP() << "entry not optimized here: " << mode;
+  ASSERT_EQ(mode, optimized ? "optimized-entry" : "int3");
+  for (int round = 0; round < 3; ++round) {
+    g_log.n = 0;
+    EXPECT_EQ(lf_step_win(20, 21), 42u);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(render(steps), render(want)) << "round " << round;
+  }
+  EXPECT_EQ(s.entries.load(), 3u);
+  EXPECT_EQ(s.rets.load(), 3u);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+  g_log.n = 0;
+  EXPECT_EQ(lf_win(1, 2), 3u);
+  EXPECT_EQ(g_log.n.load(), 0);
+}
+
+TEST(Step, EntryWindowInt3) { check_window(false); }
+TEST(Step, EntryWindowOptimized) { check_window(true); }
+
+// --------------------------------------------------------------- pushf ----
+
+void check_pushf(Kind kind, bool on_pushf, uprobe::XolMode xol) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  // Baselines without probes.
+  ASSERT_EQ(lf_pushf() & kTF, 0u);
+  g_log.n = 0;
+  const std::uint64_t stepped = lf_step_pushf();
+  const std::vector<std::uint64_t> base_steps = take_log();
+  ASSERT_EQ(stepped & kTF, kTF) << "pushf while stepping reads TF set";
+  use_kind(kind);
+  uprobe::Config c = uprobe::configuration();
+  c.xol = xol;
+  uprobe::configure(c);
+  Counter cnt;
+  uprobe::Attachment a(on_pushf ? at(lf_pushf, lf_pushf_site) : vaddr(lf_pushf), cnt);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, on_pushf ? "int3" : kind_mode(kind));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(lf_pushf() & kTF, 0u) << "TF leaked into the program's pushf, call " << i;
+  g_log.n = 0;
+  const std::uint64_t stepped_probed = lf_step_pushf();
+  const std::vector<std::uint64_t> steps = take_log();
+  EXPECT_EQ(stepped_probed & 0xdd5, stepped & 0xdd5) << "flags pushed while stepping";
+  EXPECT_EQ(render(steps), render(base_steps));
+  EXPECT_EQ(cnt.hits.load(), 101u);
+  EXPECT_EQ(g_log.bad_code.load(), 0);
+}
+
+TEST(Pushf, ProbeOnPushfReadsNoTF) { check_pushf(Kind::int3, true, uprobe::XolMode::jump_back); }
+TEST(Pushf, ProbeOnPushfReadsNoTFSingleStepXol) { check_pushf(Kind::int3, true, uprobe::XolMode::single_step); }
+TEST(Pushf, Int3ProbeBeforePushf) { check_pushf(Kind::int3, false, uprobe::XolMode::jump_back); }
+TEST(Pushf, OptimizedProbeBeforePushf) { check_pushf(Kind::optimized, false, uprobe::XolMode::jump_back); }
+
+}  // namespace

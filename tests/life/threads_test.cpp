@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+// Threads and attach: threads created before the attach and threads created
+// after it, each counting its own calls, with exact hit counts for the
+// attached window; a thread leaving through pthread_cancel (deferred, at a
+// cancellation point; and asynchronous, in a busy loop) from inside a
+// function whose return probe is armed: the process keeps working, the
+// canceled thread's cleanup handlers and its caller's destructors run (the
+// forced unwind goes past the hijacked return address), its return instance
+// is dropped (Stats), no instance leaks, other threads' probes stay right.
+// The same for pthread_exit() inside the function. Int3 and optimized.
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "life_common.hpp"
+
+using namespace lifetest;
+
+namespace {
+
+class Threads : public ::testing::TestWithParam<Kind> {
+ protected:
+  ConfigGuard guard;
+  void SetUp() override { use_kind(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Kinds, Threads, ::testing::Values(Kind::int3, Kind::optimized),
+                         [](const auto& info) { return std::string(kind_name(info.param)); });
+
+/// A reusable barrier for `n` threads (std::barrier needs C++20 <barrier>;
+/// pthread_barrier is simplest here).
+struct Barrier {
+  pthread_barrier_t b;
+  explicit Barrier(unsigned n) { pthread_barrier_init(&b, nullptr, n); }
+  ~Barrier() { pthread_barrier_destroy(&b); }
+  void wait() { pthread_barrier_wait(&b); }
+};
+
+TEST_P(Threads, CreatedBeforeAndAfterAttach) {
+  constexpr int kEarly = 3, kLate = 3, kCalls = 1000;
+  Session s;
+  s.adds = true;
+  // Phases (the main thread takes part in every barrier):
+  // 1. early threads call kCalls times unprobed; 2. main attaches;
+  // 3. early threads call kCalls times probed, late threads are created and do
+  // the same; 4. main detaches; 5. everyone calls kCalls times unprobed.
+  Barrier b1(kEarly + 1), b2(kEarly + kLate + 1), b3(kEarly + kLate + 1);
+  std::atomic<std::uint64_t> wrong{0};
+  auto body = [&](std::uint64_t id, bool early) {
+    if (early) {
+      for (std::uint64_t i = 0; i < kCalls; ++i) wrong += lf_add(i, id) != i + id;
+      b1.wait();
+    }
+    b2.wait();
+    for (std::uint64_t i = 0; i < kCalls; ++i) wrong += lf_add(i, id) != i + id;
+    if (uprobe::return_stack_depth() != 0) wrong += 1000000;
+    b3.wait();
+    b3.wait();  // main detached
+    for (std::uint64_t i = 0; i < kCalls; ++i) wrong += lf_add(i, id) != i + id;
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kEarly; ++i) ts.emplace_back(body, i + 1, true);
+  b1.wait();
+  const uprobe::Stats s0 = uprobe::stats();
+  uprobe::Attachment a(vaddr(lf_add), s);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+  for (int i = 0; i < kLate; ++i) ts.emplace_back(body, 100 + i, false);
+  b2.wait();
+  b3.wait();
+  a.detach();
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  b3.wait();
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(s.entries.load(), std::uint64_t(kEarly + kLate) * kCalls);
+  EXPECT_EQ(s.rets.load(), std::uint64_t(kEarly + kLate) * kCalls);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(d.hits, std::uint64_t(kEarly + kLate) * kCalls) << stats_str(d);
+  EXPECT_EQ(d.optimized, GetParam() == Kind::optimized ? d.hits : 0u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, std::uint64_t(kEarly + kLate) * kCalls) << stats_str(d);
+  EXPECT_EQ(d.return_misses + d.return_dropped, 0u) << stats_str(d);
+}
+
+// -------------------------------------------------------- pthread_cancel ----
+
+struct CancelCtx {
+  int fd = -1;                    // deferred: a pipe nobody writes
+  std::atomic<int> inside{0};     // the thread reached the body
+  std::atomic<int> cleanups{0};   // cleanup handlers that ran
+  std::atomic<int> dtors{0};      // destructors of the caller's frame that ran
+  std::atomic<int> after{0};      // code after the body (must not run)
+  int mode = 0;  // 0: deferred cancel, 1: asynchronous cancel, 2: pthread_exit
+};
+thread_local CancelCtx* t_cancel = nullptr;
+
+long cancel_body(long a) {
+  CancelCtx* c = t_cancel;
+  if (c->mode == 2) {
+    c->inside.fetch_add(1);
+    pthread_exit(nullptr);
+  }
+  if (c->mode == 1) {
+    pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, nullptr);
+    c->inside.fetch_add(1);
+    volatile long spin = 0;
+    for (;;) spin = spin + 1;
+  }
+  c->inside.fetch_add(1);
+  char ch;
+  ssize_t n = ::read(c->fd, &ch, 1);  // a cancellation point; blocks
+  return a + n;
+}
+
+void cleanup(void* p) { static_cast<CancelCtx*>(p)->cleanups.fetch_add(1); }
+
+struct Dtor {
+  CancelCtx* c;
+  ~Dtor() { c->dtors.fetch_add(1); }
+};
+
+__attribute__((noinline)) void cancel_caller(CancelCtx* c) {
+  Dtor d{c};
+  pthread_cleanup_push(cleanup, c);
+  g_outer_body = cancel_body;
+  long r = lf_outer(1);  // return probe armed; canceled inside
+  c->after.fetch_add(static_cast<int>(r) + 1);
+  pthread_cleanup_pop(0);
+}
+
+void* cancel_thread(void* p) {
+  auto* c = static_cast<CancelCtx*>(p);
+  t_cancel = c;
+  cancel_caller(c);
+  return nullptr;
+}
+
+void check_cancel(Kind kind, int mode) {
+  Session outer, add;
+  add.adds = true;
+  uprobe::Attachment ao(vaddr(lf_outer), outer), aa(vaddr(lf_add), add);
+  ASSERT_EQ(uprobe::probe_info(ao.probe()).mode, kind_mode(kind));
+  int pfd[2];
+  ASSERT_EQ(::pipe(pfd), 0);
+  const uprobe::Stats s0 = uprobe::stats();
+  constexpr int kThreads = 50;
+  int canceled = 0, inside = 0, cleanups = 0, dtors = 0, after = 0;
+  for (int i = 0; i < kThreads; ++i) {
+    CancelCtx c;
+    c.fd = pfd[0];
+    c.mode = mode;
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, nullptr, cancel_thread, &c), 0);
+    if (mode != 2) {
+      while (c.inside.load() == 0) std::this_thread::yield();
+      if (mode == 0) ::usleep(200);  // let it block in read()
+      ASSERT_EQ(pthread_cancel(t), 0);
+    }
+    void* res = reinterpret_cast<void*>(1);
+    ASSERT_EQ(pthread_join(t, &res), 0);
+    canceled += res == (mode == 2 ? nullptr : PTHREAD_CANCELED);
+    inside += c.inside.load();
+    cleanups += c.cleanups.load();
+    dtors += c.dtors.load();
+    after += c.after.load();
+    // Another thread's probes are fine meanwhile.
+    std::thread other([] {
+      for (std::uint64_t k = 0; k < 10; ++k) lf_add(k, 1);
+    });
+    other.join();
+  }
+  g_outer_body = nullptr;
+  ::close(pfd[0]);
+  ::close(pfd[1]);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(canceled, kThreads);
+  EXPECT_EQ(inside, kThreads);
+  EXPECT_EQ(after, 0) << "code after the canceled call ran";
+  EXPECT_EQ(cleanups, kThreads) << "pthread_cleanup_push handlers in the probed function's caller";
+  EXPECT_EQ(dtors, kThreads) << "destructors in the probed function's caller (forced unwind past the hijacked "
+                                "return address)";
+  EXPECT_EQ(outer.entries.load(), std::uint64_t(kThreads));
+  EXPECT_EQ(outer.rets.load(), 0u) << "a canceled (exited) invocation does not return";
+  EXPECT_EQ(d.return_dropped, std::uint64_t(kThreads)) << "each canceled thread's pending instance: " << stats_str(d);
+  EXPECT_EQ(d.return_misses, 0u) << stats_str(d);
+  EXPECT_EQ(add.entries.load(), 10u * kThreads);
+  EXPECT_EQ(add.rets.load(), 10u * kThreads);
+  EXPECT_EQ(add.bad.load(), 0u);
+  // This thread is unaffected and the pool did not leak: many more returns.
+  for (std::uint64_t k = 0; k < 5000; ++k) ASSERT_EQ(lf_outer(static_cast<long>(k)), static_cast<long>(k) + 1000);
+  EXPECT_EQ(outer.rets.load(), 5000u);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
+TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetParam(), 0); }
+TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
+TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
+
+}  // namespace

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT
+ * Probed fixtures of uprobe-storm (tests/stress). Each is
+ * `uint64_t fn(uint64_t x)`; its model is in storm.cpp (storm_model).
+ * Every function is .globl with .type/.size (the runtime's mid-instruction
+ * check reads the symbol table); `SITE fn, label, name` exports `name`, a
+ * .quad in .rodata holding `label - fn` (the probe offset).
+ */
+
+        .macro FUNC name
+        .text
+        .globl \name
+        .type \name, @function
+        .p2align 4
+\name:
+        .endm
+
+        .macro ENDF name
+        .size \name, . - \name
+        .endm
+
+        .macro SITE fn, label, name
+        .pushsection .rodata
+        .globl \name
+        .type \name, @object
+        .p2align 3
+\name:
+        .quad \label - \fn
+        .size \name, 8
+        .popsection
+        .endm
+
+/* 3x + 10. Entry `push %rbp` (emulated); `lea` (run out of line);
+ * `add sym(%rip)` (run out of line with the rip-relative fixup). */
+FUNC storm_mid
+        push %rbp
+        mov %rsp, %rbp
+.Lmid_lea:
+        lea 3(%rdi,%rdi,2), %rax
+.Lmid_rip:
+        add storm_mid_addend(%rip), %rax
+        pop %rbp
+        ret
+ENDF storm_mid
+SITE storm_mid, .Lmid_lea, storm_mid_lea_site
+SITE storm_mid, .Lmid_rip, storm_mid_rip_site
+
+/* x + 5, with a 5-byte nop between real instructions (an optimized site). */
+FUNC storm_nop5
+        mov %rdi, %rax
+.Lnop5:
+        .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+        add $5, %rax
+        ret
+ENDF storm_nop5
+SITE storm_nop5, .Lnop5, storm_nop5_site
+
+/* 7x, entry `push %rbx`. */
+FUNC storm_entry
+        push %rbx
+        mov %rdi, %rbx
+        imul $7, %rbx, %rbx
+        mov %rbx, %rax
+        pop %rbx
+        ret
+ENDF storm_entry
+
+/* x + 11, for return probes and sessions (entry `lea`, run out of line). */
+FUNC storm_ret
+        lea 11(%rdi), %rax
+        ret
+ENDF storm_ret
+
+        .section .rodata
+        .p2align 3
+        .globl storm_mid_addend
+        .type storm_mid_addend, @object
+storm_mid_addend:
+        .quad 7
+        .size storm_mid_addend, 8
+
+        .section .note.GNU-stack, "", @progbits
