@@ -47,6 +47,20 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
       break;
     }
     const cs_detail* d = insn->detail;
+    // An address taken inside the window (lea L(%rip) of a label there, for
+    // a computed goto or a hand-made jump table): an indirect jump may land
+    // in the middle of the jump.
+    for (std::uint8_t k = 0; k < d->x86.op_count; ++k) {
+      const cs_x86_op& op = d->x86.operands[k];
+      if (op.type != X86_OP_MEM || op.mem.base != X86_REG_RIP || op.mem.index != X86_REG_INVALID) continue;
+      const std::uint64_t target = at + static_cast<std::uint64_t>(op.mem.disp);
+      if (target > 0 && target < len) {
+        cs_close(&h);
+        return refuse(why, "the instruction at +" + hex(start) + " (" + insn->mnemonic + " " + insn->op_str +
+                               ") takes the address +" + hex(target) + ", inside the " + std::to_string(len) +
+                               " bytes the jump displaces (an indirect jump may land there)");
+      }
+    }
     bool branch = false, relative = false;
     for (std::uint8_t g = 0; g < d->groups_count; ++g) {
       branch = branch || d->groups[g] == CS_GRP_JUMP || d->groups[g] == CS_GRP_CALL;

@@ -153,6 +153,8 @@ void on_segv(int, siginfo_t* si, void*) {
 /// thread's interrupted context (the signal frame) resumes at brk_load+1.
 /// Attaching an entry probe must not displace bytes the thread will resume
 /// in: when the handler returns, the thread must load 41.
+/// DISABLED: open bug (the entry is optimized and the thread resumes in the
+/// middle of the jump: SIGSEGV). Run with --gtest_also_run_disabled_tests.
 TEST(EntryBreak, DISABLED_SignalHandlerBlockedWhileItsThreadIsInsideTheWindow) {
   const std::string r = in_child([]() -> std::string {
     g_fault_page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -202,6 +204,7 @@ std::string probe_and_call(const void* fn, const std::function<std::uint64_t()>&
 /// brk_plus1000 tail-jumps to brk_add+3 (as glibc's __mempcpy_*_unaligned
 /// jumps to L(start) of __memmove_*_unaligned): brk_add's own linear sweep
 /// sees no branch into its window, but the window must not be displaced.
+/// DISABLED: open bug (brk_plus1000 lands in the jump's rel32: SIGSEGV).
 TEST(EntryBreak, DISABLED_TailJumpFromAnotherFunctionIntoTheWindow) {
   EXPECT_EQ(brk_add(1, 2), 3u);
   EXPECT_EQ(brk_plus1000(1, 2), 1003u);
@@ -211,15 +214,26 @@ TEST(EntryBreak, DISABLED_TailJumpFromAnotherFunctionIntoTheWindow) {
 
 /// A loop whose back edge lives in a separate cold function (GCC's foo.cold)
 /// jumps back to +2, inside the window of brk_mul.
+/// DISABLED: open bug (the back edge lands in the jump's rel32: wrong
+/// result or SIGBUS).
 TEST(EntryBreak, DISABLED_ColdPartJumpsBackIntoTheWindow) {
   EXPECT_EQ(brk_mul(3, 4), 12u);
   EXPECT_EQ(probe_and_call(vaddr(brk_mul), [] { return brk_mul(3, 4); }, 12, 1), "");
 }
 
-/// An indirect jump (computed goto / jump table) to +2, inside the window:
-/// the linear sweep sees only `jmp *%rcx`.
-TEST(EntryBreak, DISABLED_IndirectJumpIntoTheWindow) {
+/// An indirect jump (computed goto) to +2, inside the window: the linear
+/// sweep sees only `jmp *%rcx`, but the `lea 1b(%rip)` that takes the
+/// address inside the window keeps the entry on int3.
+TEST(EntryBreak, IndirectJumpIntoTheWindow) {
   EXPECT_EQ(brk_indloop(3, 4), 12u);
+  {
+    Counter c(addr(brk_indloop));
+    uprobe::Attachment a(vaddr(brk_indloop), c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, "int3");
+    EXPECT_NE(info.why_not_optimized.find("takes the address +0x2, inside the 5 bytes"), std::string::npos)
+        << info.why_not_optimized;
+  }
   EXPECT_EQ(probe_and_call(vaddr(brk_indloop), [] { return brk_indloop(3, 4); }, 12, 1), "");
 }
 
@@ -612,6 +626,29 @@ TEST(EntryBreak, SignalHandlerCallsTheProbedFunction) {
 }
 
 // --- Attach/detach storms with a probe inside the window ---------------------
+
+/// An entry probe and a probe inside its window (+1, mov %rsp,%rbp): the
+/// window stays int3 and both probes see every call, whichever attaches
+/// first. (The int3 path took the window slot whenever bytes 1..4 differed
+/// from the file's, and the inner probe's own int3 differs: +1 lost every hit.)
+TEST(EntryBreak, ProbeInsideTheWindowIsHit) {
+  for (bool entry_first : {true, false}) {
+    Counter entry(addr(brk_frame)), inner(addr(brk_frame) + 1);
+    uprobe::Attachment a, b;
+    if (entry_first) a = uprobe::Attachment(vaddr(brk_frame), entry);
+    b = uprobe::Attachment(at(brk_frame, 1), inner);
+    if (!entry_first) a = uprobe::Attachment(vaddr(brk_frame), entry);
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "int3") << mode_of(a.probe());
+    for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(brk_frame(i, 9), i + 9);
+    EXPECT_EQ(entry.hits.load(), 100u) << "entry_first=" << entry_first;
+    EXPECT_EQ(inner.hits.load(), 100u) << "entry_first=" << entry_first;
+    EXPECT_EQ(entry.bad_ip.load() + inner.bad_ip.load(), 0u);
+    b.detach();
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+    for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(brk_frame(i, 9), i + 9);
+    EXPECT_EQ(entry.hits.load(), 200u);
+  }
+}
 
 /// brk_frame's entry probe stays attached; probes at +1 (mov %rsp,%rbp,
 /// inside the window) and +4 (lea, the first byte after the window) are
