@@ -121,7 +121,8 @@ struct Options {
   int duration = 5;
   int repeat = 1;
   Switches switches;
-  std::string compare;  // --compare SWITCH
+  std::string compare;  // --compare SWITCH, or "all"
+  bool variants_given = false;  // variants named on the command line (not defaults)
   bool kernel = false;  // --kernel
   bool list = false;
   bool sweep = false;
@@ -130,6 +131,11 @@ struct Options {
   std::string output;  // -o FILE: where csv/json go (default stdout)
   int result_fd = -1;  // internal: a lab child writes its samples here
   std::string command_line;
+  int attach_libc = 0;          // --attach-libc N: attach/detach latency of N libc entry probes (0: off)
+  bool attach_child = false;    // internal: one --attach-libc round, "key value" lines on stdout
+  std::string attach_skip;      // internal: file offsets the round skips (libuprobe refuses them)
+  bool attach_no_single = false;  // --attach-no-single: no one-by-one register_uprobe() rows
+  int kernel_count = 0;         // --kernel-count N: kernel probes in --attach-libc (default: all)
   /// True when the run has more than one point (or asked for a sweep,
   /// comparison, kernel rows or repeats): it then runs each point in a child.
   bool lab() const noexcept;
@@ -282,7 +288,12 @@ std::string json_escape(const std::string& s);
 /// The machine and run description (CPU model, CPUs, kernel, command line).
 std::vector<std::pair<std::string, std::string>> run_meta(const Options& o);
 
+// ---- attach.cpp: --attach-libc N, attach/detach latency (each round in a fresh child).
+int run_attach(const Options& o);
+
 // ---- lab.cpp: sweeps and comparisons, each point in a fresh child process.
-int run_lab(const Options& o);
+/// Runs the lab; the before/after ratios of a comparison are appended to
+/// `ratios` when given. --compare all runs every comparison in turn.
+int run_lab(const Options& o, std::vector<Ratio>* ratios = nullptr);
 
 }  // namespace bench

@@ -122,9 +122,58 @@ std::optional<double> ratio(const Point* a, const Point* b) {
   return a->result.median / b->result.median;
 }
 
+/// --compare all: every comparison in turn at the same producer counts, then
+/// one table of all before/after pairs.
+int run_compare_all(const Options& o) {
+  FILE* out = text_out();
+  std::vector<Ratio> ratios;
+  std::vector<std::string> skipped;
+  int rc = 0;
+  for (const Comparison& c : comparisons()) {
+    if (o.switches.has(c.name)) {
+      skipped.push_back(c.name + " (set on the command line)");
+      continue;
+    }
+    Options one = o;
+    one.compare = c.name;
+    if (!o.variants_given) {
+      one.variants = c.default_variants;
+    } else {
+      one.variants.clear();
+      for (const std::string& v : o.variants)
+        if (uses_switches(*find_variant(v)) || is_kernel(*find_variant(v))) one.variants.push_back(v);
+    }
+    if (!o.output.empty()) {
+      const std::size_t dot = o.output.rfind('.');
+      one.output = o.output.substr(0, dot) + "-" + c.name + (dot == std::string::npos ? "" : o.output.substr(dot));
+    }
+    std::fprintf(out, "\n################ --compare %s ################\n", c.name.c_str());
+    rc |= run_lab(one, &ratios);
+  }
+  std::fprintf(out, "\n--compare all: before vs after of every switch (medians of the per-second samples, M/s; "
+               "same run)\n");
+  if (!skipped.empty()) {
+    std::fprintf(out, "not compared:");
+    for (const std::string& s : skipped) std::fprintf(out, " %s", s.c_str());
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "%-12s %-24s %-21s %9s %9s %9s %12s\n", "switch", "before / after design", "variant",
+               "producers", "before", "after", "after/before");
+  for (const Ratio& r : ratios) {
+    const Comparison* c = find_comparison(r.compare);
+    const std::string designs = c ? c->before_label.substr(c->before_label.find('=') + 1) + " / " +
+                                        c->after_label.substr(c->after_label.find('=') + 1)
+                                  : "";
+    std::fprintf(out, "%-12s %-24s %-21s %9d %9.3f %9.3f %12.3f\n", r.compare.c_str(), designs.c_str(),
+                 r.variant.c_str(), r.producers, r.before_median, r.after_median, r.ratio);
+  }
+  return rc;
+}
+
 }  // namespace
 
-int run_lab(const Options& o) {
+int run_lab(const Options& o, std::vector<Ratio>* ratios) {
+  if (o.compare == "all") return run_compare_all(o);
   FILE* out = text_out();
   FILE* data = nullptr;
   if (o.format != Format::text) {
@@ -244,7 +293,10 @@ int run_lab(const Options& o) {
       if (cmp && uses_switches(*v) && !skipped.count(v->name)) {
         const Point* b = find(table, v->name, "before", p);
         const Point* a = find(table, v->name, "after", p);
-        if (auto x = ratio(a, b)) rec.add(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+        if (auto x = ratio(a, b)) {
+          rec.add(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+          if (ratios) ratios->push_back(Ratio{cmp->name, v->name, p, b->result.median, a->result.median, *x});
+        }
       }
     }
   }

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       for (const bench::Variant& v : bench::variants()) std::printf("- %s\n", v.name);
       return 0;
     }
+    if (o.attach_libc > 0) return bench::run_attach(o);
     if (o.result_fd >= 0) return bench::run_child(o);
     if (o.lab()) return bench::run_lab(o);
     return bench::run_single(o);

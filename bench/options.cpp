@@ -55,6 +55,17 @@ void usage(FILE* out) {
       "  --compare SWITCH      run the before and after design of SWITCH (lookup, signal-mask,\n"
       "                        ri-pool, ri-lock, optimize, xol, emulate) back to back for every\n"
       "                        producer count; prints both tables and the after/before ratios\n"
+      "  --compare all         every switch in turn (each on its own variants, or on the ones\n"
+      "                        given), then one table of all before/after pairs; with -o F.csv\n"
+      "                        each switch's data goes to F-SWITCH.csv\n"
+      "\n"
+      "Attach and detach latency:\n"
+      "  --attach-libc N       attach entry probes to N libc .dynsym functions in one batch\n"
+      "                        (register_uprobes) and detach them (unregister_uprobes), then one by\n"
+      "                        one; each round (-r) in a fresh process; with --kernel also the\n"
+      "                        kernel's uprobes on the same entries, one perf event at a time\n"
+      "  --kernel-count M      only the first M of them for the kernel (its detach is slow)\n"
+      "  --attach-no-single    leave out the one-by-one register_uprobe() rounds\n"
       "\n"
       "Output:\n"
       "  --format text|csv|json  csv and json hold every sample and the summaries (to stdout, or\n"
@@ -166,7 +177,8 @@ bool parse_options(int argc, char** argv, Options& o) {
   enum {
     opt_list = 256, opt_sweep, opt_variants, opt_config, opt_result_fd, opt_lookup, opt_xol, opt_signal_mask,
     opt_emulate, opt_no_emulate, opt_ri_pool, opt_ri_lock, opt_optimize, opt_no_optimize, opt_compare,
-    opt_kernel, opt_format, opt_sweep_variants,
+    opt_kernel, opt_format, opt_sweep_variants, opt_attach_libc, opt_attach_child, opt_attach_skip,
+    opt_attach_no_single, opt_kernel_count,
   };
   static const option longopts[] = {
       {"producers", required_argument, nullptr, 'p'},
@@ -196,6 +208,11 @@ bool parse_options(int argc, char** argv, Options& o) {
       {"kernel", no_argument, nullptr, opt_kernel},
       {"format", required_argument, nullptr, opt_format},
       {"result-fd", required_argument, nullptr, opt_result_fd},  // internal: lab child
+      {"attach-libc", required_argument, nullptr, opt_attach_libc},
+      {"attach-child", no_argument, nullptr, opt_attach_child},    // internal: one --attach-libc round
+      {"attach-skip", required_argument, nullptr, opt_attach_skip},  // internal: offsets the round skips
+      {"attach-no-single", no_argument, nullptr, opt_attach_no_single},
+      {"kernel-count", required_argument, nullptr, opt_kernel_count},
       {nullptr, 0, nullptr, 0},
   };
   for (int i = 0; i < argc; ++i) {
@@ -282,9 +299,13 @@ bool parse_options(int argc, char** argv, Options& o) {
         if (!sw("optimize", "off")) return false;
         break;
       case opt_compare:
+        if (std::string(optarg) == "all") {
+          o.compare = "all";
+          break;
+        }
         if (!find_comparison(optarg))
           return fail(std::string("unknown --compare switch '") + optarg +
-                      "' (lookup, signal-mask, ri-pool, ri-lock, optimize, xol, emulate)");
+                      "' (all, lookup, signal-mask, ri-pool, ri-lock, optimize, xol, emulate)");
         o.compare = find_comparison(optarg)->name;
         break;
       case opt_kernel:
@@ -298,6 +319,21 @@ bool parse_options(int argc, char** argv, Options& o) {
         else return fail("bad --format '" + f + "' (text, csv, json)");
         break;
       }
+      case opt_attach_libc:
+        if (!parse_int(optarg, 1, 100000, o.attach_libc)) return fail("bad --attach-libc (1..100000)");
+        break;
+      case opt_attach_child:
+        o.attach_child = true;
+        break;
+      case opt_attach_skip:
+        o.attach_skip = optarg;
+        break;
+      case opt_attach_no_single:
+        o.attach_no_single = true;
+        break;
+      case opt_kernel_count:
+        if (!parse_int(optarg, 1, 100000, o.kernel_count)) return fail("bad --kernel-count (1..100000)");
+        break;
       case opt_result_fd:
         if (!parse_int(optarg, 0, 1 << 20, o.result_fd)) return fail("bad --result-fd");
         break;
@@ -307,11 +343,25 @@ bool parse_options(int argc, char** argv, Options& o) {
   }
   while (optind < argc) patterns.push_back(argv[optind++]);
   if (o.list) return true;
+  if (o.attach_libc > 0) {
+    if (!patterns.empty() || !o.compare.empty() || o.sweep)
+      return fail("--attach-libc takes no variant, --compare or --sweep");
+    if (o.kernel_count == 0 || o.kernel_count > o.attach_libc) o.kernel_count = o.attach_libc;
+    return true;
+  }
 
   for (const std::string& p : patterns)
     if (!add_variants(p, o.variants)) return fail("unknown variant '" + p + "' (see --list)");
 
-  if (!o.compare.empty()) {
+  o.variants_given = !o.variants.empty();
+  if (o.compare == "all") {
+    // Every switch with its own default variants (or the ones given), one
+    // after the other: run_lab() expands it.
+    if (o.variants.empty())
+      for (const Comparison& c : comparisons())
+        for (const std::string& v : c.default_variants)
+          if (std::find(o.variants.begin(), o.variants.end(), v) == o.variants.end()) o.variants.push_back(v);
+  } else if (!o.compare.empty()) {
     const Comparison& cmp = *find_comparison(o.compare);
     if (o.switches.has(cmp.name))
       return fail("--compare " + cmp.name + " runs both values of " + cmp.name + ": do not also set it");

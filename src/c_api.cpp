@@ -15,7 +15,9 @@
 #include <string>
 #include <system_error>
 #include <unordered_map>
+#include <vector>
 
+#include "uprobe/batch.hpp"
 #include "uprobe/config.hpp"
 #include "uprobe/regs.hpp"
 #include "uprobe/uprobe.hpp"
@@ -163,6 +165,7 @@ int to_errno(uprobe::Errc code, bool unregistering) noexcept {
     case uprobe::Errc::conflict: return unregistering ? ENOENT : EEXIST;
     case uprobe::Errc::in_handler: return EDEADLK;
     case uprobe::Errc::system: return EIO;
+    case uprobe::Errc::invalid_argument: return EINVAL;
   }
   return EIO;
 }
@@ -212,9 +215,168 @@ int register_common(uprobe_consumer* uc, uprobe_probe** probe, Register&& reg) n
   });
 }
 
+/// The first failure of a batch: its errno and message become the thread's
+/// last error at the end of the call.
+struct FirstFailure {
+  int err = 0;
+  size_t index = 0;
+  std::string message;
+  int count = 0;
+  /// Request `i` failed with errno `e`.
+  void note(size_t i, int e, const char* m) {
+    ++count;
+    if (err && i >= index) return;
+    err = e;
+    index = i;
+    message = m;
+  }
+};
+
+/// Checks of one C request before it reaches the C++ API; 0 or a positive errno.
+int check_request(const uprobe_request& q, bool unregistering, const char*& why) noexcept {
+  if (!q.uc) {
+    why = "libuprobe: the request's consumer is NULL";
+    return EINVAL;
+  }
+  if (unregistering) {
+    if (!q.probe) {
+      why = "libuprobe: the request's probe is NULL";
+      return EINVAL;
+    }
+    return 0;
+  }
+  if (!q.uc->handler && !q.uc->ret_handler) {
+    why = "libuprobe: the consumer has neither a handler nor a ret_handler";
+    return EINVAL;
+  }
+  if (!q.addr && !q.path) {
+    why = "libuprobe: the request has neither a path nor an address";
+    return EINVAL;
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
+
+int uprobe_register_batch(uprobe_request* reqs, size_t n) {
+  if (n == 0) return 0;
+  if (!reqs) return fail_static(EINVAL, "libuprobe: the request array is NULL");
+  if (uprobe::in_handler()) {
+    for (size_t i = 0; i < n; ++i) {
+      reqs[i].probe = nullptr;
+      reqs[i].err = -EDEADLK;
+    }
+    return fail_static(EDEADLK, kInHandler);
+  }
+  std::vector<Adapter*> adapters(n, nullptr);
+  FirstFailure first;
+  const int rc = guarded(false, [&] {
+    std::vector<uprobe::ProbeRequest> cpp;
+    std::vector<size_t> index;
+    cpp.reserve(n);
+    index.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      uprobe_request& q = reqs[i];
+      q.probe = nullptr;
+      q.err = 0;
+      const char* why = nullptr;
+      if (int e = check_request(q, false, why)) {
+        q.err = -e;
+        first.note(i, e, why);
+        continue;
+      }
+      uprobe::ProbeRequest r;
+      if (q.addr) r.address = q.addr;
+      else r.path = q.path;
+      r.offset = q.offset;
+      r.ref_ctr_offset = q.ref_ctr_offset;
+      adapters[i] = acquire(q.uc, true);
+      r.consumer = adapters[i];
+      cpp.push_back(std::move(r));
+      index.push_back(i);
+    }
+    std::vector<uprobe::RegisterResult> res = uprobe::register_uprobes(cpp);
+    for (size_t k = 0; k < res.size(); ++k) {
+      uprobe_request& q = reqs[index[k]];
+      if (res[k].probe) {
+        q.probe = reinterpret_cast<uprobe_probe*>(res[k].probe);
+        adapters[index[k]] = nullptr;  // the registration keeps its reference
+        continue;
+      }
+      const int e = to_errno(res[k].error->code(), false);
+      q.err = -e;
+      first.note(index[k], e, res[k].error->what());
+    }
+  });
+  for (size_t i = 0; i < n; ++i)  // references of the requests that did not register
+    if (adapters[i]) release(reqs[i].uc, adapters[i], 1);
+  if (rc) {
+    for (size_t i = 0; i < n; ++i)
+      if (!reqs[i].err && !reqs[i].probe) reqs[i].err = rc;
+    return rc;
+  }
+  if (first.err) fail(first.err, first.message);
+  return first.count;
+}
+
+int uprobe_unregister_batch(uprobe_request* reqs, size_t n) {
+  if (n == 0) return 0;
+  if (!reqs) return fail_static(EINVAL, "libuprobe: the request array is NULL");
+  if (uprobe::in_handler()) {
+    for (size_t i = 0; i < n; ++i) reqs[i].err = -EDEADLK;
+    return fail_static(EDEADLK, kInHandler);
+  }
+  std::vector<Adapter*> adapters(n, nullptr);
+  std::vector<bool> done(n, false);
+  FirstFailure first;
+  const int rc = guarded(true, [&] {
+    std::vector<uprobe::ProbeConsumer> pairs;
+    std::vector<size_t> index;
+    pairs.reserve(n);
+    index.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      uprobe_request& q = reqs[i];
+      q.err = 0;
+      const char* why = nullptr;
+      if (int e = check_request(q, true, why)) {
+        q.err = -e;
+        first.note(i, e, why);
+        continue;
+      }
+      // A reference for the call keeps the adapter alive (as uprobe_unregister()).
+      adapters[i] = acquire(q.uc, false);
+      if (!adapters[i]) {
+        q.err = -ENOENT;
+        first.note(i, ENOENT, "libuprobe: this consumer is not registered on any probe");
+        continue;
+      }
+      pairs.push_back(uprobe::ProbeConsumer{reinterpret_cast<uprobe::Uprobe*>(q.probe), adapters[i]});
+      index.push_back(i);
+    }
+    std::vector<std::optional<uprobe::Error>> res = uprobe::unregister_uprobes(pairs);
+    for (size_t k = 0; k < res.size(); ++k) {
+      uprobe_request& q = reqs[index[k]];
+      if (!res[k]) {
+        done[index[k]] = true;
+        continue;
+      }
+      const int e = to_errno(res[k]->code(), true);
+      q.err = -e;
+      first.note(index[k], e, res[k]->what());
+    }
+  });
+  for (size_t i = 0; i < n; ++i)  // the call's reference, and on success the registration's
+    if (adapters[i]) release(reqs[i].uc, adapters[i], done[i] ? 2 : 1);
+  if (rc) {
+    for (size_t i = 0; i < n; ++i)
+      if (!reqs[i].err && !done[i]) reqs[i].err = rc;
+    return rc;
+  }
+  if (first.err) fail(first.err, first.message);
+  return first.count;
+}
 
 int uprobe_register(const char* path, uint64_t offset, uprobe_consumer* uc, uprobe_probe** probe) {
   if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);

@@ -24,7 +24,8 @@ const FuncSym* ElfInfo::enclosing_function(std::uint64_t off) const noexcept {
   const FuncSym* best = nullptr;
   for (int steps = 0; it != funcs.begin() && steps < 64; ++steps) {
     --it;
-    if (off < it->file_offset + it->size && (!best || it->size < best->size)) best = &*it;
+    // off - start < size: no overflow for a hostile st_size (off >= start here).
+    if (off - it->file_offset < it->size && (!best || it->size < best->size)) best = &*it;
   }
   return best;
 }

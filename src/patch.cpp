@@ -9,8 +9,26 @@
 
 namespace uprobe::detail {
 
+namespace {
+/// The calling thread's PokeSession descriptor, or -1.
+constinit thread_local int t_session_fd = -1;
+}  // namespace
+
+PokeSession::PokeSession() noexcept {
+  if (t_session_fd >= 0) return;
+  t_session_fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  owner_ = t_session_fd >= 0;
+}
+
+PokeSession::~PokeSession() {
+  if (!owner_) return;
+  ::close(t_session_fd);
+  t_session_fd = -1;
+}
+
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
-  int fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  const bool session = t_session_fd >= 0;
+  int fd = session ? t_session_fd : ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno;
   int err = 0;
   std::size_t done = 0;
@@ -23,7 +41,7 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
     }
     done += static_cast<std::size_t>(n);
   }
-  ::close(fd);
+  if (!session) ::close(fd);
   return err;
 }
 

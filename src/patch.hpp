@@ -17,6 +17,22 @@ namespace uprobe::detail {
 /// caller serialises writers of the same bytes.
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept;
 
+/// While one exists, poke_text() on the creating thread writes through one
+/// /proc/self/mem descriptor instead of opening one per write (the batch API:
+/// thousands of writes). Create it with the registry mutex held (fork() takes
+/// that mutex, so no fork can happen while the descriptor is open). Not
+/// nestable across threads; nests on one thread (the outermost owns the fd).
+class PokeSession {
+ public:
+  PokeSession() noexcept;
+  ~PokeSession();
+  PokeSession(const PokeSession&) = delete;
+  PokeSession& operator=(const PokeSession&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
 /// Reads `len` bytes at `addr` (mapped readable memory). Async-signal-safe.
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 

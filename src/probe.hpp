@@ -59,6 +59,10 @@ struct Site {
   /// read under the uprobe's patch_lock (the registry carries it over when it
   /// replaces the SiteSet).
   mutable std::uint64_t stub = 0;
+  /// 1 from before the jump's tail is written until the original bytes are
+  /// back and serialised (the int3 path then never resumes inside the
+  /// window); read by the trap path with __atomic_load_n.
+  mutable std::uint8_t jumped = 0;
 };
 
 /// Immutable set of sites.

@@ -13,6 +13,7 @@
 #include "format.hpp"
 #include "patch.hpp"
 #include "probe.hpp"
+#include "registry_steps.hpp"
 #include "runtime.hpp"
 #include "sites.hpp"
 #include "thread_state.hpp"
@@ -57,6 +58,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
+    s.jumped = site_is_optimized(s) ? 1 : 0;
     if (!s.xol && !arch::is_emulated(up->insn))
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
@@ -402,18 +404,9 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
 }
 
 FileOffset resolve_address(const void* address) {
-  const std::uint64_t a = reinterpret_cast<std::uint64_t>(address);
-  std::vector<Vma> vmas = read_proc_maps();
-  VmaSnapshot snap(std::move(vmas));
-  const Vma* v = snap.find(a);
-  if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");
-  if (v->ino == 0 || v->path.empty() || v->path[0] != '/')
-    throw Error(Errc::not_file_backed, v->path, a,
-                "address " + hex(a) + " is in anonymous memory" + (v->path.empty() ? "" : " (" + v->path + ")"));
-  const std::string deleted = " (deleted)";
-  if (v->path.size() > deleted.size() && v->path.compare(v->path.size() - deleted.size(), deleted.size(), deleted) == 0)
-    throw Error(Errc::not_file_backed, v->path, a, "the file mapped at " + hex(a) + " was deleted");
-  return FileOffset{v->path, v->pgoff + (a - v->start), v->dev, v->ino};
+  if (auto fo = file_offset_from_snapshot(reinterpret_cast<std::uint64_t>(address))) return *fo;
+  VmaSnapshot snap(read_proc_maps());
+  return file_offset_of(snap, reinterpret_cast<std::uint64_t>(address));
 }
 
 ProbeInfo probe_info(const Uprobe* up) {
@@ -474,3 +467,33 @@ void Attachment::detach() {
 }
 
 }  // namespace uprobe
+
+// ---- The steps above, for the batch API (registry_steps.hpp, batch.cpp).
+
+namespace uprobe::detail {
+
+std::unique_ptr<SiteSet> probe_sites(Uprobe* up, const VmaSnapshot& vmas) { return compute_sites(up, vmas); }
+void sync_probe_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) { sync_sites(r, up, vmas); }
+void sync_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) { sync_ref_ctr(up, reg, vmas); }
+void release_probe_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  release_ref_ctr(up, reg, vmas);
+}
+void publish_probe_table(Registry& r) { publish_probes(r); }
+bool probe_registered(Registry& r, const Uprobe* up) { return is_registered(r, up); }
+std::uint64_t probe_in_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  return probe_inside_window(r, up, extra);
+}
+void refresh_entry_windows(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  refresh_windows_around(r, k, extra, vmas);
+}
+
+}  // namespace uprobe::detail
+
+uprobe::Attachment uprobe::Attachment::adopt(Uprobe* probe, Consumer& consumer) noexcept {
+  Attachment a;
+  if (probe) {
+    a.probe_ = probe;
+    a.consumer_ = &consumer;
+  }
+  return a;
+}

@@ -57,12 +57,34 @@ void synchronize_and_reclaim(Registry& r) {
 }
 
 const VmaSnapshot* refresh_vmas(Registry& r) {
-  auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  // What the registry and the trap path use a snapshot for is file-backed:
+  // where a file's code and USDT semaphores are mapped. While those mappings
+  // are exactly the snapshot's, it stays (its anonymous mappings may be
+  // older: only XOL placement looks at them, and it reads the address space
+  // afresh when it needs a new region).
+  if (cur && file_mappings_unchanged(*cur).value_or(false)) return cur;
+  auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
   if (cur && cur->same_layout(*fresh)) return cur;
   const VmaSnapshot* snap = fresh.release();
   publish(r, snap, nullptr);
   return snap;
+}
+
+std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
+  // A handler may run on a thread that holds the registry mutex (a probe hit
+  // inside register_uprobe()): no lock there.
+  if (t_state.depth > 0) return std::nullopt;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
+  const Vma* v = cur ? cur->find(addr) : nullptr;
+  if (!v || v->ino == 0 || !file_mappings_unchanged(*cur).value_or(false)) return std::nullopt;
+  try {
+    return file_offset_of(*cur, addr);
+  } catch (const Error&) {
+    return std::nullopt;  // e.g. a deleted file: the fresh read gives the error
+  }
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "probe.hpp"
@@ -62,9 +63,17 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes);
 /// the mutex and is not in a read-side critical section.
 void synchronize_and_reclaim(Registry& r);
 
-/// Re-reads /proc/self/maps; publishes a new VMA snapshot if the layout
-/// changed. Returns the current snapshot. Caller holds the mutex.
+/// Brings the VMA snapshot up to date: keeps the current one while the
+/// process's file-backed mappings are exactly its own (file_mappings_unchanged(),
+/// a few ioctls), else re-reads /proc/self/maps and publishes a new snapshot
+/// if the layout changed. Returns the current snapshot. Caller holds the mutex.
 const VmaSnapshot* refresh_vmas(Registry& r);
+
+/// The file and offset of `addr` from the current snapshot, when it lies in
+/// a file-backed mapping there and the file-backed mappings are unchanged
+/// (file_mappings_unchanged()); nullopt otherwise (the caller then reads the
+/// address space). Takes the registry mutex (not from a handler: nullopt).
+std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr);
 
 /// Re-reads the address space and brings every probe in line with it: new
 /// mappings of a probed file get their breakpoints and USDT semaphore counts

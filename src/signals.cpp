@@ -51,7 +51,7 @@ struct sigaction program_action() noexcept { return g_program[g_program_idx.load
 void install_trap_handler(SignalMask mask) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_sigtrap;
+  sa.sa_sigaction = uprobe_sigtrap_entry;  // arch entry: clears rflags.AC, then on_sigtrap()
   // Seed 001 in user space: with SA_NODEFER and an empty sa_mask, delivery
   // and sigreturn leave the blocked mask as it is, so the kernel never takes
   // the process-wide siglock to change it.

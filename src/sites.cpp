@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -86,6 +87,7 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
     sync_cores();
     poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
     sync_cores();
+    __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
   }
 }
 
@@ -184,6 +186,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (!xol_area().write_code(stub, code, n, why)) continue;
     stubs()[s.addr] = stub;
     s.stub = stub;
+    __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
     arch::encode_jump(s.addr, stub, jmp);
     poke_text(s.addr + 1, jmp + 1, arch::kJumpLen - 1);
@@ -191,6 +194,82 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     poke_text(s.addr, jmp, 1);
     sync_cores();
   }
+}
+
+void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b) {
+  for (Uprobe* up : ups) {
+    if (!why_not_optimizable(up).empty()) continue;
+    const bool vector = needs_vector(up);
+    const bool entry = !arch::is_nop5(up->insn);
+    for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
+      if (entry && !s.window_xol) continue;
+      std::string why;
+      const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+      if (!stub) continue;  // stays int3
+      std::uint8_t code[arch::kOptStubSize];
+      arch::OptSite desc{};
+      desc.site = s.addr;
+      desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
+      desc.key[0] = up->key.dev;
+      desc.key[1] = up->key.ino;
+      desc.key[2] = up->key.offset;
+      desc.needs_vector = vector;
+      const std::size_t n = arch::build_opt_stub(stub, desc, code);
+      if (!xol_area().write_code(stub, code, n, why)) continue;
+      stubs()[s.addr] = stub;  // unused until the jump is written
+      b.items.push_back(OptBatch::Item{up, &s, entry, stub});
+    }
+  }
+  b.windows.reserve(2 * b.items.size());
+}
+
+void finish_optimize_batch(OptBatch& b) {
+  std::size_t kept = 0;
+  bool any_entry = false;
+  for (const OptBatch::Item& it : b.items) {
+    std::uint8_t cur[arch::kMaxWindowLen];
+    const std::size_t len = it.entry ? it.up->window.len : arch::kJumpLen;
+    peek_text(it.site->addr, cur, len);
+    if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
+    if (it.entry) {
+      if (std::memcmp(cur + 1, it.up->window.bytes + 1, len - 1) != 0) continue;
+      b.windows.emplace_back(it.site->addr, it.site->addr + len);
+      // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
+      if (it.site->xol) b.windows.emplace_back(it.site->xol - 1, it.site->xol + arch::kXolSlotSize);
+      any_entry = true;
+    }
+    b.items[kept++] = it;
+  }
+  b.items.resize(kept);
+  if (b.items.empty()) return;
+  if (any_entry) {
+    // Every core sees the int3s; then no thread may still be inside a window.
+    sync_cores();
+    std::string why;
+    const bool outside = threads_outside(b.windows, why);
+    for (const OptBatch::Item& it : b.items) {
+      if (!it.entry) continue;
+      if (outside) it.up->opt_failure.clear();
+      else it.up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+    }
+    if (!outside)
+      b.items.erase(std::remove_if(b.items.begin(), b.items.end(), [](const OptBatch::Item& i) { return i.entry; }),
+                    b.items.end());
+  }
+  for (const OptBatch::Item& it : b.items) {
+    it.site->stub = it.stub;
+    __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
+    std::uint8_t jmp[arch::kJumpLen];
+    arch::encode_jump(it.site->addr, it.stub, jmp);
+    poke_text(it.site->addr + 1, jmp + 1, arch::kJumpLen - 1);
+  }
+  sync_cores();
+  for (const OptBatch::Item& it : b.items) {
+    std::uint8_t jmp[arch::kJumpLen];
+    arch::encode_jump(it.site->addr, it.stub, jmp);
+    poke_text(it.site->addr, jmp, 1);
+  }
+  sync_cores();
 }
 
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {

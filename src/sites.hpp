@@ -33,6 +33,27 @@ std::string why_not_optimized(const Uprobe* up);
 /// Sites that cannot be converted stay int3. Registry mutex held.
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas);
 
+/// optimize_sites() for many probes at once (the batch API), in two steps
+/// with the kernel's text_poke_bp_batch() protocol. prepare: before the
+/// int3s are written, the stub of every site that may be optimized is
+/// reserved and written (everything that allocates happens here, while no
+/// probe of the batch can trap yet). finish: after the int3s, one core
+/// serialisation, one look at the other threads for all entry windows, all
+/// jump tails, one serialisation, all first bytes, one serialisation. Registry
+/// mutex held; every probe's patch_lock held through finish.
+struct OptBatch {
+  struct Item {
+    Uprobe* up;
+    const Site* site;
+    bool entry;
+    std::uint64_t stub;
+  };
+  std::vector<Item> items;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;  // scratch, reserved by prepare
+};
+void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b);
+void finish_optimize_batch(OptBatch& b);
+
 /// Turns optimized sites back into int3 sites (jmp -> int3, through the same
 /// protocol). Patch lock held.
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;

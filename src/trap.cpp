@@ -159,22 +159,11 @@ bool stepped_into_return(ucontext_t* uc) noexcept {
 
 namespace {
 
-/// Bytes 1..4 at an entry site are not the file's (the jump's tail is
-/// there: a conversion or a de-optimization is under way). The int3 of
-/// another probe inside the window (which blocks it) is not the jump's: that
-/// probe must still be hit, so the window then runs in place. Async-signal-safe.
-bool window_patched(const Uprobe* up, const Site& site, std::uint64_t ip) noexcept {
-  std::uint8_t now[arch::kJumpLen - 1];
-  peek_text(ip + 1, now, sizeof now);
-  if (site.stub) {
-    std::uint8_t jump[arch::kJumpLen];
-    arch::encode_jump(ip, site.stub, jump);
-    if (std::memcmp(now, jump + 1, sizeof now) == 0) return true;
-  }
-  for (std::size_t k = 0; k < sizeof now; ++k)
-    if (now[k] != up->window.bytes[1 + k] && now[k] != arch::kBreakpoint) return true;
-  return false;
-}
+/// The bytes after the int3 at an entry site may be the jump's (a conversion
+/// or its undoing is under way): set before the jump's tail is written, and
+/// cleared only once the file's bytes are back and every core sees them.
+/// Async-signal-safe.
+bool window_patched(const Site& site) noexcept { return __atomic_load_n(&site.jumped, __ATOMIC_ACQUIRE) != 0; }
 
 }  // namespace
 
@@ -270,7 +259,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   if (regs.rip != ip) {
     count(st.redirected);
   } else if (site->window_xol &&
-             (window_patched(up, *site, ip) ||
+             (window_patched(*site) ||
               (!user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
                g_hot.optimize_entries.load(std::memory_order_relaxed) &&
                up->window_blocker.load(std::memory_order_acquire) == 0))) {
@@ -325,3 +314,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
 }
 
 }  // namespace uprobe::detail
+
+extern "C" __attribute__((visibility("hidden"))) void uprobe_sigtrap_handler(int sig, siginfo_t* info,
+                                                                           void* ctx) noexcept {
+  uprobe::detail::on_sigtrap(sig, info, ctx);
+}

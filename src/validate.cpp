@@ -210,27 +210,54 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
 
 }  // namespace
 
+namespace {
+
+/// A file that holds code of the trap path: its identity and whether it is
+/// the main program (libuprobe linked statically).
+struct Anchor {
+  dev_t dev;
+  ino_t ino;
+  bool in_exe;
+  std::string name;
+};
+
+/// The files of our own code, liburcu-bp (read-side calls) and the dynamic
+/// linker (TLS resolution of liburcu-bp's per-thread reader). Computed once:
+/// none of them can be unloaded while the runtime exists, and the identity of
+/// the mapped file is what matters even if its path is replaced later.
+const std::vector<Anchor>& anchors() {
+  static const std::vector<Anchor> out = [] {
+    const void* addrs[] = {reinterpret_cast<const void*>(&open_target),
+                           reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
+                           dlsym(RTLD_DEFAULT, "__tls_get_addr")};
+    std::vector<Anchor> v;
+    struct stat exe;
+    const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
+    for (const void* a : addrs) {
+      Dl_info di;
+      if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
+      struct stat st;
+      // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
+      const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
+                                                       st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
+      if (in_exe) st = exe;
+      else if (::stat(di.dli_fname, &st) != 0) continue;
+      v.push_back(Anchor{st.st_dev, st.st_ino, in_exe, di.dli_fname});
+    }
+    return v;
+  }();
+  return out;
+}
+
+}  // namespace
+
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
-  // Our own code, liburcu-bp (read-side calls) and the dynamic linker (TLS
-  // resolution of liburcu-bp's per-thread reader) run before the recursion
+  // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
-  static const void* anchors[] = {reinterpret_cast<const void*>(&open_target),
-                                  reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
-                                  dlsym(RTLD_DEFAULT, "__tls_get_addr")};
   check_not_trap_path_libc(t, offset);
-  struct stat exe;
-  const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
-  for (const void* a : anchors) {
-    Dl_info di;
-    if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
-    struct stat st;
-    // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
-    const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
-                                                     st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
-    if (in_exe) st = exe;
-    else if (::stat(di.dli_fname, &st) != 0) continue;
-    if (st.st_dev != t.st.st_dev || st.st_ino != t.st.st_ino) continue;
-    if (in_exe) {
+  for (const Anchor& a : anchors()) {
+    if (a.dev != t.st.st_dev || a.ino != t.st.st_ino) continue;
+    if (a.in_exe) {
       // Linked statically into the program: refuse only our own functions.
       std::string why;
       auto info = elf_info(t.fd, t.path, t.st, why);
@@ -244,8 +271,7 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
       continue;
     }
     throw Error(Errc::forbidden_target, t.path, offset,
-                std::string("this file (") + di.dli_fname +
-                    ") holds code that libuprobe's trap path runs; a probe there would recurse");
+                "this file (" + a.name + ") holds code that libuprobe's trap path runs; a probe there would recurse");
   }
 }
 

@@ -2,13 +2,17 @@
 #include "vma.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
+#include "format.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -86,6 +90,7 @@ bool parse_maps_line(const char* p, const char* end, Vma& v) {
 
 }  // namespace
 
+
 std::vector<Vma> read_proc_maps() {
   const std::string text = slurp("/proc/self/maps");
   std::vector<Vma> vmas;
@@ -126,6 +131,93 @@ bool VmaSnapshot::same_layout(const VmaSnapshot& other) const noexcept {
       return false;
   }
   return true;
+}
+
+#ifndef PROCMAP_QUERY
+// include/uapi/linux/fs.h of Linux 6.11 (the headers installed may be older
+// than the kernel that runs).
+struct procmap_query {
+  __u64 size;
+  __u64 query_flags;
+  __u64 query_addr;
+  __u64 vma_start;
+  __u64 vma_end;
+  __u64 vma_flags;
+  __u64 vma_page_size;
+  __u64 vma_offset;
+  __u64 inode;
+  __u32 dev_major;
+  __u32 dev_minor;
+  __u32 vma_name_size;
+  __u32 build_id_size;
+  __u64 vma_name_addr;
+  __u64 build_id_addr;
+};
+#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#define PROCMAP_QUERY_VMA_READABLE 0x01
+#define PROCMAP_QUERY_VMA_WRITABLE 0x02
+#define PROCMAP_QUERY_VMA_EXECUTABLE 0x04
+#define PROCMAP_QUERY_VMA_SHARED 0x08
+#define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
+#define PROCMAP_QUERY_FILE_BACKED_VMA 0x20
+#endif
+
+std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return std::nullopt;
+  // Opened per call: a descriptor opened before a fork() would still name
+  // the parent's address space in the child.
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  const std::vector<Vma>& v = snap.vmas();
+  std::size_t i = 0;
+  auto next_file_backed = [&] {
+    while (i < v.size() && v[i].ino == 0) ++i;
+  };
+  std::optional<bool> result = true;
+  std::uint64_t addr = 0;
+  for (;;) {
+    procmap_query q;
+    std::memset(&q, 0, sizeof q);
+    q.size = sizeof q;
+    q.query_addr = addr;
+    q.query_flags = PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA;
+    next_file_backed();
+    if (::ioctl(fd, PROCMAP_QUERY, &q) != 0) {
+      if (errno == ENOENT) {  // no file-backed mapping at or above addr
+        if (i != v.size()) result = false;
+      } else {
+        if (errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP) unsupported.store(true);
+        result = std::nullopt;
+      }
+      break;
+    }
+    const std::uint8_t prot = static_cast<std::uint8_t>((q.vma_flags & PROCMAP_QUERY_VMA_READABLE ? 1 : 0) |
+                                                        (q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE ? 2 : 0) |
+                                                        (q.vma_flags & PROCMAP_QUERY_VMA_EXECUTABLE ? 4 : 0));
+    if (i == v.size() || v[i].start != q.vma_start || v[i].end != q.vma_end || v[i].pgoff != q.vma_offset ||
+        v[i].ino != static_cast<ino_t>(q.inode) || v[i].dev != makedev(q.dev_major, q.dev_minor) ||
+        v[i].prot != prot || v[i].shared != ((q.vma_flags & PROCMAP_QUERY_VMA_SHARED) != 0)) {
+      result = false;
+      break;
+    }
+    ++i;
+    addr = q.vma_end;
+  }
+  ::close(fd);
+  return result;
+}
+
+FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t a) {
+  const Vma* v = vmas.find(a);
+  if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");
+  if (v->ino == 0 || v->path.empty() || v->path[0] != '/')
+    throw Error(Errc::not_file_backed, v->path, a,
+                "address " + hex(a) + " is in anonymous memory" + (v->path.empty() ? "" : " (" + v->path + ")"));
+  const std::string deleted = " (deleted)";
+  if (v->path.size() > deleted.size() && v->path.compare(v->path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    throw Error(Errc::not_file_backed, v->path, a, "the file mapped at " + hex(a) + " was deleted");
+  return FileOffset{v->path, v->pgoff + (a - v->start), v->dev, v->ino};
 }
 
 }  // namespace uprobe::detail

@@ -7,8 +7,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
 
@@ -42,5 +45,21 @@ class VmaSnapshot {
  private:
   std::vector<Vma> vmas_;
 };
+
+/// True when the file-backed mappings of the process are exactly those of
+/// `snap` (start, end, protection, shared, offset, device and inode of every
+/// one), false when any differs (a file mapped, unmapped, moved or changed
+/// protection), nullopt when the kernel cannot say (no PROCMAP_QUERY ioctl on
+/// /proc/self/maps: Linux < 6.11). It visits the file-backed mappings only
+/// and formats no text: a few microseconds where reading /proc/self/maps
+/// costs tens to hundreds (anonymous mappings such as thread stacks are most
+/// of a big process's maps). Not async-signal-safe (open, ioctl).
+std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap);
+
+/// The file and file offset mapped at `addr` in `vmas` (offset = pgoff +
+/// addr - start): resolve_address() on a snapshot.
+/// @throws uprobe::Error(not_file_backed) for anonymous memory, no mapping,
+/// or a deleted file.
+FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t addr);
 
 }  // namespace uprobe::detail

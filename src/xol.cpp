@@ -70,9 +70,25 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
     std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
     if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
   };
-  for (const Vma& v : vmas) {
-    if (v.start > prev_end) consider_gap(prev_end, v.start);
-    if (v.end > prev_end) prev_end = v.end;
+  // What is mapped now: a new region is rare (one per 2048 slots), so the
+  // gaps come from a fresh read of the address space rather than from the
+  // caller's snapshot, which may be older than the last mmap (refresh_vmas()
+  // reuses a snapshot while the file mappings are unchanged, and a batch
+  // places all its slots against one); plus our own regions.
+  std::vector<Vma> fresh;
+  try {
+    fresh = read_proc_maps();
+  } catch (const std::exception&) {
+    fresh = vmas;
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
+  taken.reserve(fresh.size() + regions_.size());
+  for (const Vma& v : fresh) taken.emplace_back(v.start, v.end);
+  for (const Region& r : regions_) taken.emplace_back(r.base, r.base + r.size);
+  std::sort(taken.begin(), taken.end());
+  for (const auto& [start, end] : taken) {
+    if (start > prev_end) consider_gap(prev_end, start);
+    if (end > prev_end) prev_end = end;
   }
   consider_gap(prev_end, 0x7ffffffff000ull);
   std::sort(candidates.begin(), candidates.end(),
@@ -136,6 +152,19 @@ bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, st
   if ((r.owner != ::getpid() || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
   if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
+  if (batch_) {
+    auto it = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& a) { return a.base == r.base; });
+    if (it == aliases_.end()) {
+      void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+      if (rw == MAP_FAILED) {
+        why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
+        return false;
+      }
+      it = aliases_.insert(aliases_.end(), Alias{r.base, rw});
+    }
+    std::memcpy(static_cast<std::uint8_t*>(it->rw) + (addr - r.base), bytes, len);
+    return true;
+  }
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;
   std::uint64_t page_off = off & ~(page - 1);
@@ -176,6 +205,15 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   r->used += arch::kXolSlotSize;
   by_site_[site] = slot;
   return slot;
+}
+
+void XolArea::end_batch() noexcept {
+  for (const Alias& a : aliases_) {
+    const Region* r = region_of(a.base);
+    ::munmap(a.rw, r ? r->size : kRegionSize);
+  }
+  aliases_.clear();
+  batch_ = false;
 }
 
 std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWindow& window,

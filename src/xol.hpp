@@ -53,6 +53,12 @@ class XolArea {
   /// alias. Registry mutex held.
   bool write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
 
+  /// From begin_batch() to end_batch() (registry mutex held throughout, as
+  /// for a batch registration), writes keep one RW alias per region mapped
+  /// instead of mapping and unmapping one per write; end_batch() unmaps them.
+  void begin_batch() noexcept { batch_ = true; }
+  void end_batch() noexcept;
+
  private:
   struct Region {
     std::uint64_t base = 0;
@@ -67,6 +73,13 @@ class XolArea {
   bool privatize(Region& r, std::string& why);
   Region* region_of(std::uint64_t addr);
 
+  /// The RW alias of a region kept by a batch (base of the region -> alias).
+  struct Alias {
+    std::uint64_t base;
+    void* rw;
+  };
+  std::vector<Alias> aliases_;
+  bool batch_ = false;
   std::vector<Region> regions_;
   std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
   std::unordered_map<std::uint64_t, std::uint64_t> code_by_site_;

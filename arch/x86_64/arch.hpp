@@ -7,6 +7,7 @@
 /// The core in src/ calls only what is declared here; a second architecture
 /// provides its own arch/<name>/arch.hpp with the same names.
 
+#include <signal.h>
 #include <ucontext.h>
 
 #include <cstddef>
@@ -23,6 +24,12 @@ void uprobe_ret_trampoline();
 /// Landing pad of the return trampoline's personality routine
 /// (ret_trampoline.S): expects rax = the _Unwind_Exception. Not callable.
 void uprobe_ret_unwind_landing();
+/// The SIGTRAP handler to install (trap_entry.S): clears rflags.AC, which
+/// the kernel leaves set in a handler when the interrupted code had it set,
+/// then tail-calls uprobe_sigtrap_handler(). Async-signal-safe.
+void uprobe_sigtrap_entry(int sig, siginfo_t* info, void* ucontext);
+/// Provided by the core (src/trap.cpp): the SIGTRAP handler proper.
+void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
 }
 
 namespace uprobe::arch {
@@ -155,8 +162,9 @@ std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept;
 
 /// Builds the XOL copy of `insn` (original address `ip`) to run at address
 /// `slot`: the relocated instruction (rip-relative displacement re-aimed at
-/// the same absolute target) followed by an absolute jump back to ip + len.
-/// Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
+/// the same absolute target) followed by an absolute jump back to ip + len
+/// (`jmp *pad(%rip)`, int3 padding, the 8-byte address, 8-byte aligned when
+/// `slot` is: the copy may run with rflags.AC set). Writes at most kXolSlotSize bytes to `out`; returns the length, or 0 with
 /// `why` set when the target is out of the disp32 reach of `slot`.
 /// Not hot (called at register time).
 std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,

@@ -9,8 +9,9 @@
  * bytes below the stack pointer to continue with (normally the slot this stub
  * reserved; lower when a handler moved rsp) and leaves that slot's address in
  * Regs.rsp; `pop %rsp; ret $128` then continues there with every register as
- * the handlers left it. `lea` does not touch the flags; `and`/`cld`
- * run after pushfq and popfq restores them.
+ * the handlers left it. `lea` does not touch the flags; `and`/`cld`/`test`
+ * and the clearing of AC (alignment check) run after pushfq, and popfq
+ * restores them.
  */
 	.text
 	.globl uprobe_opt_stub_template
@@ -49,6 +50,12 @@ uprobe_opt_stub_desc_imm:
 	mov	%rsp, %rbx
 	and	$-16, %rsp
 	cld
+	testl	$0x40000, 128(%rbx)	/* Regs.rflags.AC: alignment checking on at the site */
+	jz	1f
+	pushfq				/* the C code runs with it off (libc, ld.so and consumers */
+	andl	$~0x40000, (%rsp)	/* do unaligned accesses); popfq below puts the */
+	popfq				/* site's rflags back */
+1:
 	.byte	0x48, 0xb8		/* movabs $uprobe_opt_entry, %rax */
 uprobe_opt_stub_entry_imm:
 	.quad	0

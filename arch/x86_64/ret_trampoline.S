@@ -7,7 +7,8 @@
  * which pops the return instance(s), runs the ret_handlers and returns the
  * address to continue at; then everything is restored and a `ret` through the
  * old return-address slot continues there, with rsp exactly as the returning
- * function left it. No signal, no syscall.
+ * function left it. No signal, no syscall. The ret_handlers run with rflags.AC
+ * (alignment check) off; the saved rflags, AC included, are restored.
  *
  * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
  * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
@@ -91,6 +92,12 @@ uprobe_ret_trampoline:
 	.cfi_def_cfa_register rbx
 	and	$-16, %rsp
 	cld
+	testl	$0x40000, 152(%rbx)	/* saved rflags.AC: alignment checking on in the caller */
+	jz	1f
+	pushfq				/* the ret_handlers run with it off (libc, ld.so and */
+	andl	$~0x40000, (%rsp)	/* consumers do unaligned accesses); popfq below puts */
+	popfq				/* the caller's rflags back */
+1:
 	mov	%rbx, %rdi
 	call	uprobe_ret_dispatch
 	mov	%rbx, %rsp

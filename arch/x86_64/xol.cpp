@@ -2,7 +2,10 @@
 /// @file xol.cpp
 /// The out-of-line copy of an instruction: the original bytes with a
 /// rip-relative displacement re-aimed from the slot at the same absolute
-/// target, followed by an absolute jump back (jmp *0(%rip); .quad ip + len).
+/// target, followed by an absolute jump back (jmp *N(%rip); .quad ip + len),
+/// the quadword 8-byte aligned: the copy may run with rflags.AC set (a probed
+/// `popf` that turns alignment checking on), and an unaligned load of the
+/// jump target would then raise #AC (SIGBUS) in the slot.
 
 #include <cstdio>
 #include <cstring>
@@ -12,9 +15,10 @@
 namespace uprobe::arch {
 namespace {
 
-/// ff 25 00 00 00 00: jmp qword ptr [rip + 0], then the 8-byte destination.
-constexpr std::uint8_t kJmpAbs[6] = {0xff, 0x25, 0x00, 0x00, 0x00, 0x00};
-constexpr std::size_t kJmpAbsLen = sizeof kJmpAbs + 8;
+/// ff 25 disp32: jmp qword ptr [rip + disp32]; the 8-byte destination
+/// follows after disp32 bytes of int3 padding.
+constexpr std::uint8_t kJmpAbsOpcode[2] = {0xff, 0x25};
+constexpr std::size_t kJmpAbsInsnLen = 6;
 
 std::string hex(std::uint64_t v) {
   char buf[24];
@@ -31,7 +35,7 @@ std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept {
 std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                       std::string& why) {
   why.clear();
-  if (insn.len == 0 || insn.len > kMaxInsnLen || insn.len + kJmpAbsLen > kXolSlotSize) {
+  if (insn.len == 0 || insn.len > kMaxInsnLen || insn.len + kJmpAbsInsnLen + 8 > kXolSlotSize) {
     why = "no instruction to copy out of line";
     return 0;
   }
@@ -52,9 +56,18 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
     std::memcpy(buf + insn.disp_offset, &d32, sizeof d32);
   }
   const std::uint64_t back = ip + insn.len;
-  std::memcpy(buf + insn.len, kJmpAbs, sizeof kJmpAbs);
-  std::memcpy(buf + insn.len + sizeof kJmpAbs, &back, sizeof back);
-  const std::size_t total = insn.len + kJmpAbsLen;
+  const std::size_t jmp_end = insn.len + kJmpAbsInsnLen;
+  // Pad so that the quadword is 8-byte aligned in memory; a slot that is not
+  // itself 8-byte aligned may lack the room (the runtime's slots are
+  // kXolSlotSize-aligned, where the longest instruction still fits).
+  std::size_t pad = (8 - ((slot + jmp_end) & 7)) & 7;
+  if (jmp_end + pad + 8 > kXolSlotSize) pad = 0;
+  const std::int32_t disp = static_cast<std::int32_t>(pad);
+  std::memcpy(buf + insn.len, kJmpAbsOpcode, sizeof kJmpAbsOpcode);
+  std::memcpy(buf + insn.len + sizeof kJmpAbsOpcode, &disp, sizeof disp);
+  std::memset(buf + jmp_end, kBreakpoint, pad);
+  std::memcpy(buf + jmp_end + pad, &back, sizeof back);
+  const std::size_t total = jmp_end + pad + 8;
   std::memcpy(out, buf, total);
   return total;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "micro.hpp"
+#include "uprobe/batch.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace {
@@ -94,5 +95,50 @@ void BM_Hit(benchmark::State& state) {
   uprobe::unregister_uprobe(p, g_a);
 }
 BENCHMARK(BM_Hit)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+namespace {
+
+// The batch API on the 1000 fixtures: one register_uprobes() of all of them,
+// one unregister_uprobes() of all of them (per batch; divide by 1000 for the
+// per-probe figure).
+std::vector<uprobe::ProbeRequest> all_fixtures(uprobe::Consumer& c) {
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 0; i < micro::kMicroFixtures; ++i) reqs.push_back(uprobe::ProbeRequest::at(micro::fixture(i), c));
+  return reqs;
+}
+
+std::vector<uprobe::ProbeConsumer> registered(const std::vector<uprobe::RegisterResult>& res, uprobe::Consumer& c) {
+  std::vector<uprobe::ProbeConsumer> out;
+  for (const auto& r : res)
+    if (r.probe) out.push_back({r.probe, &c});
+  return out;
+}
+
+void BM_AttachBatch1000(benchmark::State& state) {
+  const auto reqs = all_fixtures(g_a);
+  for (auto _ : state) {
+    auto res = uprobe::register_uprobes(reqs);
+    state.PauseTiming();
+    const auto pairs = registered(res, g_a);
+    if (pairs.size() != reqs.size()) state.SkipWithError("a batch request was refused");
+    uprobe::unregister_uprobes(pairs);
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_AttachBatch1000)->Unit(benchmark::kMillisecond);
+
+void BM_DetachBatch1000(benchmark::State& state) {
+  const auto reqs = all_fixtures(g_a);
+  for (auto _ : state) {
+    state.PauseTiming();
+    const auto pairs = registered(uprobe::register_uprobes(reqs), g_a);
+    if (pairs.size() != reqs.size()) state.SkipWithError("a batch request was refused");
+    state.ResumeTiming();
+    uprobe::unregister_uprobes(pairs);
+  }
+}
+BENCHMARK(BM_DetachBatch1000)->Unit(benchmark::kMillisecond);
 
 }  // namespace

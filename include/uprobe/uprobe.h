@@ -164,6 +164,48 @@ UPROBE_API int uprobe_register_addr(const void *addr, struct uprobe_consumer *uc
 UPROBE_API int uprobe_unregister(struct uprobe_probe *probe, struct uprobe_consumer *uc);
 
 /**
+ * One probe of a batch (uprobe_register_batch(), uprobe_unregister_batch()).
+ * In: the probe site as `path` + `offset`, or as `addr` (an address in this
+ * process; used when not NULL, `path` is then ignored), the consumer `uc` and
+ * an optional USDT semaphore `ref_ctr_offset` (file offset, 0 = none; path
+ * form only). Out: `probe` and `err`.
+ */
+struct uprobe_request {
+  const char *path;
+  uint64_t offset;
+  const void *addr;
+  uint64_t ref_ctr_offset;
+  struct uprobe_consumer *uc;
+  /** Out (register): the probe, NULL on error. In (unregister): the probe. */
+  struct uprobe_probe *probe;
+  /** Out: 0, or this request's negative errno (the table above). */
+  int err;
+};
+
+/**
+ * Registers `n` requests as one batch: one read of the address space, one
+ * open and ELF read per file, one publication of the probe table (the C++
+ * register_uprobes() of uprobe/batch.hpp). Each request gets its own outcome
+ * in reqs[i].probe and reqs[i].err, as if registered by its own
+ * uprobe_register() call in order; a failed request changes nothing and does
+ * not affect the others. Returns the number of failed requests (0: all
+ * registered), or a negative errno when the call itself is refused (-EINVAL:
+ * reqs is NULL with n > 0; -EDEADLK: from a handler, every err set too;
+ * -ENOMEM). uprobe_last_error() then describes the first failed request. Any
+ * thread; not from a handler; not async-signal-safe.
+ */
+UPROBE_API int uprobe_register_batch(struct uprobe_request *reqs, size_t n);
+
+/**
+ * Unregisters reqs[i].uc from reqs[i].probe for every i as one batch (one RCU
+ * grace period for all; the original bytes of every site left without a
+ * consumer are restored before it returns). Sets reqs[i].err (0, -ENOENT: not
+ * registered, -EINVAL: NULL probe or consumer). Returns the number of failed
+ * requests, or a negative errno for the call as uprobe_register_batch().
+ */
+UPROBE_API int uprobe_unregister_batch(struct uprobe_request *reqs, size_t n);
+
+/**
  * The file and file offset mapped at `addr` in this process. Writes the
  * NUL-terminated path into path[0..path_size) and the offset into *offset
  * (either may be NULL/0 to skip). Returns 0, -ENXIO (anonymous memory or no

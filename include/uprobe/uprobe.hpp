@@ -150,6 +150,7 @@ enum class Errc {
                        ///< USDT semaphore; more than 10 return consumers on one probe
   in_handler,          ///< (un)registering from inside a handler would deadlock
   system,              ///< a system call failed (message says which and errno)
+  invalid_argument,    ///< a batch request without a consumer (uprobe/batch.hpp)
 };
 
 /// The typed error thrown by the registration API. what() names the path, the
@@ -253,6 +254,18 @@ class Attachment {
   void detach();
   /// The registered probe, or nullptr once detached.
   Uprobe* probe() const noexcept { return probe_; }
+  /// The registered consumer, or nullptr once detached.
+  Consumer* consumer() const noexcept { return consumer_; }
+  /// Takes over an existing registration of `consumer` on `probe` (e.g. one
+  /// made by register_uprobes()): this Attachment unregisters it. No check is
+  /// made; a null probe gives an empty Attachment.
+  static Attachment adopt(Uprobe* probe, Consumer& consumer) noexcept;
+  /// Lets go of the registration without unregistering it (the caller now
+  /// owns it, e.g. to pass it to unregister_uprobes()); the Attachment is empty.
+  void release() noexcept {
+    probe_ = nullptr;
+    consumer_ = nullptr;
+  }
 
  private:
   Uprobe* probe_ = nullptr;

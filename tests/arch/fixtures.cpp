@@ -31,6 +31,20 @@ uprobe_test_branch:
     ret
     .size uprobe_test_branch, .-uprobe_test_branch
 
+    .globl uprobe_test_call_ac
+    .type uprobe_test_call_ac, @function
+uprobe_test_call_ac:
+    pushfq
+    orl $0x40000, (%rsp)
+    popfq
+    mov %rsi, %rax
+    call *%rdi
+    pushfq
+    andl $~0x40000, (%rsp)
+    popfq
+    ret
+    .size uprobe_test_call_ac, .-uprobe_test_call_ac
+
     .globl uprobe_test_body
     .type uprobe_test_body, @function
 uprobe_test_body:

@@ -11,6 +11,9 @@
 extern "C" {
 /// Calls `code` with rax = rax_in; returns rax after it returns.
 std::uint64_t uprobe_test_call(const void* code, std::uint64_t rax_in);
+/// uprobe_test_call() with rflags.AC (alignment check) set around the call:
+/// an unaligned data access in `code` raises SIGBUS. Clears AC on return.
+std::uint64_t uprobe_test_call_ac(const void* code, std::uint64_t rax_in);
 /// Sets rflags (arithmetic bits only) and rcx, zeroes eax without touching the
 /// flags, calls `code`; stores rcx after the call in *rcx_out and returns rax.
 std::uint64_t uprobe_test_branch(const void* code, std::uint64_t rflags, std::uint64_t rcx_in,

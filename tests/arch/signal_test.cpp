@@ -93,7 +93,8 @@ class SigTrap : public ::testing::Test {
     g_probe.slot = slot_page_->addr() + 128;
     std::uint8_t copy[kXolSlotSize];
     const std::size_t n = build_xol(g_probe.insn, g_probe.site, g_probe.slot, copy, why);
-    ASSERT_EQ(n, g_probe.insn.len + 14u) << why;
+    const std::size_t pad = (8 - (g_probe.slot + g_probe.insn.len + 6u) % 8) % 8;  // quadword 8-aligned
+    ASSERT_EQ(n, g_probe.insn.len + 6u + pad + 8u) << why;
     slot_page_->write(128, copy, n);
     ASSERT_TRUE(slot_page_->seal());
   }

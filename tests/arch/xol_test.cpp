@@ -39,14 +39,15 @@ TEST(BuildXol, RipRelativeBytesExact) {
   std::uint8_t out[kXolSlotSize];
   std::memset(out, 0xaa, sizeof out);
   std::string why = "stale";
-  ASSERT_EQ(build_xol(insn, 0x400000, 0x500000, out, why), 21u);
+  ASSERT_EQ(build_xol(insn, 0x400000, 0x500000, out, why), 24u);
   EXPECT_EQ(why, "");
   // target 0x400107; new disp = 0x400107 - 0x500007 = -0xfff00
   const Bytes want = {0x48, 0x8b, 0x05, 0x00, 0x01, 0xf0, 0xff,         // relocated
-                      0xff, 0x25, 0x00, 0x00, 0x00, 0x00,               // jmp [rip]
+                      0xff, 0x25, 0x03, 0x00, 0x00, 0x00,               // jmp [rip + 3]
+                      0xcc, 0xcc, 0xcc,                                 // padding: the quadword at slot + 16
                       0x07, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00};  // 0x400007
-  EXPECT_EQ(Bytes(out, out + 21), want);
-  EXPECT_EQ(out[21], 0xaa);  // nothing written past the copy
+  EXPECT_EQ(Bytes(out, out + 24), want);
+  EXPECT_EQ(out[24], 0xaa);  // nothing written past the copy
 }
 
 TEST(BuildXol, ImmediateAfterDisplacementKept) {
@@ -65,10 +66,10 @@ TEST(BuildXol, PlainInstructionCopiedVerbatim) {
   const Insn insn = decode({0x48, 0x89, 0xe5});
   std::uint8_t out[kXolSlotSize];
   std::string why;
-  ASSERT_EQ(build_xol(insn, 0x7f00'1234'5678ull, 0x1000, out, why), 17u);
-  const Bytes want = {0x48, 0x89, 0xe5, 0xff, 0x25, 0x00, 0x00, 0x00, 0x00,
-                      0x7b, 0x56, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00};
-  EXPECT_EQ(Bytes(out, out + 17), want);
+  ASSERT_EQ(build_xol(insn, 0x7f00'1234'5678ull, 0x1000, out, why), 24u);
+  const Bytes want = {0x48, 0x89, 0xe5, 0xff, 0x25, 0x07, 0x00, 0x00, 0x00, 0xcc, 0xcc, 0xcc,
+                      0xcc, 0xcc, 0xcc, 0xcc, 0x7b, 0x56, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00};
+  EXPECT_EQ(Bytes(out, out + 24), want);
 }
 
 TEST(BuildXol, LongestInstructionFitsSlot) {
@@ -78,8 +79,12 @@ TEST(BuildXol, LongestInstructionFitsSlot) {
   ASSERT_EQ(insn.len, 15);
   std::uint8_t out[kXolSlotSize];
   std::string why;
-  EXPECT_EQ(build_xol(insn, 0x1000, 0x2000, out, why), 29u);
+  EXPECT_EQ(build_xol(insn, 0x1000, 0x2000, out, why), 32u);  // 15 + jmp 6 + pad 3 + quad 8
   EXPECT_EQ(Bytes(out, out + 15), nop15);
+  EXPECT_EQ(Bytes(out + 15, out + 24), Bytes({0xff, 0x25, 0x03, 0x00, 0x00, 0x00, 0xcc, 0xcc, 0xcc}));
+  std::uint64_t back;
+  std::memcpy(&back, out + 24, 8);
+  EXPECT_EQ(back, 0x100fu);
 }
 
 TEST(BuildXol, OutOfReach) {
@@ -101,11 +106,12 @@ TEST(BuildXol, ReachBoundaries) {
   // new disp = target - (slot + 7)
   const std::uint64_t lowest = target - 7 - 0x7fff'ffffull;   // disp = INT32_MAX
   const std::uint64_t highest = target - 7 + 0x8000'0000ull;  // disp = INT32_MIN
-  ASSERT_EQ(build_xol(insn, ip, lowest, out, why), 21u) << why;
+  // lowest + 13 is 6 mod 8: 2 bytes of padding; highest + 13 is 5 mod 8: 3.
+  ASSERT_EQ(build_xol(insn, ip, lowest, out, why), 23u) << why;
   std::int32_t d;
   std::memcpy(&d, out + 3, 4);
   EXPECT_EQ(d, INT32_MAX);
-  ASSERT_EQ(build_xol(insn, ip, highest, out, why), 21u) << why;
+  ASSERT_EQ(build_xol(insn, ip, highest, out, why), 24u) << why;
   std::memcpy(&d, out + 3, 4);
   EXPECT_EQ(d, INT32_MIN);
   EXPECT_EQ(build_xol(insn, ip, lowest - 1, out, why), 0u);
@@ -114,6 +120,59 @@ TEST(BuildXol, ReachBoundaries) {
   EXPECT_EQ(build_xol(insn, ip, highest + 1, out, why), 0u);
   EXPECT_EQ(why, "rip-relative target " + hex(target) + " is out of reach of XOL slot " +
                      hex(highest + 1));
+}
+
+// The jump back's quadword is 8-byte aligned for every instruction length and
+// every 8-aligned slot (the runtime's slots are kXolSlotSize-aligned), so a
+// copy running with rflags.AC set does not raise #AC on it (found by
+// tests/fuzz xol_fuzz: a probed popf that set AC died by SIGBUS in the slot).
+TEST(BuildXol, JumpBackQuadwordAligned) {
+  // nop forms of length 1..15: 90, 66 90, 0f 1f 00, ..., 66*6 2e 0f 1f 84 00*5.
+  const Bytes nops[] = {
+      {0x90},
+      {0x66, 0x90},
+      {0x0f, 0x1f, 0x00},
+      {0x0f, 0x1f, 0x40, 0x00},
+      {0x0f, 0x1f, 0x44, 0x00, 0x00},
+      {0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00},
+      {0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00},
+      {0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+      {0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+  };
+  for (const Bytes& b : nops) {
+    const Insn insn = decode(b);
+    ASSERT_EQ(insn.len, b.size());
+    for (std::uint64_t slot : {0x10000ull, 0x10008ull, 0x10020ull, 0x7f12'3456'7000ull}) {
+      const std::uint64_t ip = 0x400000 + 3;
+      std::uint8_t out[kXolSlotSize + 1];
+      std::memset(out, 0xaa, sizeof out);
+      std::string why;
+      const std::size_t n = build_xol(insn, ip, slot, out, why);
+      ASSERT_GE(n, insn.len + 14u) << insn.text;
+      ASSERT_LE(n, kXolSlotSize) << insn.text;
+      EXPECT_EQ(out[kXolSlotSize], 0xaa);
+      EXPECT_EQ(Bytes(out, out + insn.len), b);
+      // jmp qword ptr [rip + pad]; pad int3; quadword = ip + len, 8-aligned.
+      const std::size_t pad = n - insn.len - 14;
+      EXPECT_LT(pad, 8u);
+      EXPECT_EQ(out[insn.len], 0xff);
+      EXPECT_EQ(out[insn.len + 1], 0x25);
+      std::int32_t disp;
+      std::memcpy(&disp, out + insn.len + 2, 4);
+      EXPECT_EQ(static_cast<std::size_t>(disp), pad);
+      for (std::size_t i = 0; i < pad; ++i) EXPECT_EQ(out[insn.len + 6 + i], kBreakpoint);
+      EXPECT_EQ((slot + n - 8) % 8, 0u) << insn.text << " at " << hex(slot);
+      std::uint64_t back;
+      std::memcpy(&back, out + n - 8, 8);
+      EXPECT_EQ(back, ip + insn.len);
+    }
+  }
 }
 
 TEST(BuildXol, RipTarget) {
@@ -184,7 +243,10 @@ class XolRun : public ::testing::Test {
     std::uint8_t copy[kXolSlotSize];
     std::string why;
     const std::size_t n = build_xol(insn, site_->addr(), slot_, copy, why);
-    EXPECT_EQ(n, insn.len + 14u) << why;
+    // copy, jmp [rip + pad], pad, the 8-aligned quadword (slot_ is 8-aligned)
+    const std::size_t pad = (8 - (insn.len + 6u) % 8) % 8;
+    EXPECT_EQ(n, insn.len + 6u + pad + 8u) << why;
+    EXPECT_EQ((slot_ + n - 8) % 8, 0u);
     slot_page_->write(64, copy, n);
     EXPECT_TRUE(slot_page_->seal());
     return insn;
@@ -235,6 +297,14 @@ TEST_F(XolRun, AddFromRipRelative) {
   g_value = 1000;
   EXPECT_EQ(run_original(5), 1005u);
   EXPECT_EQ(run_copy(7), 1007u);
+}
+
+// The copy runs with alignment checking on (rflags.AC, as after a probed popf
+// that set it): the jump back reads an aligned quadword, so no SIGBUS.
+TEST_F(XolRun, CopyRunsWithAlignmentCheck) {
+  install({0x48, 0x83, 0xc0, 0x10});  // add rax, 0x10 (4 bytes: an unaligned quadword before the fix)
+  EXPECT_EQ(uprobe_test_call_ac(reinterpret_cast<const void*>(slot_), 5), 0x15u);
+  EXPECT_EQ(uprobe_test_call_ac(reinterpret_cast<const void*>(site_->addr()), 6), 0x16u);
 }
 
 TEST_F(XolRun, PlainInstruction) {

@@ -355,6 +355,52 @@ TEST(Binary, CompareLookupPrintsBothTablesAndRatios) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 
+TEST(Options, CompareAllAndAttachLibc) {
+  Options o;
+  ASSERT_TRUE(parse({"--compare", "all", "-p", "2,16"}, o));
+  EXPECT_EQ(o.compare, "all");
+  EXPECT_FALSE(o.variants_given);
+  EXPECT_EQ(o.producers, (std::vector<int>{2, 16}));
+  for (const bench::Comparison& c : bench::comparisons())  // every switch's own variants are there
+    for (const std::string& v : c.default_variants)
+      EXPECT_NE(std::find(o.variants.begin(), o.variants.end(), v), o.variants.end()) << c.name << ": " << v;
+  ASSERT_TRUE(parse({"--compare", "all", "uprobe-nop"}, o));
+  EXPECT_TRUE(o.variants_given);
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop"}));
+  EXPECT_FALSE(parse({"--compare", "nothing"}, o));
+
+  ASSERT_TRUE(parse({"--attach-libc", "1000", "--kernel", "--kernel-count", "100"}, o));
+  EXPECT_EQ(o.attach_libc, 1000);
+  EXPECT_TRUE(o.kernel);
+  EXPECT_EQ(o.kernel_count, 100);
+  ASSERT_TRUE(parse({"--attach-libc", "10", "--kernel-count", "100"}, o));
+  EXPECT_EQ(o.kernel_count, 10) << "never more kernel probes than libuprobe ones";
+  EXPECT_FALSE(parse({"--attach-libc", "10", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--attach-libc", "0"}, o));
+}
+
+TEST(Binary, CompareAllPrintsEveryPair) {
+  const Exec r = run("--compare all uprobe-nop -p 1 -w 0 -d 1 -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--compare all: before vs after of every switch"), std::string::npos) << r.out;
+  for (const char* s : {"lookup       locked / speculative     uprobe-nop                    1",
+                        "signal-mask  defer / nodefer          uprobe-nop                    1",
+                        "ri-pool      freelist / objpool       uprobe-nop                    1",
+                        "ri-lock      global / none            uprobe-nop                    1",
+                        "optimize     off / on                 uprobe-nop                    1",
+                        "xol          single-step / jump-back  uprobe-nop                    1",
+                        "emulate      off / on                 uprobe-nop                    1"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(Binary, AttachLibcReportsBatchAttachAndDetach) {
+  const Exec r = run("--attach-libc 50 --attach-no-single");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("attach-libc: /"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libuprobe, one batch (50)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("one by one"), std::string::npos) << r.out;
+}
+
 TEST(Binary, CsvOnStdoutKeepsTheTextOnStderr) {
   const std::string cmd = std::string(UPROBE_BENCH_EXE) + " --sweep-variants usermode-count -p 1,2 -w 0 -d 1 -q "
                           "--format csv 2>/dev/null";

@@ -758,6 +758,38 @@ FUNC fx_pushf
 ENDF fx_pushf
 SITE fx_pushf, .Lpushf_s
 
+/* popfq at 6 turns on alignment checking (rflags.AC) for the rest of the
+ * function: its XOL copy runs, and jumps back, with AC set (an unaligned
+ * jump-back address raised SIGBUS in the slot). a + b; AC cleared on return. */
+FUNC fx_popf_ac
+        pushfq
+        orl $0x40000, (%rsp)
+.Lpopfac_s:
+        popfq
+        lea (%rdi,%rsi), %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF fx_popf_ac
+SITE fx_popf_ac, .Lpopfac_s
+
+/* lea at 6 runs with alignment checking on (rflags.AC): the probe's trap
+ * handler and the consumers run with AC set too (the kernel keeps AC on
+ * signal delivery). a + b; AC cleared on return. */
+FUNC fx_ac_on
+        pushfq
+        orl $0x40000, (%rsp)
+        popfq
+.Lacon_s:
+        lea (%rdi,%rsi), %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF fx_ac_on
+SITE fx_ac_on, .Lacon_s
+
 /* ===================================================================== */
 /* C-03: rip-relative first instructions                                 */
 /* ===================================================================== */

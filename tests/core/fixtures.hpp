@@ -79,6 +79,8 @@ FX_DECL(fx_rip_r9)
 FX_DECL(fx_movzb_rip)
 FX_DECL(fx_push_rip)
 FX_DECL(fx_pushf)
+FX_DECL(fx_popf_ac)
+FX_DECL(fx_ac_on)
 std::uint64_t fx_fp_target(std::uint64_t, std::uint64_t);
 std::uint64_t fx_fp2_target(std::uint64_t, std::uint64_t);
 

@@ -3,7 +3,8 @@
 // kernel-faithful single-step mode): rip-relative loads, stores, compares,
 // immediates after the displacement, call/jmp *mem(%rip) (may be emulated),
 // SSE moves to and from memory, flags producers/consumers, stack adjusts,
-// lock xadd on a global, push mem, pushf.
+// lock xadd on a global, push mem, pushf, a popf that turns on alignment
+// checking.
 
 #include <cstring>
 
@@ -164,6 +165,10 @@ std::vector<ClassCase> cases() {
   v.push_back(XCASE(fx_movzb_rip, [](auto a, auto) { return a + 0xab; }));
   v.push_back(XCASE(fx_push_rip, [](auto a, auto) { return a + fx_var; }));
   v.push_back(XCASE(fx_pushf, [](auto a, auto b) { return sub_flags(a, b); }, mixed_args));
+  // Found by tests/fuzz (fuzz_xol): the copy of a popf that sets AC must not
+  // fault on its own jump back.
+  v.push_back(XCASE(fx_popf_ac, [](auto a, auto b) { return a + b; }));
+  v.push_back(XCASE(fx_ac_on, [](auto a, auto b) { return a + b; }));
   return v;
 }
 

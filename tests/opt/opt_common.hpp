@@ -20,6 +20,8 @@ extern "C" {
 std::uint64_t opt_entry5(std::uint64_t, std::uint64_t);
 std::uint64_t opt_mid5(std::uint64_t, std::uint64_t);
 extern const std::uint64_t opt_mid5_site;
+std::uint64_t opt_ac5(std::uint64_t);
+extern const std::uint64_t opt_ac5_site;
 
 std::uint64_t opt_nop_0f1f440000(std::uint64_t);
 std::uint64_t opt_nop_660f1f0400(std::uint64_t);

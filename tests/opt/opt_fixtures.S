@@ -58,6 +58,25 @@ FUNC opt_mid5
 ENDF opt_mid5
 OFF opt_mid5, .Lmid5_s, opt_mid5_site
 
+/* nop5 reached with alignment checking on (rflags.AC): a + (rflags.AC after
+ * the site); AC cleared before returning. */
+FUNC opt_ac5
+        pushfq
+        orl $0x40000, (%rsp)
+        popfq
+.Lac5_s:
+        NOP5
+        pushfq
+        pop %rax
+        and $0x40000, %eax
+        add %rdi, %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF opt_ac5
+OFF opt_ac5, .Lac5_s, opt_ac5_site
+
 /* Nop encodings at the entry, each followed by lea K(%rdi),%rax; ret (a + K). */
         .macro NOPFN name, k, bytes:vararg
 FUNC \name

@@ -98,6 +98,32 @@ TEST(Sites, Nop5MidFunction) {
   });
 }
 
+// A site reached with alignment checking on (rflags.AC, which would make
+// libc's and ld.so's unaligned accesses raise SIGBUS): the consumer runs with
+// AC off, sees it on in Regs.rflags, and the function continues with it on.
+struct AcConsumer : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0}, ac_in_handler{0}, ac_in_regs{0};
+  Action handler(Regs& regs) override {
+    std::uint64_t f;
+    asm volatile("pushfq; pop %0" : "=r"(f));
+    hits.fetch_add(1, std::memory_order_relaxed);
+    if (f & 0x40000) ac_in_handler.fetch_add(1, std::memory_order_relaxed);
+    if (regs.rflags & 0x40000) ac_in_regs.fetch_add(1, std::memory_order_relaxed);
+    return Action::keep;
+  }
+};
+
+TEST(Sites, AlignmentCheckOnAtSite) {
+  const void* site = at(opt_ac5, opt_ac5_site);
+  AcConsumer c;
+  uprobe::Attachment a(site, c);
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5") << uprobe::probe_info(a.probe()).why_not_optimized;
+  for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_ac5(i), i + 0x40000);
+  EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.ac_in_regs.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.ac_in_handler.load(), 0u);
+}
+
 TEST(Sites, SameSiteByPathAndOffset) {
   // Registered by (path, file offset): the same probe, optimized once.
   const uprobe::FileOffset fo = uprobe::resolve_address(vaddr(opt_entry5));

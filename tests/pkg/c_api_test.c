@@ -350,7 +350,60 @@ static void test_session(void) {
   CHECK(pkg_fixture_add2(1) == 3);
 }
 
+/* The batch calls: per-request results, a bad request among good ones, two
+ * consumers sharing a new probe, one grace period for the unregistering. */
+static void test_batch(void) {
+  struct counter a, b;
+  counter_init(&a);
+  counter_init(&b);
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  uint64_t off2 = 0;
+  CHECK_RC(uprobe_resolve_address(ADDR(pkg_fixture_add2), NULL, 0, &off2), 0);
+  struct uprobe_consumer empty = {0};
+  struct uprobe_request reqs[6] = {
+      {.addr = ADDR(pkg_fixture_add1), .uc = &a.uc},
+      {.path = exe, .offset = off2, .uc = &a.uc},
+      {.path = "/nonexistent/libuprobe-batch", .offset = 0, .uc = &b.uc},
+      {.addr = ADDR(pkg_fixture_add2), .uc = &b.uc},
+      {.addr = ADDR(pkg_fixture_add1), .uc = &a.uc}, /* a.uc twice on one probe */
+      {.addr = ADDR(pkg_fixture_add1), .uc = &empty},
+  };
+  CHECK_RC(uprobe_register_batch(reqs, 6), 3);
+  CHECK(strstr(uprobe_last_error(), "/nonexistent/libuprobe-batch") != NULL); /* the first failure */
+  CHECK(reqs[0].err == 0 && reqs[0].probe != NULL);
+  CHECK(reqs[1].err == 0 && reqs[1].probe != NULL);
+  CHECK(reqs[2].err == -ENOENT && reqs[2].probe == NULL);
+  CHECK(reqs[3].err == 0 && reqs[3].probe == reqs[1].probe);
+  CHECK(reqs[4].err == -EEXIST && reqs[4].probe == NULL);
+  CHECK(reqs[5].err == -EINVAL && reqs[5].probe == NULL);
+  CHECK(pkg_fixture_add1(5) == 6);
+  CHECK(pkg_fixture_add2(7) == 9);
+  CHECK(pkg_fixture_add2(8) == 10);
+  CHECK(a.hits == 3 && a.arg_sum == 20);
+  CHECK(b.hits == 2 && b.arg_sum == 15);
+
+  struct uprobe_request un[4] = {
+      {.probe = reqs[0].probe, .uc = &a.uc},
+      {.probe = reqs[1].probe, .uc = &a.uc},
+      {.probe = reqs[3].probe, .uc = &b.uc},
+      {.probe = reqs[0].probe, .uc = &b.uc}, /* b was never on add1's probe */
+  };
+  CHECK_RC(uprobe_unregister_batch(un, 4), 1);
+  CHECK(un[0].err == 0 && un[1].err == 0 && un[2].err == 0);
+  CHECK(un[3].err == -ENOENT);
+  CHECK(pkg_fixture_add1(5) == 6);
+  CHECK(pkg_fixture_add2(7) == 9);
+  CHECK(a.hits == 3 && b.hits == 2);
+  CHECK(*(const unsigned char *)ADDR(pkg_fixture_add1) == 0x48); /* movq %rdi, %rax restored */
+  CHECK_RC(uprobe_register_batch(NULL, 1), -EINVAL);
+  CHECK_RC(uprobe_register_batch(NULL, 0), 0);
+  CHECK_RC(uprobe_unregister_batch(un, 0), 0);
+}
+
 int main(void) {
+  test_batch();
   test_session();
   test_hits_regs_and_unregister();
   test_handler_remove();

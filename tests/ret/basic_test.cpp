@@ -69,6 +69,32 @@ TEST(RetBasic, ValuesRipRspFuncAtReturn) {
   EXPECT_EQ(rec.ret_calls.load(), 2u * kCalls) << "no return calls after detach";
 }
 
+/// A function returning with alignment checking on (rflags.AC): the
+/// ret_handler runs with AC off (libc and ld.so do unaligned accesses), sees
+/// it on in Regs.rflags, and the caller gets it back on.
+struct AcRet : uprobe::Consumer {
+  AcRet() : uprobe::Consumer(Callbacks::ret) {}
+  std::atomic<std::uint64_t> calls{0}, ac_in_handler{0}, ac_in_regs{0};
+  Action handler(Regs&) override { return Action::keep; }
+  void ret_handler(Regs& r, std::uint64_t) override {
+    std::uint64_t f;
+    asm volatile("pushfq; pop %0" : "=r"(f));
+    calls.fetch_add(1);
+    if (f & 0x40000) ac_in_handler.fetch_add(1);
+    if (r.rflags & 0x40000) ac_in_regs.fetch_add(1);
+  }
+};
+
+TEST(RetBasic, AlignmentCheckOnAtReturn) {
+  AcRet c;
+  uprobe::Attachment a(vaddr(rt_ac_callee), c);
+  for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(rt_ac_caller(i), i + 1 + 0x40000);
+  EXPECT_EQ(c.calls.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.ac_in_regs.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.ac_in_handler.load(), 0u);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
 /// Session consumer: entry checks the cookie starts at 0 and stores a value
 /// derived from the arguments; the return checks it got that value back.
 struct Session : uprobe::Consumer {

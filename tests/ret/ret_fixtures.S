@@ -226,4 +226,30 @@ FUNC rt_ret_pair
         ret
 ENDF rt_ret_pair
 
+/* rt_ac_callee(a): returns a + 1 with alignment checking on (rflags.AC), so
+ * a return probe's trampoline and ret_handlers meet AC set.
+ * rt_ac_caller(a): calls it, returns its result + (rflags.AC after the
+ * return) and clears AC. */
+FUNC rt_ac_callee
+        pushfq
+        orl $0x40000, (%rsp)
+        popfq
+        lea 1(%rdi), %rax
+        ret
+ENDF rt_ac_callee
+
+FUNC rt_ac_caller
+        sub $8, %rsp
+        call rt_ac_callee
+        add $8, %rsp
+        pushfq
+        pop %rdx
+        and $0x40000, %edx
+        add %rdx, %rax
+        pushfq
+        andl $~0x40000, (%rsp)
+        popfq
+        ret
+ENDF rt_ac_caller
+
         .section .note.GNU-stack,"",@progbits

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// pool_microbench: get+put pairs of the return-instance pool, per thread, at
-// 1/2/4/8 threads, objpool vs freelist (seed 002 after / before), optionally
-// with seed 004's global bookkeeping lock around each get and each put (as the
-// caller's return-stack push / pop would take it). Not a ctest test.
+// Return-instance pool get/put (part of uprobe-micro; also built alone as
+// tests/pool's pool_microbench): get+put pairs, per thread, at 1/2/4/8
+// threads, objpool vs freelist (seed 002 after / before), optionally with seed
+// 004's global bookkeeping lock around each get and each put (as the caller's
+// return-stack push / pop would take it). Not a ctest test.
 //
-//   pool_microbench --benchmark_counters_tabular=true
+//   uprobe-micro --benchmark_filter=GetPut --benchmark_counters_tabular=true
 //
 // pairs/s/thread is per-thread throughput over wall time: with more threads
 // than CPUs (this is fine: oversubscription) it also drops by the share of the
@@ -113,5 +114,3 @@ BENCHMARK(BM_GetPutDepth64)
     ->MinTime(0.3);
 
 }  // namespace
-
-BENCHMARK_MAIN();

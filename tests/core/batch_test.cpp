@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: MIT
+// The batch API (uprobe/batch.hpp): exact hit counts through probes
+// registered in one batch, per-request errors that leave the other requests
+// and the process intact, detaching a batch restoring every byte, several
+// consumers of one probe in one batch, batches mixed with single
+// registrations, the RAII forms, and batches racing with hits.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common.hpp"
+#include "fixtures.hpp"
+#include "uprobe/batch.hpp"
+
+using namespace coretest;
+using uprobe::Errc;
+
+extern "C" {
+/// batch_fixtures.S: batch_fx_N(a) = a + N.
+extern std::uint64_t (*const batch_fx[])(std::uint64_t);
+extern volatile std::uint16_t batch_sem;
+}
+
+namespace {
+
+constexpr std::size_t kFixtures = 256;      // used by most tests
+constexpr std::size_t kAllFixtures = 4096;  // batch_fixtures.S
+
+const void* fx(std::size_t i) { return reinterpret_cast<const void*>(batch_fx[i]); }
+
+/// Calls batch_fx_i `times` times and checks every return value.
+void call(std::size_t i, std::uint64_t times) {
+  for (std::uint64_t k = 0; k < times; ++k) ASSERT_EQ(batch_fx[i](k), k + i) << "batch_fx_" << i;
+}
+
+/// First 16 bytes of every fixture (each is at most 16 bytes long).
+std::vector<std::vector<std::uint8_t>> all_bytes() {
+  std::vector<std::vector<std::uint8_t>> out;
+  for (std::size_t i = 0; i < kFixtures; ++i) out.push_back(mem_bytes(fx(i), 16));
+  return out;
+}
+
+std::vector<uprobe::ProbeConsumer> pairs_of(const std::vector<uprobe::RegisterResult>& res,
+                                            const std::vector<uprobe::ProbeRequest>& reqs) {
+  std::vector<uprobe::ProbeConsumer> out;
+  for (std::size_t i = 0; i < res.size(); ++i)
+    if (res[i].probe) out.push_back({res[i].probe, reqs[i].consumer});
+  return out;
+}
+
+TEST(Batch, ExactHitCountsOnEveryProbeThenDetachRestoresEveryByte) {
+  const auto before = all_bytes();
+  const MappingSnapshot text_before = snapshot_mapping(fx(0));
+  std::vector<Counter> counters(kFixtures);
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 0; i < kFixtures; ++i) {
+    counters[i].expect_ip = reinterpret_cast<std::uint64_t>(fx(i));
+    reqs.push_back(uprobe::ProbeRequest::at(fx(i), counters[i]));
+  }
+  const auto res = uprobe::register_uprobes(reqs);
+  ASSERT_EQ(res.size(), kFixtures);
+  for (std::size_t i = 0; i < kFixtures; ++i) {
+    ASSERT_TRUE(res[i]) << i << ": " << (res[i].error ? res[i].error->what() : "");
+    EXPECT_FALSE(res[i].error);
+    const uprobe::ProbeInfo info = uprobe::probe_info(res[i].probe);
+    EXPECT_EQ(info.sites, 1u) << i;
+    EXPECT_EQ(info.consumers, 1u) << i;
+    EXPECT_EQ(info.mode, "int3") << i;
+    EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(i)), 0xCC) << i;
+  }
+  for (std::size_t i = 0; i < kFixtures; ++i) call(i, i % 7 + 1);
+  for (std::size_t i = 0; i < kFixtures; ++i) {
+    EXPECT_EQ(counters[i].hits.load(), i % 7 + 1) << "batch_fx_" << i;
+    EXPECT_EQ(counters[i].bad_ip.load(), 0u) << "batch_fx_" << i;
+  }
+
+  const auto errs = uprobe::unregister_uprobes(pairs_of(res, reqs));
+  ASSERT_EQ(errs.size(), kFixtures);
+  for (std::size_t i = 0; i < kFixtures; ++i) EXPECT_FALSE(errs[i]) << i << ": " << errs[i]->what();
+  EXPECT_EQ(all_bytes(), before);
+  EXPECT_EQ(diff_snapshot(text_before), "") << "the program's code is byte for byte what it was";
+  for (std::size_t i = 0; i < kFixtures; ++i) call(i, 3);
+  for (std::size_t i = 0; i < kFixtures; ++i) EXPECT_EQ(counters[i].hits.load(), i % 7 + 1) << i;
+}
+
+TEST(Batch, ABatchLargerThanOneXolRegion) {
+  // 4096 out-of-line and emulated sites: 4096 XOL slots of 32 bytes, more
+  // than one 64 KiB region holds, all placed against the batch's one
+  // address-space snapshot.
+  std::vector<Counter> counters(kAllFixtures);
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 0; i < kAllFixtures; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), counters[i]));
+  const auto res = uprobe::register_uprobes(reqs);
+  std::size_t ok = 0;
+  for (const auto& r : res) ok += r.probe != nullptr;
+  EXPECT_EQ(ok, kAllFixtures) << (res.back().error ? res.back().error->what() : "");
+  for (std::size_t i = 0; i < kAllFixtures; ++i) call(i, 1 + i % 3);
+  for (std::size_t i = 0; i < kAllFixtures; ++i) ASSERT_EQ(counters[i].hits.load(), 1 + i % 3) << i;
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  for (std::size_t i = 0; i < kAllFixtures; ++i) ASSERT_NE(*static_cast<const std::uint8_t*>(fx(i)), 0xCC) << i;
+}
+
+TEST(Batch, BytesMatchTheFileAfterDetach) {
+  const std::string exe = self_exe();
+  std::vector<std::uint64_t> offsets;
+  for (std::size_t i = 0; i < 32; ++i) offsets.push_back(uprobe::resolve_address(fx(i)).offset);
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::uint64_t off : offsets) reqs.push_back(uprobe::ProbeRequest::at(exe, off, c));
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+  for (std::size_t i = 0; i < 32; ++i) call(i, 2);
+  EXPECT_EQ(c.hits.load(), 64u);
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(mem_bytes(fx(i), 8), file_bytes(exe, offsets[i], 8)) << i;
+}
+
+TEST(Batch, EachBadRequestGetsItsOwnErrorAndChangesNothing) {
+  const std::string exe = self_exe();
+  const MappingSnapshot text_before = snapshot_mapping(fx(0));
+  const MappingSnapshot lib_before = snapshot_mapping(reinterpret_cast<const void*>(&uprobe::register_uprobes));
+  const std::uint8_t fx13_before = *static_cast<const std::uint8_t*>(fx(13));
+  const std::uint64_t off1 = uprobe::resolve_address(fx(1)).offset;  // lea 1(%rdi), %rax: 4 bytes
+  static const char rodata_text[64] = "data, not code";
+  Counter good_a, good_b, dup, nobody;
+  std::vector<uprobe::ProbeRequest> reqs = {
+      uprobe::ProbeRequest::at(fx(10), good_a),                          // 0 ok
+      uprobe::ProbeRequest::at("/nonexistent/libuprobe-batch", 0, dup),  // 1 file_not_found
+      uprobe::ProbeRequest::at(exe, 1ull << 40, dup),                    // 2 bad_offset
+      uprobe::ProbeRequest::at(exe, 0, dup),                             // 3 not_executable (ELF header)
+      uprobe::ProbeRequest::at(exe, off1 + 1, dup),                      // 4 mid_instruction
+      uprobe::ProbeRequest::at(rodata_text, dup),                          // 5 rodata: not executable
+      uprobe::ProbeRequest::at(fx(11), good_b),                          // 6 ok
+      uprobe::ProbeRequest::at(fx(11), good_b),                          // 7 conflict (same consumer twice)
+      uprobe::ProbeRequest::at(reinterpret_cast<const void*>(&uprobe::register_uprobes), dup),  // 8 forbidden
+      uprobe::ProbeRequest::at(exe, uprobe::resolve_address(fx(12)).offset, good_a),  // 9 ok, by (path, offset)
+  };
+  reqs.push_back(uprobe::ProbeRequest{});  // 10: no consumer
+  reqs.back().address = fx(13);
+  std::vector<uprobe::RegisterResult> res = uprobe::register_uprobes(reqs);
+  ASSERT_EQ(res.size(), reqs.size());
+  const std::vector<int> ok = {0, 6, 9};
+  for (int i : ok) ASSERT_TRUE(res[i]) << i << ": " << res[i].error->what();
+  auto code = [&](std::size_t i) { return res[i].error ? static_cast<int>(res[i].error->code()) : -1; };
+  EXPECT_EQ(code(1), static_cast<int>(Errc::file_not_found));
+  EXPECT_EQ(code(2), static_cast<int>(Errc::bad_offset));
+  EXPECT_EQ(code(3), static_cast<int>(Errc::not_executable));
+  EXPECT_EQ(code(4), static_cast<int>(Errc::mid_instruction));
+  EXPECT_EQ(code(5), static_cast<int>(Errc::not_executable));
+  EXPECT_EQ(code(7), static_cast<int>(Errc::conflict));
+  EXPECT_EQ(code(8), static_cast<int>(Errc::forbidden_target));
+  EXPECT_EQ(code(10), static_cast<int>(Errc::invalid_argument));
+  for (std::size_t i : {1u, 2u, 3u, 4u, 5u, 7u, 8u, 10u}) {
+    EXPECT_FALSE(res[i]) << i;
+    EXPECT_EQ(res[i].probe, nullptr) << i;
+  }
+  EXPECT_EQ(res[2].error->path(), exe);
+  EXPECT_EQ(res[2].error->offset(), 1ull << 40);
+  EXPECT_TRUE(names_offset(res[4].error->what(), off1 + 1)) << res[4].error->what();
+  EXPECT_EQ(res[6].probe, uprobe::register_uprobes(std::vector<uprobe::ProbeRequest>{uprobe::ProbeRequest::at(
+                                                       fx(11), nobody)})[0]
+                              .probe)
+      << "a later request on the same site shares the probe";
+  // The good ones count exactly; the refused ones were never applied.
+  call(10, 5);
+  call(11, 7);
+  call(12, 9);
+  call(13, 4);
+  EXPECT_EQ(good_a.hits.load(), 5u + 9u);
+  EXPECT_EQ(good_b.hits.load(), 7u);
+  EXPECT_EQ(nobody.hits.load(), 7u);
+  EXPECT_EQ(dup.hits.load(), 0u);
+  EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(13)), fx13_before) << "the request without a consumer wrote nothing";
+  EXPECT_EQ(diff_snapshot(lib_before), "") << "the refused request on libuprobe's own code wrote nothing";
+
+  std::vector<uprobe::ProbeConsumer> pairs = {{res[0].probe, &good_a}, {res[6].probe, &good_b},
+                                              {res[6].probe, &nobody}, {res[9].probe, &good_a}};
+  for (const auto& e : uprobe::unregister_uprobes(pairs)) EXPECT_FALSE(e) << e->what();
+  EXPECT_EQ(diff_snapshot(text_before), "");
+}
+
+TEST(Batch, SeveralConsumersOfOneNewProbeInOneBatch) {
+  Counter a, b, c;
+  std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(fx(20), a),
+                                            uprobe::ProbeRequest::at(fx(20), b),
+                                            uprobe::ProbeRequest::at(fx(21), c),
+                                            uprobe::ProbeRequest::at(fx(20), c)};
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+  EXPECT_EQ(res[0].probe, res[1].probe);
+  EXPECT_EQ(res[0].probe, res[3].probe);
+  EXPECT_NE(res[0].probe, res[2].probe);
+  EXPECT_EQ(uprobe::probe_info(res[0].probe).consumers, 3u);
+  call(20, 10);
+  call(21, 3);
+  EXPECT_EQ(a.hits.load(), 10u);
+  EXPECT_EQ(b.hits.load(), 10u);
+  EXPECT_EQ(c.hits.load(), 13u);
+  // Remove b (and a pair that is not registered) in one batch: the probe stays.
+  Counter stranger;
+  auto errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[1].probe, &b},
+                                                                             {res[1].probe, &stranger},
+                                                                             {res[1].probe, &b}});
+  EXPECT_FALSE(errs[0]);
+  ASSERT_TRUE(errs[1]);
+  EXPECT_EQ(errs[1]->code(), Errc::conflict);
+  ASSERT_TRUE(errs[2]) << "the same pair twice: the second finds nothing to remove";
+  EXPECT_EQ(errs[2]->code(), Errc::conflict);
+  EXPECT_EQ(uprobe::probe_info(res[0].probe).consumers, 2u);
+  call(20, 4);
+  EXPECT_EQ(a.hits.load(), 14u);
+  EXPECT_EQ(b.hits.load(), 10u);
+  EXPECT_EQ(c.hits.load(), 17u);
+  errs = uprobe::unregister_uprobes(
+      std::vector<uprobe::ProbeConsumer>{{res[0].probe, &a}, {res[3].probe, &c}, {res[2].probe, &c}});
+  for (const auto& e : errs) EXPECT_FALSE(e) << e->what();
+  EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(20)), 0x90);
+  call(20, 2);
+  call(21, 2);
+  EXPECT_EQ(a.hits.load(), 14u);
+  EXPECT_EQ(c.hits.load(), 17u);
+  // The probe is gone: unregistering it again is refused, not a crash.
+  errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{nullptr, &a}});
+  ASSERT_TRUE(errs[0]);
+  EXPECT_EQ(errs[0]->code(), Errc::conflict);
+}
+
+TEST(Batch, MixesWithSingleRegistrations) {
+  Counter single, batched;
+  uprobe::Uprobe* p = uprobe::register_uprobe(fx(30), single);
+  std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(fx(30), batched),
+                                            uprobe::ProbeRequest::at(fx(31), batched)};
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+  EXPECT_EQ(res[0].probe, p);
+  call(30, 6);
+  call(31, 2);
+  EXPECT_EQ(single.hits.load(), 6u);
+  EXPECT_EQ(batched.hits.load(), 8u);
+  // A batch-registered consumer removed one by one, a single one in a batch.
+  uprobe::unregister_uprobe(res[1].probe, batched);
+  auto errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{p, &single}, {p, &batched}});
+  for (const auto& e : errs) EXPECT_FALSE(e) << e->what();
+  call(30, 3);
+  call(31, 3);
+  EXPECT_EQ(single.hits.load(), 6u);
+  EXPECT_EQ(batched.hits.load(), 8u);
+  EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(30)), 0x90);
+}
+
+TEST(Batch, AttachAllAndDetachAll) {
+  const auto before = all_bytes();
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 40; i < 60; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  reqs.push_back(uprobe::ProbeRequest::at("/nonexistent/x", 0, c));
+  std::vector<uprobe::AttachResult> res = uprobe::attach_all(reqs);
+  ASSERT_EQ(res.size(), 21u);
+  for (std::size_t i = 0; i < 20; ++i) {
+    ASSERT_TRUE(res[i]) << res[i].error->what();
+    EXPECT_EQ(res[i].attachment.consumer(), &c);
+  }
+  EXPECT_FALSE(res[20]);
+  EXPECT_EQ(res[20].error->code(), Errc::file_not_found);
+  for (std::size_t i = 40; i < 60; ++i) call(i, 1);
+  EXPECT_EQ(c.hits.load(), 20u);
+  std::vector<uprobe::Attachment> atts;
+  for (auto& r : res) atts.push_back(std::move(r.attachment));
+  const auto errs = uprobe::detach_all(atts);
+  ASSERT_EQ(errs.size(), 21u);
+  for (const auto& e : errs) EXPECT_FALSE(e);
+  for (const auto& a : atts) EXPECT_EQ(a.probe(), nullptr);
+  EXPECT_EQ(all_bytes(), before);
+  for (std::size_t i = 40; i < 60; ++i) call(i, 1);
+  EXPECT_EQ(c.hits.load(), 20u);
+  // Destroying the detached Attachments does nothing more; a second batch
+  // on the same sites works (their XOL slots are reused).
+  atts.clear();
+  {
+    std::vector<uprobe::AttachResult> again = uprobe::attach_all(std::span(reqs).first(20));
+    for (const auto& r : again) ASSERT_TRUE(r);
+    for (std::size_t i = 40; i < 60; ++i) call(i, 2);
+    EXPECT_EQ(c.hits.load(), 60u);
+  }  // each Attachment detaches itself
+  EXPECT_EQ(all_bytes(), before);
+}
+
+TEST(Batch, UsdtSemaphoreCountsPerRegistration) {
+  const std::string exe = self_exe();
+  const std::uint64_t sem = uprobe::resolve_address(const_cast<std::uint16_t*>(&batch_sem)).offset;
+  ASSERT_EQ(batch_sem, 0);
+  Counter a, b, c;
+  std::vector<uprobe::ProbeRequest> reqs = {
+      uprobe::ProbeRequest::at(exe, uprobe::resolve_address(fx(60)).offset, a, sem),
+      uprobe::ProbeRequest::at(exe, uprobe::resolve_address(fx(61)).offset, a, sem),
+      uprobe::ProbeRequest::at(exe, uprobe::resolve_address(fx(60)).offset, b, sem),
+      uprobe::ProbeRequest::at(exe, uprobe::resolve_address(fx(60)).offset, c, sem + 2),  // another semaphore
+  };
+  const auto res = uprobe::register_uprobes(reqs);
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(res[i]) << res[i].error->what();
+  ASSERT_FALSE(res[3]);
+  EXPECT_EQ(res[3].error->code(), Errc::conflict);
+  EXPECT_EQ(batch_sem, 3) << "one increment per registration";
+  call(60, 2);
+  call(61, 1);
+  EXPECT_EQ(a.hits.load(), 3u);
+  EXPECT_EQ(b.hits.load(), 2u);
+  auto errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[2].probe, &b}});
+  EXPECT_FALSE(errs[0]);
+  EXPECT_EQ(batch_sem, 2);
+  errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[0].probe, &a}, {res[1].probe, &a}});
+  for (const auto& e : errs) EXPECT_FALSE(e);
+  EXPECT_EQ(batch_sem, 0);
+}
+
+TEST(AddressSpace, AFileMappedWithRawMmapIsSeenByTheNextRegistration) {
+  // The registry keeps its snapshot of the address space while the file-backed
+  // mappings are unchanged; a mapping made with mmap() (no dlopen(), nothing
+  // libuprobe interposes) must still be seen by the next registration, and
+  // its going away by the next unregistration.
+  const std::string exe = self_exe();
+  Counter first, second;
+  uprobe::Uprobe* p0 = uprobe::register_uprobe(fx(70), first);  // the runtime has a snapshot now
+  const std::uint64_t off = uprobe::resolve_address(fx(80)).offset;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t page_off = off & ~static_cast<std::uint64_t>(page - 1);
+  const int fd = ::open(exe.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
+                   static_cast<off_t>(page_off));
+  ::close(fd);
+  ASSERT_NE(m, MAP_FAILED);
+  auto copy = reinterpret_cast<std::uint64_t (*)(std::uint64_t)>(static_cast<char*>(m) + (off - page_off));
+  ASSERT_EQ(copy(5), 85u);
+
+  uprobe::Uprobe* p = uprobe::register_uprobe(exe, off, second);
+  EXPECT_EQ(uprobe::probe_info(p).sites, 2u) << "the program's own mapping and the raw mmap() of the file";
+  EXPECT_EQ(copy(5), 85u);
+  call(80, 3);
+  EXPECT_EQ(second.hits.load(), 4u) << "one hit through the raw mapping, three through the program's";
+
+  ASSERT_EQ(::munmap(m, static_cast<std::size_t>(page)), 0);
+  // (Not probe_info(p) yet: it would read the vanished site; only a
+  // registration on p brings p's sites in line.)
+  Counter third;
+  EXPECT_EQ(uprobe::register_uprobe(exe, off, third), p);
+  EXPECT_EQ(uprobe::probe_info(p).sites, 1u) << "the vanished mapping's site is dropped, without a write";
+  call(80, 2);
+  EXPECT_EQ(second.hits.load(), 6u);
+  EXPECT_EQ(third.hits.load(), 2u);
+  uprobe::unregister_uprobe(p, second);
+  uprobe::unregister_uprobe(p, third);
+  uprobe::unregister_uprobe(p0, first);
+  EXPECT_EQ(mem_bytes(fx(80), 8), file_bytes(exe, off, 8));
+}
+
+TEST(Batch, EmptyBatchesAndHandlerRefusal) {
+  EXPECT_TRUE(uprobe::register_uprobes({}).empty());
+  EXPECT_TRUE(uprobe::unregister_uprobes({}).empty());
+  // A handler that tries a batch gets Errc::in_handler for every request.
+  struct Nested : uprobe::Consumer {
+    std::atomic<int> codes[2] = {-1, -1};
+    std::atomic<int> unreg = -1;
+    uprobe::Action handler(uprobe::Regs&) override {
+      // (Allocation in a handler: acceptable here, the probed code is ours.)
+      std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(fx(51), *this),
+                                                uprobe::ProbeRequest::at(fx(52), *this)};
+      auto res = uprobe::register_uprobes(reqs);
+      for (int i = 0; i < 2; ++i) codes[i] = res[i].error ? static_cast<int>(res[i].error->code()) : -2;
+      auto errs = uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{nullptr, this}});
+      unreg = errs[0] ? static_cast<int>(errs[0]->code()) : -2;
+      return uprobe::Action::keep;
+    }
+  } nested;
+  uprobe::Uprobe* p = uprobe::register_uprobe(fx(50), nested);
+  call(50, 1);
+  uprobe::unregister_uprobe(p, nested);
+  EXPECT_EQ(nested.codes[0].load(), static_cast<int>(Errc::in_handler));
+  EXPECT_EQ(nested.codes[1].load(), static_cast<int>(Errc::in_handler));
+  EXPECT_EQ(nested.unreg.load(), static_cast<int>(Errc::in_handler));
+  EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(51)), 0x48) << "lea: never probed";
+  EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(52)), 0x90) << "nop: never probed";
+}
+
+TEST(Batch, BatchesRaceWithHitsOnOtherThreads) {
+  // Two threads call 64 probed functions while the main thread attaches and
+  // detaches them in batches: every call returns the right value, and the hit
+  // count equals the calls made while attached as the consumer saw them.
+  constexpr std::size_t kFirst = 100, kCount = 64;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> wrong{0}, calls{0};
+  auto worker = [&](std::uint64_t seed) {
+    std::uint64_t k = seed;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const std::size_t i = kFirst + k % kCount;
+      if (batch_fx[i](k) != k + i) wrong.fetch_add(1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+      ++k;
+    }
+  };
+  std::thread t1(worker, 1), t2(worker, 7);
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = kFirst; i < kFirst + kCount; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  for (int round = 0; round < 30; ++round) {
+    const auto res = uprobe::register_uprobes(reqs);
+    for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+    const auto errs = uprobe::unregister_uprobes(pairs_of(res, reqs));
+    for (const auto& e : errs) ASSERT_FALSE(e) << e->what();
+  }
+  const std::uint64_t hits_after = c.hits.load();
+  stop = true;
+  t1.join();
+  t2.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(calls.load(), 0u);
+  EXPECT_LE(hits_after, calls.load());
+  EXPECT_EQ(c.hits.load(), hits_after) << "no hit after the last detach returned";
+  for (std::size_t i = kFirst; i < kFirst + kCount; ++i) EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(i)), i % 2 ? 0x48 : 0x90) << i;
+}
+
+}  // namespace

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// The registry's ELF reader (src/elf_info.cpp) on files with hostile symbol
+// tables: a copy of this test's own executable whose function symbol has a
+// size that makes start + size wrap around 2^64 (found by tests/fuzz
+// fuzz_stapsdt). The function must still be found by the offsets it covers.
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <gtest/gtest.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "elf_info.hpp"
+
+extern "C" __attribute__((noinline, used)) int elfinfo_fixture_fn(int x) {
+  asm volatile("");
+  return x * 3 + 1;
+}
+
+namespace {
+
+std::vector<char> read_all(const char* path) {
+  std::vector<char> buf;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return buf;
+  char tmp[65536];
+  for (ssize_t n; (n = ::read(fd, tmp, sizeof tmp)) > 0;) buf.insert(buf.end(), tmp, tmp + n);
+  ::close(fd);
+  return buf;
+}
+
+struct SymbolPlace {
+  std::uint64_t size_field = 0;  ///< file offset of st_size
+  std::uint64_t file_offset = 0; ///< file offset of the function's first byte
+  std::uint64_t size = 0;
+};
+
+/// Where `name`'s .symtab entry and code are in the ELF file `fd`.
+SymbolPlace find_symbol(int fd, const char* name) {
+  SymbolPlace out;
+  elf_version(EV_CURRENT);
+  Elf* e = elf_begin(fd, ELF_C_READ, nullptr);
+  if (!e) return out;
+  std::size_t nph = 0;
+  elf_getphdrnum(e, &nph);
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn; scn = elf_nextscn(e, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB) continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    for (std::size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; ++i) {
+      GElf_Sym s;
+      if (!gelf_getsym(d, static_cast<int>(i), &s)) continue;
+      const char* n = elf_strptr(e, sh.sh_link, s.st_name);
+      if (!n || std::string(n) != name) continue;
+      out.size_field = sh.sh_offset + i * sh.sh_entsize + 16;  // Elf64_Sym.st_size
+      out.size = s.st_size;
+      for (std::size_t k = 0; k < nph; ++k) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(e, static_cast<int>(k), &ph) && ph.p_type == PT_LOAD && s.st_value >= ph.p_vaddr &&
+            s.st_value < ph.p_vaddr + ph.p_filesz)
+          out.file_offset = s.st_value - ph.p_vaddr + ph.p_offset;
+      }
+    }
+  }
+  elf_end(e);
+  return out;
+}
+
+TEST(ElfInfo, FunctionWithWrappingSizeIsFound) {
+  ASSERT_EQ(elfinfo_fixture_fn(2), 7);
+  const std::vector<char> self = read_all("/proc/self/exe");
+  ASSERT_GT(self.size(), 1000u);
+  char path[] = "/tmp/uprobe-elfinfo-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, self.data(), self.size()), static_cast<ssize_t>(self.size()));
+  const SymbolPlace place = find_symbol(fd, "elfinfo_fixture_fn");
+  ASSERT_NE(place.size_field, 0u) << "no .symtab entry for the fixture";
+  ASSERT_NE(place.file_offset, 0u);
+  ASSERT_GT(place.size, 1u);
+  struct stat st;
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  std::string why;
+  auto before = uprobe::detail::elf_info(fd, path, st, why);
+  ASSERT_NE(before, nullptr) << why;
+  const uprobe::detail::FuncSym* f = before->enclosing_function(place.file_offset + 1);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->name, "elfinfo_fixture_fn");
+
+  // st_size such that file_offset + size wraps to a small number.
+  const std::uint64_t huge = 0 - place.file_offset + 0x13;
+  ASSERT_EQ(::pwrite(fd, &huge, 8, static_cast<off_t>(place.size_field)), 8);
+  const struct timespec times[2] = {{1, 0}, {1, 0}};  // a new cache key
+  ASSERT_EQ(::futimens(fd, times), 0);
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  auto after = uprobe::detail::elf_info(fd, path, st, why);
+  ASSERT_NE(after, nullptr) << why;
+  ASSERT_NE(after, before);
+  for (std::uint64_t off : {place.file_offset, place.file_offset + 1, place.file_offset + place.size - 1}) {
+    const uprobe::detail::FuncSym* g = after->enclosing_function(off);
+    ASSERT_NE(g, nullptr) << "offset " << off;
+    EXPECT_EQ(g->name, "elfinfo_fixture_fn") << "offset " << off;
+    EXPECT_EQ(g->size, huge);
+  }
+  EXPECT_EQ(after->enclosing_function(place.file_offset - 1) == nullptr ||
+                after->enclosing_function(place.file_offset - 1)->name != "elfinfo_fixture_fn",
+            true);
+  ::close(fd);
+  ::unlink(path);
+}
+
+}  // namespace
