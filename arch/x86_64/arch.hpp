@@ -229,7 +229,9 @@ struct EntryWindow {
 /// direct jumps and Jcc anywhere are re-encoded); a function the
 /// linear sweep cannot disassemble to its end; and a direct branch anywhere
 /// in the function whose target lies inside the window past its first byte
-/// (it would land in the middle of the jump: case C-04). When
+/// (it would land in the middle of the jump: case C-04), or a rip-relative
+/// operand anywhere in the function that takes an address there (a computed
+/// goto: an indirect jump may land in the middle of the jump). When
 /// `refuse_indirect_jumps` is set, a function with an indirect jmp through a
 /// register (a jump table whose targets cannot be checked) is refused too.
 /// Not async-signal-safe (Capstone). Thread-safe.

@@ -95,6 +95,18 @@ BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
   return bi;
 }
 
+/// The target of `lea disp32(%rip), reg` (prefixes and REX, 8d, ModRM
+/// mod=00 rm=101, disp32) ending at `end`; false for any other lea.
+bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std::uint64_t& target) {
+  std::size_t i = 0;
+  while (i < n && (b[i] == 0x66 || b[i] == 0x67 || (b[i] & 0xf0) == 0x40)) ++i;
+  if (i + 6 > n || b[i] != 0x8d || (b[i + 1] & 0xc7) != 0x05) return false;
+  std::int32_t disp;
+  std::memcpy(&disp, b + i + 2, 4);
+  target = end + static_cast<std::uint64_t>(static_cast<std::int64_t>(disp));
+  return true;
+}
+
 /// The linear sweep of the whole function: refuses a direct branch into
 /// bytes 1 .. len-1 of the window and (optionally) jump tables.
 bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why,
@@ -109,6 +121,16 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
     if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn))
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so branches into the displaced bytes cannot be ruled out");
+    // An address taken inside the window (lea L(%rip) of a label there, for
+    // a computed goto or a hand-made jump table): an indirect jump may land
+    // in the middle of the jump.
+    if (sh.insn->id == X86_INS_LEA) {
+      std::uint64_t target = 0;
+      if (lea_rip_target(func + start, sh.insn->size, at, target) && target > 0 && target < len)
+        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " + sh.insn->op_str +
+                               ") takes the address +" + hex(target) + ", inside the " + std::to_string(len) +
+                               " bytes the jump displaces (an indirect jump may land there)");
+    }
     const BranchInfo bi = branch_info(func + start, sh.insn->size);
     if (bi.relative) {
       const std::uint64_t target = at + static_cast<std::uint64_t>(bi.rel);
