@@ -17,7 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
+#include <cctype>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,10 +37,32 @@ struct Count final : uprobe::Consumer {
 std::string kind_of(std::string why) {
   const std::string not_nop5 = "is not a 5-byte nop, and ";
   if (auto p = why.find(not_nop5); p != std::string::npos) why = why.substr(p + not_nop5.size());
-  why = std::regex_replace(why, std::regex("`[^`]*`"), "`...`");
-  why = std::regex_replace(why, std::regex("\\(([^)]*)\\)"), "(...)");
-  why = std::regex_replace(why, std::regex("\\b(0x[0-9a-f]+|[0-9]+)\\b"), "N");
-  return why;
+  std::string out;
+  for (std::size_t i = 0; i < why.size(); ++i) {
+    const char c = why[i];
+    const bool word_start = i == 0 || !std::isalnum(static_cast<unsigned char>(why[i - 1]));
+    if (c == '`' || c == '(') {  // `instruction` and (details) -> `...` and (...)
+      const char close = c == '`' ? '`' : ')';
+      const std::size_t e = why.find(close, i + 1);
+      if (e != std::string::npos) {
+        out += c == '`' ? "`...`" : "(...)";
+        i = e;
+        continue;
+      }
+    }
+    if (word_start && std::isdigit(static_cast<unsigned char>(c))) {  // numbers, 0x... -> N
+      std::size_t j = i;
+      if (c == '0' && j + 1 < why.size() && why[j + 1] == 'x') j += 2;
+      while (j < why.size() && std::isxdigit(static_cast<unsigned char>(why[j]))) ++j;
+      if (j >= why.size() || !std::isalnum(static_cast<unsigned char>(why[j]))) {
+        out += 'N';
+        i = j - 1;
+        continue;
+      }
+    }
+    out += c;
+  }
+  return out;
 }
 
 std::vector<std::uint8_t> read_file_range(const std::string& path, std::uint64_t off, std::size_t len) {
