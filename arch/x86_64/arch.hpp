@@ -231,12 +231,11 @@ struct EntryWindow {
 /// in the function whose target lies inside the window past its first byte
 /// (it would land in the middle of the jump: case C-04), or a rip-relative
 /// operand anywhere in the function that takes an address there (a computed
-/// goto: an indirect jump may land in the middle of the jump). When
-/// `refuse_indirect_jumps` is set, a function with an indirect jmp through a
-/// register (a jump table whose targets cannot be checked) is refused too.
+/// goto: an indirect jump may land in the middle of the jump). Jump tables
+/// (indirect jmp through a register) are not followed: compilers aim them at
+/// case labels after the dispatch, never into a function's first bytes.
 /// Not async-signal-safe (Capstone). Thread-safe.
-bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       bool refuse_indirect_jumps = false);
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why);
 
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a

@@ -51,7 +51,6 @@ struct SweepHandle {
 /// What one decoded instruction is as a branch, from its bytes.
 struct BranchInfo {
   bool relative = false;  ///< a direct branch: target = end + rel
-  bool indirect_jmp_reg = false;
   std::int64_t rel = 0;
 };
 
@@ -89,8 +88,6 @@ BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
              (op == 0xc7 && op2 == 0xf8)) {  // call, jmp, Jcc rel32, xbegin
     bi.relative = true;
     bi.rel = relz();
-  } else if (op == 0xff && i + 1 < n && ((op2 >> 3) & 7) == 4 && (op2 & 0xc0) == 0xc0) {
-    bi.indirect_jmp_reg = true;
   }
   return bi;
 }
@@ -109,8 +106,7 @@ bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std
 
 /// The linear sweep of the whole function: refuses a direct branch into
 /// bytes 1 .. len-1 of the window and (optionally) jump tables.
-bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why,
-                    bool refuse_indirect_jumps) {
+bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why) {
   thread_local SweepHandle sh;
   if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
   const std::uint8_t* code = func;
@@ -138,9 +134,6 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
         return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " +
                                sh.insn->op_str + ") branches to +" + hex(target) + ", inside the " +
                                std::to_string(len) + " bytes the jump displaces");
-    } else if (refuse_indirect_jumps && bi.indirect_jmp_reg) {
-      return refuse(why, "the function has an indirect jump at +" + hex(start) +
-                             " (a jump table whose targets cannot be checked)");
     }
   }
   return true;
@@ -160,8 +153,7 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
 
 }  // namespace
 
-bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       bool refuse_indirect_jumps) {
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why) {
   out = EntryWindow{};
   why.clear();
   if (size < kJumpLen)
@@ -203,7 +195,7 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
     len += insn.len;
     out.insns.push_back(std::move(insn));
   }
-  if (!check_function(func, size, len, why, refuse_indirect_jumps)) return false;
+  if (!check_function(func, size, len, why)) return false;
   out.len = static_cast<std::uint8_t>(len);
   std::memcpy(out.bytes, func, len);
   return true;
