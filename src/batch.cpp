@@ -136,7 +136,7 @@ void add_to_published(Registry& r, Uprobe* up, std::unique_ptr<Registration> reg
 /// A probe created by this batch, not yet applied.
 struct Fresh {
   Uprobe* up;
-  bool optimizable = false;  // why_not_optimized() was empty when it was made
+  bool optimizable = false;  // optimizable() when it was made
 };
 
 /// What an unregister batch frees after its grace period.
@@ -298,10 +298,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
       r.tree.insert(*raw);
       fresh_of[i] = fresh.size();
       fresh_index.emplace(raw, fresh.size());
-      // Asked now, while nothing of the batch is applied: the answer is a
-      // string, and allocating after the breakpoints are in would trap when
-      // the batch probes malloc().
-      fresh.push_back(Fresh{raw, why_not_optimizable(raw).empty()});
+      fresh.push_back(Fresh{raw, optimizable(raw)});
       out[i].probe = raw;
     } catch (const std::exception& e) {
       out[i].error = as_error(e, path, offset);

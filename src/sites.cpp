@@ -100,7 +100,17 @@ void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
   }
 }
 
+bool optimizable(const Uprobe* up) noexcept {
+  if (!g_hot.optimize.load(std::memory_order_relaxed)) return false;
+  if (!arch::is_nop5(up->insn) &&
+      (!up->window.len || !g_hot.optimize_entries.load(std::memory_order_relaxed) ||
+       up->window_blocker.load(std::memory_order_relaxed) != 0))
+    return false;
+  return g_sync_core;
+}
+
 std::string why_not_optimizable(const Uprobe* up) {
+  if (optimizable(up)) return "";
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return "optimization is switched off (Config::optimize)";
   if (!arch::is_nop5(up->insn)) {
     const std::string not_nop5 = "the instruction `" + up->insn.text + "` is not a 5-byte nop, and ";
@@ -136,7 +146,7 @@ std::uint64_t stub_of(std::uint64_t addr) {
 }
 
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas) {
-  if (!why_not_optimizable(up).empty()) return;
+  if (!optimizable(up)) return;
   const bool vector = needs_vector(up);
   const bool entry = !arch::is_nop5(up->insn);
   std::vector<const Site*> todo;
@@ -198,7 +208,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
 
 void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b) {
   for (Uprobe* up : ups) {
-    if (!why_not_optimizable(up).empty()) continue;
+    if (!optimizable(up)) continue;
     const bool vector = needs_vector(up);
     const bool entry = !arch::is_nop5(up->insn);
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {

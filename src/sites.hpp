@@ -21,6 +21,10 @@ void apply_sites(Uprobe* up, const SiteSet& ss);
 /// (un-optimizing through int3). Async-signal-safe (open/pwrite/membarrier).
 void restore_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
+/// True when why_not_optimizable() is "" (without building the reason).
+/// Registry side.
+bool optimizable(const Uprobe* up) noexcept;
+
 /// Why `up` can never be optimized as things are configured ("" when its
 /// shape allows it). Registry side.
 std::string why_not_optimizable(const Uprobe* up);

@@ -69,7 +69,8 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 
   // Inside a known function, the offset must be an instruction start of a
   // linear sweep from the function's entry.
-  if (const FuncSym* fn = info->enclosing_function(offset); fn && offset != fn->file_offset) {
+  const FuncSym* fn = info->enclosing_function(offset);
+  if (fn && offset != fn->file_offset) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(fn->size, 1u << 20));
     std::vector<std::uint8_t> code(want);
     std::size_t got = read_at(t.fd, fn->file_offset, code.data(), want);
@@ -88,23 +89,37 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
     }
   }
 
+  // At a function entry with a window to plan, the whole function is read
+  // at once (the probed instruction is its start); else just the instruction.
+  const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
+  const bool entry = window && fn && fn->file_offset == offset;
+  std::vector<std::uint8_t> code;
   std::uint8_t bytes[arch::kMaxInsnLen];
-  std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, seg->offset + seg->filesz - offset);
-  avail = read_at(t.fd, offset, bytes, avail);
-  if (!arch::analyze(bytes, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
+  const std::uint8_t* at = bytes;
+  std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, in_seg);
+  if (entry) {
+    code.resize(std::max<std::size_t>(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})),
+                                      avail));
+    code.resize(read_at(t.fd, offset, code.data(), code.size()));
+    at = code.data();
+    avail = std::min(avail, code.size());
+  } else {
+    avail = read_at(t.fd, offset, bytes, avail);
+  }
+  if (!arch::analyze(at, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
 
   if (!window) return;
   *window = arch::EntryWindow{};
-  const FuncSym* fn = info->enclosing_function(offset);
-  if (!fn || fn->file_offset != offset) {
+  if (!entry) {
     *window_why = fn ? "the offset is inside " + fn->name + ", not at its entry"
                      : "the offset is not the entry of a function the symbol table sizes";
     return;
   }
-  const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
-  std::vector<std::uint8_t> code(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})));
-  code.resize(read_at(t.fd, offset, code.data(), code.size()));
-  if (!arch::plan_entry_window(code.data(), code.size(), *window, why)) *window_why = why;
+  // The function's own bytes only (more were read when it is shorter than
+  // an instruction's longest encoding).
+  code.resize(std::min<std::size_t>(code.size(),
+                                    static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20}))));
+  if (!arch::plan_entry_window(code.data(), code.size(), *window, why, &insn)) *window_why = why;
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {

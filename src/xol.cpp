@@ -149,7 +149,8 @@ bool XolArea::privatize(Region& r, std::string& why) {
 }
 
 bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {
-  if ((r.owner != ::getpid() || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
+  const pid_t pid = batch_ ? batch_pid_ : ::getpid();  // a batch runs in one process: asked once
+  if ((r.owner != pid || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
   if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   if (batch_) {

@@ -12,6 +12,7 @@
 // thread preempted inside a slot never sees it change under it.
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -56,7 +57,10 @@ class XolArea {
   /// From begin_batch() to end_batch() (registry mutex held throughout, as
   /// for a batch registration), writes keep one RW alias per region mapped
   /// instead of mapping and unmapping one per write; end_batch() unmaps them.
-  void begin_batch() noexcept { batch_ = true; }
+  void begin_batch() noexcept {
+    batch_ = true;
+    batch_pid_ = ::getpid();
+  }
   void end_batch() noexcept;
 
  private:
@@ -80,6 +84,7 @@ class XolArea {
   };
   std::vector<Alias> aliases_;
   bool batch_ = false;
+  pid_t batch_pid_ = 0;
   std::vector<Region> regions_;
   std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
   std::unordered_map<std::uint64_t, std::uint64_t> code_by_site_;

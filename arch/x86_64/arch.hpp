@@ -226,16 +226,22 @@ struct EntryWindow {
 /// in `why`: a function shorter than the jump; an instruction in the window
 /// that cannot be relocated (a return, a system call or trap, an indirect
 /// call, a call or indirect jump before the last instruction of the window;
-/// direct jumps and Jcc anywhere are re-encoded); a function the
-/// linear sweep cannot disassemble to its end; and a direct branch anywhere
+/// direct jumps and Jcc anywhere are re-encoded); and a direct branch anywhere
 /// in the function whose target lies inside the window past its first byte
 /// (it would land in the middle of the jump: case C-04), or a rip-relative
 /// operand anywhere in the function that takes an address there (a computed
 /// goto: an indirect jump may land in the middle of the jump). Jump tables
 /// (indirect jmp through a register) are not followed: compilers aim them at
 /// case labels after the dispatch, never into a function's first bytes.
+/// Branches are found by a scan of every byte as a possible opcode (so for
+/// any instruction boundaries); only where one could aim into the window,
+/// the linear sweep from the entry (Capstone) decides, and it refuses when
+/// it cannot decode up to there.
+/// `first`, when given, is analyze()'s result for the instruction at func[0]
+/// (the probed one, analyzed already), so it is not decoded again.
 /// Not async-signal-safe (Capstone). Thread-safe.
-bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why);
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
+                       const Insn* first = nullptr);
 
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a

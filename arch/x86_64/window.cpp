@@ -7,6 +7,7 @@
 
 #include <capstone/capstone.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -104,15 +105,81 @@ bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std
   return true;
 }
 
-/// The linear sweep of the whole function: refuses a direct branch into
-/// bytes 1 .. len-1 of the window and (optionally) jump tables.
+/// True when some instruction with its opcode byte at `p` could be a direct
+/// branch, or a `lea disp32(%rip)`, whose target lies in (0, len): every form
+/// branch_info() and lea_rip_target() read, with each operand size a decoder
+/// may give it (rel8; rel32; rel16 right after the opcode, or in the last two
+/// bytes of a rel32-sized instruction, as branch_info() reads a 66-prefixed
+/// one). Prefixes never move the end of an instruction relative to its
+/// opcode, so they need not be known.
+bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, std::size_t len) {
+  auto hit = [&](std::size_t end, std::int64_t rel) {
+    if (end > size) return false;
+    const std::int64_t t = static_cast<std::int64_t>(end) + rel;
+    return t > 0 && t < static_cast<std::int64_t>(len);
+  };
+  auto i8 = [&](std::size_t at) { return at < size ? static_cast<std::int64_t>(static_cast<std::int8_t>(f[at])) : 0; };
+  auto i16 = [&](std::size_t at) {
+    if (at + 2 > size) return std::int64_t{0};
+    std::int16_t v;
+    std::memcpy(&v, f + at, 2);
+    return static_cast<std::int64_t>(v);
+  };
+  auto i32 = [&](std::size_t at) {
+    if (at + 4 > size) return std::int64_t{0};
+    std::int32_t v;
+    std::memcpy(&v, f + at, 4);
+    return static_cast<std::int64_t>(v);
+  };
+  // A relative branch whose displacement starts at `at` (rel32 form ending at at + 4).
+  auto relz = [&](std::size_t at) { return hit(at + 4, i32(at)) || hit(at + 2, i16(at)) || hit(at + 4, i16(at + 2)); };
+  const std::uint8_t op = f[p];
+  const std::uint8_t op2 = p + 1 < size ? f[p + 1] : 0;
+  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) return hit(p + 2, i8(p + 1));
+  if (op == 0xe8 || op == 0xe9) return relz(p + 1);
+  if ((op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) || (op == 0xc7 && op2 == 0xf8)) return relz(p + 2);
+  if (op == 0x8d && (op2 & 0xc7) == 0x05) return hit(p + 6, i32(p + 2));
+  return false;
+}
+
+/// Refuses a direct branch into bytes 1 .. len-1 of the window, or an
+/// address taken there, anywhere in the function. First a scan of every byte
+/// as a possible opcode (whatever the instruction boundaries: an answer of
+/// "none" holds for any decoding), which clears most functions at about a
+/// nanosecond per byte; then, only when some byte could be such an
+/// instruction, the linear sweep with Capstone from the entry up to the last
+/// of those bytes tells whether it is one (an instruction start whose
+/// decoded branch aims there). Attaching every entry of a library made the
+/// whole-function sweep the largest cost of an attach (~25 us per function).
 bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why) {
+  // The first bytes of the forms may_reach_window() reads; far from the
+  // window (a rel8 reaches 128 bytes back) only those with a wider operand.
+  static constexpr auto kWide = [] {
+    std::array<bool, 256> t{};
+    for (int b : {0xe8, 0xe9, 0x0f, 0xc7, 0x8d}) t[b] = true;
+    return t;
+  }();
+  static constexpr auto kAny = [] {
+    std::array<bool, 256> t = kWide;
+    for (int b = 0x70; b <= 0x7f; ++b) t[b] = true;
+    for (int b = 0xe0; b <= 0xe3; ++b) t[b] = true;
+    t[0xeb] = true;
+    return t;
+  }();
+  const std::size_t near = len + 130;
+  std::size_t last = size;  // the last byte that may start such an instruction, size = none
+  for (std::size_t p = size; p-- > 0;)
+    if ((p < near ? kAny : kWide)[func[p]] && may_reach_window(func, size, p, len)) {
+      last = p;
+      break;
+    }
+  if (last == size) return true;
   thread_local SweepHandle sh;
   if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
   const std::uint8_t* code = func;
   std::size_t left = size;
   std::uint64_t at = 0;
-  while (left > 0) {
+  while (left > 0 && at <= last) {
     const std::uint64_t start = at;
     if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn))
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
@@ -153,7 +220,8 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
 
 }  // namespace
 
-bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why) {
+bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
+                       const Insn* first) {
   out = EntryWindow{};
   why.clear();
   if (size < kJumpLen)
@@ -162,7 +230,9 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
   std::size_t len = 0;
   while (len < kJumpLen) {
     Insn insn;
-    if (!analyze(func + len, size - len, insn, why)) {
+    if (len == 0 && first) {
+      insn = *first;
+    } else if (!analyze(func + len, size - len, insn, why)) {
       why = "the instruction at +" + hex(len) + " cannot be displaced: " + why;
       return false;
     }
