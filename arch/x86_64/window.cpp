@@ -6,7 +6,9 @@
 /// arch/x86/kernel/kprobes/opt.c), and their relocated copy. Not hot.
 
 #include <capstone/capstone.h>
+#include <emmintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -166,13 +168,36 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
     t[0xeb] = true;
     return t;
   }();
-  const std::size_t near = len + 130;
+  const std::size_t near = std::min(size, len + 130);
   std::size_t last = size;  // the last byte that may start such an instruction, size = none
-  for (std::size_t p = size; p-- > 0;)
-    if ((p < near ? kAny : kWide)[func[p]] && may_reach_window(func, size, p, len)) {
-      last = p;
-      break;
+  // Far from the window, 16 bytes at a time (SSE2): the positions of the
+  // wide forms' first bytes, then the exact check at each, last first.
+  const __m128i firsts[5] = {_mm_set1_epi8(static_cast<char>(0xe8)), _mm_set1_epi8(static_cast<char>(0xe9)),
+                             _mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xc7)),
+                             _mm_set1_epi8(static_cast<char>(0x8d))};
+  for (std::size_t end = size; end > near && last == size;) {
+    const std::size_t start = end - near >= 16 ? end - 16 : near;
+    unsigned mask = 0;
+    if (end - start == 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(func + start));
+      __m128i m = _mm_cmpeq_epi8(v, firsts[0]);
+      for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, firsts[k]));
+      mask = static_cast<unsigned>(_mm_movemask_epi8(m));
+    } else {
+      for (std::size_t i = 0; i < end - start; ++i)
+        if (kWide[func[start + i]]) mask |= 1u << i;
     }
+    for (; mask; mask &= ~(1u << (31 - __builtin_clz(mask)))) {
+      const std::size_t p = start + static_cast<std::size_t>(31 - __builtin_clz(mask));
+      if (may_reach_window(func, size, p, len)) {
+        last = p;
+        break;
+      }
+    }
+    end = start;
+  }
+  for (std::size_t p = near; last == size && p-- > 0;)
+    if (kAny[func[p]] && may_reach_window(func, size, p, len)) last = p;
   if (last == size) return true;
   thread_local SweepHandle sh;
   if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
