@@ -60,6 +60,11 @@ struct OptSite {
   std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
   std::uint32_t needs_vector;     ///< save and restore vector/x87 state around the handlers
   std::uint32_t pad;
+  /// The core's probe object this stub dispatches to, 0 when none: read under
+  /// the RCU read lock by an optimized hit (saves the lookup by key), cleared
+  /// by the registry before the object's grace period. Read with an acquire
+  /// load; 0 means "look the key up".
+  std::uint64_t owner;
 };
 
 /// The address of the return trampoline.
@@ -254,6 +259,9 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
 
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;
+
+/// Offset of OptSite::owner inside a stub block.
+std::size_t opt_stub_owner_offset() noexcept;
 
 /// Encodes `jmp rel32` at `from` to `to` into out[0..4].
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;
