@@ -129,6 +129,10 @@ int child(const Options& o) {
     ++reasons[why];
   }
   const std::uint64_t hits_attached = hits.n.load();
+  // What the attach left (after the clock stopped): the times include the
+  // conversion of every entry that became a jump.
+  std::map<std::string, int> modes;
+  for (const uprobe::ProbeConsumer& pc : pairs) ++modes[uprobe::probe_info(pc.probe).mode];
   c0 = cpu_ms();
   t0 = Clock::now();
   std::vector<std::optional<uprobe::Error>> errs = uprobe::unregister_uprobes(pairs);
@@ -139,6 +143,7 @@ int child(const Options& o) {
               attach_ms, detach_ms, attach_cpu, detach_cpu, pairs.size(), detach_errors,
               static_cast<unsigned long long>(hits_attached));
   std::printf("refused %s\n", refused.empty() ? "-" : refused.c_str());
+  for (const auto& [mode, count] : modes) std::printf("mode_%s %d\n", mode.c_str(), count);
   for (const auto& [why, n] : reasons) std::printf("reason %d %s\n", n, why.c_str());
 
   // libuprobe, one call per probe (register_uprobe()/unregister_uprobe()),
@@ -361,6 +366,12 @@ int run_attach(const Options& o) {
     row("kernel, perf_event_open (" + rounds[0]["kernel_attached"] + ")", "kernel");
   std::fprintf(out, "probe hits during the batch attach (the bench calls some of these functions): %s\n",
                stat("hits").c_str());
+  std::string modes;
+  for (const auto& [key, value] : rounds[0])
+    if (key.rfind("mode_", 0) == 0) modes += (modes.empty() ? "" : ", ") + key.substr(5) + " " + stat(key);
+  if (!modes.empty())
+    std::fprintf(out, "probe modes when register_uprobes() returned (the attach time includes the conversions): %s\n",
+                 modes.c_str());
   return failures ? 1 : 0;
 }
 

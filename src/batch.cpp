@@ -413,6 +413,7 @@ std::vector<std::optional<Error>> unregister_uprobes(std::span<const ProbeConsum
   }
   const ExecIndex exec(*vmas);
   PokeSession poke;
+  XolBatch xol_batch;  // the stubs' owner fields and vector flags: one RW alias per region, not one mmap per write
 
   for (std::size_t g = 0; g < n;) {
     Uprobe* up = registrations[order[g]].probe;
