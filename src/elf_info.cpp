@@ -81,9 +81,24 @@ std::shared_ptr<ElfInfo> read_elf(int fd, std::string& why) {
     }
   }
   elf_end(e);
-  std::sort(info->funcs.begin(), info->funcs.end(), [](const FuncSym& a, const FuncSym& b) {
-    return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
-  });
+  // Sorted by (file_offset, size). The keys are sorted, not the symbols
+  // (moving thousands of names was most of a cold attach's ELF cost): the
+  // same std::sort on the same comparisons gives the same order, aliases
+  // included.
+  struct Key {
+    std::uint64_t file_offset, size;
+    std::size_t index;
+  };
+  std::vector<Key> keys;
+  keys.reserve(info->funcs.size());
+  for (std::size_t i = 0; i < info->funcs.size(); ++i)
+    keys.push_back({info->funcs[i].file_offset, info->funcs[i].size, i});
+  std::sort(keys.begin(), keys.end(),
+            [](const Key& a, const Key& b) { return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size); });
+  std::vector<FuncSym> sorted;
+  sorted.reserve(keys.size());
+  for (const Key& k : keys) sorted.push_back(std::move(info->funcs[k.index]));
+  info->funcs = std::move(sorted);
   return info;
 }
 

@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 
 #include "arch.hpp"
 
@@ -364,9 +366,8 @@ bool classify(const cs_insn* ci, const Prefixes& p, Insn& out, std::string& why)
   return true;  // xol
 }
 
-}  // namespace
-
-bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string& why) {
+/// analyze() without the memo.
+bool analyze_bytes(const std::uint8_t* code, std::size_t avail, Insn& out, std::string& why) {
   out = Insn{};
   why.clear();
   if (code == nullptr || avail == 0) {
@@ -431,6 +432,34 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
     return refuse(why, "cannot decode the rip-relative operand", out);
   if (rip_op == nullptr && regs_access_rip(dec.handle(), ci))
     return refuse(why, "reads or writes rip", out);
+  return true;
+}
+
+}  // namespace
+
+bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string& why) {
+  // The analysis depends only on the instruction's own bytes (decoded at
+  // address 0, operands kept relative), and attaching a library's entries
+  // analyzes the same few instructions (endbr64, push %rbp, ...) again and
+  // again: each accepted instruction is kept by its bytes, which no longer
+  // instruction can start with (a decoder reads an instruction's bytes to
+  // its end and stops), so at most one length matches.
+  thread_local std::unordered_map<std::string, Insn> memo;
+  if (code != nullptr && avail != 0 && code[0] != kBreakpoint) {
+    const std::size_t n = avail < kMaxInsnLen ? avail : kMaxInsnLen;
+    std::string key;
+    for (std::size_t len = 1; len <= n; ++len) {
+      key.assign(reinterpret_cast<const char*>(code), len);
+      if (auto it = memo.find(key); it != memo.end()) {
+        out = it->second;
+        why.clear();
+        return true;
+      }
+    }
+  }
+  if (!analyze_bytes(code, avail, out, why)) return false;
+  if (memo.size() >= 4096) memo.clear();
+  memo.emplace(std::string(reinterpret_cast<const char*>(out.bytes), out.len), out);
   return true;
 }
 

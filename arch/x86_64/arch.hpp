@@ -132,7 +132,9 @@ struct Insn {
 /// Refuses, with a reason in `why`: undecodable bytes, int3 (an existing
 /// breakpoint), and instructions that can neither be emulated nor run out of
 /// line (e.g. a rip-relative form we cannot relocate, segment-relative
-/// indirect branches, int/syscall-style traps are allowed).
+/// indirect branches, int/syscall-style traps are allowed). Accepted
+/// analyses are kept per thread by instruction bytes (up to 4096; the result
+/// depends on nothing else), so the same instruction is decoded once.
 /// Not async-signal-safe (uses Capstone). Thread-safe.
 bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string& why);
 
