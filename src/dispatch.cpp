@@ -106,7 +106,9 @@ __attribute__((noinline)) Uprobe* find_by_key(const arch::OptSite& site) noexcep
 }
 }  // namespace
 
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
+namespace {
+static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site,
+                                                                           Regs& regs) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
   count(st.hits);
@@ -129,6 +131,9 @@ void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
   if (regs.rip != site.site) count(st.redirected);
   uprobe_rcu_read_unlock();
 }
+}  // namespace
+
+void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept { optimized_hit_inline(site, regs); }
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
@@ -142,3 +147,13 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
 }
 
 }  // namespace uprobe::detail
+
+extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64_t* frame,
+                                                                     const uprobe::arch::OptSite* site) noexcept {
+  using namespace uprobe;
+  Regs& regs = *reinterpret_cast<Regs*>(frame);
+  static_assert(sizeof(Regs) == 18 * 8);
+  const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
+  detail::optimized_hit_inline(*site, regs);
+  arch::opt_frame_leave(frame, regs, *site, saved);
+}

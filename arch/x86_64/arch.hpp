@@ -67,6 +67,42 @@ struct OptSite {
   std::uint64_t owner;
 };
 
+/// What an optimized hit keeps from the stub's frame while the handlers run.
+struct OptFrameSaved {
+  std::uint64_t rflags;    ///< rflags at the site
+  std::uint64_t own_slot;  ///< the target slot the stub reserved (site rsp - 136)
+};
+
+/// Turns the frame an optimized stub pushed (a Regs, opt_stub.S) into the
+/// site's registers for the handlers: rip = the site, rsp = the site's.
+/// Async-signal-safe.
+inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
+  const OptFrameSaved saved{regs.rflags, regs.rsp};
+  regs.rip = site.site;
+  regs.rsp = saved.own_slot + 136;  // the red zone and the target slot
+  return saved;
+}
+
+/// After the handlers: keeps their changes to the arithmetic flags, DF and TF
+/// only, and points the stub's `pop %rsp; ret $128` at the continuation (a
+/// handler's new rip, else OptSite::resume), 136 bytes below the stack
+/// pointer to continue with. A slot that would fall inside this frame (a
+/// handler lowering rsp by less than the frame) cannot be written before the
+/// frame is popped: rsp then stays. Async-signal-safe.
+inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
+                            const OptFrameSaved& saved) noexcept {
+  regs.rflags = (saved.rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  const std::uint64_t target = regs.rip != site.site ? regs.rip : site.resume;
+  std::uint64_t slot = saved.own_slot;
+  if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
+    slot = regs.rsp - 136;
+    const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
+    if (slot + 8 > lo_frame && slot < hi_frame) slot = saved.own_slot;
+  }
+  *reinterpret_cast<std::uint64_t*>(slot) = target;
+  regs.rsp = slot;
+}
+
 /// The address of the return trampoline.
 inline std::uint64_t return_trampoline_address() noexcept {
   return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);

@@ -10,10 +10,10 @@
 
 #include "arch.hpp"
 
-namespace uprobe::detail {
+extern "C" {
 /// The core's side of an optimized hit (dispatch.cpp).
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
-}  // namespace uprobe::detail
+void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
+}
 
 namespace {
 
@@ -48,34 +48,6 @@ XsaveInfo g_xsave = compute_xsave_info();
 
 namespace {
 
-/// Runs the hit on the stub's frame and points the stub's `pop %rsp; ret
-/// $128` at the continuation. Vector state is the caller's business.
-inline void run_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept {
-  // The stub pushed the frame in uprobe::Regs layout; 136 = red zone + target slot.
-  auto& regs = *reinterpret_cast<uprobe::Regs*>(frame);
-  static_assert(sizeof(uprobe::Regs) == 18 * 8);
-  const std::uint64_t flags = regs.rflags;
-  const std::uint64_t own_slot = regs.rsp;  // the target slot the stub reserved
-  const std::uint64_t site_rsp = own_slot + 136;
-  regs.rip = site->site;
-  regs.rsp = site_rsp;
-  uprobe::detail::optimized_hit(*site, regs);
-  regs.rflags = (flags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
-  const std::uint64_t target = regs.rip != site->site ? regs.rip : site->resume;
-  // The stub ends with `pop %rsp; ret $128`: the target goes 136 bytes below
-  // the stack pointer to continue with (below its red zone). A slot that
-  // would fall inside this frame (a handler lowering rsp by less than the
-  // frame) cannot be written before the frame is popped: rsp stays.
-  std::uint64_t slot = own_slot;
-  if (__builtin_expect(regs.rsp != site_rsp, 0)) {
-    slot = regs.rsp - 136;
-    const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
-    if (slot + 8 > lo_frame && slot < hi_frame) slot = own_slot;
-  }
-  *reinterpret_cast<std::uint64_t*>(slot) = target;
-  regs.rsp = slot;
-}
-
 /// A hit whose consumers may use vector or x87 registers: xsavec of every
 /// XCR0 component around it (an 8 KiB area on this stack).
 __attribute__((noinline)) void hit_saving_vector_state(std::uint64_t* frame, const uprobe::arch::OptSite* site) {
@@ -86,7 +58,7 @@ __attribute__((noinline)) void hit_saving_vector_state(std::uint64_t* frame, con
     for (std::size_t i = 512; i < 576; ++i) area[i] = 0;  // XSAVE header
     asm volatile("xsavec %0" : "=m"(area) : "a"(lo), "d"(hi) : "memory");
   }
-  run_hit(frame, site);
+  uprobe_opt_hit(frame, site);
   if (xi.ok) asm volatile("xrstor %0" : : "m"(area), "a"(lo), "d"(hi) : "memory");
 }
 
@@ -97,5 +69,5 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint
   if (site->needs_vector != 0)
     hit_saving_vector_state(frame, site);
   else
-    run_hit(frame, site);
+    uprobe_opt_hit(frame, site);  // a tail call
 }
