@@ -263,5 +263,48 @@ TEST(Analyze, ResetsOutputBetweenCalls) {
   EXPECT_EQ(insn.bytes[1], 0);
 }
 
+// analyze() keeps accepted analyses by instruction bytes: a second call
+// returns the same fields whatever follows the instruction, instructions
+// sharing leading bytes stay apart, and a shorter `avail` is still refused.
+TEST(Analyze, KeptAnalysesMatchTheirOwnBytesOnly) {
+  // mov 0x12345678(%rip), %rax, then different trailing bytes each time.
+  const Bytes a = {0x48, 0x8b, 0x05, 0x78, 0x56, 0x34, 0x12, 0x90, 0x90};
+  const Bytes b = {0x48, 0x8b, 0x05, 0x78, 0x56, 0x34, 0x12, 0xcc, 0x0f, 0x05};
+  Insn first, again;
+  std::string why = "stale";
+  ASSERT_TRUE(analyze(a.data(), a.size(), first, why)) << why;
+  ASSERT_TRUE(analyze(b.data(), b.size(), again, why)) << why;
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(again.len, 7u);
+  EXPECT_EQ(again.text, first.text);
+  EXPECT_TRUE(again.rip_relative);
+  EXPECT_EQ(again.disp, 0x12345678);
+  EXPECT_EQ(again.disp_offset, 3u);
+  EXPECT_EQ(std::memcmp(again.bytes, a.data(), 7), 0);
+  for (std::size_t i = 7; i < kMaxInsnLen; ++i) EXPECT_EQ(again.bytes[i], 0) << i;
+
+  // nop5 (0f 1f 44 00 00) and nop4 (0f 1f 40 00) share their first two bytes.
+  const Bytes nop5 = {0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3};
+  const Bytes nop4 = {0x0f, 0x1f, 0x40, 0x00, 0xc3};
+  Insn i5, i4;
+  ASSERT_TRUE(analyze(nop5.data(), nop5.size(), i5, why)) << why;
+  ASSERT_TRUE(analyze(nop4.data(), nop4.size(), i4, why)) << why;
+  ASSERT_TRUE(analyze(nop5.data(), nop5.size(), i5, why)) << why;
+  EXPECT_EQ(i5.len, 5u);
+  EXPECT_EQ(i4.len, 4u);
+  EXPECT_EQ(i5.cls, InsnClass::nop);
+  EXPECT_EQ(i4.cls, InsnClass::nop);
+  EXPECT_EQ(i5.bytes[2], 0x44);
+  EXPECT_EQ(i4.bytes[2], 0x40);
+
+  // call rel32 analyzed whole, then offered with only 3 of its 5 bytes.
+  const Bytes call = {0xe8, 0x10, 0x00, 0x00, 0x00};
+  Insn c;
+  ASSERT_TRUE(analyze(call.data(), call.size(), c, why)) << why;
+  EXPECT_EQ(c.len, 5u);
+  EXPECT_FALSE(analyze(call.data(), 3, c, why));
+  EXPECT_NE(why, "");
+}
+
 }  // namespace
 }  // namespace uprobe::arch
