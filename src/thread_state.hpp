@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "arch.hpp"
+
 namespace uprobe::detail {
 
 /// One thread's counters, alone in its cache line. Only the owning thread
@@ -37,9 +39,13 @@ struct alignas(64) StatBlock {
 
 struct ReturnStack;
 
-/// Increments a counter owned by the calling thread. Async-signal-safe.
+/// Increments a counter owned by the calling thread, in one instruction: a
+/// signal handler's hit on the same thread, between the read and the write of
+/// a load-add-store, would otherwise lose its increment (or this one).
+/// Async-signal-safe.
 inline void count(std::atomic<std::uint64_t>& c) noexcept {
-  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+  arch::thread_counter_increment(reinterpret_cast<std::uint64_t*>(&c));
 }
 
 struct ThreadState {

@@ -67,6 +67,14 @@ struct OptSite {
   std::uint64_t owner;
 };
 
+/// Adds 1 to a counter that only the calling thread writes, in one
+/// instruction (`addq $1, mem`, no lock prefix: no bus lock, no shared cache
+/// line taken): a signal handler that interrupts this thread and increments
+/// the same counter sees it before or after, never between a read and its
+/// write-back, so no increment is lost. Other threads may read it with
+/// relaxed atomic loads. Async-signal-safe.
+inline void thread_counter_increment(std::uint64_t* c) noexcept { asm volatile("addq $1, %0" : "+m"(*c)); }
+
 /// What an optimized hit keeps from the stub's frame while the handlers run.
 struct OptFrameSaved {
   std::uint64_t rflags;    ///< rflags at the site
