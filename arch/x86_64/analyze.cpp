@@ -445,10 +445,12 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
   // instruction can start with (a decoder reads an instruction's bytes to
   // its end and stops), so at most one length matches.
   thread_local std::unordered_map<std::string, Insn> memo;
+  thread_local std::uint16_t lengths[256] = {};  // first byte -> bit l: a kept instruction of l bytes starts with it
   if (code != nullptr && avail != 0 && code[0] != kBreakpoint) {
     const std::size_t n = avail < kMaxInsnLen ? avail : kMaxInsnLen;
     std::string key;
     for (std::size_t len = 1; len <= n; ++len) {
+      if (!(lengths[code[0]] & (1u << len))) continue;
       key.assign(reinterpret_cast<const char*>(code), len);
       if (auto it = memo.find(key); it != memo.end()) {
         out = it->second;
@@ -458,8 +460,12 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
     }
   }
   if (!analyze_bytes(code, avail, out, why)) return false;
-  if (memo.size() >= 4096) memo.clear();
+  if (memo.size() >= 4096) {
+    memo.clear();
+    std::memset(lengths, 0, sizeof lengths);
+  }
   memo.emplace(std::string(reinterpret_cast<const char*>(out.bytes), out.len), out);
+  lengths[out.bytes[0]] |= static_cast<std::uint16_t>(1u << out.len);
   return true;
 }
 

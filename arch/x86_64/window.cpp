@@ -170,34 +170,40 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
   }();
   const std::size_t near = std::min(size, len + 130);
   std::size_t last = size;  // the last byte that may start such an instruction, size = none
-  // Far from the window, 16 bytes at a time (SSE2): the positions of the
-  // wide forms' first bytes, then the exact check at each, last first.
-  const __m128i firsts[5] = {_mm_set1_epi8(static_cast<char>(0xe8)), _mm_set1_epi8(static_cast<char>(0xe9)),
-                             _mm_set1_epi8(0x0f), _mm_set1_epi8(static_cast<char>(0xc7)),
-                             _mm_set1_epi8(static_cast<char>(0x8d))};
-  for (std::size_t end = size; end > near && last == size;) {
-    const std::size_t start = end - near >= 16 ? end - 16 : near;
-    unsigned mask = 0;
-    if (end - start == 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(func + start));
-      __m128i m = _mm_cmpeq_epi8(v, firsts[0]);
-      for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, firsts[k]));
-      mask = static_cast<unsigned>(_mm_movemask_epi8(m));
-    } else {
-      for (std::size_t i = 0; i < end - start; ++i)
-        if (kWide[func[start + i]]) mask |= 1u << i;
-    }
-    for (; mask; mask &= ~(1u << (31 - __builtin_clz(mask)))) {
-      const std::size_t p = start + static_cast<std::size_t>(31 - __builtin_clz(mask));
-      if (may_reach_window(func, size, p, len)) {
-        last = p;
-        break;
+  // 16 bytes at a time (SSE2), last block first: the positions of those
+  // first bytes (all forms near the window, the wide ones beyond), then the
+  // exact check at each, last first.
+  auto splat = [](int b) { return _mm_set1_epi8(static_cast<char>(b)); };
+  const __m128i wide[5] = {splat(0xe8), splat(0xe9), splat(0x0f), splat(0xc7), splat(0x8d)};
+  const __m128i hi4 = splat(0xf0), hi6 = splat(0xfc), jcc8 = splat(0x70), jcxz = splat(0xe0), jmp8 = splat(0xeb);
+  auto scan = [&](std::size_t lo, std::size_t hi, bool any) {
+    for (std::size_t end = hi; end > lo && last == size;) {
+      const std::size_t start = end - lo >= 16 ? end - 16 : lo;
+      unsigned mask = 0;
+      if (end - start == 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(func + start));
+        __m128i m = _mm_cmpeq_epi8(v, wide[0]);
+        for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, wide[k]));
+        if (any)  // 70-7f, e0-e3, eb
+          m = _mm_or_si128(_mm_or_si128(m, _mm_cmpeq_epi8(_mm_and_si128(v, hi4), jcc8)),
+                           _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, hi6), jcxz), _mm_cmpeq_epi8(v, jmp8)));
+        mask = static_cast<unsigned>(_mm_movemask_epi8(m));
+      } else {
+        for (std::size_t i = 0; i < end - start; ++i)
+          if ((any ? kAny : kWide)[func[start + i]]) mask |= 1u << i;
       }
+      for (; mask; mask &= ~(1u << (31 - __builtin_clz(mask)))) {
+        const std::size_t p = start + static_cast<std::size_t>(31 - __builtin_clz(mask));
+        if (may_reach_window(func, size, p, len)) {
+          last = p;
+          break;
+        }
+      }
+      end = start;
     }
-    end = start;
-  }
-  for (std::size_t p = near; last == size && p-- > 0;)
-    if (kAny[func[p]] && may_reach_window(func, size, p, len)) last = p;
+  };
+  scan(near, size, false);
+  scan(0, near, true);
   if (last == size) return true;
   thread_local SweepHandle sh;
   if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
