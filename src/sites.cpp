@@ -15,6 +15,7 @@
 #include "format.hpp"
 #include "patch.hpp"
 #include "runtime.hpp"
+#include "sanitize.hpp"
 #include "thread_sample.hpp"
 #include "xol.hpp"
 
@@ -38,7 +39,13 @@ std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   return *m;
 }
 
+/// Whether the stub saves vector/x87 state around the handlers: unless every
+/// consumer declared set_vector_state_unused(). Always in ThreadSanitizer
+/// builds: there every memory access of the dispatch path and of the
+/// consumers calls into the TSan runtime, which uses SSE registers, so no
+/// consumer can keep that promise.
 bool needs_vector(const Uprobe* up) {
+  if (UPROBE_TSAN) return true;
   const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
   if (!cs) return false;
   for (const Registration* r : cs->regs)
