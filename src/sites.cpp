@@ -44,6 +44,19 @@ std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
 /// builds: there every memory access of the dispatch path and of the
 /// consumers calls into the TSan runtime, which uses SSE registers, so no
 /// consumer can keep that promise.
+/// A stub's descriptor was written (through the XOL alias mapping, at
+/// another address than the one the stub reads it from): ThreadSanitizer
+/// cannot see that a thread entering the stub (through the jump patched in
+/// afterwards, or after the flag's rewrite) reads what was written. The stub
+/// entry acquires the same address (uprobe_opt_entry). No-op otherwise.
+void tsan_publish_stub(std::uint64_t stub) noexcept {
+#if UPROBE_TSAN
+  __tsan_release(reinterpret_cast<void*>(stub + arch::opt_stub_flag_offset()));
+#else
+  (void)stub;
+#endif
+}
+
 bool needs_vector(const Uprobe* up) {
   if (UPROBE_TSAN) return true;
   const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
@@ -191,6 +204,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     desc.needs_vector = vector;
     std::size_t n = arch::build_opt_stub(stub, desc, code);
     if (!xol_area().write_code(stub, code, n, why)) continue;
+    tsan_publish_stub(stub);
     stubs()[s.addr] = stub;
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
@@ -223,6 +237,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
       desc.needs_vector = vector;
       const std::size_t n = arch::build_opt_stub(stub, desc, code);
       if (!xol_area().write_code(stub, code, n, why)) continue;
+      tsan_publish_stub(stub);
       stubs()[s.addr] = stub;  // unused until the jump is written
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
     }
@@ -288,6 +303,7 @@ void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
     std::uint32_t v = vector;
     std::string why;
     xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
+    tsan_publish_stub(it->second);
   }
 }
 

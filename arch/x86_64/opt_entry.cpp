@@ -10,6 +10,18 @@
 
 #include "arch.hpp"
 
+// ThreadSanitizer builds (the runtime's src/sanitize.hpp says the same).
+#if defined(__SANITIZE_THREAD__)
+#define UPROBE_OPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UPROBE_OPT_TSAN 1
+#endif
+#endif
+#ifdef UPROBE_OPT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace uprobe::detail {
 /// The core's side of an optimized hit (dispatch.cpp).
 void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
@@ -46,8 +58,10 @@ XsaveInfo g_xsave = compute_xsave_info();
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint64_t* frame,
-                                                                       const uprobe::arch::OptSite* site) {
+/// Not instrumented by ThreadSanitizer: there every access calls into the
+/// TSan runtime, which uses vector registers, and they are not saved yet.
+extern "C" __attribute__((visibility("hidden"), no_sanitize("thread"))) void uprobe_opt_entry(
+    std::uint64_t* frame, const uprobe::arch::OptSite* site) {
   alignas(64) std::uint8_t area[kXsaveMax];
   const bool save = site->needs_vector != 0;
   const XsaveInfo xi = save ? g_xsave : XsaveInfo{};
@@ -56,6 +70,11 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint
     for (std::size_t i = 512; i < 576; ++i) area[i] = 0;  // XSAVE header
     asm volatile("xsavec %0" : "=m"(area) : "a"(lo), "d"(hi) : "memory");
   }
+#ifdef UPROBE_OPT_TSAN
+  // The descriptor was written through the XOL alias before the jump here
+  // was patched in (sites.cpp, tsan_publish_stub()): tell TSan.
+  __tsan_acquire(const_cast<std::uint32_t*>(&site->needs_vector));
+#endif
   // The stub pushed the frame in uprobe::Regs layout; 136 = red zone + target slot.
   auto& regs = *reinterpret_cast<uprobe::Regs*>(frame);
   static_assert(sizeof(uprobe::Regs) == 18 * 8);
