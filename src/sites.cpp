@@ -39,11 +39,6 @@ std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   return *m;
 }
 
-/// Whether the stub saves vector/x87 state around the handlers: unless every
-/// consumer declared set_vector_state_unused(). Always in ThreadSanitizer
-/// builds: there every memory access of the dispatch path and of the
-/// consumers calls into the TSan runtime, which uses SSE registers, so no
-/// consumer can keep that promise.
 /// A stub's descriptor was written (through the XOL alias mapping, at
 /// another address than the one the stub reads it from): ThreadSanitizer
 /// cannot see that a thread entering the stub (through the jump patched in
@@ -57,6 +52,11 @@ void tsan_publish_stub(std::uint64_t stub) noexcept {
 #endif
 }
 
+/// Whether the stub saves vector/x87 state around the handlers: unless every
+/// consumer declared set_vector_state_unused(). Always in ThreadSanitizer
+/// builds: there every memory access of the dispatch path and of the
+/// consumers calls into the TSan runtime, which uses SSE registers, so no
+/// consumer can keep that promise.
 bool needs_vector(const Uprobe* up) {
   if (UPROBE_TSAN) return true;
   const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
@@ -202,6 +202,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     desc.key[1] = up->key.ino;
     desc.key[2] = up->key.offset;
     desc.needs_vector = vector;
+    desc.owner = reinterpret_cast<std::uint64_t>(up);
     std::size_t n = arch::build_opt_stub(stub, desc, code);
     if (!xol_area().write_code(stub, code, n, why)) continue;
     tsan_publish_stub(stub);
@@ -235,6 +236,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
       desc.key[1] = up->key.ino;
       desc.key[2] = up->key.offset;
       desc.needs_vector = vector;
+      desc.owner = reinterpret_cast<std::uint64_t>(up);
       const std::size_t n = arch::build_opt_stub(stub, desc, code);
       if (!xol_area().write_code(stub, code, n, why)) continue;
       tsan_publish_stub(stub);
@@ -305,6 +307,23 @@ void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
     xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
     tsan_publish_stub(it->second);
   }
+}
+
+void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr) {
+  auto it = stubs().find(addr);
+  if (it == stubs().end()) return;
+  const std::uint64_t field = it->second + arch::opt_stub_owner_offset();
+  std::uint64_t owner = 0;
+  std::memcpy(&owner, reinterpret_cast<const void*>(field), sizeof owner);
+  if (owner != reinterpret_cast<std::uint64_t>(up)) return;  // rebuilt for another probe since
+  const std::uint64_t zero = 0;
+  std::string why;
+  xol_area().write_code(field, reinterpret_cast<const std::uint8_t*>(&zero), sizeof zero, why);
+}
+
+void forget_stub_owner(const Uprobe* up) {
+  if (const SiteSet* ss = up->sites.load(std::memory_order_relaxed))
+    for (const Site& s : ss->sites) forget_stub_owner_at(up, s.addr);
 }
 
 }  // namespace uprobe::detail

@@ -21,11 +21,15 @@
 #ifdef UPROBE_OPT_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
+// Not instrumented by ThreadSanitizer: there every access calls into the
+// TSan runtime, which uses vector registers, before they are saved. (TSan
+// builds always save them: sites.cpp, needs_vector().)
+#define UPROBE_OPT_NO_TSAN __attribute__((no_sanitize("thread")))
 
-namespace uprobe::detail {
+extern "C" {
 /// The core's side of an optimized hit (dispatch.cpp).
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
-}  // namespace uprobe::detail
+void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
+}
 
 namespace {
 
@@ -58,13 +62,13 @@ XsaveInfo g_xsave = compute_xsave_info();
 
 }  // namespace
 
-/// Not instrumented by ThreadSanitizer: there every access calls into the
-/// TSan runtime, which uses vector registers, and they are not saved yet.
-extern "C" __attribute__((visibility("hidden"), no_sanitize("thread"))) void uprobe_opt_entry(
-    std::uint64_t* frame, const uprobe::arch::OptSite* site) {
+namespace {
+
+/// A hit whose consumers may use vector or x87 registers: xsavec of every
+/// XCR0 component around it (an 8 KiB area on this stack).
+__attribute__((noinline)) UPROBE_OPT_NO_TSAN void hit_saving_vector_state(std::uint64_t* frame, const uprobe::arch::OptSite* site) {
   alignas(64) std::uint8_t area[kXsaveMax];
-  const bool save = site->needs_vector != 0;
-  const XsaveInfo xi = save ? g_xsave : XsaveInfo{};
+  const XsaveInfo xi = g_xsave;
   const auto lo = static_cast<std::uint32_t>(xi.mask), hi = static_cast<std::uint32_t>(xi.mask >> 32);
   if (xi.ok) {
     for (std::size_t i = 512; i < 576; ++i) area[i] = 0;  // XSAVE header
@@ -75,24 +79,16 @@ extern "C" __attribute__((visibility("hidden"), no_sanitize("thread"))) void upr
   // was patched in (sites.cpp, tsan_publish_stub()): tell TSan.
   __tsan_acquire(const_cast<std::uint32_t*>(&site->needs_vector));
 #endif
-  // The stub pushed the frame in uprobe::Regs layout; 136 = red zone + target slot.
-  auto& regs = *reinterpret_cast<uprobe::Regs*>(frame);
-  static_assert(sizeof(uprobe::Regs) == 18 * 8);
-  const std::uint64_t flags = regs.rflags;
-  regs.rip = site->site;
-  regs.rsp += 136;
-  const std::uint64_t site_rsp = regs.rsp;
-  uprobe::detail::optimized_hit(*site, regs);
-  regs.rflags = (flags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
-  const std::uint64_t target = regs.rip != site->site ? regs.rip : site->resume;
-  // The stub ends with `pop %rsp; ret $128`: the target goes 136 bytes below
-  // the stack pointer to continue with (below its red zone). A slot that
-  // would fall inside this frame (a handler lowering rsp by less than the
-  // frame) cannot be written before the frame is popped: rsp stays.
-  std::uint64_t slot = regs.rsp - 136;
-  const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
-  if (regs.rsp != site_rsp && slot + 8 > lo_frame && slot < hi_frame) slot = site_rsp - 136;
-  *reinterpret_cast<std::uint64_t*>(slot) = target;
-  regs.rsp = slot;
+  uprobe_opt_hit(frame, site);
   if (xi.ok) asm volatile("xrstor %0" : : "m"(area), "a"(lo), "d"(hi) : "memory");
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("hidden"))) UPROBE_OPT_NO_TSAN void uprobe_opt_entry(std::uint64_t* frame,
+                                                                       const uprobe::arch::OptSite* site) {
+  if (site->needs_vector != 0)
+    hit_saving_vector_state(frame, site);
+  else
+    uprobe_opt_hit(frame, site);  // a tail call
 }
