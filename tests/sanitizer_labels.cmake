@@ -58,9 +58,11 @@ set_tests_properties(
   [=[life.Kinds/Process.CloneVmChildStackAboveParent/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   [=[life.Kinds/Process.CloneVmChildStackAboveParent/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
   PROPERTIES LABELS "no-tsan")
-# Entry probes on every libc function: libtsan's interceptors call libc from
-# states libuprobe cannot see (with every signal blocked while it runs
-# deferred handlers, inside its own runtime); the first crashes (SIGSEGV),
-# the second's fork children do not finish within its timeout.
+# Entry probes on every exported libc function: libtsan's interceptors call
+# libc from states libuprobe cannot see (every signal blocked while it runs
+# deferred handlers; inside its own runtime). Not diagnosed further: the
+# all-entries runs crash (SIGSEGV), the fork children of the blocked-SIGTRAP
+# test do not finish within its timeout.
 set_tests_properties(stress.LibcAll.EntryProbeOnEveryDynsymFunction
-                     stress.LibcAll.FunctionsRunWithSigtrapBlockedAreRefusedOrSafe PROPERTIES LABELS "no-tsan")
+                     stress.LibcAll.FunctionsRunWithSigtrapBlockedAreRefusedOrSafe
+                     opt.EntryBreak.LibcLibmLibstdcxxEntriesUnderLoad PROPERTIES LABELS "no-tsan")
