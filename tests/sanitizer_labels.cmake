@@ -41,6 +41,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
 set_tests_properties(ret.RetProcess.SigaltstackHandlerWhileReturnPending
   [=[life.Kinds/Signals.SigaltstackHandlerWhileAttachDetach/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   [=[life.Kinds/Signals.SignalInsideHandlerCallsProbedCode/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
+  [=[life.Kinds/Signals.StatsCountEveryHitWhileSignalsInterruptHits/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   PROPERTIES LABELS "no-tsan")
 # TSan's vfork() interceptor calls fork(): the child's hits are not in our memory.
 set_tests_properties(
