@@ -69,8 +69,8 @@ set_tests_properties(stress.LibcAll.EntryProbeOnEveryDynsymFunction
                      opt.EntryBreak.LibcLibmLibstdcxxEntriesUnderLoad PROPERTIES LABELS "no-tsan")
 # TSan defers asynchronous signals to its own delivery points (atomic
 # operations, intercepted calls) and keeps one pending per signal, so the
-# handler counts this test bounds (> 200 SIGUSR1, > 100 SIGALRM over the storm)
-# depend on the machine's load there (31 SIGUSR1 seen on a loaded machine).
+# handler counts that this test bounds (> 200 SIGUSR1, > 100 SIGALRM) depend
+# on the machine's load there (31 SIGUSR1 seen on a loaded machine).
 set_tests_properties(
   [=[pool.Modes/PoolSignals.HandlersStormWhileMainThreadStorms/objpool  # GetParam() = 1-byte object <00>]=]
   [=[pool.Modes/PoolSignals.HandlersStormWhileMainThreadStorms/freelist  # GetParam() = 1-byte object <01>]=]
