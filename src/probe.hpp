@@ -104,7 +104,11 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   /// Serialises breakpoint writes between the registry and the trap path's
   /// Action::remove (which only ever try-locks it). Guards `applied`.
   std::atomic_flag patch_lock = ATOMIC_FLAG_INIT;
-  bool applied = false;
+  /// Whether the sites carry the breakpoint. Written with patch_lock held;
+  /// atomic because the registry also reads it without that lock (e.g.
+  /// compute_sites() during a dlopen/dlclose resync) while the trap path's
+  /// Action::remove may clear it.
+  std::atomic<bool> applied{false};
 
   friend bool operator<(const Uprobe& a, const Uprobe& b) { return a.key < b.key; }
 };

@@ -39,8 +39,11 @@ inline void bump(std::uint64_t& c) noexcept {
   __atomic_store_n(&c, __atomic_load_n(&c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
-// The free-object link lives in the first word of a free object (the stack
-// only; rings hold pointers in their cells and never write objects).
+// The free-object link lives in the first word of an object (the stack only;
+// rings hold pointers in their cells and never write objects). Always an
+// atomic access, and the word is the pool's while the object is in use too
+// (see the header): a stack_pop() that loses the race for the head may still
+// load the link of an object another thread has just taken.
 inline std::uint64_t load_next(void* obj) noexcept {
   return __atomic_load_n(static_cast<std::uint64_t*>(obj), __ATOMIC_RELAXED);
 }

@@ -42,6 +42,15 @@
 // lock-free CAS loop. Growth is a try-lock: a get that cannot take it retries
 // the shared levels a bounded number of times, then returns nullptr.
 //
+// The link word: the first 8 bytes of every object belong to the pool, free
+// or in use. The stack keeps its link there, and a stack_pop() that read the
+// head just before another thread popped the same object loads that word
+// while the new owner already uses the object (its CAS then fails and the
+// value is ignored). The pool reads and writes the word only with atomic
+// operations; a user must never write it (ReturnInstance::pool_link reserves
+// it), else that stale load races with a plain store (harmless on x86, a data
+// race in C++ terms, and ThreadSanitizer reports it).
+//
 // Memory: objects live in mmap'ed chunks that are unmapped only by ~RiPool;
 // rings are one mmap'ed array whose zero-filled pages are a valid empty state,
 // so only cells that are used get touched. Everything is plain memory: a fork

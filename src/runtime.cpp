@@ -180,6 +180,9 @@ void configure(const Config& c) {
 
 Config configuration() {
   using namespace detail;
+  // The *_for_install fields are plain: written by configure() under the
+  // registry mutex, so read under it too.
+  std::lock_guard<std::mutex> lock(registry().mutex);
   Config c;
   c.lookup = g_hot.lookup.load(std::memory_order_relaxed);
   c.xol = g_hot.xol.load(std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "format.hpp"
 #include "patch.hpp"
 #include "runtime.hpp"
+#include "sanitize.hpp"
 #include "thread_sample.hpp"
 #include "xol.hpp"
 
@@ -38,7 +39,26 @@ std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   return *m;
 }
 
+/// A stub's descriptor was written (through the XOL alias mapping, at
+/// another address than the one the stub reads it from): ThreadSanitizer
+/// cannot see that a thread entering the stub (through the jump patched in
+/// afterwards, or after the flag's rewrite) reads what was written. The stub
+/// entry acquires the same address (uprobe_opt_entry). No-op otherwise.
+void tsan_publish_stub(std::uint64_t stub) noexcept {
+#if UPROBE_TSAN
+  __tsan_release(reinterpret_cast<void*>(stub + arch::opt_stub_flag_offset()));
+#else
+  (void)stub;
+#endif
+}
+
+/// Whether the stub saves vector/x87 state around the handlers: unless every
+/// consumer declared set_vector_state_unused(). Always in ThreadSanitizer
+/// builds: there every memory access of the dispatch path and of the
+/// consumers calls into the TSan runtime, which uses SSE registers, so no
+/// consumer can keep that promise.
 bool needs_vector(const Uprobe* up) {
+  if (UPROBE_TSAN) return true;
   const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
   if (!cs) return false;
   for (const Registration* r : cs->regs)
@@ -195,6 +215,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     desc.owner = reinterpret_cast<std::uint64_t>(up);
     std::size_t n = arch::build_opt_stub(stub, desc, code);
     if (!xol_area().write_code(stub, code, n, why)) continue;
+    tsan_publish_stub(stub);
     stubs()[s.addr] = stub;
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
@@ -228,6 +249,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
       desc.owner = reinterpret_cast<std::uint64_t>(up);
       const std::size_t n = arch::build_opt_stub(stub, desc, code);
       if (!xol_area().write_code(stub, code, n, why)) continue;
+      tsan_publish_stub(stub);
       stubs()[s.addr] = stub;  // unused until the jump is written
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
     }
@@ -293,6 +315,7 @@ void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
     std::uint32_t v = vector;
     std::string why;
     xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
+    tsan_publish_stub(it->second);
   }
 }
 

@@ -21,7 +21,10 @@
 
 #include "arch.hpp"
 #include "format.hpp"
+#include "sanitize.hpp"
 #include "thread_state.hpp"
+
+extern "C" int __sigaction(int, const struct sigaction*, struct sigaction*);
 
 namespace uprobe::detail {
 
@@ -50,8 +53,10 @@ struct Request {
 Request g_req;
 std::uint32_t g_gen = 0;
 
-/// The sample signal's handler. Async-signal-safe, no system call.
-void on_sample(int, siginfo_t* info, void* ctx) {
+/// The sample signal's handler. Async-signal-safe, no system call. Not
+/// instrumented: in ThreadSanitizer builds it is installed past TSan (see
+/// set_handler()) and may interrupt the TSan runtime itself.
+UPROBE_NO_SANITIZE void on_sample(int, siginfo_t* info, void* ctx) {
   if (info->si_code != SI_QUEUE) return;
   const auto v = reinterpret_cast<std::uint64_t>(info->si_value.sival_ptr);
   if ((v & ~0xFFFFFFFFull) != kTag || v != g_req.live.load(std::memory_order_acquire)) return;
@@ -60,8 +65,8 @@ void on_sample(int, siginfo_t* info, void* ctx) {
   // counts as inside. Past the decision but not through sigreturn yet (the
   // rest of the handler, or __restore_rt): the stack pointer is still inside
   // the int3's signal frame, and the thread goes to that frame's rip.
-  StatBlock& st = stat_block();
-  const std::uint64_t trap_ip = st.trap_ip.load(std::memory_order_relaxed);
+  const StatBlock* st = t_state.stats;  // none yet: this thread never hit a probe
+  const std::uint64_t trap_ip = st ? st->trap_ip.load(std::memory_order_relaxed) : 0;
   const std::uint64_t ip = trap_ip ? kInTrap : arch::ucontext_ip(uc);
   const auto* tuc = static_cast<const ucontext_t*>(t_state.trap_uc);
   const std::uint64_t sp = arch::ucontext_sp(uc);
@@ -96,6 +101,20 @@ bool inside(const std::vector<AddrRange>& ranges, std::uint64_t ip) {
   return false;
 }
 
+/// Installs `sa` for the sample signal. In ThreadSanitizer builds through
+/// glibc's __sigaction, past TSan's sigaction interceptor (as the SIGTRAP
+/// handler is, signals.cpp): TSan would defer the signal to the thread's next
+/// intercepted call and run on_sample then with the delivery's ucontext, so a
+/// thread that was inside our SIGTRAP handler would answer with that
+/// handler's ip after it resumed (possibly inside a window), and a thread that
+/// computes without libc calls would not answer within kAnswerNs at all.
+void set_handler(int sig, const struct sigaction& sa) {
+  if (UPROBE_TSAN)
+    __sigaction(sig, &sa, nullptr);
+  else
+    ::sigaction(sig, &sa, nullptr);
+}
+
 constexpr int kRunning = 0, kBlocked = 1, kGone = 2;
 
 /// The user rip of a thread blocked in the kernel, from
@@ -119,6 +138,25 @@ int blocked_ip(long tid, std::uint64_t& ip) {
   char* end = nullptr;
   ip = std::strtoull(last + 1, &end, 16);
   return end != last + 1 ? kBlocked : kRunning;
+}
+
+/// Whether thread `tid` blocks signal `sig` (SigBlk in
+/// /proc/self/task/<tid>/status): then it cannot answer a sample (e.g. a
+/// sanitizer runtime's own thread, which blocks every signal).
+bool blocks_signal(long tid, int sig) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* p = std::strstr(buf, "\nSigBlk:");
+  if (!p) return false;
+  const unsigned long long mask = std::strtoull(p + 8, nullptr, 16);
+  return (mask >> (sig - 1)) & 1;
 }
 
 long now_ns() {
@@ -155,6 +193,7 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
   for (long tid : tids) {
     if (tid == self) continue;
     std::uint64_t ip = 0;
+    bool no_sample = !g_sample_sig;  // observed by polling only
     for (;;) {
       const int st = blocked_ip(tid, ip);
       if (st == kGone) break;
@@ -166,11 +205,14 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
         }
         break;
       }
-      if (g_sample_sig && now_ns() >= deadline) {
-        running.push_back(tid);
-        break;
+      if (!no_sample && now_ns() >= deadline) {
+        if (!blocks_signal(tid, g_sample_sig)) {
+          running.push_back(tid);
+          break;
+        }
+        no_sample = true;  // it would never answer: poll it as without a sample signal
       }
-      if (!g_sample_sig && (now_ns() >= deadline || (tid == busy_tid && start < busy_until))) {
+      if (no_sample && (now_ns() >= start + kTimeoutNs || (tid == busy_tid && start < busy_until))) {
         if (tid != busy_tid || start >= busy_until) {
           busy_tid = tid;
           busy_until = now_ns() + 50'000'000;
@@ -263,14 +305,14 @@ void set_sample_signal(int sig) {
     sa.sa_sigaction = on_sample;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
-    ::sigaction(sig, &sa, nullptr);
+    set_handler(sig, sa);
   }
   if (g_sample_sig != 0) {
     // Give the old one back to its default (late answers are ignored by the tag).
     struct sigaction dfl;
     std::memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_IGN;
-    ::sigaction(g_sample_sig, &dfl, nullptr);
+    set_handler(g_sample_sig, dfl);
   }
   g_sample_sig = sig;
 }

@@ -24,8 +24,9 @@ using AddrRange = std::pair<std::uint64_t, std::uint64_t>;
 /// cannot be read: it is polled for up to 2 ms; then, when a sample signal is
 /// configured (Config::sample_signal), it is sent that signal, whose handler
 /// records the interrupted rip (or, inside libuprobe's SIGTRAP handler, the
-/// rip its pending sigreturn goes to); without one, or without an answer in
-/// 50 ms, the answer is false with `why` naming the thread (the caller
+/// rip its pending sigreturn goes to; a thread that blocks the signal, such
+/// as a sanitizer runtime's own thread, is polled as without one); without
+/// one, or without an answer in 50 ms, the answer is false with `why` naming the thread (the caller
 /// retries later). The sample is a real-time signal and never SIGTRAP: a
 /// SIGTRAP queued while the thread executes an int3 would swallow the int3's
 /// own SIGTRAP (standard signals do not queue). Call after the int3 at the start of each range has been

@@ -26,6 +26,8 @@ struct ReturnConsumer {
 
 /// The kernel's struct return_instance. Allocated from the RiPool.
 struct alignas(64) ReturnInstance {
+  /// The RiPool's link word (see ri_pool.hpp): never read or written here.
+  std::uint64_t pool_link;
   ProbeKey key;                 ///< the uprobe, found again at return time
   std::uint64_t uprobe_id = 0;  ///< ... and checked to be the same one
   std::uint64_t func = 0;       ///< probed address
@@ -36,6 +38,7 @@ struct alignas(64) ReturnInstance {
   std::uint32_t nconsumers = 0;
   ReturnConsumer consumers[kMaxReturnConsumers];
 };
+static_assert(sizeof(ReturnInstance) == 256, "one more cache line per instance: check the pool's object size");
 
 /// The per-thread return stack (the kernel's utask->return_instances).
 struct ReturnStack {

@@ -83,7 +83,8 @@ struct Config {
 /// (nothing changed then).
 void configure(const Config& config);
 
-/// The current configuration.
+/// The current configuration. Thread-safety: any thread, not from a handler
+/// (takes the registry lock, as configure() does). Not async-signal-safe.
 Config configuration();
 
 /// Counters summed over all threads (each thread counts in its own cache line;

@@ -116,7 +116,9 @@ class Consumer {
   /// functions). Optimized probes then skip saving the vector state around
   /// the callbacks (an xsavec/xrstor pair, ~170 ns here); otherwise every
   /// register the site makes live is preserved. Call it in the constructor,
-  /// before registering.
+  /// before registering. Ignored (the state is always saved) when libuprobe
+  /// is built with ThreadSanitizer, whose runtime, called on every memory
+  /// access of the instrumented code, uses SSE registers.
   void set_vector_state_unused(bool unused = true) noexcept { vector_state_unused_ = unused; }
 
  private:

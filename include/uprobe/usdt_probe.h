@@ -55,7 +55,10 @@
   __attribute__((section(".probes"), used, visibility("hidden"))) volatile unsigned short \
       provider##_##name##_semaphore = 0
 
-#define UPROBE_USDT_PROBE_ENABLED(provider, name) __builtin_expect(provider##_##name##_semaphore != 0, 0)
+/* A relaxed atomic load (a plain 2-byte load on x86): libuprobe, in this
+ * process, increments the semaphore atomically while other threads read it. */
+#define UPROBE_USDT_PROBE_ENABLED(provider, name) \
+  __builtin_expect(__atomic_load_n(&provider##_##name##_semaphore, __ATOMIC_RELAXED) != 0, 0)
 
 /* ------------------------------------------------- argument description -- */
 

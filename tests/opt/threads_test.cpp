@@ -100,10 +100,19 @@ TEST(Threads, AttachDetachWhileTwoThreadsCallOptimizedSite) {
   };
   std::thread t0(producer, std::ref(pp[0]), 1), t1(producer, std::ref(pp[1]), 2);
 
-  // Let each producer make `n` more calls (bounded in time; a producer past
-  // its quota keeps calling until the attacher is done).
+  // Each producer's call count when the state last changed.
+  std::uint64_t b0 = 0, b1 = 0;
+  auto enter_state = [&] {
+    state.fetch_add(1);
+    b0 = pp[0].progress.load();
+    b1 = pp[1].progress.load();
+  };
+  // Let each producer make `n` calls since the state changed (bounded in
+  // time; a producer past its quota keeps calling until the attacher is
+  // done). Counted from the change, not from here: a producer stops after
+  // kCallsPerStableState calls in a stable state, and the attacher's checks
+  // before this wait (slow under ThreadSanitizer) may outlast them.
   auto let_run = [&](std::uint64_t n) {
-    const std::uint64_t b0 = pp[0].progress.load(), b1 = pp[1].progress.load();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
     while ((pp[0].progress.load() < b0 + n || pp[1].progress.load() < b1 + n) &&
            std::chrono::steady_clock::now() < deadline)
@@ -116,13 +125,13 @@ TEST(Threads, AttachDetachWhileTwoThreadsCallOptimizedSite) {
   for (int w = 0; w < kCycles; ++w) {
     state.fetch_add(1);  // attaching
     uprobe::Uprobe* p = uprobe::register_uprobe(vaddr(opt_conc), c);
-    state.fetch_add(1);  // attached
+    enter_state();  // attached
     const std::string j = check_jump_into_xol(vaddr(opt_conc));
     if (!j.empty() && not_optimized++ == 0) first_not_optimized = "cycle " + std::to_string(w) + ": " + j;
     let_run(kCallsPerStableState);
     state.fetch_add(1);  // detaching
     uprobe::unregister_uprobe(p, c);
-    state.fetch_add(1);  // detached
+    enter_state();  // detached
     const auto now = mem(vaddr(opt_conc), 5);
     if (now != file && not_restored++ == 0)
       first_not_restored = "cycle " + std::to_string(w) + ": " + hex_bytes(now);
