@@ -44,6 +44,19 @@ XsaveInfo compute_xsave_info() noexcept {
 // Computed before main(), so the entry never runs a guarded static init.
 XsaveInfo g_xsave = compute_xsave_info();
 
+/// Copies the 18 words of a uprobe::Regs frame, either side possibly
+/// misaligned: 8-byte __builtin_memcpy is one general-register move each. The
+/// empty asm keeps the compiler from turning the loop into a memcpy() call
+/// (libc's may use vector registers, which are not saved for every site).
+inline void copy_regs(void* to, const void* from) noexcept {
+  for (int i = 0; i < 18; ++i) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, static_cast<const unsigned char*>(from) + 8 * i, 8);
+    asm("" : "+r"(w));
+    __builtin_memcpy(static_cast<unsigned char*>(to) + 8 * i, &w, 8);
+  }
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint64_t* frame,
@@ -57,8 +70,16 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint
     asm volatile("xsavec %0" : "=m"(area) : "a"(lo), "d"(hi) : "memory");
   }
   // The stub pushed the frame in uprobe::Regs layout; 136 = red zone + target slot.
-  auto& regs = *reinterpret_cast<uprobe::Regs*>(frame);
+  // The frame has the site's stack alignment: hand-written code may reach a
+  // site with rsp not a multiple of 8, and a misaligned Regs is undefined
+  // behaviour (UBSan's alignment check), for the handlers too. Then the
+  // consumers see an aligned copy, written back below (word by word with
+  // general registers: no memcpy, which may use vector registers unsaved).
   static_assert(sizeof(uprobe::Regs) == 18 * 8);
+  const bool misaligned = reinterpret_cast<std::uintptr_t>(frame) % alignof(uprobe::Regs) != 0;
+  uprobe::Regs copy;
+  if (misaligned) copy_regs(&copy, frame);
+  auto& regs = misaligned ? copy : *reinterpret_cast<uprobe::Regs*>(frame);
   const std::uint64_t flags = regs.rflags;
   regs.rip = site->site;
   regs.rsp += 136;
@@ -73,7 +94,9 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_entry(std::uint
   std::uint64_t slot = regs.rsp - 136;
   const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
   if (regs.rsp != site_rsp && slot + 8 > lo_frame && slot < hi_frame) slot = site_rsp - 136;
-  *reinterpret_cast<std::uint64_t*>(slot) = target;
+  __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // possibly misaligned too
   regs.rsp = slot;
+  if (misaligned)  // the slot is outside the 18 words (see above)
+    copy_regs(frame, &copy);
   if (xi.ok) asm volatile("xrstor %0" : : "m"(area), "a"(lo), "d"(hi) : "memory");
 }
