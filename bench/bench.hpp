@@ -136,6 +136,7 @@ struct Options {
   std::string attach_skip;      // internal: file offsets the round skips (libuprobe refuses them)
   bool attach_no_single = false;  // --attach-no-single: no one-by-one register_uprobe() rows
   int kernel_count = 0;         // --kernel-count N: kernel probes in --attach-libc (default: all)
+  bool cycles = false;          // --cycles: TSC ticks per call, minimum over batches (cycles.cpp)
   /// True when the run has more than one point (or asked for a sweep,
   /// comparison, kernel rows or repeats): it then runs each point in a child.
   bool lab() const noexcept;
@@ -189,6 +190,13 @@ class Hook {
 /// nullptr on failure: `error` says why; `skipped` is true when the variant
 /// cannot run here at all (not permitted, no return probes), which is not a failure.
 std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o, std::string& error, bool& skipped);
+
+// ---- cycles.cpp
+/// --cycles: for every variant in turn on this thread, the fewest TSC ticks a
+/// batch of calls of its target took (-d sets the batches: 100 per second
+/// given, -r the rounds); prints ticks and ns per call and the ratios to
+/// trampoline-floor and to the kernel's row. Returns the exit status.
+int run_cycles(const Options& o);
 
 // ---- kernel.cpp: kernel uprobes through perf_event_open and the uprobe PMU.
 namespace kernel {

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (o.attach_libc > 0) return bench::run_attach(o);
+    if (o.cycles) return bench::run_cycles(o);
     if (o.result_fd >= 0) return bench::run_child(o);
     if (o.lab()) return bench::run_lab(o);
     return bench::run_single(o);

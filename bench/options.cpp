@@ -67,6 +67,12 @@ void usage(FILE* out) {
       "  --kernel-count M      only the first M of them for the kernel (its detach is slow)\n"
       "  --attach-no-single    leave out the one-by-one register_uprobe() rounds\n"
       "\n"
+      "Cost per call on a noisy machine:\n"
+      "  --cycles              one thread calls each variant's target in batches of 1000 and keeps\n"
+      "                        the fewest TSC ticks a batch took (100 batches per -d second, -r\n"
+      "                        rounds alternating the variants); prints ticks and ns per call and\n"
+      "                        the ratios to trampoline-floor and to the kernel's row (--kernel)\n"
+      "\n"
       "Output:\n"
       "  --format text|csv|json  csv and json hold every sample and the summaries (to stdout, or\n"
       "                        to -o FILE); the text then goes to stderr (default text)\n"
@@ -177,7 +183,7 @@ bool parse_options(int argc, char** argv, Options& o) {
   enum {
     opt_list = 256, opt_sweep, opt_variants, opt_config, opt_result_fd, opt_lookup, opt_xol, opt_signal_mask,
     opt_emulate, opt_no_emulate, opt_ri_pool, opt_ri_lock, opt_optimize, opt_no_optimize, opt_compare,
-    opt_kernel, opt_format, opt_sweep_variants, opt_attach_libc, opt_attach_child, opt_attach_skip,
+    opt_kernel, opt_format, opt_sweep_variants, opt_attach_libc, opt_attach_child, opt_attach_skip, opt_cycles,
     opt_attach_no_single, opt_kernel_count,
   };
   static const option longopts[] = {
@@ -209,6 +215,7 @@ bool parse_options(int argc, char** argv, Options& o) {
       {"format", required_argument, nullptr, opt_format},
       {"result-fd", required_argument, nullptr, opt_result_fd},  // internal: lab child
       {"attach-libc", required_argument, nullptr, opt_attach_libc},
+      {"cycles", no_argument, nullptr, opt_cycles},
       {"attach-child", no_argument, nullptr, opt_attach_child},    // internal: one --attach-libc round
       {"attach-skip", required_argument, nullptr, opt_attach_skip},  // internal: offsets the round skips
       {"attach-no-single", no_argument, nullptr, opt_attach_no_single},
@@ -322,6 +329,9 @@ bool parse_options(int argc, char** argv, Options& o) {
       case opt_attach_libc:
         if (!parse_int(optarg, 1, 100000, o.attach_libc)) return fail("bad --attach-libc (1..100000)");
         break;
+      case opt_cycles:
+        o.cycles = true;
+        break;
       case opt_attach_child:
         o.attach_child = true;
         break;
@@ -390,6 +400,12 @@ bool parse_options(int argc, char** argv, Options& o) {
     if (ends(".csv")) o.format = Format::csv;
     else if (ends(".json")) o.format = Format::json;
     else return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
+  }
+  if (o.cycles) {
+    if (!o.compare.empty() || o.sweep || !o.producers.empty() || o.format != Format::text)
+      return fail("--cycles runs one thread in text: no --compare, --sweep, -p or --format");
+    if (o.variants.empty()) return fail("no variant given (see --list)");
+    return true;
   }
   if (o.variants.empty()) return fail("no variant given (see --list)");
   if (o.result_fd >= 0 && (o.variants.size() != 1 || o.producers.size() > 1))

@@ -345,6 +345,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
         out[i].probe = nullptr;
         out[i].error = err;
       }
+      forget_stub_owner(up);
       r.tree.erase(r.tree.iterator_to(*up));
       dropped_keys.push_back(up->key);
       r.deferred.emplace_back([up] {
@@ -469,7 +470,10 @@ std::vector<std::optional<Error>> unregister_uprobes(std::span<const ProbeConsum
     PatchLock guard(up);
     refresh_stub_flags(up, *up->sites.load(std::memory_order_relaxed));
   }
-  for (Uprobe* up : garbage.probes) r.tree.erase(r.tree.iterator_to(*up));
+  for (Uprobe* up : garbage.probes) {
+    forget_stub_owner(up);
+    r.tree.erase(r.tree.iterator_to(*up));
+  }
   if (!garbage.probes.empty()) {
     publish_probe_table(r);
     // Entry probes whose window held one of the probes gone may be optimized now.

@@ -37,12 +37,22 @@ void try_unapply(Uprobe* up) noexcept {
   up->patch_lock.clear(std::memory_order_release);
 }
 
-/// The consumer chain (the kernel's handler_chain()): filters, entry
-/// handlers with their session cookies, Action::remove, and the return
-/// instance for the consumers that want the return.
+/// Arms the return probe of this hit with the registers as they were at the
+/// function's entry (rip = the probed address). Out of line: the Regs copy
+/// stays out of handler_chain()'s frame.
+__attribute__((noinline)) void arm_return(Uprobe* up, const Regs& regs, std::uint64_t func,
+                                          ReturnInstance* ri) noexcept {
+  Regs at_entry = regs;
+  at_entry.rip = func;
+  prepare_uretprobe(up, at_entry, ri);
+}
 }  // namespace
 
-void handler_chain(Uprobe* up, Regs& regs) noexcept {
+/// The consumer chain (the kernel's handler_chain()): filters, entry
+/// handlers with their session cookies, Action::remove, and the return
+/// instance for the consumers that want the return. Inlined into both hit
+/// paths' callers in this file (one call level less per optimized hit).
+static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) noexcept {
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   if (!cs) return;
   ThreadState& ts = t_state;
@@ -78,35 +88,58 @@ void handler_chain(Uprobe* up, Regs& regs) noexcept {
     else
       count(stat_block().return_misses);
   }
-  if (ri) {
-    Regs at_entry = regs;
-    at_entry.rip = func;
-    prepare_uretprobe(up, at_entry, ri);
-  }
+  if (ri) arm_return(up, regs, func, ri);
   if (remove) try_unapply(up);
 }
 
+void handler_chain(Uprobe* up, Regs& regs) noexcept { chain(up, regs); }
 
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept {
+
+namespace {
+/// The uprobe of a stub whose descriptor names none (being rebuilt, or a copy
+/// read by the single-step path): the lookup by key.
+__attribute__((noinline)) Uprobe* find_by_key(const arch::OptSite& site) noexcept {
+  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
+  return probes ? probes->find(ProbeKey{static_cast<dev_t>(site.key[0]), static_cast<ino_t>(site.key[1]),
+                                        site.key[2]})
+                : nullptr;
+}
+}  // namespace
+
+namespace {
+static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site,
+                                                                           Regs& regs) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
   uprobe_rcu_read_lock();
-  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
-  Uprobe* up = probes ? probes->find(ProbeKey{static_cast<dev_t>(site.key[0]), static_cast<ino_t>(site.key[1]),
-                                              site.key[2]})
-                      : nullptr;
-  if (up) guarded_handler_chain(up, regs);
+  // The stub's owner is valid inside this read-side section: the registry
+  // clears it before the uprobe's grace period (forget_stub_owner()).
+  Uprobe* up = reinterpret_cast<Uprobe*>(__atomic_load_n(&site.owner, __ATOMIC_ACQUIRE));
+  if (__builtin_expect(up == nullptr, 0)) up = find_by_key(site);
+  if (up) {
+    ThreadState& ts = t_state;
+    if (ts.depth == 0) {
+      ts.depth = 1;
+      chain(up, regs);
+      ts.depth = 0;
+    } else {
+      count(st.recursion_misses);
+    }
+  }
   if (regs.rip != site.site) count(st.redirected);
   uprobe_rcu_read_unlock();
 }
+}  // namespace
+
+void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept { optimized_hit_inline(site, regs); }
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) {
     ts.depth = 1;
-    handler_chain(up, regs);
+    chain(up, regs);
     ts.depth = 0;
   } else {
     count(stat_block().recursion_misses);
@@ -114,3 +147,13 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
 }
 
 }  // namespace uprobe::detail
+
+extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64_t* frame,
+                                                                     const uprobe::arch::OptSite* site) noexcept {
+  using namespace uprobe;
+  Regs& regs = *reinterpret_cast<Regs*>(frame);
+  static_assert(sizeof(Regs) == 18 * 8);
+  const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
+  detail::optimized_hit_inline(*site, regs);
+  arch::opt_frame_leave(frame, regs, *site, saved);
+}

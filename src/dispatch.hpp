@@ -23,3 +23,11 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
 void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
 
 }  // namespace uprobe::detail
+
+extern "C" {
+/// The C entry of an optimized stub when no vector state is saved (called,
+/// or tail-called, by arch's uprobe_opt_entry()): `frame` is the Regs the stub
+/// pushed; runs optimized_hit() on it and sets the stub's continuation.
+/// Async-signal-safe, allocation-free, no system call.
+void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
+}

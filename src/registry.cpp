@@ -100,6 +100,9 @@ void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
     }
     apply_sites(up, added);
   }
+  if (old)
+    for (const Site& s : old->sites)
+      if (!fresh->find(s.addr)) forget_stub_owner_at(up, s.addr);  // its stub must not outlive `up` naming it
   up->sites.store(fresh.release(), std::memory_order_release);
   if (old) r.deferred.emplace_back([old] { delete old; });
 }
@@ -297,6 +300,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
     optimize_sites(raw, *raw->sites.load(std::memory_order_relaxed), vmas->vmas());
     sync_ref_ctr(raw, raw->consumers.load(std::memory_order_relaxed)->regs[0], *vmas);
   } catch (...) {
+    forget_stub_owner(raw);
     r.tree.erase(r.tree.iterator_to(*raw));
     publish_probes(r);
     refresh_windows_around(r, key, nullptr, vmas);
@@ -391,6 +395,7 @@ void unregister_uprobe(Uprobe* up, Consumer& consumer) {
       up->applied = false;
     }
     const ProbeKey gone_key = up->key;
+    forget_stub_owner(up);
     r.tree.erase(r.tree.iterator_to(*up));
     publish_probes(r);
     refresh_windows_around(r, gone_key, nullptr, vmas);

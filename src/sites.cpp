@@ -182,6 +182,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     desc.key[1] = up->key.ino;
     desc.key[2] = up->key.offset;
     desc.needs_vector = vector;
+    desc.owner = reinterpret_cast<std::uint64_t>(up);
     std::size_t n = arch::build_opt_stub(stub, desc, code);
     if (!xol_area().write_code(stub, code, n, why)) continue;
     stubs()[s.addr] = stub;
@@ -214,6 +215,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
       desc.key[1] = up->key.ino;
       desc.key[2] = up->key.offset;
       desc.needs_vector = vector;
+      desc.owner = reinterpret_cast<std::uint64_t>(up);
       const std::size_t n = arch::build_opt_stub(stub, desc, code);
       if (!xol_area().write_code(stub, code, n, why)) continue;
       stubs()[s.addr] = stub;  // unused until the jump is written
@@ -282,6 +284,23 @@ void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
     std::string why;
     xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
   }
+}
+
+void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr) {
+  auto it = stubs().find(addr);
+  if (it == stubs().end()) return;
+  const std::uint64_t field = it->second + arch::opt_stub_owner_offset();
+  std::uint64_t owner = 0;
+  std::memcpy(&owner, reinterpret_cast<const void*>(field), sizeof owner);
+  if (owner != reinterpret_cast<std::uint64_t>(up)) return;  // rebuilt for another probe since
+  const std::uint64_t zero = 0;
+  std::string why;
+  xol_area().write_code(field, reinterpret_cast<const std::uint8_t*>(&zero), sizeof zero, why);
+}
+
+void forget_stub_owner(const Uprobe* up) {
+  if (const SiteSet* ss = up->sites.load(std::memory_order_relaxed))
+    for (const Site& s : ss->sites) forget_stub_owner_at(up, s.addr);
 }
 
 }  // namespace uprobe::detail

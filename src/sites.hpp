@@ -62,6 +62,16 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 /// changed. Registry mutex held.
 void refresh_stub_flags(Uprobe* up, const SiteSet& ss);
 
+/// Clears OptSite::owner in the stubs that name `up`, so that an optimized
+/// hit no longer reaches it without the lookup by key. Called under the
+/// registry mutex when `up` leaves the probe tree, before its grace period
+/// (the hit reads the owner under the RCU read lock). Not hot.
+void forget_stub_owner(const Uprobe* up);
+
+/// forget_stub_owner() for the stub of one address (a site `up` drops when
+/// its mapping goes away). Not hot.
+void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr);
+
 /// True when the site currently jumps to its stub (not merely holds a jmp
 /// rel32: a function may start with one). Patch lock held, or registry side.
 /// Async-signal-safe.

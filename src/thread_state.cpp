@@ -20,9 +20,9 @@ StatBlock g_overflow;  // shared by threads beyond the pool (counts stay right, 
 std::atomic<unsigned> g_next_block{0};
 }  // namespace
 
-StatBlock& stat_block() noexcept {
+StatBlock& claim_stat_block() noexcept {
   ThreadState& ts = t_state;
-  if (__builtin_expect(ts.stats != nullptr, 1)) return *ts.stats;
+  if (ts.stats) return *ts.stats;
   unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
   ts.stats = i < kBlocks ? &g_blocks[i] : &g_overflow;
   return *ts.stats;
@@ -38,9 +38,9 @@ std::vector<std::uint64_t> trap_ips_in_flight() {
   return out;
 }
 
-pid_t current_tid() noexcept {
+pid_t fetch_current_tid() noexcept {
   ThreadState& ts = t_state;
-  if (__builtin_expect(ts.tid == 0, 0)) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  if (ts.tid == 0) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));
   return ts.tid;
 }
 

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "arch.hpp"
+
 namespace uprobe::detail {
 
 /// One thread's counters, alone in its cache line. Only the owning thread
@@ -37,9 +39,13 @@ struct alignas(64) StatBlock {
 
 struct ReturnStack;
 
-/// Increments a counter owned by the calling thread. Async-signal-safe.
+/// Increments a counter owned by the calling thread, in one instruction: a
+/// signal handler's hit on the same thread, between the read and the write of
+/// a load-add-store, would otherwise lose its increment (or this one).
+/// Async-signal-safe.
 inline void count(std::atomic<std::uint64_t>& c) noexcept {
-  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+  arch::thread_counter_increment(reinterpret_cast<std::uint64_t*>(&c));
 }
 
 struct ThreadState {
@@ -77,16 +83,29 @@ struct HotPathScope {
   HotPathScope& operator=(const HotPathScope&) = delete;
 };
 
+/// Claims the calling thread's StatBlock (stat_block()'s first use).
+StatBlock& claim_stat_block() noexcept;
+
 /// The calling thread's StatBlock (claims one on first use; threads beyond the
 /// static pool share an overflow block). Async-signal-safe.
-StatBlock& stat_block() noexcept;
+inline StatBlock& stat_block() noexcept {
+  StatBlock* s = t_state.stats;
+  return __builtin_expect(s != nullptr, 1) ? *s : claim_stat_block();
+}
 
 /// The probe addresses threads are handling in the SIGTRAP handler right now
 /// (StatBlock::trap_ip != 0). Writer side.
 std::vector<std::uint64_t> trap_ips_in_flight();
 
+/// Asks the kernel for the calling thread's id and caches it (current_tid()'s
+/// first use on a thread).
+pid_t fetch_current_tid() noexcept;
+
 /// gettid() of the calling thread, cached. Async-signal-safe.
-pid_t current_tid() noexcept;
+inline pid_t current_tid() noexcept {
+  const pid_t t = t_state.tid;
+  return __builtin_expect(t != 0, 1) ? t : fetch_current_tid();
+}
 
 /// Forgets cached per-thread values in the child of fork().
 void thread_state_after_fork_child() noexcept;

@@ -123,6 +123,7 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   if (!desc_addr) return no;
   arch::OptSite desc;
   peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);
+  desc.owner = 0;  // a copy read outside the RCU read lock: optimized_hit() looks the key up
   std::uint8_t jmp[arch::kJumpLen], want[arch::kJumpLen];
   peek_text(desc.site, jmp, sizeof jmp);
   arch::encode_jump(desc.site, ip, want);

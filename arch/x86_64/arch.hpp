@@ -60,7 +60,56 @@ struct OptSite {
   std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
   std::uint32_t needs_vector;     ///< save and restore vector/x87 state around the handlers
   std::uint32_t pad;
+  /// The core's probe object this stub dispatches to, 0 when none: read under
+  /// the RCU read lock by an optimized hit (saves the lookup by key), cleared
+  /// by the registry before the object's grace period. Read with an acquire
+  /// load; 0 means "look the key up".
+  std::uint64_t owner;
 };
+
+/// Adds 1 to a counter that only the calling thread writes, in one
+/// instruction (`addq $1, mem`, no lock prefix: no bus lock, no shared cache
+/// line taken): a signal handler that interrupts this thread and increments
+/// the same counter sees it before or after, never between a read and its
+/// write-back, so no increment is lost. Other threads may read it with
+/// relaxed atomic loads. Async-signal-safe.
+inline void thread_counter_increment(std::uint64_t* c) noexcept { asm volatile("addq $1, %0" : "+m"(*c)); }
+
+/// What an optimized hit keeps from the stub's frame while the handlers run.
+struct OptFrameSaved {
+  std::uint64_t rflags;    ///< rflags at the site
+  std::uint64_t own_slot;  ///< the target slot the stub reserved (site rsp - 136)
+};
+
+/// Turns the frame an optimized stub pushed (a Regs, opt_stub.S) into the
+/// site's registers for the handlers: rip = the site, rsp = the site's.
+/// Async-signal-safe.
+inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
+  const OptFrameSaved saved{regs.rflags, regs.rsp};
+  regs.rip = site.site;
+  regs.rsp = saved.own_slot + 136;  // the red zone and the target slot
+  return saved;
+}
+
+/// After the handlers: keeps their changes to the arithmetic flags, DF and TF
+/// only, and points the stub's `pop %rsp; ret $128` at the continuation (a
+/// handler's new rip, else OptSite::resume), 136 bytes below the stack
+/// pointer to continue with. A slot that would fall inside this frame (a
+/// handler lowering rsp by less than the frame) cannot be written before the
+/// frame is popped: rsp then stays. Async-signal-safe.
+inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
+                            const OptFrameSaved& saved) noexcept {
+  regs.rflags = (saved.rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  const std::uint64_t target = regs.rip != site.site ? regs.rip : site.resume;
+  std::uint64_t slot = saved.own_slot;
+  if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
+    slot = regs.rsp - 136;
+    const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
+    if (slot + 8 > lo_frame && slot < hi_frame) slot = saved.own_slot;
+  }
+  *reinterpret_cast<std::uint64_t*>(slot) = target;
+  regs.rsp = slot;
+}
 
 /// The address of the return trampoline.
 inline std::uint64_t return_trampoline_address() noexcept {
@@ -248,6 +297,9 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
 
 /// Offset of OptSite::needs_vector inside a stub block.
 std::size_t opt_stub_flag_offset() noexcept;
+
+/// Offset of OptSite::owner inside a stub block.
+std::size_t opt_stub_owner_offset() noexcept;
 
 /// Encodes `jmp rel32` at `from` to `to` into out[0..4].
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;

@@ -37,6 +37,8 @@ std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept
 
 std::size_t opt_stub_flag_offset() noexcept { return desc_offset() + offsetof(OptSite, needs_vector); }
 
+std::size_t opt_stub_owner_offset() noexcept { return desc_offset() + offsetof(OptSite, owner); }
+
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept {
   auto rel = static_cast<std::int32_t>(static_cast<std::int64_t>(to - (from + kJumpLen)));
   out[0] = kJumpOpcode;
@@ -45,7 +47,8 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
 
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept {
   const std::size_t n = code_len();
-  static_assert(sizeof(OptSite) == 48);
+  static_assert(sizeof(OptSite) == 56);
+  static_assert(kOptStubSize >= 128 + sizeof(OptSite));
   std::memset(out, 0xCC, kOptStubSize);
   std::memcpy(out, uprobe_opt_stub_template, n);
   const std::uint64_t desc_addr = stub + desc_offset();

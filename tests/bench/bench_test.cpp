@@ -433,3 +433,50 @@ TEST(Binary, KernelRowsRunOrSayWhyInOneLine) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Options, CyclesTakesVariantsAndKernelButNoProducers) {
+  Options o;
+  ASSERT_TRUE(parse({"--cycles", "--kernel", "uprobe-nop5"}, o));
+  EXPECT_TRUE(o.cycles);
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop5", "kernel-uprobe-nop5"}));
+  EXPECT_FALSE(parse({"--cycles", "-p", "2", "uprobe-nop5"}, o));
+  EXPECT_FALSE(parse({"--cycles", "--compare", "lookup"}, o));
+  EXPECT_FALSE(parse({"--cycles"}, o));
+}
+
+// Every row is printed with its ratio to the floor (the floor's own is
+// exactly 1.000) and the hit counts checked (exit status 0); a loop-only
+// variant says why it has no row.
+TEST(Binary, CyclesPrintsTicksAndRatios) {
+  const Exec r = run("--cycles -d 1 trampoline-floor uprobe-nop5 uretprobe-nop5 usermode-count");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("variant                     ticks        ns   floor/this kernel/this"), std::string::npos)
+      << r.out;
+  std::istringstream in(r.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    std::istringstream w(line);
+    std::string name, ratio;
+    double ticks = 0, ns = 0;
+    if (!(w >> name >> ticks >> ns >> ratio)) continue;
+    if (name == "trampoline-floor") {
+      EXPECT_EQ(ratio, "1.000") << line;
+      ++rows;
+    } else if (name == "uprobe-nop5" || name == "uretprobe-nop5") {
+      EXPECT_GT(ticks, 0.0) << line;
+      EXPECT_NE(ratio, "-") << line;
+      ++rows;
+    }
+  }
+#if defined(UPROBE_HAS_URETPROBE)
+  EXPECT_EQ(rows, 3) << r.out;
+#else
+  EXPECT_EQ(rows, 2) << r.out;
+#endif
+  EXPECT_NE(r.out.find("usermode-count         no single target to call"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -16,6 +16,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -224,6 +227,73 @@ TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
   EXPECT_EQ(d.return_hits, 200u) << stats_str(d);
   EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
+// ------------------------------------------------ counters under signals ----
+
+std::atomic<std::uint64_t> g_tick_calls{0};
+
+void on_tick(int) {
+  lf_add(1, 2);  // a hit inside a signal handler that may have interrupted a hit
+  g_tick_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The per-thread statistics are written by their thread only, but a signal
+// can interrupt that thread between reading a counter and writing it back,
+// and its handler's hit increments the same counter: every hit must still be
+// counted once (a lost increment here made Stats disagree with the hits).
+TEST_P(Signals, StatsCountEveryHitWhileSignalsInterruptHits) {
+  g_tick_calls = 0;
+  Counter c;
+  uprobe::Attachment a(vaddr(lf_add), c);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_tick;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  // A timer signals this thread every 20 us (SIGEV_THREAD_ID: the kernel
+  // delivers it here, preempting whatever instruction runs).
+  sigevent sev;
+  std::memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGUSR2;
+  sev._sigev_un._tid = static_cast<pid_t>(::gettid());
+  timer_t timer;
+  ASSERT_EQ(timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+  itimerspec its{};
+  its.it_interval.tv_nsec = 20000;
+  its.it_value.tv_nsec = 20000;
+  const uprobe::Stats s0 = uprobe::stats();
+  ASSERT_EQ(timer_settime(timer, 0, &its, nullptr), 0);
+  std::uint64_t calls = 0, wrong = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (g_tick_calls.load(std::memory_order_relaxed) < 20000 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    for (int k = 0; k < 1000; ++k, ++calls) wrong += lf_add(calls, 5) != calls + 5;
+  }
+  its = itimerspec{};
+  timer_settime(timer, 0, &its, nullptr);
+  timer_delete(timer);
+  const std::uint64_t sent = g_tick_calls.load();
+  // Pending signals are delivered by now (pthread_kill to the calling thread's
+  // own signals: give them a moment, then block to settle the count).
+  sigset_t m, om;
+  sigemptyset(&m);
+  sigaddset(&m, SIGUSR2);
+  ::usleep(1000);
+  pthread_sigmask(SIG_BLOCK, &m, &om);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  const std::uint64_t ticks = g_tick_calls.load();
+  pthread_sigmask(SIG_SETMASK, &om, nullptr);
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(ticks, 1000u) << "too few signals to test anything (" << sent << " in the loop)";
+  // A tick whose handler ran while a hit was in its handlers is a recursion
+  // miss (counted as a hit, not reported); every other tick is a hit.
+  EXPECT_EQ(c.hits.load() + d.recursion_misses, calls + ticks) << stats_str(d);
+  EXPECT_EQ(d.hits, calls + ticks) << "hits lost or doubled: " << stats_str(d);
 }
 
 // ------------------------------------------- the program's SIGTRAP handler ----

@@ -89,6 +89,34 @@ TEST(Sites, Nop5AtFunctionEntry) {
   });
 }
 
+// A stub outlives its probe and is reused by the next probe at the same
+// site; its descriptor names the uprobe object to dispatch to (no lookup by
+// key on a hit). The first probe's consumer must see none of the second
+// probe's hits, and the second all of them.
+TEST(Sites, StubReusedByTheNextProbeAtTheSameSite) {
+  const void* site = vaddr(opt_entry5);
+  const auto site_a = reinterpret_cast<std::uint64_t>(site);
+  Counter a(site_a), b(site_a);
+  uprobe::Uprobe* pa = uprobe::register_uprobe(site, a);
+  ASSERT_EQ(uprobe::probe_info(pa).mode, "optimized-nop5");
+  const std::uint64_t stub = jump_target(site);
+  ASSERT_NE(stub, 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(opt_entry5(1, 2), 5u);
+  uprobe::unregister_uprobe(pa, a);
+  EXPECT_EQ(jump_target(site), 0u);
+  for (int round = 0; round < 3; ++round) {
+    uprobe::Uprobe* pb = uprobe::register_uprobe(site, b);
+    ASSERT_EQ(uprobe::probe_info(pb).mode, "optimized-nop5");
+    EXPECT_EQ(jump_target(site), stub) << "the stub was not reused";
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(opt_entry5(1, 2), 5u);
+    uprobe::unregister_uprobe(pb, b);
+  }
+  EXPECT_EQ(a.hits.load(), 3u);
+  EXPECT_EQ(b.hits.load(), 15u);
+  EXPECT_EQ(a.bad_ip.load() + b.bad_ip.load(), 0u);
+  EXPECT_EQ(hex_bytes(mem(site, 5)), hex_bytes(file_bytes_at(site, 5)));
+}
+
 TEST(Sites, Nop5MidFunction) {
   ASSERT_EQ(opt_mid5_site, 7u);
   check_optimized_site(at(opt_mid5, opt_mid5_site), 16, vaddr(opt_mid5), [](int i) -> std::string {
