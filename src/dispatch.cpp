@@ -148,11 +148,45 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
 
 }  // namespace uprobe::detail
 
+namespace {
+
+/// Copies the 18 words of a Regs frame, either side possibly misaligned (an
+/// 8-byte __builtin_memcpy is one general-register move). The empty asm keeps
+/// the loop from becoming a memcpy() call (libc's may use vector registers,
+/// which are not saved for every site).
+inline void copy_regs_words(void* to, const void* from) noexcept {
+  for (int i = 0; i < 18; ++i) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, static_cast<const unsigned char*>(from) + 8 * i, 8);
+    asm("" : "+r"(w));
+    __builtin_memcpy(static_cast<unsigned char*>(to) + 8 * i, &w, 8);
+  }
+}
+
+/// uprobe_opt_hit() for a frame that is not 8-byte aligned: hand-written code
+/// may reach a site with such an rsp, and the stub's frame inherits it. A
+/// misaligned Regs is undefined behaviour (UBSan's alignment check), in the
+/// consumers' handlers too: they get an aligned copy, written back after.
+__attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
+                                                        const uprobe::arch::OptSite* site) noexcept {
+  using namespace uprobe;
+  Regs regs;
+  copy_regs_words(&regs, frame);
+  const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
+  detail::optimized_hit_inline(*site, regs);
+  arch::opt_frame_leave(frame, regs, *site, saved);  // the target slot is above the 18 words
+  copy_regs_words(frame, &regs);
+}
+
+}  // namespace
+
 extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64_t* frame,
                                                                      const uprobe::arch::OptSite* site) noexcept {
   using namespace uprobe;
-  Regs& regs = *reinterpret_cast<Regs*>(frame);
   static_assert(sizeof(Regs) == 18 * 8);
+  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(frame) % alignof(Regs) != 0, 0))
+    return opt_hit_misaligned(frame, site);
+  Regs& regs = *reinterpret_cast<Regs*>(frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
   detail::optimized_hit_inline(*site, regs);
   arch::opt_frame_leave(frame, regs, *site, saved);

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <gnu/lib-names.h>
 #include <unistd.h>
 #include <urcu/urcu-bp.h>
 
@@ -135,6 +136,20 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
 
 namespace {
 
+/// A dlopen() handle on libc (already loaded: RTLD_NOLOAD; kept, libc is
+/// never unloaded), or nullptr. dlsym() on it searches libc, then its
+/// dependencies (the dynamic linker), never an interposer that the global
+/// scope finds first (a sanitizer's interceptor, an LD_PRELOAD wrapper). The
+/// dlopen() after ours (RTLD_NEXT): our interposed one resyncs the address
+/// space, which takes the registry mutex that our callers hold.
+void* libc_handle() {
+  static void* const h = [] {
+    const auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlsym(RTLD_NEXT, "dlopen"));
+    return real_dlopen ? real_dlopen(LIBC_SO, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
+  }();
+  return h;
+}
+
 /// Why a libc function cannot carry an int3 probe.
 enum class TrapPathUse {
   trap_path,        ///< the SIGTRAP handler, return trampoline or optimized path calls it: a probe would recurse
@@ -150,6 +165,7 @@ struct TrapPathFunction {
   const char* name;
   TrapPathUse use;
   const char* caller;
+  bool sanitizer_only = false;  ///< only while a sanitizer runtime is loaded (see sanitizer_runtime_loaded)
 };
 constexpr TrapPathFunction kTrapPathLibc[] = {
     {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
@@ -184,7 +200,16 @@ constexpr TrapPathFunction kTrapPathLibc[] = {
     {"__sigsetjmp", TrapPathUse::sigtrap_blocked, "glibc's thread start (start_thread, through _setjmp)"},
     {"madvise", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
     {"getpagesize", TrapPathUse::sigtrap_blocked, "glibc's thread exit (start_thread)"},
+    // The sanitizer runtime's own libc calls on the trap path: ASan intercepts
+    // __tls_get_addr (liburcu-bp's reader lookup on every hit) and looks up
+    // its current thread there, as in every malloc, with pthread_getspecific.
+    {"pthread_getspecific", TrapPathUse::trap_path,
+     "the sanitizer runtime's current-thread lookup in its __tls_get_addr interceptor", true},
 };
+
+/// A sanitizer runtime (ASan, TSan, UBSan, ...) is in the process: its
+/// interceptors and hooks run on the trap path too.
+bool sanitizer_runtime_loaded() { return dlsym(RTLD_DEFAULT, "__sanitizer_print_stack_trace") != nullptr; }
 
 void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   struct Forbidden {
@@ -194,20 +219,35 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
     const TrapPathFunction* fn;
   };
   // Their (file, offset) in this process, computed once (registry mutex held).
+  // Each name twice: in the global scope, where an interposer may answer
+  // (a sanitizer's interceptor, an LD_PRELOAD wrapper: what our calls reach
+  // first), and in libc itself (what the interposer calls on). Under ASan,
+  // dlsym(RTLD_DEFAULT, "mmap") is libasan's interceptor, and libc's own
+  // mmap would otherwise be left probeable although the trap path runs it.
   static const std::vector<Forbidden> forbidden = [] {
     std::vector<Forbidden> out;
     VmaSnapshot maps(read_proc_maps());
+    const bool sanitized = sanitizer_runtime_loaded();
     for (const TrapPathFunction& f : kTrapPathLibc) {
-      const auto a = reinterpret_cast<std::uint64_t>(dlsym(RTLD_DEFAULT, f.name));
-      const Vma* v = maps.find(a);
-      if (v && v->ino) out.push_back({v->dev, v->ino, v->pgoff + (a - v->start), &f});
+      if (f.sanitizer_only && !sanitized) continue;
+      for (void* scope : {RTLD_DEFAULT, libc_handle()}) {
+        if (!scope) continue;
+        const auto a = reinterpret_cast<std::uint64_t>(dlsym(scope, f.name));
+        const Vma* v = maps.find(a);
+        if (!a || !v || !v->ino) continue;
+        const Forbidden x{v->dev, v->ino, v->pgoff + (a - v->start), &f};
+        if (std::none_of(out.begin(), out.end(), [&](const Forbidden& y) {
+              return y.dev == x.dev && y.ino == x.ino && y.offset == x.offset;
+            }))
+          out.push_back(x);
+      }
     }
     return out;
   }();
   const Forbidden* match = nullptr;
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino) match = &f;
-  if (!match) return;  // not libc
+  if (!match) return;  // not a file that holds one of them
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   const FuncSym* fn = info ? info->enclosing_function(offset) : nullptr;
@@ -242,9 +282,13 @@ struct Anchor {
 /// the mapped file is what matters even if its path is replaced later.
 const std::vector<Anchor>& anchors() {
   static const std::vector<Anchor> out = [] {
+    // __tls_get_addr twice: the global scope's may be an interceptor (libasan's:
+    // then the sanitizer runtime, which the trap path runs through, is an
+    // anchor too), libc's scope finds the dynamic linker's own.
+    void* const libc = libc_handle();
     const void* addrs[] = {reinterpret_cast<const void*>(&open_target),
                            reinterpret_cast<const void*>(&urcu_bp_synchronize_rcu),
-                           dlsym(RTLD_DEFAULT, "__tls_get_addr")};
+                           dlsym(RTLD_DEFAULT, "__tls_get_addr"), libc ? dlsym(libc, "__tls_get_addr") : nullptr};
     std::vector<Anchor> v;
     struct stat exe;
     const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;

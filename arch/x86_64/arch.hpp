@@ -107,7 +107,7 @@ inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& sit
     const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
     if (slot + 8 > lo_frame && slot < hi_frame) slot = saved.own_slot;
   }
-  *reinterpret_cast<std::uint64_t*>(slot) = target;
+  __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // one move; the slot may be misaligned
   regs.rsp = slot;
 }
 

@@ -101,14 +101,20 @@ long cancel_body(long a) {
     c->inside.fetch_add(1);
     pthread_exit(nullptr);
   }
+  // No object of this frame lives on the stack (spin, ch): ASan would
+  // surround it with poisoned redzones, which the forced unwind leaves
+  // behind, and gcc 12's libasan then reports its own sigaltstack() call in
+  // __asan_handle_no_return (the caller's cleanup, before _Unwind_Resume) as a
+  // write to them (CHECK kCurrentStackFrameMagic), with or without libuprobe.
+  static thread_local volatile long spin;
+  static thread_local char ch;
   if (c->mode == 1) {
     pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, nullptr);
     c->inside.fetch_add(1);
-    volatile long spin = 0;
+    spin = 0;
     for (;;) spin = spin + 1;
   }
   c->inside.fetch_add(1);
-  char ch;
   ssize_t n = ::read(c->fd, &ch, 1);  // a cancellation point; blocks
   return a + n;
 }

@@ -315,8 +315,8 @@ std::string workload(unsigned seed) {
   std::vector<int> v(257);
   for (int& x : v) x = static_cast<int>(rng() % 100000) - 50000;
   qsort(v.data(), v.size(), sizeof(int), cmp_int);
-  long sum = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) sum = sum * 31 + v[i];
+  std::uint64_t sum = 0;  // wraps modulo 2^64 (a signed sum would overflow)
+  for (std::size_t i = 0; i < v.size(); ++i) sum = sum * 31 + static_cast<std::uint64_t>(static_cast<std::int64_t>(v[i]));
   out += std::to_string(sum) + ";";
   // std::sort, std::stable_sort on vectors
   std::vector<std::uint64_t> w(513);

@@ -9,6 +9,7 @@
 // probes must count exactly K. After detaching all, libc's text equals the
 // file byte for byte.
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -64,6 +65,12 @@ std::vector<LibcFunction> libc_functions(const std::string& path, std::size_t& s
   std::vector<LibcFunction> out;
   for (auto& [off, f] : by_offset) out.push_back(std::move(f));
   return out;
+}
+
+/// The file of the object that holds `addr` (dladdr), or "?".
+std::string dl_object_of(const void* addr) {
+  Dl_info di;
+  return addr && ::dladdr(addr, &di) && di.dli_fname ? di.dli_fname : "?";
 }
 
 // ---------------------------------------------------------------- workload --
@@ -327,9 +334,25 @@ TEST(LibcAll, EntryProbeOnEveryDynsymFunction) {
     ASSERT_EQ(hits_by_name.count(k.name), 1u) << k.name << " is not a probed .dynsym function";
     EXPECT_EQ(hits_by_name[k.name], k.calls) << k.name;
   }
-  // The workload's functions were hit.
-  for (const char* name : {"malloc", "free", "qsort", "fopen", "fgets", "pthread_create", "snprintf", "_Fork"})
+  // The workload's functions were hit: those the program reaches in libc. An
+  // interposer that the global scope finds first may not call libc's entry
+  // (ASan's malloc and free are its own allocator; its snprintf interceptor
+  // calls vsnprintf, its qsort interceptor not libc's qsort entry): not
+  // counted when dlsym() finds the name outside libc.
+  void* const libc_h = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(libc_h, nullptr);
+  unsigned checked = 0;
+  for (const char* name : {"malloc", "free", "qsort", "fopen", "fgets", "pthread_create", "snprintf", "_Fork"}) {
+    if (::dlsym(RTLD_DEFAULT, name) != ::dlsym(libc_h, name)) {
+      std::printf("[ info ] %s is interposed (%s): its libc entry is not required to be hit\n", name,
+                  dl_object_of(::dlsym(RTLD_DEFAULT, name)).c_str());
+      continue;
+    }
+    ++checked;
     EXPECT_GT(hits_by_name[name], 0u) << name;
+  }
+  ::dlclose(libc_h);
+  EXPECT_GE(checked, 1u);
   for (const auto& [m, n] : modes) EXPECT_TRUE(m == "int3" || m.rfind("optimized", 0) == 0) << m << " " << n;
 
   // Every byte of libc's text is the file's again; nothing is writable and executable.

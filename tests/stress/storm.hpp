@@ -50,7 +50,11 @@ struct DlHandle {
   std::uint64_t (*fn)(std::uint64_t) = nullptr;
   std::uint64_t opens = 0;
 };
-extern thread_local DlHandle t_dl;
+/// constinit: no TLS wrapper, no init-function check. Without it, GCC 12's
+/// -fsanitize=null check of `&t_dl` tests the flags of the initial-exec
+/// `add %fs:0`, which the linker relaxes to a flag-less `lea` in a PIE: every
+/// member call then reports "member call on null pointer" (ASan+UBSan build).
+extern thread_local constinit DlHandle t_dl;
 /// True when `r` is a correct result of f(x); `sema_on` tells which of
 /// storm_usdt_sema's two results it gave.
 bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on);
@@ -81,7 +85,7 @@ std::vector<Kind> make_kinds();
 
 /// The calling thread's producer index (kMaxProducers on other threads); read
 /// by the consumers on the hitting thread.
-extern thread_local int t_producer;
+extern thread_local constinit int t_producer;
 /// gettid() of each producer, for the filter style.
 extern std::atomic<pid_t> g_producer_tid[kMaxProducers];
 /// The producers the filter style passes.

@@ -14,7 +14,7 @@
 
 namespace storm {
 
-thread_local int t_producer __attribute__((tls_model("initial-exec"))) = kMaxProducers;
+constinit thread_local int t_producer __attribute__((tls_model("initial-exec"))) = kMaxProducers;
 std::atomic<pid_t> g_producer_tid[kMaxProducers];
 int g_inject = 0;
 
@@ -22,7 +22,7 @@ namespace {
 std::atomic<std::uint64_t> g_inject_tick{0};
 }  // namespace
 
-thread_local DlHandle t_dl;
+constinit thread_local DlHandle t_dl;
 
 const char* DlHandle::path() {
   static const std::string p = [] {
