@@ -1,7 +1,7 @@
 # libuprobe: the two commands of the README.
 #   make test   install missing packages, configure, build, run the whole ctest suite
 #   make bench  same set-up, then run every uprobe-bench variant for 1..nproc producers
-# and the sanitizer runs of the same suite (CI runs test-asan after `make test`):
+# and the sanitizer runs of the same suite (CI runs test-asan and test-tsan after `make test`):
 #   make test-asan  ASan + UBSan build in build-asan, ctest without the no-asan label
 #   make test-tsan  TSan build in build-tsan, ctest without the no-tsan label
 #   make fuzz-smoke  build the libFuzzer targets (tests/fuzz, clang) in $(FUZZ_BUILD) and run each
