@@ -301,6 +301,19 @@ struct PerAddress final : uprobe::Consumer {
   }
 };
 
+/// libc's own entry of `name` (under a sanitizer, `&qsort` is the runtime's
+/// interceptor, which need not call libc's entry at all).
+template <typename F>
+F* libc_entry(const char* name) {
+  static void* const libc = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  void* p = libc ? ::dlsym(libc, name) : nullptr;
+  if (!p) std::abort();
+  return reinterpret_cast<F*>(p);
+}
+using QsortFn = void(void*, std::size_t, std::size_t, int (*)(const void*, const void*));
+using StrtodFn = double(const char*, char**);
+using GetppidFn = pid_t();
+
 int cmp_int(const void* a, const void* b) {
   const int x = *static_cast<const int*>(a), y = *static_cast<const int*>(b);
   return x < y ? -1 : x > y;
@@ -314,7 +327,7 @@ std::string workload(unsigned seed) {
   // qsort
   std::vector<int> v(257);
   for (int& x : v) x = static_cast<int>(rng() % 100000) - 50000;
-  qsort(v.data(), v.size(), sizeof(int), cmp_int);
+  libc_entry<QsortFn>("qsort")(v.data(), v.size(), sizeof(int), cmp_int);
   std::uint64_t sum = 0;  // wraps modulo 2^64 (a signed sum would overflow)
   for (std::size_t i = 0; i < v.size(); ++i) sum = sum * 31 + static_cast<std::uint64_t>(static_cast<std::int64_t>(v[i]));
   out += std::to_string(sum) + ";";
@@ -329,7 +342,7 @@ std::string workload(unsigned seed) {
   static const char* const nums[] = {"3.14159265358979", "-0.0001e-300", "1e308", "0x1.8p3", "nan", "12345678901234567890"};
   for (const char* n : nums) {
     char* end = nullptr;
-    const double d = strtod(n, &end);
+    const double d = libc_entry<StrtodFn>("strtod")(n, &end);
     char buf[96];
     snprintf(buf, sizeof buf, "%.17g|%a|%ld|%d;", d, d, strtol(n, nullptr, 0), static_cast<int>(end - n));
     out += buf;
@@ -374,7 +387,7 @@ std::string workload(unsigned seed) {
   std::ostringstream os;
   os << std::hex << sum << ' ' << std::scientific << 1.0 / 3 << ' ' << s.size();
   out += os.str() + ";";
-  out += std::to_string(getppid() == static_cast<pid_t>(syscall(SYS_getppid))) + ";";
+  out += std::to_string(libc_entry<GetppidFn>("getppid")() == static_cast<pid_t>(syscall(SYS_getppid))) + ";";
   return out;
 }
 
@@ -420,9 +433,9 @@ TEST(EntryBreak, LibcLibmLibstdcxxEntriesUnderLoad) {
   }
   EXPECT_GT(optimized, 3000) << "of " << targets.size();
   std::printf("attached %zu, optimized %d\n", probes.size(), optimized);
-  const std::uint64_t qsort0 = c.hits_at(reinterpret_cast<const void*>(&qsort));
-  const std::uint64_t strtod0 = c.hits_at(reinterpret_cast<const void*>(&strtod));
-  const std::uint64_t getppid0 = c.hits_at(reinterpret_cast<const void*>(&getppid));
+  const std::uint64_t qsort0 = c.hits_at(reinterpret_cast<const void*>(libc_entry<QsortFn>("qsort")));
+  const std::uint64_t strtod0 = c.hits_at(reinterpret_cast<const void*>(libc_entry<StrtodFn>("strtod")));
+  const std::uint64_t getppid0 = c.hits_at(reinterpret_cast<const void*>(libc_entry<GetppidFn>("getppid")));
 
   std::vector<std::string> bad(kThreads);
   std::vector<std::thread> ts;
@@ -434,9 +447,9 @@ TEST(EntryBreak, LibcLibmLibstdcxxEntriesUnderLoad) {
       }
     });
   for (auto& t : ts) t.join();
-  const std::uint64_t qsort1 = c.hits_at(reinterpret_cast<const void*>(&qsort));
-  const std::uint64_t strtod1 = c.hits_at(reinterpret_cast<const void*>(&strtod));
-  const std::uint64_t getppid1 = c.hits_at(reinterpret_cast<const void*>(&getppid));
+  const std::uint64_t qsort1 = c.hits_at(reinterpret_cast<const void*>(libc_entry<QsortFn>("qsort")));
+  const std::uint64_t strtod1 = c.hits_at(reinterpret_cast<const void*>(libc_entry<StrtodFn>("strtod")));
+  const std::uint64_t getppid1 = c.hits_at(reinterpret_cast<const void*>(libc_entry<GetppidFn>("getppid")));
   for (uprobe::Uprobe* p : probes) uprobe::unregister_uprobe(p, c);
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], "") << "thread " << t;
   EXPECT_EQ(qsort1 - qsort0, static_cast<std::uint64_t>(kThreads * kRounds));
