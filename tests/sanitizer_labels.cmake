@@ -75,3 +75,11 @@ set_tests_properties(
   [=[pool.Modes/PoolSignals.HandlersStormWhileMainThreadStorms/objpool  # GetParam() = 1-byte object <00>]=]
   [=[pool.Modes/PoolSignals.HandlersStormWhileMainThreadStorms/freelist  # GetParam() = 1-byte object <01>]=]
   PROPERTIES LABELS "no-tsan")
+# The installed libuprobe.a linked into a static consumer: GCC 12 tests
+# UBSan's null check on an initial-exec TLS reference (t_state) with the flags
+# of `add x@gottpoff(%rip), %reg`, and ld rewrites that add into a flag-less
+# `lea` when it relaxes the access for an executable (objdump of
+# static_consumer: `lea -0x610(%rax),%rax; je <ubsan null handler>`), so a
+# stale flag reports a null ThreadState. A toolchain false positive; the test
+# runs in the normal build (make test), shared and static.
+set_tests_properties(pkg.consumer PROPERTIES LABELS "no-asan")
