@@ -59,11 +59,14 @@ set_tests_properties(
   [=[life.Kinds/Process.CloneVmChildStackAboveParent/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   [=[life.Kinds/Process.CloneVmChildStackAboveParent/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
   PROPERTIES LABELS "no-tsan")
-# Entry probes on every exported libc function: libtsan's interceptors call
-# libc from states libuprobe cannot see (every signal blocked while it runs
-# deferred handlers; inside its own runtime). Not diagnosed further: the
-# all-entries runs crash (SIGSEGV), the fork children of the blocked-SIGTRAP
-# test do not finish within its timeout.
+# Entry probes on every exported libc function: some run on a thread before
+# libtsan has set up its per-thread state (glibc's thread start, ahead of
+# TSan's start routine) or after it tore it down, and a hit there runs our
+# TSan-instrumented hit path, whose first TSan call dereferences the missing
+# state (core dump: SIGSEGV in __tsan::Acquire with thr=0, called from the
+# optimized stub's entry, opt_entry.cpp). Instrumented code cannot run there at
+# all; the uninstrumented builds run these tests. The fork children of the
+# blocked-SIGTRAP test also do not finish within its timeout under TSan.
 set_tests_properties(stress.LibcAll.EntryProbeOnEveryDynsymFunction
                      stress.LibcAll.FunctionsRunWithSigtrapBlockedAreRefusedOrSafe
                      opt.EntryBreak.LibcLibmLibstdcxxEntriesUnderLoad PROPERTIES LABELS "no-tsan")
