@@ -251,28 +251,6 @@ bool names_offset(const std::string& text, std::uint64_t off) {
   return has_token(std::to_string(off)) || has_token(h);
 }
 
-uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b) {
-  uprobe::Stats d;
-  d.hits = b.hits - a.hits;
-  d.recursion_misses = b.recursion_misses - a.recursion_misses;
-  d.emulated = b.emulated - a.emulated;
-  d.out_of_line = b.out_of_line - a.out_of_line;
-  d.redirected = b.redirected - a.redirected;
-  d.restarts = b.restarts - a.restarts;
-  d.locked_lookups = b.locked_lookups - a.locked_lookups;
-  d.foreign_traps = b.foreign_traps - a.foreign_traps;
-  d.optimized = b.optimized - a.optimized;
-  return d;
-}
-
-std::string stats_str(const uprobe::Stats& s) {
-  std::ostringstream os;
-  os << "{hits " << s.hits << ", recursion_misses " << s.recursion_misses << ", emulated " << s.emulated
-     << ", out_of_line " << s.out_of_line << ", redirected " << s.redirected << ", restarts " << s.restarts
-     << ", locked_lookups " << s.locked_lookups << ", foreign_traps " << s.foreign_traps << "}";
-  return os.str();
-}
-
 }  // namespace coretest
 
 namespace {

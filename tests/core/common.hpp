@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "uprobe/config.hpp"
+#include "stats_delta.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace coretest {
@@ -89,8 +90,8 @@ struct Counter : uprobe::Consumer {
 };
 
 /// Stats difference b - a, field by field.
-uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b);
-std::string stats_str(const uprobe::Stats& s);
+using testsupport::stats_delta;  // tests/support/stats_delta.hpp
+using testsupport::stats_str;
 
 /// Restores the default configuration when it goes out of scope.
 struct ConfigGuard {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "uprobe/config.hpp"
+#include "stats_delta.hpp"
 #include "uprobe/uprobe.hpp"
 
 extern "C" {
@@ -76,8 +77,8 @@ struct ConfigGuard {
 /// Config::optimize for this kind (nop5 sites attached afterwards follow it).
 void use_kind(Kind k);
 
-uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b);
-std::string stats_str(const uprobe::Stats& s);
+using testsupport::stats_delta;  // tests/support/stats_delta.hpp
+using testsupport::stats_str;
 
 /// Entry hits, return hits, bad sessions: a session consumer whose entry
 /// stores kTag | rdi in the cookie and whose return checks the tag came back

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "uprobe/config.hpp"
+#include "stats_delta.hpp"
 #include "uprobe/uprobe.hpp"
 
 extern "C" {
@@ -126,8 +127,8 @@ std::uint64_t jump_target(const void* site);
 /// (/memfd:libuprobe-xol, not writable); else a description.
 std::string check_jump_into_xol(const void* site);
 
-uprobe::Stats stats_delta(const uprobe::Stats& a, const uprobe::Stats& b);
-std::string stats_str(const uprobe::Stats& s);
+using testsupport::stats_delta;  // tests/support/stats_delta.hpp
+using testsupport::stats_str;
 
 /// Restores the configuration when it goes out of scope.
 struct ConfigGuard {
