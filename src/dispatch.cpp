@@ -5,6 +5,7 @@
 #include "dispatch.hpp"
 
 #include "rcu.hpp"
+#include "sanitize.hpp"
 
 #include "arch.hpp"
 #include "runtime.hpp"
@@ -117,6 +118,12 @@ static inline __attribute__((always_inline)) void optimized_hit_inline(const arc
   // The stub's owner is valid inside this read-side section: the registry
   // clears it before the uprobe's grace period (forget_stub_owner()).
   Uprobe* up = reinterpret_cast<Uprobe*>(__atomic_load_n(&site.owner, __ATOMIC_ACQUIRE));
+#if UPROBE_TSAN
+  // The owner was written through the XOL alias (sites.cpp, after
+  // tsan_publish_stub()): acquire after the load, which may see a stub rebuilt
+  // for the next probe at this site while this thread was inside it.
+  __tsan_acquire(const_cast<std::uint32_t*>(&site.needs_vector));
+#endif
   if (__builtin_expect(up == nullptr, 0)) up = find_by_key(site);
   if (up) {
     ThreadState& ts = t_state;

@@ -39,11 +39,13 @@ std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   return *m;
 }
 
-/// A stub's descriptor was written (through the XOL alias mapping, at
-/// another address than the one the stub reads it from): ThreadSanitizer
-/// cannot see that a thread entering the stub (through the jump patched in
-/// afterwards, or after the flag's rewrite) reads what was written. The stub
-/// entry acquires the same address (uprobe_opt_entry). No-op otherwise.
+/// A stub's descriptor is about to be written (through the XOL alias mapping,
+/// at another address than the one the stub reads it from): ThreadSanitizer
+/// cannot see that a thread entering the stub reads what was written. Called
+/// before the write, as a release store would be: a thread already inside a
+/// stub that is rebuilt for the next probe at its site may read the new owner
+/// at once, before the jump is patched in again. The stub entry acquires the
+/// same address (uprobe_opt_entry). No-op otherwise.
 void tsan_publish_stub(std::uint64_t stub) noexcept {
 #if UPROBE_TSAN
   __tsan_release(reinterpret_cast<void*>(stub + arch::opt_stub_flag_offset()));
@@ -214,8 +216,8 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     desc.needs_vector = vector;
     desc.owner = reinterpret_cast<std::uint64_t>(up);
     std::size_t n = arch::build_opt_stub(stub, desc, code);
-    if (!xol_area().write_code(stub, code, n, why)) continue;
     tsan_publish_stub(stub);
+    if (!xol_area().write_code(stub, code, n, why)) continue;
     stubs()[s.addr] = stub;
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
@@ -248,8 +250,8 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
       desc.needs_vector = vector;
       desc.owner = reinterpret_cast<std::uint64_t>(up);
       const std::size_t n = arch::build_opt_stub(stub, desc, code);
-      if (!xol_area().write_code(stub, code, n, why)) continue;
       tsan_publish_stub(stub);
+      if (!xol_area().write_code(stub, code, n, why)) continue;
       stubs()[s.addr] = stub;  // unused until the jump is written
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
     }
@@ -314,8 +316,8 @@ void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
     std::uint64_t flag_addr = it->second + arch::opt_stub_flag_offset();
     std::uint32_t v = vector;
     std::string why;
-    xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
     tsan_publish_stub(it->second);
+    xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
   }
 }
 
