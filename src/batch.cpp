@@ -14,6 +14,7 @@
 #include <tuple>
 #include <memory>
 #include <memory_resource>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -243,6 +244,7 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
   // 1. Every request, in order: checks, and either a consumer added to a
   //    published probe (as register_uprobe() does) or a new probe put in the
   //    tree, unpublished and unapplied.
+  std::optional<PeekCache> peeks(std::in_place);  // step 1 reads a byte at every site: a system call per page
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const ProbeRequest& q = requests[i];
     std::string path = q.path;
@@ -304,6 +306,8 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
       out[i].error = as_error(e, path, offset);
     }
   }
+
+  peeks.reset();
 
   // 2. One publication: from here on a hit at any new site finds its probe.
   if (!fresh.empty()) publish_probe_table(r);
@@ -455,14 +459,19 @@ std::vector<std::optional<Error>> unregister_uprobes(std::span<const ProbeConsum
       // The last consumers: no new consumer set. Until the breakpoints are
       // gone (below) a hit still finds the old one, as a hit that trapped
       // before an unregister_uprobe() may; none runs after the grace period.
-      PatchLock guard(up);
-      restore_sites(up, *up->sites.load(std::memory_order_relaxed));
-      up->applied = false;
+      // Their text is restored below, all together (restore_sites_batch()),
+      // each under its patch lock from here on.
+      while (up->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
       garbage.probes.push_back(up);
     } else {
       up->consumers.store(new ConsumerSet{remaining}, std::memory_order_release);
       kept.push_back(up);
     }
+  }
+  restore_sites_batch(garbage.probes);
+  for (Uprobe* up : garbage.probes) {
+    up->applied = false;
+    up->patch_lock.clear(std::memory_order_release);
   }
   for (Uprobe* up : kept) {
     PatchLock guard(up);

@@ -6,13 +6,42 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <new>
 
 namespace uprobe::detail {
 
 namespace {
 /// The calling thread's PokeSession descriptor, or -1.
 constinit thread_local int t_session_fd = -1;
+constexpr std::uint64_t kPage = 4096;
 }  // namespace
+
+struct PeekCache::Page {
+  pid_t pid;
+  bool valid = false;
+  std::uint64_t base = 0;
+  std::uint8_t bytes[kPage];
+};
+
+namespace {
+/// The calling thread's PeekCache page, or nullptr.
+constinit thread_local PeekCache::Page* t_peek = nullptr;
+}  // namespace
+
+PeekCache::PeekCache() noexcept {
+  if (t_peek) return;
+  owned_ = new (std::nothrow) Page;
+  if (!owned_) return;
+  owned_->pid = ::getpid();
+  t_peek = owned_;
+}
+
+PeekCache::~PeekCache() {
+  if (!owned_) return;
+  t_peek = nullptr;
+  delete owned_;
+}
 
 PokeSession::PokeSession() noexcept {
   if (t_session_fd >= 0) return;
@@ -27,6 +56,7 @@ PokeSession::~PokeSession() {
 }
 
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
+  if (t_peek) t_peek->valid = false;
   const bool session = t_session_fd >= 0;
   int fd = session ? t_session_fd : ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno;
@@ -51,6 +81,19 @@ void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept 
 }
 
 bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
+  if (PeekCache::Page* c = t_peek; c && len <= kPage && (addr & ~(kPage - 1)) == ((addr + len - 1) & ~(kPage - 1))) {
+    const std::uint64_t base = addr & ~(kPage - 1);
+    if (!c->valid || c->base != base) {
+      struct iovec local = {c->bytes, kPage};
+      struct iovec remote = {reinterpret_cast<void*>(base), kPage};
+      c->valid = ::process_vm_readv(c->pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(kPage);
+      c->base = base;
+    }
+    if (c->valid) {
+      std::memcpy(out, c->bytes + (addr - base), len);
+      return true;
+    }
+  }
   struct iovec local = {out, len};
   struct iovec remote = {reinterpret_cast<void*>(addr), len};
   return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);

@@ -33,6 +33,28 @@ class PokeSession {
   bool owner_ = false;
 };
 
+/// While one exists, peek_text_checked() on the creating thread reads whole
+/// pages and answers later reads in the same page from its copy (a batch
+/// attach reads one byte at each of thousands of sites, most sharing pages
+/// with others: one system call per page instead of one per site). Any
+/// poke_text() on the thread empties it, so a read never returns bytes older
+/// than this thread's own last write; writes by other threads are not seen
+/// (the registry mutex, held by its creator, serialises every writer of
+/// probed text). Not async-signal-safe to create; nests (the outermost owns
+/// the copy).
+class PeekCache {
+ public:
+  PeekCache() noexcept;
+  ~PeekCache();
+  PeekCache(const PeekCache&) = delete;
+  PeekCache& operator=(const PeekCache&) = delete;
+
+  struct Page;
+
+ private:
+  Page* owned_ = nullptr;
+};
+
 /// Reads `len` bytes at `addr` (mapped readable memory). Async-signal-safe.
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 

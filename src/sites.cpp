@@ -122,6 +122,45 @@ void restore_sites(Uprobe* up, const SiteSet& ss) noexcept {
   }
 }
 
+void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
+  // jmp -> int3 at every optimized site (jumped = 2 marks the site for the
+  // tail), one serialisation; the original tails, one more; then the first
+  // bytes, as restore_sites() does.
+  bool any = false;
+  const std::uint8_t bp = arch::kBreakpoint;
+  for (Uprobe* up : ups) {
+    if (!optimizable_shape(up)) continue;
+    for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
+      if (!site_is_optimized(s)) continue;
+      poke_text(s.addr, &bp, 1);
+      __atomic_store_n(&s.jumped, 2, __ATOMIC_RELEASE);
+      any = true;
+    }
+  }
+  if (any) {
+    sync_cores();
+    for (Uprobe* up : ups) {
+      if (!optimizable_shape(up)) continue;
+      for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites)
+        if (__atomic_load_n(&s.jumped, __ATOMIC_ACQUIRE) == 2)
+          poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
+    }
+    sync_cores();
+    for (Uprobe* up : ups) {
+      if (!optimizable_shape(up)) continue;
+      for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites)
+        if (__atomic_load_n(&s.jumped, __ATOMIC_ACQUIRE) == 2) __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
+    }
+  }
+  for (Uprobe* up : ups) {
+    for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
+      std::uint8_t cur;
+      if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped meanwhile: nothing to write there
+      if (cur == arch::kBreakpoint) poke_text(s.addr, up->insn.bytes, arch::kBreakpointLen);
+    }
+  }
+}
+
 bool optimizable(const Uprobe* up) noexcept {
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return false;
   if (!arch::is_nop5(up->insn) &&
@@ -231,6 +270,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
 }
 
 void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b) {
+  stubs().reserve(stubs().size() + ups.size());  // one rehash, not one per doubling
   for (Uprobe* up : ups) {
     if (!optimizable(up)) continue;
     const bool vector = needs_vector(up);

@@ -5,6 +5,7 @@
 // text_poke_bp(): int3 at byte 0, serialise every core, write the tail,
 // serialise, write byte 0, serialise. Callers hold the uprobe's patch_lock.
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ void apply_sites(Uprobe* up, const SiteSet& ss);
 /// Restores the original bytes at every site that holds our int3 or our jump
 /// (un-optimizing through int3). Async-signal-safe (open/pwrite/membarrier).
 void restore_sites(Uprobe* up, const SiteSet& ss) noexcept;
+
+/// restore_sites() for many probes at once (unregister_uprobes()): the same
+/// protocol with one core serialisation per step for the whole batch instead
+/// of two per optimized site. Every probe's patch lock held. Registry side.
+void restore_sites_batch(std::span<Uprobe* const> ups) noexcept;
 
 /// True when why_not_optimizable() is "" (without building the reason).
 /// Registry side.

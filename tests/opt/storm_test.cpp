@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "opt_common.hpp"
+#include "uprobe/batch.hpp"
 
 using namespace opttest;
 using uprobe::Action;
@@ -212,6 +213,98 @@ TEST(C10, StormOnSharedPage) {
   EXPECT_EQ(m->perms, "r-xp") << m->line;
   const auto rwx = rwx_mappings();
   EXPECT_TRUE(rwx.empty()) << rwx[0];
+}
+
+TEST(C10, BatchAttachAndDetachOfEverySiteOnTheSharedPage) {
+  // register_uprobes()/unregister_uprobes() of every site of the 16
+  // functions at once, 20 rounds, while callers check every result: the
+  // batch detach turns all optimized sites back through int3 with one core
+  // serialisation per step (restore_sites_batch()). Between rounds the
+  // callers pause: each function called once then gives exact hit counts
+  // (every site on its path once); after each detach no call counts.
+  ConfigGuard guard;
+  set_optimize(true);
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.sample_signal = SIGRTMAX;
+    uprobe::configure(cfg);
+  }
+  const std::size_t len = static_cast<std::size_t>(opt_storm_page_end - opt_storm_page);
+  const auto file = file_bytes_at(opt_storm_page, len);
+  const std::vector<Site> sites = all_sites();
+  // Which sites one call of each function with x = 5 runs: the same calls,
+  // counted once with every site probed and nothing running beside.
+  std::atomic<bool> stop{false}, pause{false};
+  std::atomic<int> paused{0};
+  std::atomic<std::uint64_t> calls{0}, wrong{0};
+  auto caller = [&](std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    bool was_paused = false;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (pause.load(std::memory_order_acquire)) {
+        if (!was_paused) paused.fetch_add(1);
+        was_paused = true;
+        continue;
+      }
+      if (was_paused) paused.fetch_sub(1);
+      was_paused = false;
+      const int f = static_cast<int>(rng() % kFns);
+      const std::uint64_t x = rng();
+      if (storm_fn(f)(x) != model(f, x)) wrong.fetch_add(1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) threads.emplace_back(caller, 500 + static_cast<std::uint64_t>(i));
+  std::uint64_t optimized_seen = 0;
+  std::vector<std::uint64_t> per_call(sites.size(), ~0ull);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Counter> counters(sites.size());
+    std::vector<uprobe::ProbeRequest> reqs;
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+      counters[i].expect_ip = addr(opt_storm_fns[sites[i].f]) + static_cast<std::uint64_t>(sites[i].off);
+      reqs.push_back(uprobe::ProbeRequest::at(at(opt_storm_fns[sites[i].f], static_cast<std::uint64_t>(sites[i].off)),
+                                              counters[i]));
+    }
+    const auto res = uprobe::register_uprobes(reqs);
+    std::vector<uprobe::ProbeConsumer> pairs;
+    for (std::size_t i = 0; i < res.size(); ++i) {
+      ASSERT_TRUE(res[i]) << "site " << i << ": " << res[i].error->what();
+      pairs.push_back(uprobe::ProbeConsumer{res[i].probe, &counters[i]});
+      if (uprobe::probe_info(res[i].probe).mode.rfind("optimized", 0) == 0) ++optimized_seen;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // hits beside, through every kind of site
+    pause.store(true, std::memory_order_release);
+    while (paused.load() != 2) std::this_thread::yield();
+    std::vector<std::uint64_t> before(sites.size());
+    for (std::size_t i = 0; i < sites.size(); ++i) before[i] = counters[i].hits.load();
+    for (int f = 0; f < kFns; ++f) ASSERT_EQ(storm_fn(f)(5), model(f, 5)) << f;
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+      const std::uint64_t n = counters[i].hits.load() - before[i];
+      if (per_call[i] == ~0ull) per_call[i] = n;
+      EXPECT_EQ(n, per_call[i]) << "round " << round << ", function " << sites[i].f << " +" << sites[i].off;
+    }
+    pause.store(false, std::memory_order_release);
+    for (const auto& e : uprobe::unregister_uprobes(pairs)) ASSERT_FALSE(e) << e->what();
+    pause.store(true, std::memory_order_release);
+    while (paused.load() != 2) std::this_thread::yield();
+    for (std::size_t i = 0; i < sites.size(); ++i) before[i] = counters[i].hits.load();
+    for (int f = 0; f < kFns; ++f) ASSERT_EQ(storm_fn(f)(5), model(f, 5)) << f;
+    for (std::size_t i = 0; i < sites.size(); ++i) {
+      EXPECT_EQ(counters[i].hits.load(), before[i]) << "a hit after the detach returned";
+      EXPECT_EQ(counters[i].bad_ip.load(), 0u);
+    }
+    ASSERT_EQ(hex_bytes(mem(opt_storm_page, len)), hex_bytes(file)) << "round " << round;
+    pause.store(false, std::memory_order_release);
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(calls.load(), 0u);
+  std::uint64_t total_per_call = 0;
+  for (std::uint64_t n : per_call) total_per_call += n;
+  EXPECT_GE(total_per_call, static_cast<std::uint64_t>(kFns)) << "every function's entry site runs once per call";
+  EXPECT_GT(optimized_seen, 0u) << "no site of the batches was optimized";
 }
 
 }  // namespace
