@@ -47,6 +47,7 @@ class Files {
       auto t = std::make_unique<Target>();
       try {
         open_target(path, 0, *t);
+        t->batch = true;
         it->second = std::move(t);
       } catch (const Error&) {
         // Left null: each request on this path gets its own exact error below.

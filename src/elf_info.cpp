@@ -23,6 +23,8 @@ const FuncSym* ElfInfo::enclosing_function(std::uint64_t off) const noexcept {
                              [](std::uint64_t o, const FuncSym& f) { return o < f.file_offset; });
   const FuncSym* best = nullptr;
   for (int steps = 0; it != funcs.begin() && steps < 64; ++steps) {
+    // No function from here back reaches past off: none of them holds it.
+    if (reach[static_cast<std::size_t>(it - funcs.begin()) - 1] <= off) break;
     --it;
     // off - start < size: no overflow for a hostile st_size (off >= start here).
     if (off - it->file_offset < it->size && (!best || it->size < best->size)) best = &*it;
@@ -99,6 +101,13 @@ std::shared_ptr<ElfInfo> read_elf(int fd, std::string& why) {
   sorted.reserve(keys.size());
   for (const Key& k : keys) sorted.push_back(std::move(info->funcs[k.index]));
   info->funcs = std::move(sorted);
+  info->reach.reserve(info->funcs.size());
+  std::uint64_t reach = 0;
+  for (const FuncSym& f : info->funcs) {
+    const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
+    reach = std::max(reach, end);
+    info->reach.push_back(reach);
+  }
   return info;
 }
 

@@ -26,6 +26,7 @@ struct FuncSym {
 struct ElfInfo {
   std::vector<ExecSegment> exec;  ///< executable PT_LOAD segments
   std::vector<FuncSym> funcs;     ///< sized STT_FUNC / STT_GNU_IFUNC symbols in executable segments, by file_offset
+  std::vector<std::uint64_t> reach;  ///< reach[i]: the largest end (file_offset + size) of funcs[0..i]
 
   /// The executable segment holding file offset `off`, or nullptr.
   const ExecSegment* exec_segment(std::uint64_t off) const noexcept;

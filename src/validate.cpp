@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "elf_info.hpp"
@@ -31,6 +32,32 @@ std::size_t read_at(int fd, std::uint64_t off, std::uint8_t* buf, std::size_t le
     done += static_cast<std::size_t>(n);
   }
   return done;
+}
+
+/// A batch reads this many functions of one file before it reads the file's
+/// executable segment whole; at most this large a segment.
+constexpr unsigned kImageAfterReads = 16;
+constexpr std::uint64_t kImageMax = 64ull << 20;
+
+/// read_at() on the target's file, from its segment image when a batch has one.
+std::size_t read_code(const Target& t, const ExecSegment& seg, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
+  if (t.batch && t.image.empty() && ++t.reads >= kImageAfterReads && seg.filesz <= kImageMax) {
+    try {
+      t.image.resize(seg.filesz);
+      t.image.resize(read_at(t.fd, seg.offset, t.image.data(), t.image.size()));
+      t.image_offset = seg.offset;
+    } catch (const std::bad_alloc&) {
+      t.image.clear();
+    }
+  }
+  if (!t.image.empty() && off >= t.image_offset && off - t.image_offset < t.image.size()) {
+    const std::size_t n = std::min<std::uint64_t>(len, t.image.size() - (off - t.image_offset));
+    if (n == len || t.image_offset + t.image.size() == seg.offset + seg.filesz) {
+      std::memcpy(buf, t.image.data() + (off - t.image_offset), n);
+      return n;
+    }
+  }
+  return read_at(t.fd, off, buf, len);
 }
 
 }  // namespace
@@ -101,11 +128,11 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (entry) {
     code.resize(std::max<std::size_t>(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})),
                                       avail));
-    code.resize(read_at(t.fd, offset, code.data(), code.size()));
+    code.resize(read_code(t, *seg, offset, code.data(), code.size()));
     at = code.data();
     avail = std::min(avail, code.size());
   } else {
-    avail = read_at(t.fd, offset, bytes, avail);
+    avail = read_code(t, *seg, offset, bytes, avail);
   }
   if (!arch::analyze(at, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "arch.hpp"
 
@@ -18,6 +19,14 @@ struct Target {
   std::string path;
   int fd = -1;
   struct stat st {};
+  /// Set by a batch (register_uprobes()): after a few reads, analyze_target()
+  /// reads the executable segment once into `image` and answers later reads
+  /// of it from there (a thousand entries of one library: one read, not one
+  /// per function).
+  bool batch = false;
+  mutable unsigned reads = 0;
+  mutable std::vector<std::uint8_t> image;
+  mutable std::uint64_t image_offset = 0;
   ~Target();
 };
 
