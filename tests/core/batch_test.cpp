@@ -119,6 +119,50 @@ TEST(Batch, BytesMatchTheFileAfterDetach) {
   for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(mem_bytes(fx(i), 8), file_bytes(exe, offsets[i], 8)) << i;
 }
 
+TEST(Batch, ManyRequestsOnOneFileAnalyzeAsSingleRequestsDo) {
+  // Past 16 requests on one file a batch reads the file's executable segment
+  // once and analyzes from that copy: every probe is described exactly as
+  // the same request made alone describes it, and a mid-instruction offset
+  // after the 16th request is refused with its own error.
+  const std::string exe = self_exe();
+  const std::uint64_t off1 = uprobe::resolve_address(fx(1)).offset;  // lea 1(%rdi), %rax: 4 bytes
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 20; i < 60; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  reqs.push_back(uprobe::ProbeRequest::at(exe, off1 + 1, c));  // request 40
+  const auto res = uprobe::register_uprobes(reqs);
+  ASSERT_EQ(res.size(), 41u);
+  ASSERT_FALSE(res[40]);
+  EXPECT_EQ(res[40].error->code(), Errc::mid_instruction) << res[40].error->what();
+  std::vector<uprobe::ProbeInfo> batch_info;
+  for (std::size_t k = 0; k < 40; ++k) {
+    ASSERT_TRUE(res[k]) << k << ": " << res[k].error->what();
+    batch_info.push_back(uprobe::probe_info(res[k].probe));
+  }
+  for (std::size_t i = 20; i < 60; ++i) call(i, 2);
+  EXPECT_EQ(c.hits.load(), 80u);
+  std::vector<uprobe::ProbeRequest> good(reqs.begin(), reqs.begin() + 40);
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(std::vector<uprobe::RegisterResult>(res.begin(), res.begin() + 40), good)))
+    EXPECT_FALSE(e);
+  for (std::size_t k = 0; k < 40; ++k) {
+    uprobe::Uprobe* up = uprobe::register_uprobe(fx(20 + k), c);
+    const uprobe::ProbeInfo alone = uprobe::probe_info(up);
+    EXPECT_EQ(alone.instruction, batch_info[k].instruction) << k;
+    EXPECT_EQ(alone.emulated, batch_info[k].emulated) << k;
+    EXPECT_EQ(alone.mode, batch_info[k].mode) << k;
+    EXPECT_EQ(alone.displaced, batch_info[k].displaced) << k;
+    EXPECT_EQ(alone.why_not_optimized, batch_info[k].why_not_optimized) << k;
+    uprobe::unregister_uprobe(up, c);
+  }
+  try {
+    uprobe::register_uprobe(exe, off1 + 1, c);
+    ADD_FAILURE() << "a mid-instruction offset was accepted alone";
+  } catch (const uprobe::Error& e) {
+    EXPECT_EQ(e.code(), Errc::mid_instruction);
+    EXPECT_STREQ(e.what(), res[40].error->what());
+  }
+}
+
 TEST(Batch, EachBadRequestGetsItsOwnErrorAndChangesNothing) {
   const std::string exe = self_exe();
   const MappingSnapshot text_before = snapshot_mapping(fx(0));
