@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "arch.hpp"
 #include "format.hpp"
@@ -336,16 +337,50 @@ void detail::resync_address_space() {
 
 void detail::reoptimize_all(Registry& r) {
   const VmaSnapshot* vmas = g_hot.vmas.load(std::memory_order_acquire);
+  // Probes whose every site holds our int3 are converted together, as a
+  // batch attach converts them (one protocol run, one serialisation per
+  // step); the others (partly optimized, or to undo) one by one.
+  std::vector<Uprobe*> together;
+  std::optional<PeekCache> peeks(std::in_place);  // a read at every site: one system call per page
   for (Uprobe& u : r.tree) {
     PatchGuard guard(&u);
     if (!u.applied) continue;
     const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
-    if (why_not_optimizable(&u).empty()) {
-      if (vmas) optimize_sites(&u, ss, vmas->vmas());
-    } else {
+    if (!why_not_optimizable(&u).empty()) {
       deoptimize_sites(&u, ss);
+      continue;
+    }
+    if (!vmas) continue;
+    bool all_int3 = !ss.sites.empty();
+    for (const Site& s : ss.sites) {
+      std::uint8_t cur;
+      if (!peek_text_checked(s.addr, &cur, 1) || cur != arch::kBreakpoint || site_is_optimized(s)) all_int3 = false;
+    }
+    if (!all_int3) {
+      optimize_sites(&u, ss, vmas->vmas());
+      continue;
+    }
+    try {
+      together.push_back(&u);
+    } catch (const std::bad_alloc&) {
+      optimize_sites(&u, ss, vmas->vmas());
     }
   }
+  peeks.reset();
+  if (together.empty()) return;
+  PokeSession poke;          // one /proc/self/mem descriptor for every write
+  xol_area().begin_batch();  // one RW alias per XOL region for every stub
+  for (Uprobe* up : together)
+    while (up->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
+  try {
+    OptBatch b;
+    prepare_optimize_batch(together, vmas->vmas(), b);
+    finish_optimize_batch(b);
+  } catch (const std::exception&) {
+    // Out of memory: the rest stay int3 probes, which work as well.
+  }
+  for (Uprobe* up : together) up->patch_lock.clear(std::memory_order_release);
+  xol_area().end_batch();
 }
 
 Uprobe* register_uprobe(const void* address, Consumer& consumer) {

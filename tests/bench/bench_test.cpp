@@ -401,6 +401,17 @@ TEST(Binary, AttachLibcReportsBatchAttachAndDetach) {
   EXPECT_EQ(r.out.find("one by one"), std::string::npos) << r.out;
 }
 
+TEST(Binary, AttachLibcWithoutOptimizationTimesTheConversionApart) {
+  // --no-optimize reaches the attaching child: the batch writes int3s only,
+  // then configure(optimize on) converts them, timed on its own line.
+  const Exec r = run("--attach-libc 50 --attach-no-single --no-optimize");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("returned (the attach time includes the conversions): int3 50"), std::string::npos) << r.out;
+  const auto at = r.out.find("then configure(optimize on) converted them: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optimized-entry", at), std::string::npos) << r.out;
+}
+
 TEST(Binary, CsvOnStdoutKeepsTheTextOnStderr) {
   const std::string cmd = std::string(UPROBE_BENCH_EXE) + " --sweep-variants usermode-count -p 1,2 -w 0 -d 1 -q "
                           "--format csv 2>/dev/null";

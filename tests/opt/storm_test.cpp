@@ -9,6 +9,7 @@
 // Afterwards every code byte of the page equals the file's byte and the page
 // is r-x again (and no mapping is writable and executable).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -305,6 +306,74 @@ TEST(C10, BatchAttachAndDetachOfEverySiteOnTheSharedPage) {
   for (std::uint64_t n : per_call) total_per_call += n;
   EXPECT_GE(total_per_call, static_cast<std::uint64_t>(kFns)) << "every function's entry site runs once per call";
   EXPECT_GT(optimized_seen, 0u) << "no site of the batches was optimized";
+}
+
+TEST(C10, OptimizeSwitchConvertsAttachedSitesAsABatchAttachWould) {
+  // Every site attached with Config::optimize off (int3 only), then the
+  // switch turned on: the probes whose sites are all int3 are converted
+  // together (reoptimize_all()), each to the mode a batch attach with the
+  // switch on gives it; hits stay exact through the conversion and back.
+  ConfigGuard guard;
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.sample_signal = SIGRTMAX;
+    uprobe::configure(cfg);
+  }
+  const std::size_t len = static_cast<std::size_t>(opt_storm_page_end - opt_storm_page);
+  const auto file = file_bytes_at(opt_storm_page, len);
+  const std::vector<Site> sites = all_sites();
+  auto attach_all = [&](std::vector<Counter>& counters) {
+    std::vector<uprobe::ProbeRequest> reqs;
+    for (std::size_t i = 0; i < sites.size(); ++i)
+      reqs.push_back(uprobe::ProbeRequest::at(at(opt_storm_fns[sites[i].f], static_cast<std::uint64_t>(sites[i].off)),
+                                              counters[i]));
+    std::vector<uprobe::ProbeConsumer> pairs;
+    const auto res = uprobe::register_uprobes(reqs);
+    for (std::size_t i = 0; i < res.size(); ++i) {
+      EXPECT_TRUE(res[i]) << i << ": " << res[i].error->what();
+      pairs.push_back(uprobe::ProbeConsumer{res[i].probe, &counters[i]});
+    }
+    return pairs;
+  };
+  auto modes = [&](const std::vector<uprobe::ProbeConsumer>& pairs) {
+    std::vector<std::string> m;
+    for (const auto& pc : pairs) m.push_back(pc.probe ? uprobe::probe_info(pc.probe).mode : "-");
+    return m;
+  };
+  auto call_all = [&](std::vector<Counter>& counters) {
+    std::vector<std::uint64_t> before(sites.size()), n(sites.size());
+    for (std::size_t i = 0; i < sites.size(); ++i) before[i] = counters[i].hits.load();
+    for (int f = 0; f < kFns; ++f) EXPECT_EQ(storm_fn(f)(5), model(f, 5)) << f;
+    for (std::size_t i = 0; i < sites.size(); ++i) n[i] = counters[i].hits.load() - before[i];
+    return n;
+  };
+
+  // Reference: a batch attach with the switch on.
+  set_optimize(true);
+  std::vector<Counter> ref_counters(sites.size());
+  const auto ref_pairs = attach_all(ref_counters);
+  const std::vector<std::string> ref_modes = modes(ref_pairs);
+  const std::vector<std::uint64_t> ref_hits = call_all(ref_counters);
+  for (const auto& e : uprobe::unregister_uprobes(ref_pairs)) ASSERT_FALSE(e) << e->what();
+  ASSERT_GT(std::count_if(ref_modes.begin(), ref_modes.end(), [](const std::string& m) { return m != "int3"; }), 0)
+      << "no site is optimizable with the switch on";
+
+  set_optimize(false);
+  std::vector<Counter> counters(sites.size());
+  const auto pairs = attach_all(counters);
+  for (const std::string& m : modes(pairs)) EXPECT_EQ(m, "int3");
+  EXPECT_EQ(call_all(counters), ref_hits) << "int3 only";
+  set_optimize(true);
+  EXPECT_EQ(modes(pairs), ref_modes) << "converted by the switch as the batch attach converts";
+  EXPECT_EQ(call_all(counters), ref_hits) << "after the conversion";
+  set_optimize(false);
+  for (const std::string& m : modes(pairs)) EXPECT_EQ(m, "int3");
+  EXPECT_EQ(call_all(counters), ref_hits) << "back to int3";
+  set_optimize(true);
+  EXPECT_EQ(modes(pairs), ref_modes) << "converted again";
+  for (const auto& e : uprobe::unregister_uprobes(pairs)) ASSERT_FALSE(e) << e->what();
+  EXPECT_EQ(hex_bytes(mem(opt_storm_page, len)), hex_bytes(file));
+  for (const Counter& c : counters) EXPECT_EQ(c.bad_ip.load(), 0u);
 }
 
 }  // namespace
