@@ -51,6 +51,12 @@ struct Config {
   RiLock ri_lock = RiLock::none;
   /// Convert eligible probe sites (nop5, safe function entries) into jumps to
   /// trampolines (seed 003). Default true; false keeps every probe on int3.
+  /// Applies to attached probes too: turning it on converts them (those whose
+  /// every site holds its int3 all together, one run of the conversion
+  /// protocol, as a batch attach does), turning it off converts them back.
+  /// Attaching many probes with it off and turning it on afterwards makes the
+  /// probes live sooner (the int3s only) and moves the conversion out of the
+  /// attach; uprobe-bench --attach-libc N --no-optimize times both.
   bool optimize = true;
   /// With optimize: also convert function entries whose first instructions
   /// can be displaced and relocated (beyond the kernel, which optimizes only
