@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <gnu/lib-names.h>
 #include <unistd.h>
 #include <urcu/urcu-bp.h>
@@ -41,19 +42,30 @@ constexpr std::uint64_t kImageMax = 64ull << 20;
 
 /// read_at() on the target's file, from its segment image when a batch has one.
 std::size_t read_code(const Target& t, const ExecSegment& seg, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
-  if (t.batch && t.image.empty() && ++t.reads >= kImageAfterReads && seg.filesz <= kImageMax) {
-    try {
-      t.image.resize(seg.filesz);
-      t.image.resize(read_at(t.fd, seg.offset, t.image.data(), t.image.size()));
-      t.image_offset = seg.offset;
-    } catch (const std::bad_alloc&) {
-      t.image.clear();
+  if (t.batch && !t.map && ++t.reads >= kImageAfterReads && seg.filesz <= kImageMax) {
+    // The segment's pages, clamped to the file (a page past its end would
+    // raise SIGBUS): mapped at a page boundary, so from that boundary.
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t map_off = seg.offset & ~(page - 1);
+    const auto file_size = static_cast<std::uint64_t>(t.st.st_size);
+    const std::uint64_t end = std::min(seg.offset + seg.filesz, file_size);
+    if (end > seg.offset) {
+      void* m = ::mmap(nullptr, end - map_off, PROT_READ, MAP_PRIVATE | MAP_POPULATE, t.fd,
+                       static_cast<off_t>(map_off));
+      if (m != MAP_FAILED) {
+        t.map = m;
+        t.map_len = end - map_off;
+        t.image = static_cast<const std::uint8_t*>(m) + (seg.offset - map_off);
+        t.image_size = end - seg.offset;
+        t.image_offset = seg.offset;
+      }
     }
+    if (!t.map) t.reads = 0;  // no mapping (no memory): pread, and try again later
   }
-  if (!t.image.empty() && off >= t.image_offset && off - t.image_offset < t.image.size()) {
-    const std::size_t n = std::min<std::uint64_t>(len, t.image.size() - (off - t.image_offset));
-    if (n == len || t.image_offset + t.image.size() == seg.offset + seg.filesz) {
-      std::memcpy(buf, t.image.data() + (off - t.image_offset), n);
+  if (t.image && off >= t.image_offset && off - t.image_offset < t.image_size) {
+    const std::size_t n = std::min<std::uint64_t>(len, t.image_size - (off - t.image_offset));
+    if (n == len || t.image_offset + t.image_size == seg.offset + seg.filesz) {
+      std::memcpy(buf, t.image + (off - t.image_offset), n);
       return n;
     }
   }
@@ -63,6 +75,7 @@ std::size_t read_code(const Target& t, const ExecSegment& seg, std::uint64_t off
 }  // namespace
 
 Target::~Target() {
+  if (map) ::munmap(map, map_len);
   if (fd >= 0) ::close(fd);
 }
 

@@ -20,13 +20,20 @@ struct Target {
   int fd = -1;
   struct stat st {};
   /// Set by a batch (register_uprobes()): after a few reads, analyze_target()
-  /// reads the executable segment once into `image` and answers later reads
-  /// of it from there (a thousand entries of one library: one read, not one
-  /// per function).
+  /// maps the executable segment once (read-only, private, populated from
+  /// the page cache: no copy, no page fault per page) and answers later
+  /// reads of it from there (a thousand entries of one library: one mmap,
+  /// not one pread per function).
   bool batch = false;
   mutable unsigned reads = 0;
-  mutable std::vector<std::uint8_t> image;
+  mutable const std::uint8_t* image = nullptr;  ///< file bytes [image_offset, image_offset + image_size)
+  mutable std::size_t image_size = 0;
   mutable std::uint64_t image_offset = 0;
+  mutable void* map = nullptr;  ///< the mapping behind `image` (page-aligned), munmap()ed by ~Target
+  mutable std::size_t map_len = 0;
+  Target() = default;
+  Target(const Target&) = delete;
+  Target& operator=(const Target&) = delete;
   ~Target();
 };
 

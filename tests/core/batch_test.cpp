@@ -14,6 +14,7 @@
 
 #include "common.hpp"
 #include "fixtures.hpp"
+#include "proc_text.hpp"
 #include "uprobe/batch.hpp"
 
 using namespace coretest;
@@ -120,11 +121,18 @@ TEST(Batch, BytesMatchTheFileAfterDetach) {
 }
 
 TEST(Batch, ManyRequestsOnOneFileAnalyzeAsSingleRequestsDo) {
-  // Past 16 requests on one file a batch reads the file's executable segment
-  // once and analyzes from that copy: every probe is described exactly as
-  // the same request made alone describes it, and a mid-instruction offset
-  // after the 16th request is refused with its own error.
+  // Past 16 requests on one file a batch maps the file's executable segment
+  // once and analyzes from that mapping: every probe is described exactly as
+  // the same request made alone describes it, a mid-instruction offset
+  // after the 16th request is refused with its own error, and the mapping is
+  // gone when the batch returns.
   const std::string exe = self_exe();
+  auto mappings_of_exe = [&] {
+    std::size_t n = 0;
+    for (const auto& m : uprobe_test::read_maps()) n += m.path == exe;
+    return n;
+  };
+  const std::size_t exe_mappings = mappings_of_exe();
   const std::uint64_t off1 = uprobe::resolve_address(fx(1)).offset;  // lea 1(%rdi), %rax: 4 bytes
   Counter c;
   std::vector<uprobe::ProbeRequest> reqs;
@@ -132,6 +140,7 @@ TEST(Batch, ManyRequestsOnOneFileAnalyzeAsSingleRequestsDo) {
   reqs.push_back(uprobe::ProbeRequest::at(exe, off1 + 1, c));  // request 40
   const auto res = uprobe::register_uprobes(reqs);
   ASSERT_EQ(res.size(), 41u);
+  EXPECT_EQ(mappings_of_exe(), exe_mappings);
   ASSERT_FALSE(res[40]);
   EXPECT_EQ(res[40].error->code(), Errc::mid_instruction) << res[40].error->what();
   std::vector<uprobe::ProbeInfo> batch_info;
