@@ -2,6 +2,7 @@
 #include "patch.hpp"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -9,12 +10,42 @@
 #include <cstring>
 #include <new>
 
+#include "raw_syscall.hpp"
+
 namespace uprobe::detail {
 
 namespace {
 /// The calling thread's PokeSession descriptor, or -1.
 constinit thread_local int t_session_fd = -1;
 constexpr std::uint64_t kPage = 4096;
+
+// The patch path's system calls, never through libc's wrappers (a user may
+// have probed them: see raw_syscall.hpp). Each returns what its libc
+// namesake returns, with errno set on failure.
+long set_errno(long r) noexcept {
+  if (r < 0 && r > -4096) {
+    errno = static_cast<int>(-r);
+    return -1;
+  }
+  return r;
+}
+int sys_open_mem() noexcept {
+  return static_cast<int>(set_errno(arch::raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/mem"),
+                                                      O_RDWR | O_CLOEXEC)));
+}
+void sys_close(int fd) noexcept { arch::raw_syscall(SYS_close, fd); }
+ssize_t sys_pwrite(int fd, const void* buf, std::size_t len, std::uint64_t off) noexcept {
+  return set_errno(arch::raw_syscall(SYS_pwrite64, fd, reinterpret_cast<long>(buf), static_cast<long>(len),
+                                     static_cast<long>(off)));
+}
+pid_t sys_getpid() noexcept { return static_cast<pid_t>(arch::raw_syscall(SYS_getpid)); }
+/// process_vm_readv(2) of one range of this process.
+bool read_self(pid_t pid, void* out, std::uint64_t addr, std::size_t len) noexcept {
+  struct iovec local = {out, len};
+  struct iovec remote = {reinterpret_cast<void*>(addr), len};
+  return arch::raw_syscall(SYS_process_vm_readv, pid, reinterpret_cast<long>(&local), 1,
+                           reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(len);
+}
 }  // namespace
 
 struct PeekCache::Page {
@@ -33,7 +64,7 @@ PeekCache::PeekCache() noexcept {
   if (t_peek) return;
   owned_ = new (std::nothrow) Page;
   if (!owned_) return;
-  owned_->pid = ::getpid();
+  owned_->pid = sys_getpid();
   t_peek = owned_;
 }
 
@@ -45,25 +76,27 @@ PeekCache::~PeekCache() {
 
 PokeSession::PokeSession() noexcept {
   if (t_session_fd >= 0) return;
-  t_session_fd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  t_session_fd = sys_open_mem();
   owner_ = t_session_fd >= 0;
 }
 
 PokeSession::~PokeSession() {
   if (!owner_) return;
-  ::close(t_session_fd);
+  sys_close(t_session_fd);
   t_session_fd = -1;
 }
 
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
-  if (t_peek) t_peek->valid = false;
   const bool session = t_session_fd >= 0;
-  int fd = session ? t_session_fd : ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno;
+  int fd = session ? t_session_fd : sys_open_mem();
+  if (fd < 0) {
+    if (t_peek) t_peek->valid = false;
+    return errno;
+  }
   int err = 0;
   std::size_t done = 0;
   while (done < len) {
-    ssize_t n = ::pwrite(fd, bytes + done, len - done, static_cast<off_t>(addr + done));
+    ssize_t n = sys_pwrite(fd, bytes + done, len - done, addr + done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       err = n < 0 ? errno : EIO;
@@ -71,7 +104,18 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
     }
     done += static_cast<std::size_t>(n);
   }
-  if (!session) ::close(fd);
+  if (!session) sys_close(fd);
+  // The thread's page copy now holds what memory holds: the bytes written,
+  // where they fall in its page (a failed write may have written part).
+  if (PeekCache::Page* c = t_peek; c && c->valid) {
+    if (err) {
+      c->valid = false;
+    } else if (addr < c->base + kPage && addr + len > c->base) {
+      const std::uint64_t from = addr > c->base ? addr : c->base;
+      const std::uint64_t to = addr + len < c->base + kPage ? addr + len : c->base + kPage;
+      std::memcpy(c->bytes + (from - c->base), bytes + (from - addr), to - from);
+    }
+  }
   return err;
 }
 
@@ -84,9 +128,7 @@ bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) n
   if (PeekCache::Page* c = t_peek; c && len <= kPage && (addr & ~(kPage - 1)) == ((addr + len - 1) & ~(kPage - 1))) {
     const std::uint64_t base = addr & ~(kPage - 1);
     if (!c->valid || c->base != base) {
-      struct iovec local = {c->bytes, kPage};
-      struct iovec remote = {reinterpret_cast<void*>(base), kPage};
-      c->valid = ::process_vm_readv(c->pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(kPage);
+      c->valid = read_self(c->pid, c->bytes, base, kPage);
       c->base = base;
     }
     if (c->valid) {
@@ -94,9 +136,7 @@ bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) n
       return true;
     }
   }
-  struct iovec local = {out, len};
-  struct iovec remote = {reinterpret_cast<void*>(addr), len};
-  return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
+  return read_self(sys_getpid(), out, addr, len);
 }
 
 }  // namespace uprobe::detail

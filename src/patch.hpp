@@ -13,7 +13,8 @@
 namespace uprobe::detail {
 
 /// Writes `len` bytes at `addr`. Returns 0 or an errno value.
-/// Async-signal-safe (open, pwrite, close). Thread-safe per address when the
+/// Async-signal-safe (openat, pwrite64, close: system calls made directly,
+/// never through libc's wrappers, which a user may have probed). Thread-safe per address when the
 /// caller serialises writers of the same bytes.
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept;
 
@@ -36,8 +37,9 @@ class PokeSession {
 /// While one exists, peek_text_checked() on the creating thread reads whole
 /// pages and answers later reads in the same page from its copy (a batch
 /// attach reads one byte at each of thousands of sites, most sharing pages
-/// with others: one system call per page instead of one per site). Any
-/// poke_text() on the thread empties it, so a read never returns bytes older
+/// with others: one system call per page instead of one per site). Every
+/// poke_text() on the thread puts the bytes it wrote into the copy (or
+/// empties it when the write failed), so a read never returns bytes older
 /// than this thread's own last write; writes by other threads are not seen
 /// (the registry mutex, held by its creator, serialises every writer of
 /// probed text). Not async-signal-safe to create; nests (the outermost owns
@@ -59,7 +61,8 @@ class PeekCache {
 void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 
 /// Reads `len` bytes at `addr` without faulting when the memory is not mapped
-/// (any more): process_vm_readv(2) on this process. For the writer side,
+/// (any more): process_vm_readv(2) on this process (made directly, as
+/// poke_text()'s calls are). For the writer side,
 /// whose VMA snapshot may be stale by the time it reads (another thread's
 /// dlclose() or munmap() runs outside the registry lock). Returns false when
 /// the bytes cannot be read (nothing written to `out` then is meaningful).

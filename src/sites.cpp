@@ -9,11 +9,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory_resource>
 #include <unordered_map>
 
 #include "arch.hpp"
 #include "format.hpp"
 #include "patch.hpp"
+#include "raw_syscall.hpp"
 #include "runtime.hpp"
 #include "sanitize.hpp"
 #include "thread_sample.hpp"
@@ -28,14 +30,16 @@ bool g_sync_core = false;
 /// Serialises instruction fetch on every core running this process (the
 /// kernel's text_poke_sync()).
 void sync_cores() noexcept {
-  ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
+  arch::raw_syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);  // not libc's syscall()
 }
 
 /// site address -> its stub's OptSite, for every stub ever built (stubs are
 /// kept for the life of the process and reused by their site address, so a
 /// thread still inside one never sees it freed or changed).
-std::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
-  static auto* m = new std::unordered_map<std::uint64_t, std::uint64_t>;
+/// Its nodes come from pooled chunks (see XolArea's maps).
+std::pmr::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
+  static auto* pool = new std::pmr::unsynchronized_pool_resource;
+  static auto* m = new std::pmr::unordered_map<std::uint64_t, std::uint64_t>(pool);
   return *m;
 }
 

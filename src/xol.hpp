@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <memory_resource>
 #include <unordered_map>
 #include <vector>
 
@@ -86,8 +87,12 @@ class XolArea {
   bool batch_ = false;
   pid_t batch_pid_ = 0;
   std::vector<Region> regions_;
-  std::unordered_map<std::uint64_t, std::uint64_t> by_site_;
-  std::unordered_map<std::uint64_t, std::uint64_t> code_by_site_;
+  /// The maps' nodes come from pooled chunks, not one malloc() each: a batch
+  /// of a thousand entries adds thousands of nodes, and with every entry of
+  /// libc probed each malloc() may itself be a probe hit.
+  std::pmr::unsynchronized_pool_resource pool_;
+  std::pmr::unordered_map<std::uint64_t, std::uint64_t> by_site_{&pool_};
+  std::pmr::unordered_map<std::uint64_t, std::uint64_t> code_by_site_{&pool_};
 };
 
 /// The process's XOL area.

@@ -5,8 +5,10 @@
 // consumers of one probe in one batch, batches mixed with single
 // registrations, the RAII forms, and batches racing with hits.
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -170,6 +172,34 @@ TEST(Batch, ManyRequestsOnOneFileAnalyzeAsSingleRequestsDo) {
     EXPECT_EQ(e.code(), Errc::mid_instruction);
     EXPECT_STREQ(e.what(), res[40].error->what());
   }
+}
+
+TEST(Batch, OwnTextReadsAndWritesHitNoProbeOnLibcWrappers) {
+  // libuprobe reads and writes probed text with system calls of its own
+  // (raw_syscall.hpp), not through libc's wrappers: a probe on libc's
+  // process_vm_readv() sees the program's calls and none of the runtime's
+  // reads while a batch attaches and detaches (with libc's wrapper, every
+  // page of the attach and every site of the detach was a hit).
+  using Fn = ssize_t (*)(pid_t, const struct iovec*, unsigned long, const struct iovec*, unsigned long, unsigned long);
+  const auto libc_pvr = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "process_vm_readv"));
+  ASSERT_NE(libc_pvr, nullptr);
+  Counter pvr;
+  uprobe::Uprobe* probe = uprobe::register_uprobe(reinterpret_cast<const void*>(libc_pvr), pvr);
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 100; i < 140; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+  for (std::size_t i = 100; i < 140; ++i) call(i, 1);
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  EXPECT_EQ(c.hits.load(), 40u);
+  EXPECT_EQ(pvr.hits.load(), 0u);
+  // The program's own call is a hit.
+  std::uint8_t byte = 0;
+  const struct iovec local = {&byte, 1}, remote = {const_cast<void*>(fx(100)), 1};
+  EXPECT_EQ(libc_pvr(getpid(), &local, 1, &remote, 1, 0), 1);
+  EXPECT_EQ(pvr.hits.load(), 1u);
+  uprobe::unregister_uprobe(probe, pvr);
 }
 
 TEST(Batch, EachBadRequestGetsItsOwnErrorAndChangesNothing) {
