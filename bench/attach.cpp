@@ -296,6 +296,72 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+/// --format csv|json: every round's figures (ms), to -o FILE or stdout.
+/// CSV: one row per round and measurement (batch, single, kernel, convert);
+/// JSON: the run's metadata, the refusals, and the rounds with every value
+/// the child reported.
+bool write_attach_data(const Options& o, const std::vector<std::map<std::string, std::string>>& rounds,
+                       const std::vector<std::string>& reasons) {
+  FILE* data = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
+  if (!data) {
+    std::perror(("uprobe-bench: " + o.output).c_str());
+    return false;
+  }
+  auto get = [](const std::map<std::string, std::string>& r, const std::string& key) {
+    auto it = r.find(key);
+    return it == r.end() ? std::string() : it->second;
+  };
+  static const char* const kRows[] = {"batch", "single", "kernel"};
+  if (o.format == Format::csv) {
+    for (const auto& [k, v] : run_meta(o)) std::fprintf(data, "# %s: %s\n", k.c_str(), v.c_str());
+    for (const std::string& r : reasons) std::fprintf(data, "# refused: %s\n", r.c_str());
+    std::fprintf(data, "round,measurement,probes,attach_wall_ms,attach_cpu_ms,detach_wall_ms,detach_cpu_ms\n");
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
+      const auto& r = rounds[i];
+      for (const char* row : kRows) {
+        const std::string p = row;
+        if (get(r, p + "_attach_ms").empty()) continue;
+        const std::string n = get(r, p == "kernel" ? "kernel_attached" : "attached");
+        std::fprintf(data, "%zu,%s,%s,%s,%s,%s,%s\n", i + 1, row, n.c_str(), get(r, p + "_attach_ms").c_str(),
+                     get(r, p + "_attach_cpu").c_str(), get(r, p + "_detach_ms").c_str(),
+                     get(r, p + "_detach_cpu").c_str());
+      }
+      if (!get(r, "convert_ms").empty())
+        std::fprintf(data, "%zu,convert,%s,%s,%s,,\n", i + 1, get(r, "attached").c_str(), get(r, "convert_ms").c_str(),
+                     get(r, "convert_cpu").c_str());
+    }
+  } else {
+    std::fprintf(data, "{\n  \"meta\": {");
+    bool first = true;
+    for (const auto& [k, v] : run_meta(o)) {
+      std::fprintf(data, "%s\"%s\": \"%s\"", first ? "" : ", ", json_escape(k).c_str(), json_escape(v).c_str());
+      first = false;
+    }
+    std::fprintf(data, "},\n  \"mode\": \"attach-libc\",\n  \"refused\": [");
+    for (std::size_t i = 0; i < reasons.size(); ++i)
+      std::fprintf(data, "%s\"%s\"", i ? ", " : "", json_escape(reasons[i]).c_str());
+    std::fprintf(data, "],\n  \"rounds\": [");
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
+      std::fprintf(data, "%s\n    {\"round\": %zu", i ? "," : "", i + 1);
+      for (const auto& [k, v] : rounds[i]) {
+        if (k == "reason" || k == "error") continue;
+        char* end = nullptr;
+        std::strtod(v.c_str(), &end);
+        const bool number = !v.empty() && end && *end == '\0';
+        if (number)
+          std::fprintf(data, ", \"%s\": %s", json_escape(k).c_str(), v.c_str());
+        else
+          std::fprintf(data, ", \"%s\": \"%s\"", json_escape(k).c_str(), json_escape(v).c_str());
+      }
+      std::fprintf(data, "}");
+    }
+    std::fprintf(data, "\n  ]\n}\n");
+  }
+  const bool ok = std::fflush(data) == 0;
+  if (data != stdout) std::fclose(data);
+  return ok;
+}
+
 }  // namespace
 
 int run_attach(const Options& o) {
@@ -396,6 +462,7 @@ int run_attach(const Options& o) {
     std::fprintf(out, "then configure(optimize on) converted them: %s ms wall, %s ms cpu; modes after: %s\n",
                  stat("convert_ms").c_str(), stat("convert_cpu").c_str(), after.c_str());
   }
+  if (o.format != Format::text && !write_attach_data(o, rounds, reasons)) return 1;
   return failures ? 1 : 0;
 }
 

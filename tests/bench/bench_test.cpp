@@ -412,6 +412,53 @@ TEST(Binary, AttachLibcWithoutOptimizationTimesTheConversionApart) {
   EXPECT_NE(r.out.find("optimized-entry", at), std::string::npos) << r.out;
 }
 
+TEST(Binary, AttachLibcWritesEveryRoundAsCsvAndJson) {
+  // --format csv|json is not ignored by --attach-libc: every round's figures,
+  // on stdout (the text table goes to stderr) or to -o FILE.
+  auto capture = [](const std::string& args) {
+    const std::string cmd = std::string(UPROBE_BENCH_EXE) + " " + args + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    if (!p) return out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+    return out;
+  };
+  const std::string csv = capture("--attach-libc 30 -r 2 --no-optimize --format csv");
+  std::istringstream in(csv);
+  std::string line;
+  int batch = 0, single = 0, convert = 0, header = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("# ", 0) == 0) continue;
+    if (line == "round,measurement,probes,attach_wall_ms,attach_cpu_ms,detach_wall_ms,detach_cpu_ms") {
+      ++header;
+      continue;
+    }
+    std::vector<std::string> f;
+    std::istringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');) f.push_back(c);
+    ASSERT_GE(f.size(), 5u) << line;
+    EXPECT_EQ(f[2], "30") << line;
+    EXPECT_GT(std::atof(f[3].c_str()), 0.0) << line;
+    batch += f[1] == "batch";
+    single += f[1] == "single";
+    convert += f[1] == "convert";
+  }
+  EXPECT_EQ(header, 1) << csv;
+  EXPECT_EQ(batch, 2) << csv;
+  EXPECT_EQ(single, 2) << csv;
+  EXPECT_EQ(convert, 2) << csv;
+  const std::string json = capture("--attach-libc 30 -r 2 --attach-no-single --format json");
+  EXPECT_EQ(json.rfind("{\n  \"meta\": {", 0), 0u) << json;
+  std::size_t rounds = 0;
+  for (std::size_t at = json.find("{\"round\": "); at != std::string::npos; at = json.find("{\"round\": ", at + 1)) ++rounds;
+  EXPECT_EQ(rounds, 2u) << json;
+  EXPECT_NE(json.find("\"attached\": 30"), std::string::npos) << json;
+  EXPECT_EQ(json.find("single_attach_ms"), std::string::npos) << json;
+}
+
 TEST(Binary, CsvOnStdoutKeepsTheTextOnStderr) {
   const std::string cmd = std::string(UPROBE_BENCH_EXE) + " --sweep-variants usermode-count -p 1,2 -w 0 -d 1 -q "
                           "--format csv 2>/dev/null";
