@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "raw_syscall.hpp"
 #include "arch.hpp"
 #include "runtime.hpp"
 #include "sanitize.hpp"
@@ -93,7 +94,7 @@ void forward_foreign_trap(int sig, siginfo_t* info, void* ctx) noexcept {
     else if (from_int3 && prev[0] == 0xCD && prev[1] == 0x03)
       arch::set_ucontext_ip(uc, ip - 2);  // int $3
     else
-      ::syscall(SYS_tgkill, ::getpid(), current_tid(), SIGTRAP);
+      arch::raw_syscall(SYS_tgkill, arch::raw_syscall(SYS_getpid), current_tid(), SIGTRAP);  // not libc's: probe targets
     return;
   }
   if (pa.sa_handler == SIG_IGN) return;

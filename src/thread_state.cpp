@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include "raw_syscall.hpp"
 #include "thread_state.hpp"
 
 #include <sys/syscall.h>
@@ -40,14 +41,14 @@ std::vector<std::uint64_t> trap_ips_in_flight() {
 
 pid_t fetch_current_tid() noexcept {
   ThreadState& ts = t_state;
-  if (ts.tid == 0) ts.tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  if (ts.tid == 0) ts.tid = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));  // not libc's syscall(): a probe target
   return ts.tid;
 }
 
 void thread_state_after_fork_child() noexcept {
   t_state.tid = 0;
   // The forking thread's return stack now belongs to the child's thread.
-  if (t_state.rstack) t_state.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
+  if (t_state.rstack) t_state.rstack->owner = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));
 }
 
 }  // namespace uprobe::detail

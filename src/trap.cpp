@@ -5,11 +5,13 @@
 // probed thread can hold, no stdio; per-thread state only.
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <cstring>
+#include "raw_syscall.hpp"
 #include "rcu.hpp"
 
 #include <cerrno>
@@ -117,7 +119,9 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
     peek_text(ip, code, n);
   } else {
     struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
-    if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) return no;
+    if (arch::raw_syscall(SYS_process_vm_readv, arch::raw_syscall(SYS_getpid), reinterpret_cast<long>(&local), 1,
+                          reinterpret_cast<long>(&remote), 1, 0) != static_cast<long>(n))
+      return no;  // (system calls of its own: libc's wrappers are probe targets)
   }
   const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
   if (!desc_addr) return no;

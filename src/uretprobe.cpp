@@ -5,6 +5,7 @@
 // Everything here runs in signal context or in the return trampoline:
 // async-signal-safe, no allocation but the one mmap of a thread's return stack.
 
+#include "raw_syscall.hpp"
 #include "uretprobe.hpp"
 
 #include <pthread.h>
@@ -79,7 +80,7 @@ ReturnStack* return_stack() noexcept {
   void* p = ::mmap(nullptr, sizeof(ReturnStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   ts.rstack = static_cast<ReturnStack*>(p);
-  ts.rstack->owner = static_cast<pid_t>(::syscall(SYS_gettid));
+  ts.rstack->owner = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));  // not libc's syscall(): a probe target
   if (g_exit_key_inline) pthread_setspecific(g_exit_key, p);  // thread exit releases it
   return ts.rstack;
 }
@@ -111,7 +112,7 @@ bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
   // Only on the (rare) path where an instance looks stale: are we the task
   // that owns this return stack, or another one sharing our TLS?
   const ReturnStack* rs = t_state.rstack;
-  if (rs && static_cast<pid_t>(::syscall(SYS_gettid)) != rs->owner) return true;
+  if (rs && static_cast<pid_t>(arch::raw_syscall(SYS_gettid)) != rs->owner) return true;
   stack_t ss;
   if (::sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_DISABLE)) return false;
   auto lo = reinterpret_cast<std::uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;

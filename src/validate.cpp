@@ -209,23 +209,19 @@ struct TrapPathFunction {
 };
 constexpr TrapPathFunction kTrapPathLibc[] = {
     {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
-    {"syscall", TrapPathUse::trap_path, "the SIGTRAP handler"},
     {"pthread_sigmask", TrapPathUse::trap_path,
      "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
+    {"syscall", TrapPathUse::sigtrap_blocked, "liburcu-bp's grace period (every unregister: membarrier)"},
     {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
     {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
     {"sigaltstack", TrapPathUse::trap_path, "the return path"},
     {"sched_getcpu", TrapPathUse::trap_path, "the return-instance pool"},
-    {"open", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
-    {"open64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
-    {"pwrite", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
-    {"pwrite64", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
-    {"close", TrapPathUse::trap_path, "the text patcher (Action::remove from a handler)"},
+    // Not open, pwrite, close: the text patcher (Action::remove from a
+    // handler) makes those system calls itself (raw_syscall.hpp).
     {"mmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
     {"mmap64", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp's reader registration"},
     {"munmap", TrapPathUse::trap_path, "the return-instance pool and liburcu-bp"},
     {"pthread_setspecific", TrapPathUse::trap_path, "the return path and liburcu-bp's reader registration"},
-    {"getpid", TrapPathUse::trap_path, "the SIGTRAP handler"},
     {"abort", TrapPathUse::trap_path, "the return path (fatal errors)"},
     {"write", TrapPathUse::trap_path, "the return path (fatal errors)"},
     {"mremap", TrapPathUse::sigtrap_blocked, "liburcu-bp's reader registration on a thread's first hit"},

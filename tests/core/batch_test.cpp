@@ -8,9 +8,11 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include "fixtures.hpp"
 #include "proc_text.hpp"
 #include "uprobe/batch.hpp"
+#include "uprobe/symbols.hpp"
 
 using namespace coretest;
 using uprobe::Errc;
@@ -200,6 +203,108 @@ TEST(Batch, OwnTextReadsAndWritesHitNoProbeOnLibcWrappers) {
   EXPECT_EQ(libc_pvr(getpid(), &local, 1, &remote, 1, 0), 1);
   EXPECT_EQ(pvr.hits.load(), 1u);
   uprobe::unregister_uprobe(probe, pvr);
+}
+
+TEST(Batch, LibcOpenPwriteCloseCanBeProbedAndThePatcherIsNotSeen) {
+  // The text patcher (batches, detaches, and Action::remove from inside a
+  // handler) opens /proc/self/mem, writes and closes it with system calls of
+  // its own: libc's open, pwrite64 and close are probe targets like any
+  // other (they were refused while the patcher went through them, as a
+  // handler would have hit them), and none of the patcher's calls is a hit.
+  // (Registering opens and reads /proc/self/maps and ELF files through libc,
+  // as any library in the process does: those opens are the process's.)
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  using Open = int (*)(const char*, int, ...);
+  using Pwrite = ssize_t (*)(int, const void*, std::size_t, off_t);
+  using Close = int (*)(int);
+  const auto open_fn = reinterpret_cast<Open>(dlsym(RTLD_DEFAULT, "open"));
+  const auto pwrite_fn = reinterpret_cast<Pwrite>(dlsym(RTLD_DEFAULT, "pwrite64"));
+  const auto close_fn = reinterpret_cast<Close>(dlsym(RTLD_DEFAULT, "close"));
+  ASSERT_TRUE(open_fn && pwrite_fn && close_fn);
+  const void* fns[3] = {reinterpret_cast<const void*>(open_fn), reinterpret_cast<const void*>(pwrite_fn),
+                        reinterpret_cast<const void*>(close_fn)};
+  Counter on[3];
+  uprobe::Uprobe* probes[3];
+  std::vector<std::uint8_t> file[3];
+  for (int k = 0; k < 3; ++k) {
+    const uprobe::FileOffset where = uprobe::resolve_address(fns[k]);
+    ASSERT_EQ(where.path, libc);
+    file[k] = file_bytes(libc, where.offset, 8);
+    probes[k] = uprobe::register_uprobe(fns[k], on[k]);
+  }
+  struct RemoveOnce : uprobe::Consumer {
+    std::atomic<int> hits{0};
+    uprobe::Action handler(uprobe::Regs&) override {
+      hits.fetch_add(1);
+      return uprobe::Action::remove;
+    }
+  } remover;
+  uprobe::Uprobe* removing = uprobe::register_uprobe(fx(150), remover);
+  auto counts = [&] { return std::array<std::uint64_t, 3>{on[0].hits.load(), on[1].hits.load(), on[2].hits.load()}; };
+  const auto before = counts();
+  // The program's own calls: one hit each.
+  const int fd = open_fn("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(pwrite_fn(fd, "x", 1, 0), 1);
+  EXPECT_EQ(close_fn(fd), 0);
+  auto now = counts();
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(now[k], before[k] + 1) << k;
+  // A probe whose only consumer removes it: its handler rewrites the text
+  // (open, pwrite, close of /proc/self/mem from inside the SIGTRAP handler).
+  call(150, 3);
+  EXPECT_EQ(remover.hits.load(), 1);
+  EXPECT_NE(*static_cast<const std::uint8_t*>(fx(150)), 0xCC);
+  EXPECT_EQ(counts(), now);
+  uprobe::unregister_uprobe(removing, remover);
+  // A batch attach and detach write every site: no pwrite64 hit.
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = 160; i < 200; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
+  for (std::size_t i = 160; i < 200; ++i) call(i, 1);
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  EXPECT_EQ(c.hits.load(), 40u);
+  EXPECT_EQ(on[1].hits.load(), now[1]);
+  for (int k = 0; k < 3; ++k) uprobe::unregister_uprobe(probes[k], on[k]);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(mem_bytes(fns[k], 8), file[k]) << k;
+}
+
+TEST(Batch, LibcGetpidCanBeProbedWhileHitsRunTheTrapPath) {
+  // The trap path asks for its thread id (a thread's first hit), the return
+  // path checks a return stack's owner, and a foreign trap is re-raised,
+  // all with system calls of their own: libc's getpid() is a probe target
+  // (it was refused: a handler ran it) and its probe counts exactly the
+  // program's calls. syscall() stays refused: liburcu-bp's grace period
+  // calls it (membarrier) with every signal blocked.
+  using Getpid = pid_t (*)();
+  const auto getpid_fn = reinterpret_cast<Getpid>(dlsym(RTLD_DEFAULT, "getpid"));
+  const void* syscall_fn = dlsym(RTLD_DEFAULT, "syscall");
+  ASSERT_TRUE(getpid_fn && syscall_fn);
+  Counter on_getpid;
+  uprobe::Uprobe* pg = uprobe::register_uprobe(reinterpret_cast<const void*>(getpid_fn), on_getpid);
+  Counter c;
+  uprobe::Uprobe* p = uprobe::register_uprobe(fx(210), c);
+  // (Registering calls getpid() on the writer side, as any library may.)
+  const std::uint64_t base = on_getpid.hits.load();
+  // First hits of new threads (each asks for its thread id), then more hits.
+  for (int t = 0; t < 4; ++t) std::thread([] { call(210, 5); }).join();
+  call(210, 5);
+  EXPECT_EQ(c.hits.load(), 25u);
+  EXPECT_EQ(on_getpid.hits.load(), base);
+  EXPECT_EQ(getpid_fn(), static_cast<pid_t>(::syscall(SYS_getpid)));
+  EXPECT_EQ(on_getpid.hits.load(), base + 1);
+  uprobe::unregister_uprobe(p, c);
+  uprobe::unregister_uprobe(pg, on_getpid);
+  try {
+    Counter nobody;
+    uprobe::register_uprobe(syscall_fn, nobody);
+    ADD_FAILURE() << "syscall() was accepted";
+  } catch (const uprobe::Error& e) {
+    EXPECT_EQ(e.code(), Errc::forbidden_target);
+    EXPECT_NE(std::string(e.what()).find("runs with SIGTRAP blocked (liburcu-bp's grace period"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Batch, EachBadRequestGetsItsOwnErrorAndChangesNothing) {
