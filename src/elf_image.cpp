@@ -233,7 +233,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   if (!elf_ok) throw Error(Errc::system, path, 0, "libelf initialisation failed");
 
   ElfHandle h;
-  h.elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  h.elf = elf_begin(fd, ELF_C_READ, nullptr);
   if (!h.elf) throw Error(Errc::not_executable, path, 0, std::string("not readable as ELF: ") + elf_errmsg(-1));
   Elf* e = h.elf;
   GElf_Ehdr eh;

@@ -41,7 +41,7 @@ std::shared_ptr<ElfInfo> read_elf(int fd, std::string& why) {
     why = "libelf initialisation failed";
     return nullptr;
   }
-  Elf* e = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  Elf* e = elf_begin(fd, ELF_C_READ, nullptr);
   if (!e) {
     why = std::string("not readable as ELF: ") + elf_errmsg(-1);
     return nullptr;

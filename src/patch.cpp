@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -18,6 +19,11 @@ namespace {
 /// The calling thread's PokeSession descriptor, or -1.
 constinit thread_local int t_session_fd = -1;
 constexpr std::uint64_t kPage = 4096;
+
+/// Counts completed text writes by every thread (bumped after each write,
+/// from a handler's Action::remove too, which writes without the registry
+/// mutex): a page copy taken at an older count may be stale.
+std::atomic<std::uint64_t> g_text_writes{0};
 
 // The patch path's system calls, never through libc's wrappers (a user may
 // have probed them: see raw_syscall.hpp). Each returns what its libc
@@ -51,6 +57,7 @@ bool read_self(pid_t pid, void* out, std::uint64_t addr, std::size_t len) noexce
 struct PeekCache::Page {
   pid_t pid;
   bool valid = false;
+  std::uint64_t gen = 0;  ///< g_text_writes when `bytes` last equalled memory
   std::uint64_t base = 0;
   std::uint8_t bytes[kPage];
 };
@@ -105,15 +112,20 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
     done += static_cast<std::size_t>(n);
   }
   if (!session) sys_close(fd);
+  const std::uint64_t before = g_text_writes.fetch_add(1, std::memory_order_acq_rel);
   // The thread's page copy now holds what memory holds: the bytes written,
-  // where they fall in its page (a failed write may have written part).
+  // where they fall in its page, unless another thread wrote meanwhile or
+  // this write failed (it may have written part).
   if (PeekCache::Page* c = t_peek; c && c->valid) {
-    if (err) {
+    if (err || c->gen != before) {
       c->valid = false;
-    } else if (addr < c->base + kPage && addr + len > c->base) {
-      const std::uint64_t from = addr > c->base ? addr : c->base;
-      const std::uint64_t to = addr + len < c->base + kPage ? addr + len : c->base + kPage;
-      std::memcpy(c->bytes + (from - c->base), bytes + (from - addr), to - from);
+    } else {
+      if (addr < c->base + kPage && addr + len > c->base) {
+        const std::uint64_t from = addr > c->base ? addr : c->base;
+        const std::uint64_t to = addr + len < c->base + kPage ? addr + len : c->base + kPage;
+        std::memcpy(c->bytes + (from - c->base), bytes + (from - addr), to - from);
+      }
+      c->gen = before + 1;
     }
   }
   return err;
@@ -124,12 +136,18 @@ void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept 
   for (std::size_t i = 0; i < len; ++i) out[i] = p[i];
 }
 
+bool peek_text_fresh(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
+  return read_self(sys_getpid(), out, addr, len);
+}
+
 bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept {
   if (PeekCache::Page* c = t_peek; c && len <= kPage && (addr & ~(kPage - 1)) == ((addr + len - 1) & ~(kPage - 1))) {
     const std::uint64_t base = addr & ~(kPage - 1);
-    if (!c->valid || c->base != base) {
+    const std::uint64_t gen = g_text_writes.load(std::memory_order_acquire);
+    if (!c->valid || c->base != base || c->gen != gen) {
       c->valid = read_self(c->pid, c->bytes, base, kPage);
       c->base = base;
+      c->gen = gen;
     }
     if (c->valid) {
       std::memcpy(out, c->bytes + (addr - base), len);

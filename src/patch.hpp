@@ -40,9 +40,10 @@ class PokeSession {
 /// with others: one system call per page instead of one per site). Every
 /// poke_text() on the thread puts the bytes it wrote into the copy (or
 /// empties it when the write failed), so a read never returns bytes older
-/// than this thread's own last write; writes by other threads are not seen
-/// (the registry mutex, held by its creator, serialises every writer of
-/// probed text). Not async-signal-safe to create; nests (the outermost owns
+/// than this thread's own last write; a write by any other thread (a
+/// handler's Action::remove writes without the registry mutex) makes the
+/// next read fetch the page again (a global count of text writes, bumped
+/// after each). Not async-signal-safe to create; nests (the outermost owns
 /// the copy).
 class PeekCache {
  public:
@@ -68,5 +69,9 @@ void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 /// the bytes cannot be read (nothing written to `out` then is meaningful).
 /// Async-signal-safe (one system call).
 bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
+
+/// peek_text_checked() without the thread's page copy: memory as it is now.
+/// Async-signal-safe (two system calls).
+bool peek_text_fresh(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
 
 }  // namespace uprobe::detail

@@ -65,9 +65,24 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
     std::uint8_t cur;
     if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped since the snapshot (a concurrent dlclose)
-    const SiteSet* old = up->sites.load(std::memory_order_relaxed);
-    bool ours = up->applied && old && old->find(s.addr);
-    if (cur != up->insn.bytes[0] && !(ours && (cur == arch::kBreakpoint || site_is_optimized(s))))
+    auto matches = [&] {
+      const SiteSet* old = up->sites.load(std::memory_order_relaxed);
+      const bool ours = up->applied && old && old->find(s.addr);
+      return cur == up->insn.bytes[0] || (ours && (cur == arch::kBreakpoint || site_is_optimized(s)));
+    };
+    if (!matches()) {
+      // Again, as one with the probe's own writers: a handler's
+      // Action::remove restores the bytes and clears `applied` under the
+      // patch lock, without the registry mutex, and may have done so
+      // between the read above and the check.
+      PatchGuard guard(up);
+      if (!peek_text_fresh(s.addr, &cur, 1)) continue;
+      if (matches()) {
+        ss->sites.push_back(s);
+        continue;
+      }
+    }
+    if (!matches())
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
                       hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));

@@ -35,41 +35,37 @@ std::size_t read_at(int fd, std::uint64_t off, std::uint8_t* buf, std::size_t le
   return done;
 }
 
-/// A batch reads this many functions of one file before it reads the file's
-/// executable segment whole; at most this large a segment.
-constexpr unsigned kImageAfterReads = 16;
-constexpr std::uint64_t kImageMax = 64ull << 20;
+/// A batch reads a file's code through a window of this many bytes: the
+/// entries of one library, analysed in file order, are a pread() per window
+/// (about a dozen for libc's thousand first functions), not one per
+/// function, into a buffer faulted in once.
+constexpr std::size_t kWindow = 128u << 10;
 
-/// read_at() on the target's file, from its segment image when a batch has one.
-std::size_t read_code(const Target& t, const ExecSegment& seg, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
-  if (t.batch && !t.map && ++t.reads >= kImageAfterReads && seg.filesz <= kImageMax) {
-    // The segment's pages, clamped to the file (a page past its end would
-    // raise SIGBUS): mapped at a page boundary, so from that boundary.
-    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    const std::uint64_t map_off = seg.offset & ~(page - 1);
-    const auto file_size = static_cast<std::uint64_t>(t.st.st_size);
-    const std::uint64_t end = std::min(seg.offset + seg.filesz, file_size);
-    if (end > seg.offset) {
-      void* m = ::mmap(nullptr, end - map_off, PROT_READ, MAP_PRIVATE | MAP_POPULATE, t.fd,
-                       static_cast<off_t>(map_off));
-      if (m != MAP_FAILED) {
-        t.map = m;
-        t.map_len = end - map_off;
-        t.image = static_cast<const std::uint8_t*>(m) + (seg.offset - map_off);
-        t.image_size = end - seg.offset;
-        t.image_offset = seg.offset;
-      }
-    }
-    if (!t.map) t.reads = 0;  // no mapping (no memory): pread, and try again later
+/// read_at() on the target's file, through the batch's window when it has
+/// one. A copy, never a mapping of the file: a file truncated or rewritten
+/// meanwhile (`cp new old`) gives short reads, never a SIGBUS.
+std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
+  if (!t.batch || len > kWindow) return read_at(t.fd, off, buf, len);
+  const bool at_end = t.image_size < kWindow;  // the last fill reached the end of the file
+  if (t.image && off >= t.image_offset && off - t.image_offset < t.image_size &&
+      (off + len <= t.image_offset + t.image_size || at_end)) {
+    const std::size_t n = std::min<std::uint64_t>(len, t.image_offset + t.image_size - off);
+    std::memcpy(buf, t.image + (off - t.image_offset), n);
+    return n;
   }
-  if (t.image && off >= t.image_offset && off - t.image_offset < t.image_size) {
-    const std::size_t n = std::min<std::uint64_t>(len, t.image_size - (off - t.image_offset));
-    if (n == len || t.image_offset + t.image_size == seg.offset + seg.filesz) {
-      std::memcpy(buf, t.image + (off - t.image_offset), n);
-      return n;
-    }
+  if (!t.map) {
+    void* m = ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (m == MAP_FAILED) return read_at(t.fd, off, buf, len);
+    t.map = m;
+    t.map_len = kWindow;
   }
-  return read_at(t.fd, off, buf, len);
+  auto* w = static_cast<std::uint8_t*>(t.map);
+  t.image = w;
+  t.image_offset = off;
+  t.image_size = read_at(t.fd, off, w, kWindow);
+  const std::size_t n = std::min(len, t.image_size);
+  std::memcpy(buf, w, n);
+  return n;
 }
 
 }  // namespace
@@ -141,11 +137,11 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (entry) {
     code.resize(std::max<std::size_t>(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})),
                                       avail));
-    code.resize(read_code(t, *seg, offset, code.data(), code.size()));
+    code.resize(read_code(t, offset, code.data(), code.size()));
     at = code.data();
     avail = std::min(avail, code.size());
   } else {
-    avail = read_code(t, *seg, offset, bytes, avail);
+    avail = read_code(t, offset, bytes, avail);
   }
   if (!arch::analyze(at, avail, insn, why)) throw Error(Errc::refused_instruction, t.path, offset, why);
 

@@ -19,17 +19,14 @@ struct Target {
   std::string path;
   int fd = -1;
   struct stat st {};
-  /// Set by a batch (register_uprobes()): after a few reads, analyze_target()
-  /// maps the executable segment once (read-only, private, populated from
-  /// the page cache: no copy, no page fault per page) and answers later
-  /// reads of it from there (a thousand entries of one library: one mmap,
-  /// not one pread per function).
+  /// Set by a batch (register_uprobes()): analyze_target() reads code
+  /// through a window of the file (a copy: see read_code() in validate.cpp),
+  /// one pread() per window instead of one per function.
   bool batch = false;
-  mutable unsigned reads = 0;
   mutable const std::uint8_t* image = nullptr;  ///< file bytes [image_offset, image_offset + image_size)
   mutable std::size_t image_size = 0;
   mutable std::uint64_t image_offset = 0;
-  mutable void* map = nullptr;  ///< the mapping behind `image` (page-aligned), munmap()ed by ~Target
+  mutable void* map = nullptr;  ///< the window's buffer, munmap()ed by ~Target
   mutable std::size_t map_len = 0;
   Target() = default;
   Target(const Target&) = delete;

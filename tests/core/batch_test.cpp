@@ -6,6 +6,10 @@
 // registrations, the RAII forms, and batches racing with hits.
 
 #include <dlfcn.h>
+#include <algorithm>
+#include <csignal>
+#include <sys/wait.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -14,6 +18,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "common.hpp"
@@ -305,6 +310,171 @@ TEST(Batch, LibcGetpidCanBeProbedWhileHitsRunTheTrapPath) {
     EXPECT_NE(std::string(e.what()).find("runs with SIGTRAP blocked (liburcu-bp's grace period"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(Batch, AFileRewrittenDuringBatchesGivesErrorsNotACrash) {
+  // Another process rewrites the probed file in place, as `cp new old` does
+  // (O_TRUNC, then writes), while batches of a thousand requests on it are
+  // analysed: every request is accepted or refused with its own error, and
+  // nothing faults (the batch reads the file, it never maps it: a mapped
+  // page past a truncation raised SIGBUS in the attaching process).
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  std::vector<std::uint64_t> offsets;
+  for (const auto& sym : uprobe::read_symbols(libc))
+    if (sym.executable && sym.size > 0 && sym.type == STT_FUNC) offsets.push_back(sym.offset);
+  std::sort(offsets.begin(), offsets.end());
+  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  ASSERT_GT(offsets.size(), 1000u);
+  offsets.resize(1000);
+  std::vector<char> image;
+  {
+    FILE* f = std::fopen(libc.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) image.insert(image.end(), buf, buf + n);
+    std::fclose(f);
+  }
+  char dir[] = "/tmp/uprobe-rewrite-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/lib.so";
+  auto write_all = [&](int fd) {
+    for (std::size_t done = 0; done < image.size();) {
+      const ssize_t n = ::write(fd, image.data() + done, std::min<std::size_t>(65536, image.size() - done));
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+  };
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    write_all(fd);
+    ::close(fd);
+  }
+  const pid_t writer = ::fork();
+  ASSERT_GE(writer, 0);
+  if (writer == 0) {
+    for (;;) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+      if (fd < 0) ::_exit(1);
+      write_all(fd);
+      ::close(fd);
+    }
+  }
+  Counter c;
+  std::size_t accepted = 0, refused = 0;
+  for (int round = 0; round < 100; ++round) {
+    std::vector<uprobe::ProbeRequest> reqs;
+    for (std::uint64_t off : offsets) reqs.push_back(uprobe::ProbeRequest::at(path, off, c));
+    const auto res = uprobe::register_uprobes(reqs);
+    std::vector<uprobe::ProbeConsumer> undo;
+    for (const auto& r : res) {
+      if (r) {
+        undo.push_back({r.probe, &c});
+        ++accepted;
+      } else {
+        ++refused;
+        EXPECT_NE(std::string(r.error->what()).find(path), std::string::npos) << r.error->what();
+      }
+    }
+    for (const auto& e : uprobe::unregister_uprobes(undo)) EXPECT_FALSE(e);
+  }
+  ::kill(writer, SIGKILL);
+  ::waitpid(writer, nullptr, 0);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+  EXPECT_EQ(accepted + refused, 100u * offsets.size());
+  EXPECT_EQ(c.hits.load(), 0u);  // the file is not mapped here: pending probes only
+}
+
+TEST(Batch, AHandlerRemovingItsProbeDuringABatchDoesNotFailTheBatchRequestOnIt) {
+  // A probe whose consumer returns Action::remove is taken out by the handler
+  // on another thread (without the registry mutex) while a batch analyses a
+  // request for a new consumer on that same probe, after it has read the
+  // page (its per-thread page copy, then 1500 pending requests): the request
+  // must succeed, and the new consumer then count. Before the page copy
+  // knew of other threads' writes, ~20% of such batches refused it ("the
+  // byte in memory is 0xcc ... another breakpoint is there").
+  const std::size_t a = 220, b = 221;  // neighbours: one page
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(fx(a)) >> 12, reinterpret_cast<std::uintptr_t>(fx(b)) >> 12);
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  std::vector<std::uint64_t> offsets;
+  for (const auto& sym : uprobe::read_symbols(libc))
+    if (sym.executable && sym.size > 0 && sym.type == STT_FUNC) offsets.push_back(sym.offset);
+  std::sort(offsets.begin(), offsets.end());
+  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  offsets.resize(std::min<std::size_t>(offsets.size(), 1500));
+  // The pending requests name a file this process has not mapped.
+  char dir[] = "/tmp/uprobe-pending-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string copy = std::string(dir) + "/lib.so";
+  {
+    FILE* in = std::fopen(libc.c_str(), "rb");
+    FILE* out = std::fopen(copy.c_str(), "wb");
+    ASSERT_TRUE(in && out);
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) ASSERT_EQ(std::fwrite(buf, 1, n, out), n);
+    std::fclose(in);
+    std::fclose(out);
+  }
+  struct Remover : uprobe::Consumer {
+    std::atomic<long> hits{0};
+    uprobe::Action handler(uprobe::Regs&) override {
+      hits.fetch_add(1);
+      return uprobe::Action::remove;
+    }
+  };
+  Counter on_b_always, filler;
+  uprobe::Attachment keep_b(fx(b), on_b_always);  // fx(b)'s probe: published, on the same page
+  std::atomic<int> go{0};
+  std::atomic<long> delay_us{0};
+  std::atomic<bool> stop{false};
+  std::thread hitter([&] {
+    while (!stop.load()) {
+      while (!go.load() && !stop.load()) {
+      }
+      if (stop.load()) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us.load()));
+      batch_fx[a](1);
+      go.store(0);
+    }
+  });
+  std::uint64_t seed = 3;
+  int refused = 0;
+  std::string first;
+  for (int it = 0; it < 100; ++it) {
+    Remover remover;
+    Counter ca, cb;
+    uprobe::Uprobe* p = uprobe::register_uprobe(fx(a), remover);
+    std::vector<uprobe::ProbeRequest> reqs;
+    reqs.push_back(uprobe::ProbeRequest::at(fx(b), cb));
+    for (std::uint64_t off : offsets) reqs.push_back(uprobe::ProbeRequest::at(copy, off, filler));
+    reqs.push_back(uprobe::ProbeRequest::at(fx(a), ca));
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    delay_us.store(static_cast<long>((seed >> 33) % 4000));
+    go.store(1);
+    const auto res = uprobe::register_uprobes(reqs);
+    while (go.load()) {
+    }
+    std::vector<uprobe::ProbeConsumer> undo;
+    for (std::size_t i = 0; i < res.size(); ++i)
+      if (res[i]) undo.push_back({res[i].probe, reqs[i].consumer});
+    if (!res.back()) {
+      ++refused;
+      if (first.empty()) first = res.back().error->what();
+    } else {
+      const std::uint64_t before = ca.hits.load();  // 0 or 1: the hitter's call may come after the batch
+      batch_fx[a](5);
+      EXPECT_EQ(ca.hits.load(), before + 1) << it;
+    }
+    for (const auto& e : uprobe::unregister_uprobes(undo)) EXPECT_FALSE(e);
+    uprobe::unregister_uprobe(p, remover);
+  }
+  stop.store(true);
+  go.store(1);
+  hitter.join();
+  ::unlink(copy.c_str());
+  ::rmdir(dir);
+  EXPECT_EQ(refused, 0) << first;
 }
 
 TEST(Batch, EachBadRequestGetsItsOwnErrorAndChangesNothing) {
