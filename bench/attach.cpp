@@ -431,7 +431,12 @@ int run_attach(const Options& o) {
     char b[64];
     if (v.empty()) return std::string("-");
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    if (v.size() == 1) std::snprintf(b, sizeof b, "%.2f", v[0]);
+    // Counts (hits, probes per mode) print as counts; times with decimals.
+    const bool counts = std::all_of(v.begin(), v.end(), [](double x) { return x == static_cast<double>(static_cast<long long>(x)); }) &&
+                        key.find("_ms") == std::string::npos && key.find("_cpu") == std::string::npos;
+    if (counts && *lo == *hi) std::snprintf(b, sizeof b, "%.0f", v[0]);
+    else if (counts) std::snprintf(b, sizeof b, "%.0f (%.0f-%.0f)", median(v), *lo, *hi);
+    else if (v.size() == 1) std::snprintf(b, sizeof b, "%.2f", v[0]);
     else std::snprintf(b, sizeof b, "%.2f (%.1f-%.1f)", median(v), *lo, *hi);
     return std::string(b);
   };

@@ -110,7 +110,9 @@ int open_uprobe(const Location& where, bool retprobe, std::string& error) {
     char hex[32];
     std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(where.offset));
     error += hex;
-    error += std::string("): ") + std::strerror(e);
+    // 524 is the kernel-internal ENOTSUPP, which libc has no name for.
+    error += std::string("): ") + (e == 524 ? "ENOTSUPP (524): the kernel cannot probe the instruction there"
+                                            : std::strerror(e));
     if (e == EACCES || e == EPERM)
       error += " (the uprobe PMU needs root or CAP_PERFMON; kernel.perf_event_paranoid=" + paranoid() + ")";
     else if (e == ENOENT || e == EOPNOTSUPP)

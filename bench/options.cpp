@@ -234,7 +234,15 @@ bool parse_options(int argc, char** argv, Options& o) {
   };
   optind = 0;  // glibc: full re-initialisation (parse_options may run more than once, e.g. in tests)
   int c;
+  std::string throughput_only;  // options that only the throughput runs read (--attach-libc refuses them)
   while ((c = getopt_long(argc, argv, "p:aw:d:r:qo:h", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'P': case 'p': case 'a': case 'w': case 'd': case opt_cycles:
+        if (throughput_only.empty()) throughput_only = c == opt_cycles ? "--cycles" : std::string("-") + static_cast<char>(c);
+        break;
+      default:
+        break;
+    }
     switch (c) {
       case 'P':
         o.sweep = true;
@@ -356,6 +364,9 @@ bool parse_options(int argc, char** argv, Options& o) {
   if (o.attach_libc > 0) {
     if (!patterns.empty() || !o.compare.empty() || o.sweep)
       return fail("--attach-libc takes no variant, --compare or --sweep");
+    if (!throughput_only.empty())
+      return fail("--attach-libc times attach and detach, not hits: " + throughput_only +
+                  " does not apply (it takes -r, --kernel, --format, -o and the runtime switches)");
     if (o.kernel_count == 0 || o.kernel_count > o.attach_libc) o.kernel_count = o.attach_libc;
     return true;
   }

@@ -459,6 +459,20 @@ TEST(Binary, AttachLibcWritesEveryRoundAsCsvAndJson) {
   EXPECT_EQ(json.find("single_attach_ms"), std::string::npos) << json;
 }
 
+TEST(Binary, AttachLibcRefusesOptionsItWouldIgnore) {
+  // Producers, warm-up, duration, pinning and --cycles mean nothing to an
+  // attach/detach timing: refused with a line that says so, not ignored.
+  for (const char* opt : {"-p 4", "-d 1", "-w 0", "-a", "--cycles"}) {
+    const Exec r = run(std::string("--attach-libc 10 ") + opt);
+    EXPECT_EQ(r.status, 2) << opt << ": " << r.out;
+    EXPECT_NE(r.out.find("does not apply"), std::string::npos) << opt << ": " << r.out;
+  }
+  const Exec ok = run("--attach-libc 10 -r 1 --attach-no-single --no-optimize");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  // Counts print as counts.
+  EXPECT_NE(ok.out.find("includes the conversions): int3 10\n"), std::string::npos) << ok.out;
+}
+
 TEST(Binary, CsvOnStdoutKeepsTheTextOnStderr) {
   const std::string cmd = std::string(UPROBE_BENCH_EXE) + " --sweep-variants usermode-count -p 1,2 -w 0 -d 1 -q "
                           "--format csv 2>/dev/null";
