@@ -43,6 +43,13 @@ constexpr std::size_t kAllFixtures = 4096;  // batch_fixtures.S
 
 const void* fx(std::size_t i) { return reinterpret_cast<const void*>(batch_fx[i]); }
 
+/// libc's own entry of `name` (not a sanitizer's interceptor of it, which
+/// the global scope finds first under ASan/TSan).
+void* libc_sym(const char* name) {
+  static void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  return libc ? dlsym(libc, name) : nullptr;
+}
+
 /// Calls batch_fx_i `times` times and checks every return value.
 void call(std::size_t i, std::uint64_t times) {
   for (std::uint64_t k = 0; k < times; ++k) ASSERT_EQ(batch_fx[i](k), k + i) << "batch_fx_" << i;
@@ -189,7 +196,7 @@ TEST(Batch, OwnTextReadsAndWritesHitNoProbeOnLibcWrappers) {
   // reads while a batch attaches and detaches (with libc's wrapper, every
   // page of the attach and every site of the detach was a hit).
   using Fn = ssize_t (*)(pid_t, const struct iovec*, unsigned long, const struct iovec*, unsigned long, unsigned long);
-  const auto libc_pvr = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "process_vm_readv"));
+  const auto libc_pvr = reinterpret_cast<Fn>(libc_sym("process_vm_readv"));
   ASSERT_NE(libc_pvr, nullptr);
   Counter pvr;
   uprobe::Uprobe* probe = uprobe::register_uprobe(reinterpret_cast<const void*>(libc_pvr), pvr);
@@ -222,9 +229,9 @@ TEST(Batch, LibcOpenPwriteCloseCanBeProbedAndThePatcherIsNotSeen) {
   using Open = int (*)(const char*, int, ...);
   using Pwrite = ssize_t (*)(int, const void*, std::size_t, off_t);
   using Close = int (*)(int);
-  const auto open_fn = reinterpret_cast<Open>(dlsym(RTLD_DEFAULT, "open"));
-  const auto pwrite_fn = reinterpret_cast<Pwrite>(dlsym(RTLD_DEFAULT, "pwrite64"));
-  const auto close_fn = reinterpret_cast<Close>(dlsym(RTLD_DEFAULT, "close"));
+  const auto open_fn = reinterpret_cast<Open>(libc_sym("open"));
+  const auto pwrite_fn = reinterpret_cast<Pwrite>(libc_sym("pwrite64"));
+  const auto close_fn = reinterpret_cast<Close>(libc_sym("close"));
   ASSERT_TRUE(open_fn && pwrite_fn && close_fn);
   const void* fns[3] = {reinterpret_cast<const void*>(open_fn), reinterpret_cast<const void*>(pwrite_fn),
                         reinterpret_cast<const void*>(close_fn)};
@@ -283,8 +290,8 @@ TEST(Batch, LibcGetpidCanBeProbedWhileHitsRunTheTrapPath) {
   // program's calls. syscall() stays refused: liburcu-bp's grace period
   // calls it (membarrier) with every signal blocked.
   using Getpid = pid_t (*)();
-  const auto getpid_fn = reinterpret_cast<Getpid>(dlsym(RTLD_DEFAULT, "getpid"));
-  const void* syscall_fn = dlsym(RTLD_DEFAULT, "syscall");
+  const auto getpid_fn = reinterpret_cast<Getpid>(libc_sym("getpid"));
+  const void* syscall_fn = libc_sym("syscall");
   ASSERT_TRUE(getpid_fn && syscall_fn);
   Counter on_getpid;
   uprobe::Uprobe* pg = uprobe::register_uprobe(reinterpret_cast<const void*>(getpid_fn), on_getpid);
