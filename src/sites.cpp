@@ -305,7 +305,9 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
 
 void finish_optimize_batch(OptBatch& b) {
   std::size_t kept = 0;
-  bool any_entry = false;
+  // The entry windows, each with the item it belongs to (an item may have two:
+  // its window and its first instruction's XOL slot).
+  std::vector<std::pair<std::size_t, AddrRange>> wins;
   for (const OptBatch::Item& it : b.items) {
     std::uint8_t cur[arch::kMaxWindowLen];
     const std::size_t len = it.entry ? it.up->window.len : arch::kJumpLen;
@@ -313,28 +315,50 @@ void finish_optimize_batch(OptBatch& b) {
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (it.entry) {
       if (std::memcmp(cur + 1, it.up->window.bytes + 1, len - 1) != 0) continue;
-      b.windows.emplace_back(it.site->addr, it.site->addr + len);
+      wins.emplace_back(kept, AddrRange(it.site->addr, it.site->addr + len));
       // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
-      if (it.site->xol) b.windows.emplace_back(it.site->xol - 1, it.site->xol + arch::kXolSlotSize);
-      any_entry = true;
+      if (it.site->xol) wins.emplace_back(kept, AddrRange(it.site->xol - 1, it.site->xol + arch::kXolSlotSize));
     }
     b.items[kept++] = it;
   }
   b.items.resize(kept);
   if (b.items.empty()) return;
-  if (any_entry) {
+  if (!wins.empty()) {
     // Every core sees the int3s; then no thread may still be inside a window.
+    // A thread seen at a known address inside one defers only the entries
+    // whose windows hold it: they are dropped and the others asked about
+    // again (a few times; a thread that cannot be placed defers them all).
     sync_cores();
+    std::vector<bool> dropped(b.items.size(), false);
     std::string why;
-    const bool outside = threads_outside(b.windows, why);
-    for (const OptBatch::Item& it : b.items) {
-      if (!it.entry) continue;
-      if (outside) it.up->opt_failure.clear();
-      else it.up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+    bool outside = false;
+    for (int round = 0; round < 8; ++round) {
+      b.windows.clear();
+      for (const auto& [item, r] : wins)
+        if (!dropped[item]) b.windows.push_back(r);
+      if (b.windows.empty()) break;
+      std::uint64_t culprit = 0;
+      outside = threads_outside(b.windows, why, &culprit);
+      if (outside || !culprit) break;
+      bool any = false;
+      for (const auto& [item, r] : wins)
+        if (!dropped[item] && culprit > r.first && culprit < r.second) {
+          dropped[item] = true;
+          b.items[item].up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+          any = true;
+        }
+      if (!any) break;
     }
-    if (!outside)
-      b.items.erase(std::remove_if(b.items.begin(), b.items.end(), [](const OptBatch::Item& i) { return i.entry; }),
-                    b.items.end());
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < b.items.size(); ++i) {
+      const OptBatch::Item& it = b.items[i];
+      if (it.entry && !dropped[i]) {
+        if (outside) it.up->opt_failure.clear();
+        else it.up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
+      }
+      if (!it.entry || (outside && !dropped[i])) b.items[k++] = it;
+    }
+    b.items.resize(k);
   }
   for (const OptBatch::Item& it : b.items) {
     it.site->stub = it.stub;

@@ -168,10 +168,12 @@ long now_ns() {
 }  // namespace
 
 /// Sends the sample signal to `running` and checks their answers.
-bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why);
+bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why,
+                    std::uint64_t* culprit);
 
-bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
+bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit) {
   why.clear();
+  if (culprit) *culprit = 0;
   if (ranges.empty()) return true;
   const long self = ::syscall(SYS_gettid);
   DIR* d = ::opendir("/proc/self/task");
@@ -201,6 +203,7 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
         if (inside(ranges, ip)) {
           why = "thread " + std::to_string(tid) + " is stopped at " + hex(ip) +
                 ", inside the instructions the jump would displace";
+          if (culprit) *culprit = ip;
           return false;
         }
         break;
@@ -224,7 +227,7 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
       ::sched_yield();
     }
   }
-  if (!running.empty() && !sample_running(running, ranges, why)) return false;
+  if (!running.empty() && !sample_running(running, ranges, why, culprit)) return false;
   // A thread stopped inside our SIGTRAP handler was observed where the
   // handler is; where it resumes is decided only at the handler's end.
   for (std::uint64_t ip : trap_ips_in_flight())
@@ -235,7 +238,8 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why) {
   return true;
 }
 
-bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why) {
+bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why,
+                    std::uint64_t* culprit) {
   const pid_t pid = ::getpid();
   const std::uint64_t tag = kTag | ++g_gen;
   g_req.claimed.store(0, std::memory_order_relaxed);
@@ -277,6 +281,8 @@ bool sample_running(const std::vector<long>& running, const std::vector<AddrRang
                                                                     hex(g_req.resumes[i]) + ")"
                                                               : "") +
                                             ", inside the instructions the jump would displace";
+        if (culprit && g_req.ips[i] != kInTrap)
+          *culprit = inside(ranges, g_req.ips[i]) ? g_req.ips[i] : g_req.resumes[i];
         ok = false;
         break;
       }

@@ -36,7 +36,10 @@ using AddrRange = std::pair<std::uint64_t, std::uint64_t>;
 /// range (the thread is observed where the handler is), and tasks sharing the
 /// address space outside the thread group (vfork children, clone(CLONE_VM)).
 /// Registry mutex held; not async-signal-safe.
-bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why);
+/// When the answer is false because a thread was seen at a known address
+/// inside one of the ranges, `*culprit` (if given) is that address (else 0):
+/// the caller may drop the ranges holding it and ask again for the others.
+bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit = nullptr);
 
 /// Config::sample_signal: 0, or a real-time signal libuprobe then owns.
 /// @throws std::invalid_argument (not 0 or SIGRTMIN..SIGRTMAX; the signal has

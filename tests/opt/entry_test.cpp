@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "opt_common.hpp"
+#include "uprobe/batch.hpp"
 
 extern "C" {
 std::uint64_t ent_frame(std::uint64_t, std::uint64_t);
@@ -395,6 +396,69 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
   EXPECT_EQ(ent_load(&x), 5u);
   EXPECT_EQ(c.hits.load(), 1u);  // the thread that faulted entered before the probe
   EXPECT_EQ(c2.hits.load(), 1u);
+  close(uffd);
+  munmap(area, page);
+}
+
+/// A batch whose entries include one with a thread stopped inside its window
+/// converts the others: only the entry whose window holds the thread stays
+/// int3 (with the thread named), and it converts at the next attach once the
+/// thread has left.
+TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
+  int uffd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
+  if (uffd < 0) GTEST_SKIP() << "userfaultfd unavailable: " << std::strerror(errno);
+  uffdio_api api{};
+  api.api = UFFD_API;
+  ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0) << std::strerror(errno);
+  const long page = sysconf(_SC_PAGESIZE);
+  void* area = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  uffdio_register reg{};
+  reg.range.start = reinterpret_cast<std::uint64_t>(area);
+  reg.range.len = static_cast<std::uint64_t>(page);
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+  ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0) << std::strerror(errno);
+  std::atomic<std::uint64_t> loaded{0};
+  std::thread t([&] { loaded.store(ent_load(static_cast<const std::uint64_t*>(area)) + 1); });
+  pollfd pfd{uffd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the thread never faulted";
+  uffd_msg msg{};
+  ASSERT_EQ(read(uffd, &msg, sizeof msg), static_cast<ssize_t>(sizeof msg));
+
+  EntryCounter on_load(addr(ent_load)), on_sub(addr(ent_sub));
+  const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_load), on_load),
+                                                  uprobe::ProbeRequest::at(vaddr(ent_sub), on_sub)};
+  const auto res = uprobe::register_uprobes(reqs);
+  ASSERT_TRUE(res[0] && res[1]);
+  const uprobe::ProbeInfo load_info = uprobe::probe_info(res[0].probe);
+  EXPECT_EQ(load_info.mode, "int3");
+  EXPECT_NE(load_info.why_not_optimized.find("is stopped at " + hex(reinterpret_cast<std::uint64_t>(ent_load_fault))),
+            std::string::npos)
+      << load_info.why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(res[1].probe).mode, "optimized-entry") << uprobe::probe_info(res[1].probe).why_not_optimized;
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
+  EXPECT_EQ(on_sub.hits.load(), 20u);
+
+  alignas(64) static std::uint8_t src[65536];
+  std::memset(src, 0, sizeof src);
+  const std::uint64_t v = 41;
+  std::memcpy(src, &v, sizeof v);
+  uffdio_copy cp{};
+  cp.dst = reinterpret_cast<std::uint64_t>(area);
+  cp.src = reinterpret_cast<std::uint64_t>(src);
+  cp.len = static_cast<std::uint64_t>(page);
+  ASSERT_EQ(ioctl(uffd, UFFDIO_COPY, &cp), 0) << std::strerror(errno);
+  t.join();
+  EXPECT_EQ(loaded.load(), 42u);
+  EntryCounter again(addr(ent_load));
+  uprobe::Attachment a2(vaddr(ent_load), again);
+  EXPECT_EQ(uprobe::probe_info(res[0].probe).mode, "optimized-entry") << uprobe::probe_info(res[0].probe).why_not_optimized;
+  std::uint64_t x = 7;
+  EXPECT_EQ(ent_load(&x), 7u);
+  EXPECT_EQ(on_load.hits.load(), 1u);  // the faulted thread entered before the probe
+  EXPECT_EQ(again.hits.load(), 1u);
+  for (const auto& e : uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[0].probe, &on_load}, {res[1].probe, &on_sub}}))
+    EXPECT_FALSE(e);
   close(uffd);
   munmap(area, page);
 }
