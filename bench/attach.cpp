@@ -296,6 +296,15 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+/// The run's metadata without the throughput-only settings.
+std::vector<std::pair<std::string, std::string>> attach_meta(const Options& o) {
+  std::vector<std::pair<std::string, std::string>> m;
+  for (auto& kv : run_meta(o))
+    if (kv.first != "warmup_s" && kv.first != "duration_s" && kv.first != "affinity" && kv.first != "compare")
+      m.push_back(std::move(kv));
+  return m;
+}
+
 /// --format csv|json: every round's figures (ms), to -o FILE or stdout.
 /// CSV: one row per round and measurement (batch, single, kernel, convert);
 /// JSON: the run's metadata, the refusals, and the rounds with every value
@@ -307,14 +316,19 @@ bool write_attach_data(const Options& o, const std::vector<std::map<std::string,
     std::perror(("uprobe-bench: " + o.output).c_str());
     return false;
   }
+  std::vector<std::string> refused;  // "offset 0x...: why", as the text lists them
+  for (const std::string& r : reasons) {
+    const std::size_t at = r.find("at offset ");
+    refused.push_back(at == std::string::npos ? r : r.substr(at + 3));
+  }
   auto get = [](const std::map<std::string, std::string>& r, const std::string& key) {
     auto it = r.find(key);
     return it == r.end() ? std::string() : it->second;
   };
   static const char* const kRows[] = {"batch", "single", "kernel"};
   if (o.format == Format::csv) {
-    for (const auto& [k, v] : run_meta(o)) std::fprintf(data, "# %s: %s\n", k.c_str(), v.c_str());
-    for (const std::string& r : reasons) std::fprintf(data, "# refused: %s\n", r.c_str());
+    for (const auto& [k, v] : attach_meta(o)) std::fprintf(data, "# %s: %s\n", k.c_str(), v.c_str());
+    for (const std::string& r : refused) std::fprintf(data, "# refused: %s\n", r.c_str());
     std::fprintf(data, "round,measurement,probes,attach_wall_ms,attach_cpu_ms,detach_wall_ms,detach_cpu_ms\n");
     for (std::size_t i = 0; i < rounds.size(); ++i) {
       const auto& r = rounds[i];
@@ -333,13 +347,13 @@ bool write_attach_data(const Options& o, const std::vector<std::map<std::string,
   } else {
     std::fprintf(data, "{\n  \"meta\": {");
     bool first = true;
-    for (const auto& [k, v] : run_meta(o)) {
+    for (const auto& [k, v] : attach_meta(o)) {
       std::fprintf(data, "%s\"%s\": \"%s\"", first ? "" : ", ", json_escape(k).c_str(), json_escape(v).c_str());
       first = false;
     }
     std::fprintf(data, "},\n  \"mode\": \"attach-libc\",\n  \"refused\": [");
-    for (std::size_t i = 0; i < reasons.size(); ++i)
-      std::fprintf(data, "%s\"%s\"", i ? ", " : "", json_escape(reasons[i]).c_str());
+    for (std::size_t i = 0; i < refused.size(); ++i)
+      std::fprintf(data, "%s\"%s\"", i ? ", " : "", json_escape(refused[i]).c_str());
     std::fprintf(data, "],\n  \"rounds\": [");
     for (std::size_t i = 0; i < rounds.size(); ++i) {
       std::fprintf(data, "%s\n    {\"round\": %zu", i ? "," : "", i + 1);
@@ -405,11 +419,12 @@ int run_attach(const Options& o) {
                o.repeat);
   std::vector<std::map<std::string, std::string>> rounds;
   int failures = 0;
+  std::vector<std::string> round_reasons;  // (the measured rounds refuse nothing: the refused are skipped)
   for (int round = 0; round < o.repeat; ++round) {
     {
       kv.clear();
-      reasons.clear();
-      if (!run_round(o, skip, kv, reasons, error)) {
+      round_reasons.clear();
+      if (!run_round(o, skip, kv, round_reasons, error)) {
         std::fprintf(out, "round %d: FAILED (%s)\n", round + 1, error.c_str());
         ++failures;
         continue;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "bench.hpp"
@@ -367,6 +368,15 @@ bool parse_options(int argc, char** argv, Options& o) {
     if (!throughput_only.empty())
       return fail("--attach-libc times attach and detach, not hits: " + throughput_only +
                   " does not apply (it takes -r, --kernel, --format, -o and the runtime switches)");
+    if (!o.output.empty() && o.format == Format::text) {
+      auto ends = [&](const char* ext) {
+        const std::size_t n = std::strlen(ext);
+        return o.output.size() > n && o.output.compare(o.output.size() - n, n, ext) == 0;
+      };
+      if (ends(".csv")) o.format = Format::csv;
+      else if (ends(".json")) o.format = Format::json;
+      else return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
+    }
     if (o.kernel_count == 0 || o.kernel_count > o.attach_libc) o.kernel_count = o.attach_libc;
     return true;
   }

@@ -208,6 +208,8 @@ constexpr TrapPathFunction kTrapPathLibc[] = {
     {"pthread_sigmask", TrapPathUse::trap_path,
      "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
     {"syscall", TrapPathUse::sigtrap_blocked, "liburcu-bp's grace period (every unregister: membarrier)"},
+    {"getpid", TrapPathUse::sigtrap_blocked,
+     "glibc's pthread_kill and pthread_cancel of another thread (every signal blocked, then getpid)"},
     {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
     {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
     {"sigaltstack", TrapPathUse::trap_path, "the return path"},

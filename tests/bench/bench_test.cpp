@@ -457,6 +457,28 @@ TEST(Binary, AttachLibcWritesEveryRoundAsCsvAndJson) {
   EXPECT_EQ(rounds, 2u) << json;
   EXPECT_NE(json.find("\"attached\": 30"), std::string::npos) << json;
   EXPECT_EQ(json.find("single_attach_ms"), std::string::npos) << json;
+  // The refused functions are in the data too (libc's abort is on the trap path).
+  EXPECT_NE(json.find("\"refused\": [\"offset 0x"), std::string::npos) << json;
+  EXPECT_NE(csv.find("# refused: offset 0x"), std::string::npos) << csv;
+  // -o with a .csv name implies --format csv; any other name is refused.
+  char dir[] = "/tmp/uprobe-bench-o-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/a.csv";
+  const Exec r = run("--attach-libc 10 -r 1 --attach-no-single -o " + file);
+  EXPECT_EQ(r.status, 0) << r.out;
+  FILE* f = std::fopen(file.c_str(), "r");
+  ASSERT_NE(f, nullptr) << r.out;
+  char text[256] = {};
+  bool has_header = false;
+  while (std::fgets(text, sizeof text, f))
+    has_header |= std::string(text).rfind("round,measurement,probes,", 0) == 0;
+  std::fclose(f);
+  EXPECT_TRUE(has_header);
+  std::remove(file.c_str());
+  ::rmdir(dir);
+  const Exec bad = run("--attach-libc 10 -o /tmp/uprobe-bench-out.txt");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("-o FILE needs --format"), std::string::npos) << bad.out;
 }
 
 TEST(Binary, AttachLibcRefusesOptionsItWouldIgnore) {
