@@ -24,7 +24,9 @@ enum class XolMode : std::uint8_t {
 /// How the SIGTRAP handler is installed (seed 001).
 enum class SignalMask : std::uint8_t {
   nodefer,  ///< SA_NODEFER and an empty sa_mask: delivery and sigreturn leave the blocked mask alone (default)
-  defer,    ///< the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask
+  defer,    ///< the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask.
+            ///< A lab setting (seed 001's "before"): with SIGTRAP blocked, an int3 probe hit from inside a
+            ///< handler (a consumer calling a probed function) is fatal, where nodefer counts a recursion miss.
 };
 
 /// Where return instances come from (seed 002).
