@@ -308,7 +308,8 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
     }
   }
 
-  peeks.reset();
+  // (The page copy stays: this thread's writes below keep it equal to
+  // memory, and any other thread's text write makes it read the page again.)
 
   // 2. One publication: from here on a hit at any new site finds its probe.
   if (!fresh.empty()) publish_probe_table(r);
@@ -418,6 +419,7 @@ std::vector<std::optional<Error>> unregister_uprobes(std::span<const ProbeConsum
   }
   const ExecIndex exec(*vmas);
   PokeSession poke;
+  PeekCache peeks;     // reads at every site: one system call per page (kept equal to memory across our writes)
   XolBatch xol_batch;  // the stubs' owner fields and vector flags: one RW alias per region, not one mmap per write
 
   for (std::size_t g = 0; g < n;) {

@@ -356,7 +356,7 @@ void detail::reoptimize_all(Registry& r) {
   // batch attach converts them (one protocol run, one serialisation per
   // step); the others (partly optimized, or to undo) one by one.
   std::vector<Uprobe*> together;
-  std::optional<PeekCache> peeks(std::in_place);  // a read at every site: one system call per page
+  PeekCache peeks;  // a read at every site: one system call per page (kept equal to memory across our writes)
   for (Uprobe& u : r.tree) {
     PatchGuard guard(&u);
     if (!u.applied) continue;
@@ -381,7 +381,6 @@ void detail::reoptimize_all(Registry& r) {
       optimize_sites(&u, ss, vmas->vmas());
     }
   }
-  peeks.reset();
   if (together.empty()) return;
   PokeSession poke;          // one /proc/self/mem descriptor for every write
   xol_area().begin_batch();  // one RW alias per XOL region for every stub
