@@ -51,6 +51,30 @@ void* libc_sym(const char* name) {
   return libc ? dlsym(libc, name) : nullptr;
 }
 
+/// The file offsets of libc's first `max` sized .dynsym functions, in offset order.
+std::vector<std::uint64_t> libc_function_offsets(const std::string& libc, std::size_t max) {
+  std::vector<std::uint64_t> offsets;
+  for (const auto& sym : uprobe::read_symbols(libc))
+    if (sym.executable && sym.size > 0 && sym.type == STT_FUNC) offsets.push_back(sym.offset);
+  std::sort(offsets.begin(), offsets.end());
+  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  offsets.resize(std::min(offsets.size(), max));
+  return offsets;
+}
+
+/// The bytes of a file.
+std::vector<char> file_contents(const std::string& path) {
+  std::vector<char> out;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.insert(out.end(), buf, buf + n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+
+
 /// Calls batch_fx_i `times` times and checks every return value.
 void call(std::size_t i, std::uint64_t times) {
   for (std::uint64_t k = 0; k < times; ++k) ASSERT_EQ(batch_fx[i](k), k + i) << "batch_fx_" << i;
@@ -69,6 +93,18 @@ std::vector<uprobe::ProbeConsumer> pairs_of(const std::vector<uprobe::RegisterRe
   for (std::size_t i = 0; i < res.size(); ++i)
     if (res[i].probe) out.push_back({res[i].probe, reqs[i].consumer});
   return out;
+}
+
+/// One batch on batch_fx_[from, to): attach, one call each, detach; the hits counted.
+std::uint64_t attach_call_detach(std::size_t from, std::size_t to) {
+  Counter c;
+  std::vector<uprobe::ProbeRequest> reqs;
+  for (std::size_t i = from; i < to; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
+  const auto res = uprobe::register_uprobes(reqs);
+  for (const auto& r : res) EXPECT_TRUE(r) << r.error->what();
+  for (std::size_t i = from; i < to; ++i) call(i, 1);
+  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
+  return c.hits.load();
 }
 
 TEST(Batch, ExactHitCountsOnEveryProbeThenDetachRestoresEveryByte) {
@@ -201,14 +237,7 @@ TEST(Batch, OwnTextReadsAndWritesHitNoProbeOnLibcWrappers) {
   ASSERT_NE(libc_pvr, nullptr);
   Counter pvr;
   uprobe::Uprobe* probe = uprobe::register_uprobe(reinterpret_cast<const void*>(libc_pvr), pvr);
-  Counter c;
-  std::vector<uprobe::ProbeRequest> reqs;
-  for (std::size_t i = 100; i < 140; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
-  const auto res = uprobe::register_uprobes(reqs);
-  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
-  for (std::size_t i = 100; i < 140; ++i) call(i, 1);
-  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
-  EXPECT_EQ(c.hits.load(), 40u);
+  EXPECT_EQ(attach_call_detach(100, 140), 40u);
   EXPECT_EQ(pvr.hits.load(), 0u);
   // The program's own call is a hit.
   std::uint8_t byte = 0;
@@ -270,14 +299,7 @@ TEST(Batch, LibcOpenPwriteCloseCanBeProbedAndThePatcherIsNotSeen) {
   EXPECT_EQ(counts(), now);
   uprobe::unregister_uprobe(removing, remover);
   // A batch attach and detach write every site: no pwrite64 hit.
-  Counter c;
-  std::vector<uprobe::ProbeRequest> reqs;
-  for (std::size_t i = 160; i < 200; ++i) reqs.push_back(uprobe::ProbeRequest::at(fx(i), c));
-  const auto res = uprobe::register_uprobes(reqs);
-  for (const auto& r : res) ASSERT_TRUE(r) << r.error->what();
-  for (std::size_t i = 160; i < 200; ++i) call(i, 1);
-  for (const auto& e : uprobe::unregister_uprobes(pairs_of(res, reqs))) EXPECT_FALSE(e);
-  EXPECT_EQ(c.hits.load(), 40u);
+  EXPECT_EQ(attach_call_detach(160, 200), 40u);
   EXPECT_EQ(on[1].hits.load(), now[1]);
   for (int k = 0; k < 3; ++k) uprobe::unregister_uprobe(probes[k], on[k]);
   for (int k = 0; k < 3; ++k) EXPECT_EQ(mem_bytes(fns[k], 8), file[k]) << k;
@@ -338,21 +360,10 @@ TEST(Batch, AFileRewrittenDuringBatchesGivesErrorsNotACrash) {
   // nothing faults (the batch reads the file, it never maps it: a mapped
   // page past a truncation raised SIGBUS in the attaching process).
   const std::string libc = uprobe::resolve_library("libc.so.6");
-  std::vector<std::uint64_t> offsets;
-  for (const auto& sym : uprobe::read_symbols(libc))
-    if (sym.executable && sym.size > 0 && sym.type == STT_FUNC) offsets.push_back(sym.offset);
-  std::sort(offsets.begin(), offsets.end());
-  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
-  ASSERT_GT(offsets.size(), 1000u);
-  offsets.resize(1000);
-  std::vector<char> image;
-  {
-    FILE* f = std::fopen(libc.c_str(), "rb");
-    ASSERT_NE(f, nullptr);
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) image.insert(image.end(), buf, buf + n);
-    std::fclose(f);
-  }
+  const std::vector<std::uint64_t> offsets = libc_function_offsets(libc, 1000);
+  ASSERT_EQ(offsets.size(), 1000u);
+  const std::vector<char> image = file_contents(libc);
+  ASSERT_FALSE(image.empty());
   char dir[] = "/tmp/uprobe-rewrite-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/lib.so";
@@ -416,23 +427,16 @@ TEST(Batch, AHandlerRemovingItsProbeDuringABatchDoesNotFailTheBatchRequestOnIt) 
   const std::size_t a = 220, b = 221;  // neighbours: one page
   ASSERT_EQ(reinterpret_cast<std::uintptr_t>(fx(a)) >> 12, reinterpret_cast<std::uintptr_t>(fx(b)) >> 12);
   const std::string libc = uprobe::resolve_library("libc.so.6");
-  std::vector<std::uint64_t> offsets;
-  for (const auto& sym : uprobe::read_symbols(libc))
-    if (sym.executable && sym.size > 0 && sym.type == STT_FUNC) offsets.push_back(sym.offset);
-  std::sort(offsets.begin(), offsets.end());
-  offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
-  offsets.resize(std::min<std::size_t>(offsets.size(), 1500));
+  const std::vector<std::uint64_t> offsets = libc_function_offsets(libc, 1500);
   // The pending requests name a file this process has not mapped.
   char dir[] = "/tmp/uprobe-pending-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string copy = std::string(dir) + "/lib.so";
   {
-    FILE* in = std::fopen(libc.c_str(), "rb");
+    const std::vector<char> image = file_contents(libc);
     FILE* out = std::fopen(copy.c_str(), "wb");
-    ASSERT_TRUE(in && out);
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) ASSERT_EQ(std::fwrite(buf, 1, n, out), n);
-    std::fclose(in);
+    ASSERT_TRUE(out && !image.empty());
+    ASSERT_EQ(std::fwrite(image.data(), 1, image.size(), out), image.size());
     std::fclose(out);
   }
   struct Remover : uprobe::Consumer {

@@ -337,30 +337,67 @@ TEST(Entry, SampleSignalObservesARunningThread) {
   EXPECT_EQ(uprobe::configuration().sample_signal, SIGRTMAX);
 }
 
+/// A thread stopped inside ent_load's window: its load at +1 waits on a page
+/// that userfaultfd holds until release() fills it with 41.
+class StoppedInEntLoad {
+ public:
+  /// False (with the reason) when userfaultfd cannot be used here.
+  bool start(std::string& why) {
+    uffd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
+    if (uffd_ < 0) return why = std::string("userfaultfd unavailable: ") + std::strerror(errno), false;
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (ioctl(uffd_, UFFDIO_API, &api) != 0) return why = std::string("UFFDIO_API: ") + std::strerror(errno), false;
+    page_ = sysconf(_SC_PAGESIZE);
+    area_ = mmap(nullptr, static_cast<std::size_t>(page_), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area_ == MAP_FAILED) return why = "mmap failed", false;
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<std::uint64_t>(area_);
+    reg.range.len = static_cast<std::uint64_t>(page_);
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (ioctl(uffd_, UFFDIO_REGISTER, &reg) != 0) return why = std::string("UFFDIO_REGISTER: ") + std::strerror(errno), false;
+    thread_ = std::thread([this] { loaded_.store(ent_load(static_cast<const std::uint64_t*>(area_)) + 1); });
+    pollfd pfd{uffd_, POLLIN, 0};
+    if (poll(&pfd, 1, 5000) != 1) return why = "the thread never faulted", false;
+    uffd_msg msg{};
+    if (read(uffd_, &msg, sizeof msg) != static_cast<ssize_t>(sizeof msg) || msg.event != UFFD_EVENT_PAGEFAULT)
+      return why = "no page-fault event", false;
+    return true;
+  }
+  /// Lets the thread finish its load; the value it returns (41 + 1).
+  std::uint64_t release() {
+    alignas(64) static std::uint8_t src[65536];
+    std::memset(src, 0, sizeof src);
+    const std::uint64_t v = 41;
+    std::memcpy(src, &v, sizeof v);
+    uffdio_copy cp{};
+    cp.dst = reinterpret_cast<std::uint64_t>(area_);
+    cp.src = reinterpret_cast<std::uint64_t>(src);
+    cp.len = static_cast<std::uint64_t>(page_);
+    EXPECT_EQ(ioctl(uffd_, UFFDIO_COPY, &cp), 0) << std::strerror(errno);
+    thread_.join();
+    return loaded_.load();
+  }
+  ~StoppedInEntLoad() {
+    if (thread_.joinable()) release();
+    if (area_ && area_ != MAP_FAILED) munmap(area_, static_cast<std::size_t>(page_));
+    if (uffd_ >= 0) close(uffd_);
+  }
+
+ private:
+  int uffd_ = -1;
+  long page_ = 0;
+  void* area_ = nullptr;
+  std::thread thread_;
+  std::atomic<std::uint64_t> loaded_{0};
+};
+
 /// A thread stopped inside the window (on a load that userfaultfd holds at
 /// +1) blocks the conversion; once it has left, the next attach converts.
 TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
-  int uffd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
-  if (uffd < 0) GTEST_SKIP() << "userfaultfd unavailable: " << std::strerror(errno);
-  uffdio_api api{};
-  api.api = UFFD_API;
-  ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0) << std::strerror(errno);
-  const long page = sysconf(_SC_PAGESIZE);
-  void* area = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(area, MAP_FAILED);
-  uffdio_register reg{};
-  reg.range.start = reinterpret_cast<std::uint64_t>(area);
-  reg.range.len = static_cast<std::uint64_t>(page);
-  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
-  ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0) << std::strerror(errno);
-
-  std::atomic<std::uint64_t> loaded{0};
-  std::thread t([&] { loaded.store(ent_load(static_cast<const std::uint64_t*>(area)) + 1); });
-  pollfd pfd{uffd, POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the thread never faulted";
-  uffd_msg msg{};
-  ASSERT_EQ(read(uffd, &msg, sizeof msg), static_cast<ssize_t>(sizeof msg));
-  ASSERT_EQ(msg.event, UFFD_EVENT_PAGEFAULT);
+  StoppedInEntLoad stopped;
+  std::string why;
+  if (!stopped.start(why)) GTEST_SKIP() << why;
 
   EntryCounter c(addr(ent_load));
   uprobe::Attachment a(vaddr(ent_load), c);
@@ -377,17 +414,7 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
   }() : std::vector<std::uint8_t>{}) << "bytes 1..4 must be untouched while the thread is inside";
 
   // Let the thread finish its load (the page now holds 41).
-  alignas(64) static std::uint8_t src[65536];
-  std::memset(src, 0, sizeof src);
-  const std::uint64_t v = 41;
-  std::memcpy(src, &v, sizeof v);
-  uffdio_copy cp{};
-  cp.dst = reinterpret_cast<std::uint64_t>(area);
-  cp.src = reinterpret_cast<std::uint64_t>(src);
-  cp.len = static_cast<std::uint64_t>(page);
-  ASSERT_EQ(ioctl(uffd, UFFDIO_COPY, &cp), 0) << std::strerror(errno);
-  t.join();
-  EXPECT_EQ(loaded.load(), 42u);
+  EXPECT_EQ(stopped.release(), 42u);
 
   EntryCounter c2(addr(ent_load));
   uprobe::Attachment a2(vaddr(ent_load), c2);
@@ -396,8 +423,6 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
   EXPECT_EQ(ent_load(&x), 5u);
   EXPECT_EQ(c.hits.load(), 1u);  // the thread that faulted entered before the probe
   EXPECT_EQ(c2.hits.load(), 1u);
-  close(uffd);
-  munmap(area, page);
 }
 
 /// A batch whose entries include one with a thread stopped inside its window
@@ -405,25 +430,9 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
 /// int3 (with the thread named), and it converts at the next attach once the
 /// thread has left.
 TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
-  int uffd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
-  if (uffd < 0) GTEST_SKIP() << "userfaultfd unavailable: " << std::strerror(errno);
-  uffdio_api api{};
-  api.api = UFFD_API;
-  ASSERT_EQ(ioctl(uffd, UFFDIO_API, &api), 0) << std::strerror(errno);
-  const long page = sysconf(_SC_PAGESIZE);
-  void* area = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(area, MAP_FAILED);
-  uffdio_register reg{};
-  reg.range.start = reinterpret_cast<std::uint64_t>(area);
-  reg.range.len = static_cast<std::uint64_t>(page);
-  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
-  ASSERT_EQ(ioctl(uffd, UFFDIO_REGISTER, &reg), 0) << std::strerror(errno);
-  std::atomic<std::uint64_t> loaded{0};
-  std::thread t([&] { loaded.store(ent_load(static_cast<const std::uint64_t*>(area)) + 1); });
-  pollfd pfd{uffd, POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 5000), 1) << "the thread never faulted";
-  uffd_msg msg{};
-  ASSERT_EQ(read(uffd, &msg, sizeof msg), static_cast<ssize_t>(sizeof msg));
+  StoppedInEntLoad stopped;
+  std::string why;
+  if (!stopped.start(why)) GTEST_SKIP() << why;
 
   EntryCounter on_load(addr(ent_load)), on_sub(addr(ent_sub));
   const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_load), on_load),
@@ -439,17 +448,7 @@ TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
   for (int i = 0; i < 20; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
   EXPECT_EQ(on_sub.hits.load(), 20u);
 
-  alignas(64) static std::uint8_t src[65536];
-  std::memset(src, 0, sizeof src);
-  const std::uint64_t v = 41;
-  std::memcpy(src, &v, sizeof v);
-  uffdio_copy cp{};
-  cp.dst = reinterpret_cast<std::uint64_t>(area);
-  cp.src = reinterpret_cast<std::uint64_t>(src);
-  cp.len = static_cast<std::uint64_t>(page);
-  ASSERT_EQ(ioctl(uffd, UFFDIO_COPY, &cp), 0) << std::strerror(errno);
-  t.join();
-  EXPECT_EQ(loaded.load(), 42u);
+  EXPECT_EQ(stopped.release(), 42u);
   EntryCounter again(addr(ent_load));
   uprobe::Attachment a2(vaddr(ent_load), again);
   EXPECT_EQ(uprobe::probe_info(res[0].probe).mode, "optimized-entry") << uprobe::probe_info(res[0].probe).why_not_optimized;
@@ -459,8 +458,6 @@ TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
   EXPECT_EQ(again.hits.load(), 1u);
   for (const auto& e : uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{{res[0].probe, &on_load}, {res[1].probe, &on_sub}}))
     EXPECT_FALSE(e);
-  close(uffd);
-  munmap(area, page);
 }
 
 }  // namespace
