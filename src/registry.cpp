@@ -77,15 +77,11 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       // between the read above and the check.
       PatchGuard guard(up);
       if (!peek_text_fresh(s.addr, &cur, 1)) continue;
-      if (matches()) {
-        ss->sites.push_back(s);
-        continue;
-      }
+      if (!matches())
+        throw Error(Errc::refused_instruction, up->path, up->key.offset,
+                    "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
+                        hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
     }
-    if (!matches())
-      throw Error(Errc::refused_instruction, up->path, up->key.offset,
-                  "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
-                      hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
     ss->sites.push_back(s);
   }
   return ss;

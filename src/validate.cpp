@@ -46,32 +46,29 @@ constexpr std::size_t kWindow = 128u << 10;
 /// meanwhile (`cp new old`) gives short reads, never a SIGBUS.
 std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
   if (!t.batch || len > kWindow) return read_at(t.fd, off, buf, len);
-  const bool at_end = t.image_size < kWindow;  // the last fill reached the end of the file
-  if (t.image && off >= t.image_offset && off - t.image_offset < t.image_size &&
-      (off + len <= t.image_offset + t.image_size || at_end)) {
-    const std::size_t n = std::min<std::uint64_t>(len, t.image_offset + t.image_size - off);
-    std::memcpy(buf, t.image + (off - t.image_offset), n);
+  const bool at_end = t.window_size < kWindow;  // the last fill reached the end of the file
+  if (t.window && off >= t.window_offset && off - t.window_offset < t.window_size &&
+      (off + len <= t.window_offset + t.window_size || at_end)) {
+    const std::size_t n = std::min<std::uint64_t>(len, t.window_offset + t.window_size - off);
+    std::memcpy(buf, t.window + (off - t.window_offset), n);
     return n;
   }
-  if (!t.map) {
+  if (!t.window) {
     void* m = ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (m == MAP_FAILED) return read_at(t.fd, off, buf, len);
-    t.map = m;
-    t.map_len = kWindow;
+    t.window = static_cast<std::uint8_t*>(m);
   }
-  auto* w = static_cast<std::uint8_t*>(t.map);
-  t.image = w;
-  t.image_offset = off;
-  t.image_size = read_at(t.fd, off, w, kWindow);
-  const std::size_t n = std::min(len, t.image_size);
-  std::memcpy(buf, w, n);
+  t.window_offset = off;
+  t.window_size = read_at(t.fd, off, t.window, kWindow);
+  const std::size_t n = std::min(len, t.window_size);
+  std::memcpy(buf, t.window, n);
   return n;
 }
 
 }  // namespace
 
 Target::~Target() {
-  if (map) ::munmap(map, map_len);
+  if (window) ::munmap(window, kWindow);
   if (fd >= 0) ::close(fd);
 }
 

@@ -23,11 +23,9 @@ struct Target {
   /// through a window of the file (a copy: see read_code() in validate.cpp),
   /// one pread() per window instead of one per function.
   bool batch = false;
-  mutable const std::uint8_t* image = nullptr;  ///< file bytes [image_offset, image_offset + image_size)
-  mutable std::size_t image_size = 0;
-  mutable std::uint64_t image_offset = 0;
-  mutable void* map = nullptr;  ///< the window's buffer, munmap()ed by ~Target
-  mutable std::size_t map_len = 0;
+  mutable std::uint8_t* window = nullptr;  ///< file bytes [window_offset, window_offset + window_size), munmap()ed by ~Target
+  mutable std::size_t window_size = 0;
+  mutable std::uint64_t window_offset = 0;
   Target() = default;
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;
