@@ -61,10 +61,12 @@ const Plan* g_plan = nullptr;
 Result* g_results = nullptr;
 int g_variant = 0;
 volatile Stage g_stage = Stage::start;
+float g_x87_scratch = 0;  // the operand of the child's first x87 instruction
 long g_own_fs = 0, g_own_gs = 0;  // the child's own bases (TLS): instrumented code needs them
 
 // FXSAVE image offsets (Intel SDM vol. 1, 10.5.1).
-constexpr std::size_t kFxFcw = 0, kFxFsw = 2, kFxFtw = 4, kFxMxcsr = 24, kFxSt = 32, kFxXmm = 160;
+constexpr std::size_t kFxFcw = 0, kFxFsw = 2, kFxFtw = 4, kFxFop = 6, kFxMxcsr = 24, kFxSt = 32, kFxXmm = 160;
+constexpr std::size_t kFxPointersLen = 18;  // FOP, FIP (with FCS), FDP (with FDS): bytes 6..23
 constexpr std::size_t kFxSwBytes = 464;     // struct _fpx_sw_bytes (Linux)
 constexpr std::uint32_t kFpXstateMagic1 = 0x46505853;
 constexpr std::size_t kXstateBv = 512;      // XSAVE header: XSTATE_BV
@@ -97,6 +99,10 @@ void load_plan(ucontext_t* uc, std::uint64_t rip) {
   copy(fx + kFxFcw, &fcw, 2);
   copy(fx + kFxFsw, &zero16, 2);
   copy(fx + kFxFtw, &zero16, 2);  // abridged tag word: all empty
+  // The last x87 instruction's opcode and pointers: zero, not what the
+  // previous variant (or the parent) left, since fnsave, fnstenv, fxsave and
+  // xsave store them to memory (CI found `fnsave [rax]' differing by them).
+  for (std::size_t i = 0; i < kFxPointersLen; ++i) fx[kFxFop + i] = 0;
   copy(fx + kFxMxcsr, &mxcsr, 4);
   for (std::size_t i = 0; i < 8 * 16; ++i) fx[kFxSt + i] = 0;
   copy(fx + kFxXmm, p.xmm, sizeof p.xmm);
@@ -213,6 +219,12 @@ void on_signal(int sig, siginfo_t* si, void* ctx) {
   if (raw(SYS_rt_sigaction, SIGALRM, reinterpret_cast<long>(&dfl), 0, 8) != 0) die(4);
   unsigned long none = 0;
   raw(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, 8);
+  // A non-control x87 instruction first: the x87 last-instruction and
+  // last-operand pointers (FIP, FDP, FOP) are then not zero when variant 0
+  // starts, so a variant that inherited them from the one before it (they
+  // are not part of the plan's state unless load_plan() sets them) would be
+  // caught by any instruction storing them (fnsave, fnstenv, fxsave, xsave).
+  asm volatile("fldz\n\tfstps %0" : "=m"(g_x87_scratch));
   asm volatile("int3" ::: "memory");
   die(8);  // the handler never returns here
 }
