@@ -177,7 +177,10 @@ int guarded(bool unregistering, F&& f) noexcept {
     f();
     return 0;
   } catch (const uprobe::Error& e) {
-    return fail(to_errno(e.code(), unregistering), e.what());
+    // A file that cannot be opened says why in its errno (EACCES, ENOTDIR,
+    // ELOOP, ...; EISDIR for a directory), not only -ENOENT / -ENOEXEC.
+    const bool file = e.code() == uprobe::Errc::file_not_found || e.code() == uprobe::Errc::not_executable;
+    return fail(file && e.sys_errno() > 0 ? e.sys_errno() : to_errno(e.code(), unregistering), e.what());
   } catch (const std::bad_alloc&) {
     return fail_static(ENOMEM, "libuprobe: out of memory");
   } catch (const std::system_error& e) {
@@ -421,8 +424,10 @@ const char* uprobe_strerror(int err) {
   switch (err < 0 ? -err : err) {
     case 0: return "success";
     case ENOENT: return "no such file, or the consumer is not registered on this probe";
+    case EACCES: return "permission denied: the file cannot be opened for reading";
+    case EISDIR: return "the path is a directory, not a regular file";
     case EINVAL: return "offset past the end of the file, or an invalid argument";
-    case ENOEXEC: return "offset outside every executable segment of the file";
+    case ENOEXEC: return "not a regular ELF file, or offset outside every executable segment of the file";
     case EILSEQ: return "offset inside an instruction";
     case EOPNOTSUPP: return "instruction cannot be probed, or unsupported request";
     case ENXIO: return "address is not in a file-backed mapping";
@@ -432,7 +437,11 @@ const char* uprobe_strerror(int err) {
     case EIO: return "a system call failed";
     case ENOMEM: return "out of memory";
     case ERANGE: return "buffer too small";
-    default: return "unknown libuprobe error";
+    default: {
+      // Other open(2)/stat(2) errors of a path (ENOTDIR, ELOOP, ENAMETOOLONG, ...).
+      const char* d = ::strerrordesc_np(err < 0 ? -err : err);
+      return d ? d : "unknown libuprobe error";
+    }
   }
 }
 

@@ -293,16 +293,21 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
 
 std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(Errc::file_not_found, path, 0, std::string("cannot open file: ") + std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    throw Error(Errc::file_not_found, path, 0, std::string("cannot open file: ") + std::strerror(err), err);
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    throw Error(Errc::file_not_found, path, 0, std::string("cannot stat file: ") + std::strerror(err));
+    throw Error(Errc::file_not_found, path, 0, std::string("cannot stat file: ") + std::strerror(err), err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(Errc::not_executable, path, 0, "not a regular file");
+    const bool dir = S_ISDIR(st.st_mode);
+    throw Error(Errc::not_executable, path, 0, dir ? "a directory, not a regular file" : "not a regular file",
+                dir ? EISDIR : 0);
   }
   using Key = std::tuple<dev_t, ino_t, off_t, long, long>;
   static std::mutex mu;

@@ -14,7 +14,11 @@ std::string format(const std::string& path, std::uint64_t offset, const std::str
 }
 }  // namespace
 
-Error::Error(Errc code, std::string path, std::uint64_t offset, const std::string& why)
-    : std::runtime_error(format(path, offset, why)), code_(code), path_(std::move(path)), offset_(offset) {}
+Error::Error(Errc code, std::string path, std::uint64_t offset, const std::string& why, int sys_errno)
+    : std::runtime_error(format(path, offset, why)),
+      code_(code),
+      path_(std::move(path)),
+      offset_(offset),
+      sys_errno_(sys_errno) {}
 
 }  // namespace uprobe

@@ -255,7 +255,10 @@ std::string resolve_library(std::string_view name, LibrarySearch search) {
   if (n.empty()) throw Error(Errc::file_not_found, n, 0, "empty binary name");
   if (n.find('/') != std::string::npos) {
     std::string c = canonical(n);
-    if (c.empty()) throw Error(Errc::file_not_found, n, 0, std::string("no such file: ") + std::strerror(errno));
+    if (c.empty()) {
+      const int err = errno;
+      throw Error(Errc::file_not_found, n, 0, std::string("no such file: ") + std::strerror(err), err);
+    }
     return c;
   }
   const std::vector<LoadedObject> objs = loaded_objects();
@@ -300,8 +303,10 @@ std::string resolve_library(std::string_view name, LibrarySearch search) {
 
 std::vector<std::uintptr_t> runtime_addresses(const std::string& path, std::uint64_t offset) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(err), err);
+  }
   struct Ctx {
     dev_t dev;
     ino_t ino;

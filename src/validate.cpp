@@ -77,10 +77,17 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
   if (path.empty()) throw Error(Errc::file_not_found, path, offset, "the path is empty");
   // O_NONBLOCK: a FIFO (or a device) must be refused, not waited on.
   out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (out.fd < 0) throw Error(Errc::file_not_found, path, offset, std::string("cannot open file: ") + std::strerror(errno));
-  if (::fstat(out.fd, &out.st) != 0)
-    throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(errno));
-  if (!S_ISREG(out.st.st_mode)) throw Error(Errc::not_executable, path, offset, "not a regular file");
+  if (out.fd < 0) {
+    const int err = errno;
+    throw Error(Errc::file_not_found, path, offset, std::string("cannot open file: ") + std::strerror(err), err);
+  }
+  if (::fstat(out.fd, &out.st) != 0) {
+    const int err = errno;
+    throw Error(Errc::file_not_found, path, offset, std::string("cannot stat file: ") + std::strerror(err), err);
+  }
+  if (!S_ISREG(out.st.st_mode))
+    throw Error(Errc::not_executable, path, offset, S_ISDIR(out.st.st_mode) ? "a directory, not a regular file" : "not a regular file",
+                S_ISDIR(out.st.st_mode) ? EISDIR : 0);
   if (offset >= static_cast<std::uint64_t>(out.st.st_size))
     throw Error(Errc::bad_offset, path, offset,
                 "offset is past the end of the file (size " + std::to_string(out.st.st_size) + " bytes)");

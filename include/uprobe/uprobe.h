@@ -117,11 +117,15 @@ struct uprobe_consumer {
 
 /**
  * Errors, as negative return values (uprobe::Errc in the C++ API):
- *   -ENOENT      the file does not exist or cannot be opened (Errc::file_not_found);
+ *   -ENOENT      the file does not exist (Errc::file_not_found);
+ *   -EACCES, -ENOTDIR, -ELOOP, ...  open(2)/stat(2) of the path failed with that errno
+ *                (file_not_found with Error::sys_errno());
+ *   -EISDIR      the path is a directory (not_executable);
  *                uprobe_unregister(): the consumer is not registered on that probe
  *   -EINVAL      offset past the end of the file (bad_offset); a NULL argument;
  *                a consumer without a handler
- *   -ENOEXEC     offset outside every executable segment of the file (not_executable)
+ *   -ENOEXEC     not a regular file (a FIFO, a device), not an ELF file, or offset outside
+ *                every executable segment of the file (not_executable)
  *   -EILSEQ      offset inside an instruction of a known function (mid_instruction)
  *   -EOPNOTSUPP  an int3 already there, undecodable bytes, an instruction that cannot
  *                run out of line (refused_instruction); a ret_handler at an offset

@@ -160,15 +160,21 @@ enum class Errc {
 /// A request that throws has changed nothing in the process.
 class Error : public std::runtime_error {
  public:
-  Error(Errc code, std::string path, std::uint64_t offset, const std::string& why);
+  /// `sys_errno`: the errno of the failed system call behind the refusal
+  /// (open(2) or stat(2) of the path for file_not_found), 0 if none.
+  Error(Errc code, std::string path, std::uint64_t offset, const std::string& why, int sys_errno = 0);
   Errc code() const noexcept { return code_; }
   const std::string& path() const noexcept { return path_; }
   std::uint64_t offset() const noexcept { return offset_; }
+  /// The errno of the failed system call (e.g. EACCES for an unreadable file,
+  /// ENOENT for a missing one, ENOTDIR), or 0 when the refusal is not one.
+  int sys_errno() const noexcept { return sys_errno_; }
 
  private:
   Errc code_;
   std::string path_;
   std::uint64_t offset_;
+  int sys_errno_;
 };
 
 /// An opaque registered probe: the kernel's `struct uprobe`, keyed by

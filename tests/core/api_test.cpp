@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cerrno>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "common.hpp"
 #include "fixtures.hpp"
@@ -281,6 +284,25 @@ TEST(Refusals, MissingFile) {
   Counter c;
   const std::string path = "/nonexistent/libuprobe-core-test/none.so";
   refused([&] { uprobe::register_uprobe(path, 0x40, c); }, Errc::file_not_found, path, 0x40, "missing file");
+  try {
+    uprobe::register_uprobe(path, 0x40, c);
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const uprobe::Error& e) {
+    EXPECT_EQ(e.sys_errno(), ENOENT);
+  }
+  // The errno says why a path cannot be probed: ENOTDIR, EISDIR; 0 when no
+  // system call failed.
+  for (const auto& [p, code, err] : {std::tuple<std::string, Errc, int>{"/proc/self/exe/x", Errc::file_not_found, ENOTDIR},
+                                     {"/tmp", Errc::not_executable, EISDIR},
+                                     {"/dev/null", Errc::not_executable, 0}}) {
+    try {
+      uprobe::register_uprobe(p, 0, c);
+      ADD_FAILURE() << p << " was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), code) << p << ": " << e.what();
+      EXPECT_EQ(e.sys_errno(), err) << p << ": " << e.what();
+    }
+  }
 }
 
 TEST(Refusals, OffsetPastEndOfFile) {

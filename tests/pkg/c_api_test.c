@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uprobe/uprobe.h>
 
@@ -207,6 +209,35 @@ static void test_one_consumer_many_probes_and_path_offset(void) {
   CHECK_RC(uprobe_unregister(p2, &c.uc), 0);
 }
 
+/* An unreadable file gives -EACCES: checked in a child that drops to uid
+ * 65534 (root opens any file), with a mode-000 copy of nothing. */
+static void test_unreadable_file(struct counter *c) {
+  char path[] = "/tmp/libuprobe-c-api-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  CHECK(write(fd, "\x7f" "ELF", 4) == 4);
+  close(fd);
+  CHECK(chmod(path, 0) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 && setresuid(65534, 65534, 65534) != 0) _exit(90);
+    struct uprobe_probe *p = NULL;
+    int rc = uprobe_register(path, 0, &c->uc, &p);
+    if (rc != -EACCES) {
+      fprintf(stderr, "unreadable file: %d (%s: %s), want %d\n", rc, uprobe_strerror(rc), uprobe_last_error(), -EACCES);
+      _exit(91);
+    }
+    if (strstr(uprobe_last_error(), "Permission denied") == NULL) _exit(92);
+    if (strcmp(uprobe_strerror(rc), "permission denied: the file cannot be opened for reading") != 0) _exit(93);
+    _exit(0);
+  }
+  int status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  unlink(path);
+}
+
 static void test_errors(void) {
   struct counter c, other;
   counter_init(&c);
@@ -229,6 +260,16 @@ static void test_errors(void) {
 
   CHECK_RC(uprobe_register("/nonexistent/libuprobe-test", 0, &c.uc, &p), -ENOENT);
   CHECK(strstr(uprobe_last_error(), "/nonexistent/libuprobe-test") != NULL);
+  /* A path that cannot be opened says why (its open(2)/stat(2) errno). */
+  CHECK_RC(uprobe_register("/proc/self/exe/x", 0, &c.uc, &p), -ENOTDIR);
+  CHECK(strstr(uprobe_last_error(), "Not a directory") != NULL);
+  CHECK(strcmp(uprobe_strerror(-ENOTDIR), "Not a directory") == 0);
+  CHECK_RC(uprobe_register("/tmp", 0, &c.uc, &p), -EISDIR);
+  CHECK(strstr(uprobe_last_error(), "/tmp") != NULL && strstr(uprobe_last_error(), "a directory") != NULL);
+  CHECK(strcmp(uprobe_strerror(-EISDIR), "the path is a directory, not a regular file") == 0);
+  CHECK_RC(uprobe_register("/dev/null", 0, &c.uc, &p), -ENOEXEC);
+  CHECK(strstr(uprobe_last_error(), "not a regular file") != NULL);
+  test_unreadable_file(&c);
   CHECK_RC(uprobe_register(exe, 1ull << 40, &c.uc, &p), -EINVAL);
   CHECK(strstr(uprobe_last_error(), exe) != NULL && strstr(uprobe_last_error(), "0x10000000000") != NULL);
   CHECK_RC(uprobe_register_addr(rodata_fixture, &c.uc, &p), -ENOEXEC);
