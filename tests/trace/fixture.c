@@ -13,6 +13,10 @@
  *   sleepy K        trace_sleep() K times (each sleeps 1 ms)
  *   lost N          trace_fn() N times here, N times in a child that leaves with _exit()
  *   blocked N       trace_fn() N times with every signal blocked
+ *   rawlost N       as lost, but the child leaves with the exit_group system call
+ *   quickexit N     trace_fn() N times, then _exit(3)
+ *   rawexit N       trace_fn() N times, then the exit_group system call (status 3)
+ *   execfail K      K execl() calls that fail, then exec "wild" (this program)
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sdt.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,6 +159,25 @@ int main(int argc, char** argv) {
     }
     int st = 0;
     waitpid(p, &st, 0);
+  } else if (!strcmp(mode, "rawlost")) {
+    sink += calls(a);
+    pid_t p = fork();
+    if (p == 0) {
+      sink += calls(a);
+      syscall(SYS_exit_group, 0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+  } else if (!strcmp(mode, "quickexit")) {
+    sink += calls(a);
+    _exit(3);
+  } else if (!strcmp(mode, "rawexit")) {
+    sink += calls(a);
+    syscall(SYS_exit_group, 3);
+  } else if (!strcmp(mode, "execfail")) {
+    for (long i = 0; i < a; i++) execl("/nonexistent/trace-fixture", "x", (char*)NULL);
+    execl("/proc/self/exe", argv[0], "wild", (char*)NULL);
+    return 4;
   } else if (!strcmp(mode, "blocked")) {
     sigset_t all, old;
     sigfillset(&all);

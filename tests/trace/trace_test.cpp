@@ -311,11 +311,76 @@ TEST(Trace, ExecIsFollowedUnlessNoFollow) {
   EXPECT_NE(lp.err.find("nonexistent-preload.so"), std::string::npos) << dump(lp);  // ld.so's warning
 }
 
-TEST(Trace, ChildThatSkipsExitIsNamed) {
+TEST(Trace, UnderscoreExitStillReports) {
+  // _exit() skips the destructor; the agent's _exit() wrapper writes the counts first.
   Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "lost", "10"});
   ASSERT_EQ(r.status, 0) << dump(r);
-  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 10) << dump(r);  // the child's 10 are lost
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 20) << dump(r);  // the child's 10 too
+  EXPECT_EQ(r.err.find("without reporting"), std::string::npos) << dump(r);
+
+  Result q = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "quickexit", "7"});
+  EXPECT_EQ(q.status, 3) << dump(q);
+  EXPECT_EQ(hits(q.report)["uprobe:" + fixture() + ":trace_fn"], 7) << dump(q);
+  EXPECT_EQ(q.err.find("WARNING"), std::string::npos) << dump(q);
+
+  // A shell that leaves through _exit() (dash) reports too.
+  Result sh = trace({"uprobe:libc:getppid"}, {"/bin/sh", "-c", "exit 5"});
+  EXPECT_EQ(sh.status, 5) << dump(sh);
+  EXPECT_NE(sh.report.find("getppid]: "), std::string::npos) << dump(sh);
+  EXPECT_EQ(sh.err.find("without reporting"), std::string::npos) << dump(sh);
+}
+
+TEST(Trace, ProcessesThatSkipExitAreNamed) {
+  // A child that leaves through the exit system call: its counts are lost, and named.
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "rawlost", "10"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 10) << dump(r);
   EXPECT_NE(r.err.find("ended without reporting its counts"), std::string::npos) << dump(r);
+
+  // The program itself, in text and json: named on stderr (json also lists it).
+  for (const char* format : {"text", "json"}) {
+    Result m = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "rawexit", "4"}, {"--format", format});
+    EXPECT_EQ(m.status, 3) << dump(m);
+    EXPECT_NE(m.err.find("WARNING: " + kFixture + " (pid "), std::string::npos) << format << dump(m);
+    EXPECT_NE(m.err.find(") ended without reporting its counts"), std::string::npos) << format << dump(m);
+    EXPECT_EQ(m.err.find("no process loaded the agent"), std::string::npos) << dump(m);
+  }
+}
+
+// The agent's own work while probes are attached (setting up, writing records
+// at exec, fork and exit, its exec and _exit wrappers, libuprobe's
+// thread_local destructors) is not counted: libc functions the program never
+// calls count 0, as bpftrace shows.
+TEST(Trace, AgentOwnLibcCallsAreNotCounted) {
+  const std::vector<std::string> fns{"getppid", "open", "close", "rename", "clock_gettime", "free", "malloc",
+                                     "unlink"};
+  std::vector<std::string> specs;
+  for (const auto& f : fns) specs.push_back("uprobe:libc:" + f);
+  const std::vector<std::vector<std::string>> progs{
+      {kFixture, "wild"},             // the constructor's end, exit()
+      {kFixture, "execfail", "0"},    // the record written at exec
+      {kFixture, "execfail", "5"},    // ... and taken back 5 times (failed execs)
+      {kFixture, "quickexit", "3"},   // the _exit() wrapper
+      {kFixture, "rawlost", "2"},     // fork: the child's start file
+  };
+  for (const auto& prog : progs) {
+    for (const std::vector<std::string>& opts : {std::vector<std::string>{}, {"--no-follow"}}) {
+      Result r = trace(specs, prog, opts);
+      EXPECT_TRUE(r.status == 0 || r.status == 3) << dump(r);
+      auto h = hits(r.report);
+      for (const auto& f : fns) {
+        const std::string k = libc_key(h, "uprobe", f);
+        ASSERT_FALSE(k.empty()) << f << "\n" << dump(r);
+        EXPECT_EQ(h[k], 0) << prog[1] << " " << f << "\n" << dump(r);
+      }
+    }
+  }
+  // The program's own calls still count: "basic 0 5" mallocs and frees 5 times.
+  Result b = trace({"uprobe:libc:malloc", "uprobe:libc:free"}, {kFixture, "basic", "0", "5"});
+  ASSERT_EQ(b.status, 0) << dump(b);
+  auto h = hits(b.report);
+  EXPECT_EQ(h[libc_key(h, "uprobe", "malloc")], 5) << dump(b);
+  EXPECT_EQ(h[libc_key(h, "uprobe", "free")], 5) << dump(b);
 }
 
 TEST(Trace, SpecsNamingOneSiteEachCount) {
@@ -390,6 +455,53 @@ TEST(Trace, ErrorsAndExitStatus) {
   Result status = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "no-such-mode"});
   EXPECT_EQ(status.status, 2) << dump(status);
   EXPECT_EQ(hits(status.report)["uprobe:" + fixture() + ":trace_fn"], 0) << dump(status);
+}
+
+TEST(Trace, BadInputIsRefusedBeforeTheProgramRuns) {
+  TempDir d;
+  const std::string notelf = d.path() + "/out";  // TempDir removes out, err, report
+  { std::ofstream(notelf) << "not an ELF file\n"; }
+  chmod(notelf.c_str(), 0644);
+  const std::string fn = "uprobe:trace_fixture:trace_fn";
+  auto refused = [&](const std::vector<std::string>& args, int want_status, const std::string& want_msg) {
+    std::vector<std::string> a{kTrace};
+    a.insert(a.end(), args.begin(), args.end());
+    Result r = run(a);
+    EXPECT_EQ(r.status, want_status) << dump(r);
+    EXPECT_NE(r.err.find(want_msg), std::string::npos) << "want: " << want_msg << "\n" << dump(r);
+    EXPECT_EQ(r.out, "") << dump(r);  // the program did not run
+    EXPECT_EQ(r.err.find("no process loaded the agent"), std::string::npos) << dump(r);
+  };
+  // Probe PATHs.
+  refused({"-e", "uprobe:" + notelf + ":foo", "--", kFixture, "basic", "1", "0"}, 2, notelf + ": not an ELF file");
+  refused({"-e", "uprobe:/etc/passwd:foo", "--", kFixture, "basic", "1", "0"}, 2, "/etc/passwd: not an ELF file");
+  refused({"-e", "uprobe:" + d.path() + ":foo", "--", kFixture, "basic", "1", "0"}, 2,
+          d.path() + ": is a directory, not a regular file");
+  refused({"-e", "uprobe:/dev/null:foo", "--", kFixture, "basic", "1", "0"}, 2, "/dev/null: not a regular file");
+  // An offset inside an instruction (trace_fn+1: every x86 function's first
+  // instruction here is longer than one byte), as libuprobe says it.
+  refused({"-e", "uprobe:" + kFixture + ":trace_fn+1", "--", kFixture, "basic", "1", "0"}, 2,
+          "offset falls inside the ");
+  // -o into a missing directory.
+  refused({"-o", "/nonexistent-dir/report", "-e", fn, "--", kFixture, "basic", "1", "0"}, 2,
+          "/nonexistent-dir/report: No such file or directory");
+  // PROG a directory, not executable, missing.
+  refused({"-e", fn, "--", d.path()}, 126, d.path() + ": is a directory");
+  refused({"-e", fn, "--", notelf}, 126, notelf + ": not executable");
+  refused({"-e", fn, "--", d.path() + "/no-such-prog"}, 127, "No such file or directory");
+  refused({"-e", fn, "--", "no-such-prog-in-path"}, 127, "no-such-prog-in-path: command not found");
+
+  // An offset at an instruction start is accepted.
+  Result ok = run({kTrace, "-e", "uprobe:" + kFixture + ":trace_fn+0", "--", kFixture, "basic", "1", "0"});
+  EXPECT_EQ(ok.status, 0) << dump(ok);
+
+  // A report that cannot be written: a message and a non-zero status.
+  if (access("/dev/full", W_OK) == 0) {
+    Result full = run({kTrace, "-o", "/dev/full", "-e", fn, "--", kFixture, "basic", "1", "0"});
+    EXPECT_EQ(full.status, 2) << dump(full);
+    EXPECT_NE(full.err.find("/dev/full: cannot write the report: No space left on device"), std::string::npos)
+        << dump(full);
+  }
 }
 
 // ---------------------------------------------------------------- python3.11

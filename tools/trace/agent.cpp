@@ -137,7 +137,24 @@ inline std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-inline bool counting() noexcept { return g->enabled.load(std::memory_order_acquire); }
+// The agent's own work while probes are attached (writing records at exec,
+// fork, exit; setting up; its exec*() and _exit() wrappers) runs with this
+// thread's depth raised: nothing it calls (getppid, open, malloc, free, ...)
+// is counted. tls_exit_dtors covers libuprobe's thread_local destructors at
+// exit() (see ExitDtorGuard).
+__attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
+__attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
+
+struct AgentScope {
+  AgentScope() noexcept { ++tls_in_agent; }
+  ~AgentScope() { --tls_in_agent; }
+  AgentScope(const AgentScope&) = delete;
+  AgentScope& operator=(const AgentScope&) = delete;
+};
+
+inline bool counting() noexcept {
+  return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);
+}
 
 
 /// A function site: entry counts, return counts, a latency histogram (any of
@@ -623,6 +640,7 @@ void remove_start_file() {
 std::atomic<bool> finished{false};
 
 void finish() noexcept {
+  AgentScope scope;
   if (!meta || finished.exchange(true)) return;
   if (g) g->enabled.store(false, std::memory_order_seq_cst);
   try {
@@ -632,6 +650,7 @@ void finish() noexcept {
 }
 
 void atfork_child() {
+  AgentScope scope;
   g_pid.store(getpid(), std::memory_order_relaxed);
   create_start_file();
   if (!g) return;
@@ -653,7 +672,32 @@ std::string env_or(const char* name, const char* def) {
   return v ? v : def;
 }
 
+void leave_exit_dtors() { tls_exit_dtors = false; }
+
+// exit() runs the thread_local destructors first (the last constructed
+// first), then the atexit list. libuprobe's (capstone handles, decoder
+// caches) were constructed while attaching, before this guard: its
+// destructor marks the rest of them as the agent's, and registers (now, so
+// first in line) the atexit handler that ends the mark before the program's
+// own atexit handlers and static destructors run, which are counted.
+struct ExitDtorGuard {
+  ExitDtorGuard() = default;
+  ExitDtorGuard(const ExitDtorGuard&) = delete;
+  ExitDtorGuard& operator=(const ExitDtorGuard&) = delete;
+  ~ExitDtorGuard() {
+    tls_exit_dtors = true;
+    AgentScope scope;
+    std::atexit(leave_exit_dtors);
+  }
+};
+
+void arm_exit_dtor_guard() {
+  thread_local ExitDtorGuard guard;
+  static_cast<void>(guard);
+}
+
 __attribute__((constructor)) void agent_init() {
+  AgentScope scope;  // also covers this function's locals, freed after counting is on
   const char* specs = getenv(kEnvSpecs);
   if (!specs) return;
   const std::vector<std::string> texts = split(specs, '\n');
@@ -676,6 +720,7 @@ __attribute__((constructor)) void agent_init() {
   }
   pthread_atfork(nullptr, nullptr, atfork_child);
   create_start_file();
+  arm_exit_dtor_guard();
   if (g) g->enabled.store(true, std::memory_order_seq_cst);
 }
 
@@ -689,6 +734,7 @@ __attribute__((destructor)) void agent_fini() { finish(); }
 class ExecFlush {
  public:
   ExecFlush() {
+    AgentScope scope;
     if (meta && !finished.load() && getpid() == g_pid.load(std::memory_order_relaxed)) {
       try {
         file_ = write_results();
@@ -698,12 +744,14 @@ class ExecFlush {
     }
   }
   ~ExecFlush() {  // the exec failed: this image goes on counting
+    AgentScope scope;
+    const int e = errno;
     if (!file_.empty()) {
-      const int e = errno;
       unlink(file_.c_str());
       create_start_file();
-      errno = e;
     }
+    std::string().swap(file_);  // freed here, not by the member's destructor (outside the scope)
+    errno = e;
   }
   ExecFlush(const ExecFlush&) = delete;
   ExecFlush& operator=(const ExecFlush&) = delete;
@@ -714,11 +762,9 @@ class ExecFlush {
 
 template <typename F>
 F next_fn(const char* name) {
+  AgentScope scope;
   return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
-
-using execve_t = int (*)(const char*, char* const[], char* const[]);
-using execv_t = int (*)(const char*, char* const[]);
 
 std::vector<char*> collect_args(const char* arg0, va_list ap, char*** envp) {
   std::vector<char*> argv{const_cast<char*>(arg0)};
@@ -726,6 +772,25 @@ std::vector<char*> collect_args(const char* arg0, va_list ap, char*** envp) {
   if (envp) *envp = va_arg(ap, char**);
   return argv;
 }
+
+// execl*(): the argument vector is the agent's (glibc's own execl uses the
+// stack): built and freed inside a scope.
+std::vector<char*>* new_argv(const char* arg0, va_list ap, char*** envp) {
+  AgentScope scope;
+  return new std::vector<char*>(collect_args(arg0, ap, envp));
+}
+
+int free_argv(std::vector<char*>* argv, int ret) {
+  AgentScope scope;
+  const int e = errno;
+  delete argv;
+  errno = e;
+  return ret;
+}
+
+using execve_t = int (*)(const char*, char* const[], char* const[]);
+using execv_t = int (*)(const char*, char* const[]);
+
 
 }  // namespace
 
@@ -764,26 +829,43 @@ __attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], c
 __attribute__((visibility("default"))) int execl(const char* path, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
-  std::vector<char*> argv = collect_args(arg, ap, nullptr);
+  std::vector<char*>* argv = new_argv(arg, ap, nullptr);
   va_end(ap);
-  return execv(path, argv.data());
+  return free_argv(argv, execv(path, argv->data()));
 }
 
 __attribute__((visibility("default"))) int execlp(const char* file, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
-  std::vector<char*> argv = collect_args(arg, ap, nullptr);
+  std::vector<char*>* argv = new_argv(arg, ap, nullptr);
   va_end(ap);
-  return execvp(file, argv.data());
+  return free_argv(argv, execvp(file, argv->data()));
 }
 
 __attribute__((visibility("default"))) int execle(const char* path, const char* arg, ...) {
   va_list ap;
   va_start(ap, arg);
   char** envp = nullptr;
-  std::vector<char*> argv = collect_args(arg, ap, &envp);
+  std::vector<char*>* argv = new_argv(arg, ap, &envp);
   va_end(ap);
-  return execve(path, argv.data(), envp);
+  return free_argv(argv, execve(path, argv->data(), envp));
 }
+
+// _exit() skips the destructor: write this process's counts first (not in a
+// vfork() child: its parent reports them). The raw exit system call and
+// fatal signals still lose them (the CLI names such processes).
+[[noreturn]] void agent_exit(const char* name, int status) {
+  using exit_t = void (*)(int);
+  static exit_t real_exit = nullptr;
+  if (!real_exit) real_exit = next_fn<exit_t>(name);
+  if (meta && getpid() == g_pid.load(std::memory_order_relaxed)) finish();
+  if (real_exit) real_exit(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+__attribute__((visibility("default"))) void _exit(int status) { agent_exit("_exit", status); }
+
+__attribute__((visibility("default"))) void _Exit(int status) { agent_exit("_Exit", status); }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <getopt.h>
 #include <limits.h>
@@ -130,7 +131,10 @@ bool is_elf(const std::string& p) {
 // (by its name), a program found in $PATH, or a library on the search path.
 std::string resolve_here(const std::string& name, const std::string& prog_path) {
   if (name.find('/') != std::string::npos) {
-    if (!is_file(name)) die(name + ": no such file");
+    struct stat st;
+    if (stat(name.c_str(), &st) != 0) die(name + ": " + (errno == ENOENT ? "no such file" : std::strerror(errno)));
+    if (S_ISDIR(st.st_mode)) die(name + ": is a directory, not a regular file");
+    if (!S_ISREG(st.st_mode)) die(name + ": not a regular file");
     return real_path(name);
   }
   if (!prog_path.empty() && (name == base_name(prog_path))) return prog_path;
@@ -231,12 +235,51 @@ int list(const std::string& arg, bool verbose) {
 // Definite errors (no such file, symbol or USDT probe) stop before the run,
 // as in bpftrace; what this process cannot resolve (a library the program
 // loads from its own RUNPATH, a script's interpreter) is left to the agent.
+// A consumer that only exists to have a probe site checked.
+class NullConsumer final : public uprobe::Consumer {
+ public:
+  uprobe::Action handler(uprobe::Regs&) override { return uprobe::Action::keep; }
+};
+
+bool loaded_here(const std::string& file) {
+  struct stat st;
+  if (stat(file.c_str(), &st) != 0) return true;
+  for (const auto& o : uprobe::loaded_objects())
+    if (o.path == file || (o.dev == st.st_dev && o.ino == st.st_ino)) return true;
+  return false;
+}
+
+// An offset into a function (SYM+OFF, 0xADDR, +FILEOFF) must be an
+// instruction start: libuprobe checks that when a probe is registered, so a
+// file this process has not mapped gets a pending registration here (nothing
+// is patched), taken back at once. A file mapped here (libc, ...) is left to
+// the agent: registering would patch this process's own code.
+void check_site(const uprobe::Location& loc) {
+  if (!loc.symbol.empty() && loc.symbol_offset == 0) return;  // a function entry
+  if (loaded_here(loc.path)) return;
+  static NullConsumer consumer;
+  try {
+    uprobe::unregister_uprobe(uprobe::register_uprobe(loc.path, loc.offset, consumer), consumer);
+  } catch (const uprobe::Error& e) {
+    if (e.code() == uprobe::Errc::mid_instruction || e.code() == uprobe::Errc::not_executable ||
+        e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::refused_instruction)
+      die(e.what());
+  }
+}
+
 void validate(const Spec& s, const std::string& prog_path) {
   std::string file = resolve_here(s.binary, prog_path);
-  if (file.empty() || !is_elf(file)) return;
+  if (file.empty()) return;
+  if (!is_elf(file)) {
+    // Named by a path: that file is what the user means, and it cannot be
+    // probed. (By name, a script run by PROG resolves differently in the agent.)
+    if (s.binary.find('/') != std::string::npos) die(s.binary + ": not an ELF file");
+    return;
+  }
   try {
     if (s.kind == Kind::usdt) uprobe::usdt::find(file + ":" + s.what);
-    else uprobe::resolve_location(file + ":" + s.what);
+    else
+      for (const auto& loc : uprobe::resolve_location(file + ":" + s.what)) check_site(loc);
   } catch (const uprobe::Error& e) {
     if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
   }
@@ -353,8 +396,26 @@ int main(int argc, char** argv) {
   if (spec_texts.empty()) die("no probes: give at least one -e SPEC");
 
   const std::string prog = argv[optind];
+  if (prog.find('/') != std::string::npos) {  // what execvp would say, before anything runs (a shell's 126/127)
+    struct stat st;
+    if (stat(prog.c_str(), &st) != 0) {
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
+      return 127;
+    }
+    const char* why = S_ISDIR(st.st_mode)           ? "is a directory"
+                      : !S_ISREG(st.st_mode)        ? "not a regular file"
+                      : access(prog.c_str(), X_OK) ? "not executable (Permission denied)"
+                                                    : nullptr;
+    if (why) {
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), why);
+      return 126;
+    }
+  }
   const std::string prog_path = find_program(prog);
-  if (prog_path.empty()) die(prog + ": command not found");
+  if (prog_path.empty()) {
+    std::fprintf(stderr, "uprobe-trace: %s: command not found\n", prog.c_str());
+    return 127;
+  }
   std::vector<Spec> specs;
   for (const auto& t : spec_texts) {
     std::string err;
@@ -362,6 +423,14 @@ int main(int argc, char** argv) {
     if (!s) die(err);
     validate(*s, prog_path);
     specs.push_back(*s);
+  }
+
+  // The report file is opened (created, truncated) before the program runs,
+  // as a shell's redirection: a missing directory stops here.
+  std::FILE* out = nullptr;
+  if (!out_file.empty()) {
+    out = std::fopen(out_file.c_str(), "we");
+    if (!out) die(out_file + ": " + std::strerror(errno));
   }
 
   const std::string agent = find_agent();
@@ -390,9 +459,14 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &fwd, nullptr);
   sigaction(SIGHUP, &fwd, nullptr);
 
+  // The child reports a failed exec through this pipe (closed by a
+  // successful one): no "no process loaded the agent" for a program that never ran.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
   pid_t child = fork();
   if (child < 0) die(std::string("fork: ") + std::strerror(errno));
   if (child == 0) {
+    close(exec_pipe[0]);
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGQUIT, &old_quit, nullptr);
     signal(SIGTERM, SIG_DFL);
@@ -403,9 +477,17 @@ int main(int argc, char** argv) {
     setenv(kEnvOrigPreload, orig ? orig : "-", 1);
     setenv("LD_PRELOAD", preload.c_str(), 1);
     execvp(argv[optind], argv + optind);
-    std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
-    _exit(127);
+    const int err = errno;
+    std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(err));
+    if (write(exec_pipe[1], &err, sizeof err) < 0) {
+    }
+    _exit(err == ENOENT ? 127 : 126);
   }
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
   g_child = child;
   int status = 0, main_status = 0;
   for (;;) {
@@ -429,13 +511,20 @@ int main(int argc, char** argv) {
   rep.lost = read_lost(dir);
   remove_tree(dir);
 
+  if (exec_errno != 0) {  // the child said why; nothing ran, nothing to report
+    if (out) std::fclose(out);
+    return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;
+  }
+
   std::string text = format == "json" ? format_json(rep, per_thread) : format_text(rep, per_thread);
-  if (out_file.empty()) {
+  if (!out) {
     std::fputs(("\n" + text).c_str(), stderr);
   } else {
-    std::ofstream f(out_file, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f) die(out_file + ": cannot write");
+    const bool wrote = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    const bool flushed = std::fflush(out) == 0;
+    const int err = errno;
+    const bool closed = std::fclose(out) == 0;
+    if (!wrote || !flushed || !closed) die(out_file + ": cannot write the report: " + std::strerror(err ? err : errno));
   }
   if (verbose)
     for (const auto& p : rep.processes) {
@@ -447,10 +536,16 @@ int main(int argc, char** argv) {
   if (WIFSIGNALED(main_status) && !main_reported)
     std::fprintf(stderr, "uprobe-trace: %s was killed by signal %d: its counts are lost\n", prog.c_str(),
                  WTERMSIG(main_status));
-  for (const auto& p : rep.lost)
-    if (p.pid != child)
-      std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (parent %ld) ended without reporting its counts "
-                   "(_exit() or a fatal signal)\n", p.pid, p.ppid);
+  for (const auto& p : rep.lost) {
+    if (p.pid == child) {
+      if (!WIFSIGNALED(main_status))  // (a fatal signal is named above)
+        std::fprintf(stderr, "uprobe-trace: WARNING: %s (pid %ld) ended without reporting its counts "
+                     "(the exit system call without exit() or _exit()): they are lost\n", prog.c_str(), p.pid);
+      continue;
+    }
+    std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (parent %ld) ended without reporting its counts "
+                 "(a fatal signal or the exit system call)\n", p.pid, p.ppid);
+  }
   if (rep.processes.empty() && rep.lost.empty())
     std::fprintf(stderr, "uprobe-trace: no process loaded the agent (a static or set-user-ID program?)\n");
   const std::vector<std::string> unattached = rep.unattached();
