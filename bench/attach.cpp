@@ -250,7 +250,7 @@ bool run_round(const Options& o, const std::string& skip, std::map<std::string, 
     error = std::string("pipe: ") + std::strerror(errno);
     return false;
   }
-  std::fflush(stdout);
+  flush_data(stdout);
   const pid_t pid = fork();
   if (pid < 0) {
     error = std::string("fork: ") + std::strerror(errno);
@@ -311,11 +311,8 @@ std::vector<std::pair<std::string, std::string>> attach_meta(const Options& o) {
 /// the child reported.
 bool write_attach_data(const Options& o, const std::vector<std::map<std::string, std::string>>& rounds,
                        const std::vector<std::string>& reasons) {
-  FILE* data = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
-  if (!data) {
-    std::perror(("uprobe-bench: " + o.output).c_str());
-    return false;
-  }
+  FILE* data = open_data(o.output);
+  if (!data) return false;
   std::vector<std::string> refused;  // "offset 0x...: why", as the text lists them
   for (const std::string& r : reasons) {
     const std::size_t at = r.find("at offset ");
@@ -371,9 +368,7 @@ bool write_attach_data(const Options& o, const std::vector<std::map<std::string,
     }
     std::fprintf(data, "\n  ]\n}\n");
   }
-  const bool ok = std::fflush(data) == 0;
-  if (data != stdout) std::fclose(data);
-  return ok;
+  return close_data(data, o.output);
 }
 
 }  // namespace
@@ -403,10 +398,18 @@ int run_attach(const Options& o) {
     skip += (skip.empty() ? "" : ",") + kv["refused"];
   }
   reasons = all_reasons;  // (the measured rounds below are fresh ones)
-  std::fprintf(out, "attach-libc: %s, the first %d .dynsym function entries (by file offset)", kv["path"].c_str(),
-               o.attach_libc);
+  // libc may have fewer candidates than asked for: say how many there are.
+  // (The last classification round's candidates, with the refused skipped.)
+  const int requested = std::atoi(kv["requested"].c_str());
+  const int refused_n = static_cast<int>(parse_list(skip).size());
+  if (requested < o.attach_libc)
+    std::fprintf(out, "attach-libc: %s, all %d .dynsym function entries (asked %d)", kv["path"].c_str(), requested,
+                 o.attach_libc);
+  else
+    std::fprintf(out, "attach-libc: %s, the first %d .dynsym function entries (by file offset)", kv["path"].c_str(),
+                 o.attach_libc);
   if (!skip.empty()) {
-    std::fprintf(out, " that libuprobe accepts; it refuses %zu of them:\n", parse_list(skip).size());
+    std::fprintf(out, " that libuprobe accepts; it refuses %d of them:\n", refused_n);
     for (const std::string& r : reasons) {
       const std::size_t at = r.find("at offset ");
       std::fprintf(out, "  %s\n", (at == std::string::npos ? r : r.substr(at + 3)).c_str());
@@ -482,7 +485,7 @@ int run_attach(const Options& o) {
     std::fprintf(out, "then configure(optimize on) converted them: %s ms wall, %s ms cpu; modes after: %s\n",
                  stat("convert_ms").c_str(), stat("convert_cpu").c_str(), after.c_str());
   }
-  if (o.format != Format::text && !write_attach_data(o, rounds, reasons)) return 1;
+  if (o.format != Format::text && !write_attach_data(o, rounds, reasons)) return write_error_status;
   return failures ? 1 : 0;
 }
 

@@ -290,6 +290,18 @@ class Recorder {
   std::vector<Ratio> ratios_;
   std::vector<std::pair<std::string, std::string>> skips_;
 };
+/// The data file of -o PATH (stdout for ""). prepare_data() opens it before
+/// the run measures anything (false, with the message printed, if it cannot);
+/// open_data() hands out the prepared file (or opens it then). close_data()
+/// flushes and closes it (stdout: flushes) and checks that every write
+/// reached it: false, with "uprobe-bench: cannot write PATH: why" printed, if not.
+bool prepare_data(const std::string& path);
+FILE* open_data(const std::string& path);
+bool close_data(FILE* f, const std::string& path);
+/// fflush(f), remembering the errno of its first failure for close_data().
+void flush_data(FILE* f);
+/// Exit status of a run whose csv/json (or text) could not be written.
+inline constexpr int write_error_status = 2;
 /// CSV/JSON string escaping (exposed for the tests).
 std::string csv_escape(const std::string& s);
 std::string json_escape(const std::string& s);
@@ -303,5 +315,7 @@ int run_attach(const Options& o);
 /// Runs the lab; the before/after ratios of a comparison are appended to
 /// `ratios` when given. --compare all runs every comparison in turn.
 int run_lab(const Options& o, std::vector<Ratio>* ratios = nullptr);
+/// The files -o names for this run (--compare all: one per switch compared).
+std::vector<std::string> data_paths(const Options& o);
 
 }  // namespace bench

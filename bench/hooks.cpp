@@ -86,6 +86,7 @@ class ProbeHook final : public Hook {
                      ignored.c_str());
       kind_ = v.kind;
       const void* address = reinterpret_cast<const void*>(v.target);
+      base_ = uprobe::stats();  // the process's counters so far (--cycles runs several variants)
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
       const std::string how = info.mode != "int3" ? info.mode : info.emulated ? "int3, emulated" : "int3, out of line";
@@ -100,7 +101,22 @@ class ProbeHook final : public Hook {
   }
 
   bool check(std::uint64_t counted) override {
-    const uprobe::Stats s = uprobe::stats();
+    // This variant's run only, as `counted` is: uprobe::stats() counts over
+    // the process, which --cycles shares between its variants.
+    const uprobe::Stats now = uprobe::stats();
+    uprobe::Stats s;
+    s.hits = now.hits - base_.hits;
+    s.recursion_misses = now.recursion_misses - base_.recursion_misses;
+    s.emulated = now.emulated - base_.emulated;
+    s.out_of_line = now.out_of_line - base_.out_of_line;
+    s.redirected = now.redirected - base_.redirected;
+    s.restarts = now.restarts - base_.restarts;
+    s.locked_lookups = now.locked_lookups - base_.locked_lookups;
+    s.foreign_traps = now.foreign_traps - base_.foreign_traps;
+    s.return_hits = now.return_hits - base_.return_hits;
+    s.return_misses = now.return_misses - base_.return_misses;
+    s.return_dropped = now.return_dropped - base_.return_dropped;
+    s.optimized = now.optimized - base_.optimized;
     std::fprintf(text_out(),
                  "Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", optimized %" PRIu64 ", emulated %" PRIu64
                  ", out_of_line %" PRIu64 ", locked_lookups %" PRIu64 ", restarts %" PRIu64
@@ -137,6 +153,7 @@ class ProbeHook final : public Hook {
   uprobe::Consumer& consumer_;  // a static of install_hook: outlives the registration
   uprobe::Uprobe* probe_ = nullptr;
   Kind kind_ = Kind::uprobe;
+  uprobe::Stats base_;  // uprobe::stats() when the probe was registered
 };
 
 // ---- kernel-*: the kernel's uprobe (or uretprobe) on the same target,

@@ -52,7 +52,7 @@ RunOutcome run_in_child(const Options& o, const Variant& v, int producers, const
   argv.push_back(nullptr);
 
   const int text_fd = o.quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : fileno(text_out());
-  std::fflush(stdout);
+  flush_data(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
   if (pid < 0) {
@@ -122,6 +122,14 @@ std::optional<double> ratio(const Point* a, const Point* b) {
   return a->result.median / b->result.median;
 }
 
+/// --compare all -o F.csv: switch S's data goes to F-S.csv.
+std::string switch_output(const std::string& output, const std::string& name) {
+  const std::size_t slash = output.rfind('/');
+  std::size_t dot = output.rfind('.');
+  if (dot != std::string::npos && slash != std::string::npos && dot < slash) dot = std::string::npos;
+  return output.substr(0, dot) + "-" + name + (dot == std::string::npos ? "" : output.substr(dot));
+}
+
 /// --compare all: every comparison in turn at the same producer counts, then
 /// one table of all before/after pairs.
 int run_compare_all(const Options& o) {
@@ -143,12 +151,9 @@ int run_compare_all(const Options& o) {
       for (const std::string& v : o.variants)
         if (uses_switches(*find_variant(v)) || is_kernel(*find_variant(v))) one.variants.push_back(v);
     }
-    if (!o.output.empty()) {
-      const std::size_t dot = o.output.rfind('.');
-      one.output = o.output.substr(0, dot) + "-" + c.name + (dot == std::string::npos ? "" : o.output.substr(dot));
-    }
+    if (!o.output.empty()) one.output = switch_output(o.output, c.name);
     std::fprintf(out, "\n################ --compare %s ################\n", c.name.c_str());
-    rc |= run_lab(one, &ratios);
+    rc = std::max(rc, run_lab(one, &ratios));  // 2 (cannot write) over 1 (a run failed)
   }
   std::fprintf(out, "\n--compare all: before vs after of every switch (medians of the per-second samples, M/s; "
                "same run)\n");
@@ -177,11 +182,8 @@ int run_lab(const Options& o, std::vector<Ratio>* ratios) {
   FILE* out = text_out();
   FILE* data = nullptr;
   if (o.format != Format::text) {
-    data = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
-    if (!data) {
-      std::perror(("uprobe-bench: " + o.output).c_str());
-      return 1;
-    }
+    data = open_data(o.output);
+    if (!data) return write_error_status;
   }
   Recorder rec(o, data);
 
@@ -387,8 +389,17 @@ int run_lab(const Options& o, std::vector<Ratio>* ratios) {
   }
   if (failures) std::fprintf(out, "\n%d run(s) FAILED\n", failures);
   rec.finish();
-  if (data && data != stdout) std::fclose(data);
+  if (data && !close_data(data, o.output)) return write_error_status;
   return failures ? 1 : 0;
+}
+
+std::vector<std::string> data_paths(const Options& o) {
+  if (o.output.empty() || o.format == Format::text) return {};
+  if (o.compare != "all") return {o.output};
+  std::vector<std::string> paths;
+  for (const Comparison& c : comparisons())
+    if (!o.switches.has(c.name)) paths.push_back(switch_output(o.output, c.name));
+  return paths;
 }
 
 }  // namespace bench

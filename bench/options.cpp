@@ -42,7 +42,7 @@ void usage(FILE* out) {
       "                        CAP_PERFMON): the counterparts of the uprobe-*/uretprobe-* variants\n"
       "                        given, or all of them\n"
       "  --sweep               all variants (but kernel-*, see --kernel) for 1..nproc producers,\n"
-      "                        each point in a fresh child process\n"
+      "                        each point in a fresh child process (not with --compare)\n"
       "\n"
       "Ablation switches (uprobe::Config; they change the uprobe-*/uretprobe-* variants only):\n"
       "  --lookup=speculative|locked        probe lookup on a hit (seed 000)\n"
@@ -67,6 +67,7 @@ void usage(FILE* out) {
       "                        kernel's uprobes on the same entries, one perf event at a time\n"
       "  --kernel-count M      only the first M of them for the kernel (its detach is slow)\n"
       "  --attach-no-single    leave out the one-by-one register_uprobe() rounds\n"
+      "                        (both only with --attach-libc)\n"
       "\n"
       "Cost per call on a noisy machine:\n"
       "  --cycles              one thread calls each variant's target in batches of 1000 and keeps\n"
@@ -77,8 +78,9 @@ void usage(FILE* out) {
       "Output:\n"
       "  --format text|csv|json  csv and json hold every sample and the summaries (to stdout, or\n"
       "                        to -o FILE); the text then goes to stderr (default text)\n"
-      "  -o, --output FILE     write the csv/json there (a .csv/.json name implies --format);\n"
-      "                        the text stays on stdout\n"
+      "  -o, --output FILE     write the csv/json there (a .csv/.json name implies --format, and\n"
+      "                        a --format that differs is refused); the text stays on stdout;\n"
+      "                        a FILE that cannot be written is refused before anything runs\n"
       "  -q, --quiet           sweeps: print the scaling lines and tables, not every sample\n");
 }
 
@@ -90,13 +92,17 @@ bool parse_int(const char* text, int min, int max, int& out) {
   return true;
 }
 
-std::vector<std::string> split(const std::string& text, char sep = ',') {
+// The non-empty items of a comma-separated list; `empty_items` (when given)
+// is set when the list has empty ones ("1,,2", "1,").
+std::vector<std::string> split(const std::string& text, bool* empty_items = nullptr) {
   std::vector<std::string> parts;
+  if (empty_items) *empty_items = false;
   std::size_t pos = 0;
   while (pos <= text.size()) {
-    std::size_t end = text.find(sep, pos);
+    std::size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();
     if (end > pos) parts.push_back(text.substr(pos, end - pos));
+    else if (empty_items) *empty_items = true;
     pos = end + 1;
   }
   return parts;
@@ -131,6 +137,28 @@ bool add_variants(const std::string& pattern, std::vector<std::string>& out) {
   return any;
 }
 
+
+// -o FILE and --format: a .csv/.json name implies the format; an explicit
+// --format that contradicts the name is refused, as is -o without csv/json.
+bool output_format(Options& o, bool format_given) {
+  if (o.output.empty()) return true;
+  auto ends = [&](const char* ext) {
+    const std::size_t n = std::strlen(ext);
+    return o.output.size() > n && o.output.compare(o.output.size() - n, n, ext) == 0;
+  };
+  const char* implied = ends(".csv") ? "csv" : ends(".json") ? "json" : nullptr;
+  if (format_given && implied) {
+    const char* given = o.format == Format::csv ? "csv" : o.format == Format::json ? "json" : "text";
+    if (std::strcmp(given, implied) != 0)
+      return fail("-o " + o.output + " is a ." + implied + " name but --format is " + given +
+                  ": give one of them, or make them agree");
+  }
+  if (o.format != Format::text) return true;
+  if (!implied) return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
+  o.format = std::strcmp(implied, "csv") == 0 ? Format::csv : Format::json;
+  return true;
+}
+
 }  // namespace
 
 std::vector<int> allowed_cpus() {
@@ -145,9 +173,14 @@ std::vector<int> allowed_cpus() {
 
 bool parse_producers(const std::string& text, std::vector<int>& out, std::string& error) {
   out.clear();
-  const std::vector<std::string> terms = split(text);
+  bool empty_items = false;
+  const std::vector<std::string> terms = split(text, &empty_items);
   if (terms.empty()) {
     error = "empty producer list";
+    return false;
+  }
+  if (empty_items) {
+    error = "empty item in producer list '" + text + "'";
     return false;
   }
   for (const std::string& term : terms) {
@@ -236,6 +269,7 @@ bool parse_options(int argc, char** argv, Options& o) {
   optind = 0;  // glibc: full re-initialisation (parse_options may run more than once, e.g. in tests)
   int c;
   std::string throughput_only;  // options that only the throughput runs read (--attach-libc refuses them)
+  bool format_given = false;    // --format given explicitly
   while ((c = getopt_long(argc, argv, "p:aw:d:r:qo:h", longopts, nullptr)) != -1) {
     switch (c) {
       case 'P': case 'p': case 'a': case 'w': case 'd': case opt_cycles:
@@ -271,7 +305,7 @@ bool parse_options(int argc, char** argv, Options& o) {
         break;
       case 'h':
         usage(stdout);
-        std::exit(0);
+        std::exit(close_data(stdout, "") ? 0 : write_error_status);
       case opt_list:
         o.list = true;
         break;
@@ -281,9 +315,12 @@ bool parse_options(int argc, char** argv, Options& o) {
       case opt_sweep_variants:
         o.sweep = true;
         [[fallthrough]];
-      case opt_variants:
-        for (const std::string& v : split(optarg)) patterns.push_back(v);
+      case opt_variants: {
+        bool empty_items = false;
+        for (const std::string& v : split(optarg, &empty_items)) patterns.push_back(v);
+        if (empty_items) return fail(std::string("empty item in variant list '") + optarg + "'");
         break;
+      }
       case opt_config:
         if (!parse_config(optarg, o.switches, error)) return fail(error);
         break;
@@ -333,6 +370,7 @@ bool parse_options(int argc, char** argv, Options& o) {
         else if (f == "csv") o.format = Format::csv;
         else if (f == "json") o.format = Format::json;
         else return fail("bad --format '" + f + "' (text, csv, json)");
+        format_given = true;
         break;
       }
       case opt_attach_libc:
@@ -362,21 +400,21 @@ bool parse_options(int argc, char** argv, Options& o) {
   }
   while (optind < argc) patterns.push_back(argv[optind++]);
   if (o.list) return true;
+  if (o.attach_libc == 0) {
+    // The --attach-libc options: refused, not ignored, without it.
+    if (o.kernel_count > 0) return fail("--kernel-count applies to --attach-libc only");
+    if (o.attach_no_single) return fail("--attach-no-single applies to --attach-libc only");
+  }
+  if (o.sweep && !o.compare.empty())
+    return fail("--sweep and --compare are two modes: pick one (--compare takes variants and -p: "
+                "--compare " + o.compare + " 'uprobe-*' -p 1-N)");
+  if (!output_format(o, format_given)) return false;
   if (o.attach_libc > 0) {
     if (!patterns.empty() || !o.compare.empty() || o.sweep)
       return fail("--attach-libc takes no variant, --compare or --sweep");
     if (!throughput_only.empty())
       return fail("--attach-libc times attach and detach, not hits: " + throughput_only +
                   " does not apply (it takes -r, --kernel, --format, -o and the runtime switches)");
-    if (!o.output.empty() && o.format == Format::text) {
-      auto ends = [&](const char* ext) {
-        const std::size_t n = std::strlen(ext);
-        return o.output.size() > n && o.output.compare(o.output.size() - n, n, ext) == 0;
-      };
-      if (ends(".csv")) o.format = Format::csv;
-      else if (ends(".json")) o.format = Format::json;
-      else return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
-    }
     if (o.kernel_count == 0 || o.kernel_count > o.attach_libc) o.kernel_count = o.attach_libc;
     return true;
   }
@@ -413,18 +451,9 @@ bool parse_options(int argc, char** argv, Options& o) {
     for (const std::string& n : add)
       if (std::find(o.variants.begin(), o.variants.end(), n) == o.variants.end()) o.variants.push_back(n);
   }
-  if (!o.output.empty() && o.format == Format::text) {
-    auto ends = [&](const char* ext) {
-      const std::string e = ext;
-      return o.output.size() > e.size() && o.output.compare(o.output.size() - e.size(), e.size(), e) == 0;
-    };
-    if (ends(".csv")) o.format = Format::csv;
-    else if (ends(".json")) o.format = Format::json;
-    else return fail("-o FILE needs --format csv|json (or a .csv/.json name)");
-  }
   if (o.cycles) {
-    if (!o.compare.empty() || o.sweep || !o.producers.empty() || o.format != Format::text)
-      return fail("--cycles runs one thread in text: no --compare, --sweep, -p or --format");
+    if (!o.compare.empty() || o.sweep || !o.producers.empty() || o.format != Format::text || !o.output.empty())
+      return fail("--cycles runs one thread in text: no --compare, --sweep, -p, --format or -o");
     if (o.variants.empty()) return fail("no variant given (see --list)");
     return true;
   }

@@ -15,9 +15,12 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "bench.hpp"
@@ -70,6 +73,84 @@ std::string json_head(const Point& p) {
 }
 
 }  // namespace
+
+// ---- The data file (-o FILE, or stdout).
+
+namespace {
+
+std::map<std::string, FILE*>& prepared() {
+  static std::map<std::string, FILE*> files;  // opened by prepare_data(), not yet handed out
+  return files;
+}
+
+bool stdout_reported = false;  // "cannot write standard output" said once
+std::map<FILE*, int>& write_errors() {
+  static std::map<FILE*, int> errors;  // the first failed flush of each stream: its errno
+  return errors;
+}
+
+// errno values a failed write leaves (and other calls hardly do): a stream
+// whose error flag is set but whose flush errno was not recorded (glibc drops
+// the buffer of a failed write) most likely failed with the errno still set.
+bool write_errno(int e) {
+  return e == ENOSPC || e == EIO || e == EPIPE || e == EFBIG || e == EDQUOT || e == EROFS || e == EBADF;
+}
+
+std::string where(const std::string& path) { return path.empty() ? "standard output" : path; }
+
+}  // namespace
+
+bool prepare_data(const std::string& path) {
+  if (path.empty() || prepared().count(path)) return true;
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "uprobe-bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  prepared()[path] = f;
+  return true;
+}
+
+FILE* open_data(const std::string& path) {
+  if (path.empty()) return stdout;
+  if (auto it = prepared().find(path); it != prepared().end()) {
+    FILE* f = it->second;
+    prepared().erase(it);
+    return f;
+  }
+  return prepare_data(path) ? open_data(path) : nullptr;
+}
+
+void flush_data(FILE* f) {
+  if (!f) return;
+  const int before = errno;  // a line-buffered stream failed in the fprintf that filled the line
+  errno = 0;
+  int err = std::fflush(f) != 0 ? errno : std::ferror(f) && write_errno(before) ? before : 0;
+  if (err && !write_errors().count(f)) write_errors()[f] = err;
+}
+
+bool close_data(FILE* f, const std::string& path) {
+  const int before = errno;
+  errno = 0;
+  bool ok = std::fflush(f) == 0;
+  int err = errno;
+  if (ok && std::ferror(f)) {  // an earlier write failed
+    ok = false;
+    const auto it = write_errors().find(f);
+    err = it != write_errors().end() ? it->second : write_errno(before) ? before : 0;
+  }
+  write_errors().erase(f);
+  if (f != stdout && std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok) return true;
+  if (f == stdout && stdout_reported) return false;
+  if (f == stdout) stdout_reported = true;
+  std::fprintf(stderr, "uprobe-bench: cannot write %s: %s\n", where(path).c_str(),
+               err ? std::strerror(err) : "write error");
+  return false;
+}
 
 std::string csv_escape(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -169,7 +250,7 @@ Recorder::Recorder(const Options& o, FILE* out) : o_(o), out_(out) {
   for (const auto& [k, v] : run_meta(o_)) std::fprintf(out_, "# %s: %s\n", k.c_str(), v.c_str());
   for (std::size_t i = 0; i < std::size(kCsvColumns); ++i) std::fprintf(out_, "%s%s", i ? "," : "", kCsvColumns[i]);
   std::fprintf(out_, "\n");
-  std::fflush(out_);
+  flush_data(out_);
 }
 
 void Recorder::add(const Point& p) {
@@ -201,7 +282,7 @@ void Recorder::add(const Point& p) {
         .write(out_);
   else
     head(p.skipped ? "skip" : "failed").set("note", p.note).write(out_);
-  std::fflush(out_);
+  flush_data(out_);
 }
 
 void Recorder::add(const Ratio& r) {
@@ -219,7 +300,7 @@ void Recorder::add(const Ratio& r) {
       .set("ratio", num(r.ratio))
       .set("note", "after/before of the medians: " + num(r.after_median) + " / " + num(r.before_median) + " M/s")
       .write(out_);
-  std::fflush(out_);
+  flush_data(out_);
 }
 
 void Recorder::skip(const std::string& variant, const std::string& note) {
@@ -229,12 +310,12 @@ void Recorder::skip(const std::string& variant, const std::string& note) {
   }
   if (o_.format != Format::csv) return;
   Row().set("kind", "skip").set("variant", variant).set("note", note).write(out_);
-  std::fflush(out_);
+  flush_data(out_);
 }
 
 void Recorder::finish() {
   if (o_.format != Format::json) {
-    std::fflush(out_);
+    flush_data(out_);
     return;
   }
   std::string s = "{\n  \"meta\": {";
@@ -283,7 +364,7 @@ void Recorder::finish() {
   }
   s += "\n  ]\n}\n";
   std::fputs(s.c_str(), out_);
-  std::fflush(out_);
+  flush_data(out_);
 }
 
 }  // namespace bench

@@ -162,16 +162,14 @@ int run_child(const Options& o) {
 int run_single(const Options& o) {
   const Variant& v = *find_variant(o.variants.front());
   const int producers = o.producers.front();
-  const RunOutcome r = run_point(o, v, producers);
-
+  // The data file first: one that cannot be written is refused before the run.
   FILE* data = nullptr;
   if (o.format != Format::text) {
-    data = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
-    if (!data) {
-      std::perror(("uprobe-bench: " + o.output).c_str());
-      return 1;
-    }
+    data = open_data(o.output);
+    if (!data) return write_error_status;
   }
+  const RunOutcome r = run_point(o, v, producers);
+
   int status = 0;
   Point p;
   p.variant = v.name;
@@ -197,7 +195,7 @@ int run_single(const Options& o) {
     if (r.skipped) rec.skip(v.name, r.note);
     else rec.add(p);
     rec.finish();
-    if (data != stdout) std::fclose(data);
+    if (!close_data(data, o.output)) return write_error_status;
   }
   return status;
 }

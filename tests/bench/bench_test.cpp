@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -56,6 +57,13 @@ TEST(Producers, RejectsBadItems) {
   std::string error;
   for (const char* bad : {"0", "257", "4-2", "x", "", "1-", "1-4:0", "-3"})
     EXPECT_FALSE(bench::parse_producers(bad, out, error)) << bad;
+  // An empty item is refused as the empty list is, not skipped.
+  for (const char* bad : {"1,,2", "1,", ",1", ",,"}) {
+    EXPECT_FALSE(bench::parse_producers(bad, out, error)) << bad;
+    EXPECT_NE(error.find("empty"), std::string::npos) << bad << ": " << error;
+  }
+  ASSERT_FALSE(bench::parse_producers("1,,2", out, error));
+  EXPECT_EQ(error, "empty item in producer list '1,,2'");
 }
 
 TEST(Switches, EveryFlagMapsToConfig) {
@@ -524,6 +532,163 @@ TEST(Binary, KernelRowsRunOrSayWhyInOneLine) {
   const bool said = r.out.find("kernel rows skipped: ") != std::string::npos;
   EXPECT_TRUE(ran != said) << r.out;
   EXPECT_NE(r.out.find("uprobe-nop            ( 1 cpus): "), std::string::npos) << r.out;
+}
+
+
+// ---- Options that would be ignored or contradict each other are refused.
+
+TEST(Options, RefusesWhatItWouldIgnore) {
+  Options o;
+  EXPECT_FALSE(parse({"--kernel-count", "5", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--attach-no-single", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--sweep", "--compare", "lookup"}, o));
+  EXPECT_FALSE(parse({"--sweep-variants", "uprobe-nop", "--compare", "lookup"}, o));
+  EXPECT_FALSE(parse({"-p", "1,,2", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--variants", "uprobe-nop,,uprobe-push"}, o));
+  // A .csv/.json name and an explicit --format must agree.
+  EXPECT_FALSE(parse({"-o", "x.csv", "--format", "json", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--format", "csv", "-o", "x.json", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--format", "text", "-o", "x.csv", "uprobe-nop"}, o));
+  EXPECT_FALSE(parse({"--attach-libc", "10", "-o", "x.csv", "--format", "json"}, o));
+  EXPECT_FALSE(parse({"--cycles", "-o", "x.csv", "uprobe-nop"}, o));
+  ASSERT_TRUE(parse({"-o", "x.csv", "--format", "csv", "uprobe-nop"}, o));
+  EXPECT_EQ(o.format, bench::Format::csv);
+  ASSERT_TRUE(parse({"-o", "x.data", "--format", "json", "uprobe-nop"}, o));  // no extension to contradict
+  EXPECT_EQ(o.format, bench::Format::json);
+  ASSERT_TRUE(parse({"--attach-libc", "10", "--kernel-count", "5", "--attach-no-single"}, o));
+  EXPECT_EQ(o.kernel_count, 5);
+  EXPECT_TRUE(o.attach_no_single);
+}
+
+TEST(Binary, ContradictionsAreRefusedWithALine) {
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {
+      {"--kernel-count 5 -w 0 -d 1 uprobe-nop", "uprobe-bench: --kernel-count applies to --attach-libc only\n"},
+      {"--attach-no-single -w 0 -d 1 uprobe-nop", "uprobe-bench: --attach-no-single applies to --attach-libc only\n"},
+      {"--sweep --compare lookup -w 0 -d 1 -q", "uprobe-bench: --sweep and --compare are two modes: pick one"},
+      {"-o /tmp/uprobe-bench-never.csv --format json -w 0 -d 1 uprobe-nop",
+       "uprobe-bench: -o /tmp/uprobe-bench-never.csv is a .csv name but --format is json"},
+      {"-p 1,,2 -w 0 -d 1 -q uprobe-nop", "uprobe-bench: empty item in producer list '1,,2'\n"},
+  };
+  for (const auto& c : cases) {
+    const Exec r = run(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
+    EXPECT_EQ(r.out.find("Setting up benchmark"), std::string::npos) << c.args << ": " << r.out;
+  }
+  FILE* f = std::fopen("/tmp/uprobe-bench-never.csv", "r");
+  EXPECT_EQ(f, nullptr) << "refused, but the file was written";
+  if (f) std::fclose(f);
+}
+
+// ---- Output that cannot be written: said in one line, exit status 2.
+
+// `args` with stdout sent to `stdout_to`; what the binary wrote to stderr.
+Exec run_stdout_to(const std::string& args, const std::string& stdout_to) {
+  Exec r;
+  const std::string cmd = std::string(UPROBE_BENCH_EXE) + " " + args + " 2>&1 >" + stdout_to;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(Binary, WriteErrorsAreNotIgnored) {
+  const char* const stdout_full = "uprobe-bench: cannot write standard output: No space left on device\n";
+  const char* const file_full = "uprobe-bench: cannot write /dev/full: No space left on device\n";
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {
+      {"--list", stdout_full},
+      {"--help", stdout_full},
+      {"-w 0 -d 1 uprobe-nop", stdout_full},
+      {"-w 0 -d 1 --format csv uprobe-nop", stdout_full},
+      {"-w 0 -d 1 --format json uprobe-nop", stdout_full},
+      {"-p 1,2 -w 0 -d 1 -q uprobe-nop", stdout_full},
+      {"-p 1 -q -w 0 -d 1 -o /dev/full --format csv uprobe-nop", file_full},
+      {"-p 1 -q -w 0 -d 1 -o /dev/full --format json uprobe-nop", file_full},
+      {"-p 1,2 -q -w 0 -d 1 -o /dev/full --format json uprobe-nop", file_full},
+      {"--attach-libc 10 --attach-no-single -o /dev/full --format csv", file_full},
+  };
+  for (const auto& c : cases) {
+    const bool file = std::string(c.says) == file_full;
+    const Exec r = run_stdout_to(c.args, file ? "/dev/null" : "/dev/full");
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
+    std::size_t lines = 0;
+    for (std::size_t at = r.out.find("cannot write"); at != std::string::npos; at = r.out.find("cannot write", at + 1))
+      ++lines;
+    EXPECT_EQ(lines, 1u) << c.args << ": said once\n" << r.out;
+  }
+  const Exec ok = run_stdout_to("--list", "/dev/null");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_EQ(ok.out, "");
+}
+
+TEST(Binary, OutputIsCheckedBeforeMeasuringInEveryMode) {
+  // -d 30: were anything measured first, the refusal would take 30 s or more.
+  char dir[] = "/tmp/uprobe-bench-o-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string missing = std::string(dir) + "/no/x";
+  const struct {
+    std::string args, file;
+  } cases[] = {
+      {"-w 0 -d 30 uprobe-nop", ".csv"},
+      {"-p 1 -w 0 -d 30 uprobe-nop", ".csv"},
+      {"-p 1,2 -w 0 -d 30 uprobe-nop", ".json"},
+      {"--compare lookup -p 1 -w 0 -d 30", ".csv"},
+      {"--compare all -p 1 -w 0 -d 30", ".csv"},
+      {"--kernel -p 1 -w 0 -d 30 uprobe-nop", ".csv"},
+      {"--attach-libc 10 -r 1000", ".json"},
+  };
+  for (const auto& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Exec r = run(c.args + " -o " + missing + c.file);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    const std::string named = c.args.rfind("--compare all", 0) == 0 ? missing + "-lookup" + c.file : missing + c.file;
+    EXPECT_NE(r.out.find("uprobe-bench: cannot write " + named + ": No such file or directory\n"), std::string::npos)
+        << c.args << ": " << r.out;
+    EXPECT_EQ(r.out.find("Setting up benchmark"), std::string::npos) << c.args << ": " << r.out;
+    EXPECT_LT(s, 10.0) << c.args;
+  }
+  ::rmdir(dir);
+}
+
+// --cycles runs its variants in one process: each one's "Probe stats" are its
+// own (hits == counted), not the process's running total.
+TEST(Binary, CyclesProbeStatsArePerVariant) {
+  const Exec r = run("--cycles -r 2 -d 1 uprobe-nop uprobe-push uprobe-ret");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::size_t lines = 0;
+  for (std::size_t at = r.out.find("Probe stats: "); at != std::string::npos; at = r.out.find("Probe stats: ", at + 1)) {
+    EXPECT_EQ(r.out.compare(at, 46, "Probe stats: hits 101000, counted 101000, opti"), 0)
+        << r.out.substr(at, r.out.find('\n', at) - at);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 6u) << r.out;  // 3 variants, 2 rounds
+}
+
+TEST(Binary, AttachLibcSaysHowManyThereAre) {
+  const Exec r = run("--attach-libc 100000 -r 1 --attach-no-single");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("the first 100000"), std::string::npos) << r.out;
+  const std::size_t at = r.out.find(".so.6, all ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int all = std::atoi(r.out.c_str() + at + 11);
+  EXPECT_GT(all, 100) << r.out;
+  EXPECT_LT(all, 100000) << r.out;
+  EXPECT_NE(r.out.find(".so.6, all " + std::to_string(all) + " .dynsym function entries (asked 100000)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("libuprobe, one batch (" + std::to_string(all) + ")"), std::string::npos) << r.out;
 }
 
 }  // namespace
