@@ -179,8 +179,13 @@ int guarded(bool unregistering, F&& f) noexcept {
   } catch (const uprobe::Error& e) {
     // A file that cannot be opened says why in its errno (EACCES, ENOTDIR,
     // ELOOP, ...; EISDIR for a directory), not only -ENOENT / -ENOEXEC.
+    // An errno that has its own libuprobe meaning (ENXIO, EPERM, EINVAL, ...)
+    // is not passed through: the Errc's value then, and the message says it.
     const bool file = e.code() == uprobe::Errc::file_not_found || e.code() == uprobe::Errc::not_executable;
-    return fail(file && e.sys_errno() > 0 ? e.sys_errno() : to_errno(e.code(), unregistering), e.what());
+    const int sys = e.sys_errno();
+    const bool own = sys == EINVAL || sys == ENOEXEC || sys == EILSEQ || sys == EOPNOTSUPP || sys == ENXIO ||
+                     sys == EPERM || sys == EEXIST || sys == EDEADLK || sys == EIO || sys == ENOMEM || sys == ERANGE;
+    return fail(file && sys > 0 && !own ? sys : to_errno(e.code(), unregistering), e.what());
   } catch (const std::bad_alloc&) {
     return fail_static(ENOMEM, "libuprobe: out of memory");
   } catch (const std::system_error& e) {

@@ -79,6 +79,10 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
   out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (out.fd < 0) {
     const int err = errno;
+    struct stat st;  // a socket fails to open (ENXIO): say what it is
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+      throw Error(Errc::not_executable, path, offset,
+                  std::string("not a regular file (") + (S_ISSOCK(st.st_mode) ? "a socket" : "a special file") + ")");
     throw Error(Errc::file_not_found, path, offset, std::string("cannot open file: ") + std::strerror(err), err);
   }
   if (::fstat(out.fd, &out.st) != 0) {

@@ -27,7 +27,9 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.WildcardMatchesExactlyTheThreeFunctions
                      trace.Trace.UsdtSemaphoreGuardedBranchRunsOnlyWhileTraced trace.Trace.ThreadsCountInTheirOwnSlots
                      trace.Trace.ForkedChildCountsSeparately trace.Trace.ExecIsFollowedUnlessNoFollow
-                     trace.Trace.ChildThatSkipsExitIsNamed trace.Trace.SpecsNamingOneSiteEachCount
+                     trace.Trace.UnderscoreExitLosesTheCountsAndSaysSo trace.Trace.ProcessesThatSkipExitAreNamed
+                     trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
+                     trace.Trace.SpecsNamingOneSiteEachCount
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt

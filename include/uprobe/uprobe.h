@@ -118,10 +118,11 @@ struct uprobe_consumer {
 /**
  * Errors, as negative return values (uprobe::Errc in the C++ API):
  *   -ENOENT      the file does not exist (Errc::file_not_found);
- *   -EACCES, -ENOTDIR, -ELOOP, ...  open(2)/stat(2) of the path failed with that errno
- *                (file_not_found with Error::sys_errno());
- *   -EISDIR      the path is a directory (not_executable);
  *                uprobe_unregister(): the consumer is not registered on that probe
+ *   -EACCES, -ENOTDIR, -ELOOP, ...  open(2)/stat(2) of the path failed with that errno
+ *                (file_not_found with Error::sys_errno(); an errno that has a meaning in
+ *                this table is not passed through: the Errc's value instead)
+ *   -EISDIR      the path is a directory (not_executable)
  *   -EINVAL      offset past the end of the file (bad_offset); a NULL argument;
  *                a consumer without a handler
  *   -ENOEXEC     not a regular file (a FIFO, a device), not an ELF file, or offset outside

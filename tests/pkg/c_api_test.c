@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uprobe/uprobe.h>
@@ -209,6 +211,23 @@ static void test_one_consumer_many_probes_and_path_offset(void) {
   CHECK_RC(uprobe_unregister(p2, &c.uc), 0);
 }
 
+/* A UNIX socket cannot be opened (open(2) says ENXIO, which is libuprobe's
+ * "not file-backed"): it is "not a regular file", -ENOEXEC. */
+static void test_socket_path(struct counter *c) {
+  char dir[] = "/tmp/libuprobe-c-api-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s/sock", dir);
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof sa) == 0);
+  struct uprobe_probe *p = NULL;
+  CHECK_RC(uprobe_register(sa.sun_path, 0, &c->uc, &p), -ENOEXEC);
+  CHECK(strstr(uprobe_last_error(), "not a regular file (a socket)") != NULL);
+  close(s);
+  unlink(sa.sun_path);
+  rmdir(dir);
+}
+
 /* An unreadable file gives -EACCES: checked in a child that drops to uid
  * 65534 (root opens any file), with a mode-000 copy of nothing. */
 static void test_unreadable_file(struct counter *c) {
@@ -268,6 +287,8 @@ static void test_errors(void) {
   CHECK(strstr(uprobe_last_error(), "/tmp") != NULL && strstr(uprobe_last_error(), "a directory") != NULL);
   CHECK(strcmp(uprobe_strerror(-EISDIR), "the path is a directory, not a regular file") == 0);
   CHECK_RC(uprobe_register("/dev/null", 0, &c.uc, &p), -ENOEXEC);
+  CHECK(strstr(uprobe_last_error(), "not a regular file") != NULL);
+  test_socket_path(&c);
   CHECK(strstr(uprobe_last_error(), "not a regular file") != NULL);
   test_unreadable_file(&c);
   CHECK_RC(uprobe_register(exe, 1ull << 40, &c.uc, &p), -EINVAL);

@@ -16,6 +16,8 @@
  *   rawlost N       as lost, but the child leaves with the exit_group system call
  *   quickexit N     trace_fn() N times, then _exit(3)
  *   rawexit N       trace_fn() N times, then the exit_group system call (status 3)
+ *   sigexit         one idle thread; the main thread mallocs and frees in a loop until
+ *                   a SIGALRM handler (after 100 ms) calls _exit(3)
  *   execfail K      K execl() calls that fail, then exec "wild" (this program)
  */
 #define _GNU_SOURCE
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <sys/sdt.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,6 +96,17 @@ static void* thread_main(void* arg) {
   pthread_barrier_wait(&barrier);
   sink += calls(per_thread);
   return NULL;
+}
+
+static void* idle_thread(void* arg) {
+  (void)arg;
+  for (;;) pause();
+  return NULL;
+}
+
+static void exit_on_alarm(int sig) {
+  (void)sig;
+  _exit(3);
 }
 
 int main(int argc, char** argv) {
@@ -171,6 +185,18 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "quickexit")) {
     sink += calls(a);
     _exit(3);
+  } else if (!strcmp(mode, "sigexit")) {
+    pthread_t idle;
+    pthread_create(&idle, NULL, idle_thread, NULL);
+    signal(SIGALRM, exit_on_alarm);
+    struct itimerval t = {{0, 0}, {0, 100000}};
+    setitimer(ITIMER_REAL, &t, NULL);
+    for (;;) {
+      void* volatile p = malloc(5000);
+      void* volatile q = malloc(100000);
+      free(p);
+      free(q);
+    }
   } else if (!strcmp(mode, "rawexit")) {
     sink += calls(a);
     syscall(SYS_exit_group, 3);

@@ -138,7 +138,7 @@ inline std::uint64_t now_ns() noexcept {
 }
 
 // The agent's own work while probes are attached (writing records at exec,
-// fork, exit; setting up; its exec*() and _exit() wrappers) runs with this
+// fork, exit; setting up; its exec*() wrappers) runs with this
 // thread's depth raised: nothing it calls (getppid, open, malloc, free, ...)
 // is counted. tls_exit_dtors covers libuprobe's thread_local destructors at
 // exit() (see ExitDtorGuard).
@@ -851,21 +851,9 @@ __attribute__((visibility("default"))) int execle(const char* path, const char* 
   return free_argv(argv, execve(path, argv->data(), envp));
 }
 
-// _exit() skips the destructor: write this process's counts first (not in a
-// vfork() child: its parent reports them). The raw exit system call and
-// fatal signals still lose them (the CLI names such processes).
-[[noreturn]] void agent_exit(const char* name, int status) {
-  using exit_t = void (*)(int);
-  static exit_t real_exit = nullptr;
-  if (!real_exit) real_exit = next_fn<exit_t>(name);
-  if (meta && getpid() == g_pid.load(std::memory_order_relaxed)) finish();
-  if (real_exit) real_exit(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
-__attribute__((visibility("default"))) void _exit(int status) { agent_exit("_exit", status); }
-
-__attribute__((visibility("default"))) void _Exit(int status) { agent_exit("_Exit", status); }
+// _exit(), _Exit() and quick_exit() are not interposed: writing the counts
+// allocates, and _exit() is async-signal-safe (a program may call it from a
+// signal handler that interrupted malloc). Their counts are lost; the CLI
+// names such processes.
 
 }  // extern "C"

@@ -540,11 +540,11 @@ int main(int argc, char** argv) {
     if (p.pid == child) {
       if (!WIFSIGNALED(main_status))  // (a fatal signal is named above)
         std::fprintf(stderr, "uprobe-trace: WARNING: %s (pid %ld) ended without reporting its counts "
-                     "(the exit system call without exit() or _exit()): they are lost\n", prog.c_str(), p.pid);
+                     "(_exit(), quick_exit(), the exit system call): they are lost\n", prog.c_str(), p.pid);
       continue;
     }
     std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (parent %ld) ended without reporting its counts "
-                 "(a fatal signal or the exit system call)\n", p.pid, p.ppid);
+                 "(_exit(), quick_exit(), the exit system call or a fatal signal)\n", p.pid, p.ppid);
   }
   if (rep.processes.empty() && rep.lost.empty())
     std::fprintf(stderr, "uprobe-trace: no process loaded the agent (a static or set-user-ID program?)\n");
