@@ -6,7 +6,7 @@
 // the dynamic linker loaded here, the program's own name to /proc/self/exe),
 // registers one counting consumer per probe site and enables counting last,
 // so that nothing the agent itself does while attaching is counted. Its
-// destructor (and every exec*() call, through interposition) writes this
+// destructor (and every exec*() call, through agent_exec.cpp) writes this
 // process's counts: into a record file in UPROBE_TRACE_OUT (a directory the
 // CLI reads), or as a report to stderr when that variable is not set.
 //
@@ -31,7 +31,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +44,7 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
+#include "agent.hpp"
 #include "record.hpp"
 #include "spec.hpp"
 
@@ -145,12 +145,7 @@ inline std::uint64_t now_ns() noexcept {
 __attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
 __attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
 
-struct AgentScope {
-  AgentScope() noexcept { ++tls_in_agent; }
-  ~AgentScope() { --tls_in_agent; }
-  AgentScope(const AgentScope&) = delete;
-  AgentScope& operator=(const AgentScope&) = delete;
-};
+using uptrace::agent::Scope;
 
 inline bool counting() noexcept {
   return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);
@@ -640,7 +635,7 @@ void remove_start_file() {
 std::atomic<bool> finished{false};
 
 void finish() noexcept {
-  AgentScope scope;
+  Scope scope;
   if (!meta || finished.exchange(true)) return;
   if (g) g->enabled.store(false, std::memory_order_seq_cst);
   try {
@@ -650,7 +645,7 @@ void finish() noexcept {
 }
 
 void atfork_child() {
-  AgentScope scope;
+  Scope scope;
   g_pid.store(getpid(), std::memory_order_relaxed);
   create_start_file();
   if (!g) return;
@@ -686,7 +681,7 @@ struct ExitDtorGuard {
   ExitDtorGuard& operator=(const ExitDtorGuard&) = delete;
   ~ExitDtorGuard() {
     tls_exit_dtors = true;
-    AgentScope scope;
+    Scope scope;
     std::atexit(leave_exit_dtors);
   }
 };
@@ -697,7 +692,7 @@ void arm_exit_dtor_guard() {
 }
 
 __attribute__((constructor)) void agent_init() {
-  AgentScope scope;  // also covers this function's locals, freed after counting is on
+  Scope scope;  // also covers this function's locals, freed after counting is on
   const char* specs = getenv(kEnvSpecs);
   if (!specs) return;
   const std::vector<std::string> texts = split(specs, '\n');
@@ -726,134 +721,31 @@ __attribute__((constructor)) void agent_init() {
 
 __attribute__((destructor)) void agent_fini() { finish(); }
 
-// ---------------------------------------------------------------- exec: write first
-
-// The counts of an image that execs would be lost: write them before the
-// exec, and take the file back if the exec fails. Not in a vfork() child
-// (it shares the parent's memory: the parent reports those counts).
-class ExecFlush {
- public:
-  ExecFlush() {
-    AgentScope scope;
-    if (meta && !finished.load() && getpid() == g_pid.load(std::memory_order_relaxed)) {
-      try {
-        file_ = write_results();
-        if (!file_.empty()) remove_start_file();
-      } catch (...) {
-      }
-    }
-  }
-  ~ExecFlush() {  // the exec failed: this image goes on counting
-    AgentScope scope;
-    const int e = errno;
-    if (!file_.empty()) {
-      unlink(file_.c_str());
-      create_start_file();
-    }
-    std::string().swap(file_);  // freed here, not by the member's destructor (outside the scope)
-    errno = e;
-  }
-  ExecFlush(const ExecFlush&) = delete;
-  ExecFlush& operator=(const ExecFlush&) = delete;
-
- private:
-  std::string file_;
-};
-
-template <typename F>
-F next_fn(const char* name) {
-  AgentScope scope;
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-}
-
-std::vector<char*> collect_args(const char* arg0, va_list ap, char*** envp) {
-  std::vector<char*> argv{const_cast<char*>(arg0)};
-  while (argv.back() != nullptr) argv.push_back(va_arg(ap, char*));
-  if (envp) *envp = va_arg(ap, char**);
-  return argv;
-}
-
-// execl*(): the argument vector is the agent's (glibc's own execl uses the
-// stack): built and freed inside a scope.
-std::vector<char*>* new_argv(const char* arg0, va_list ap, char*** envp) {
-  AgentScope scope;
-  return new std::vector<char*>(collect_args(arg0, ap, envp));
-}
-
-int free_argv(std::vector<char*>* argv, int ret) {
-  AgentScope scope;
-  const int e = errno;
-  delete argv;
-  errno = e;
-  return ret;
-}
-
-using execve_t = int (*)(const char*, char* const[], char* const[]);
-using execv_t = int (*)(const char*, char* const[]);
-
+// ---------------------------------------------------------------- for agent_exec.cpp
 
 }  // namespace
 
-extern "C" {
+namespace uptrace::agent {
 
-__attribute__((visibility("default"))) int execve(const char* path, char* const argv[], char* const envp[]) {
-  static auto real = next_fn<execve_t>("execve");
-  ExecFlush f;
-  return real(path, argv, envp);
+void enter() noexcept { ++tls_in_agent; }
+void leave() noexcept { --tls_in_agent; }
+
+std::string write_before_exec() noexcept {
+  Scope scope;
+  if (!meta || finished.load() || getpid() != g_pid.load(std::memory_order_relaxed)) return {};
+  try {
+    std::string file = write_results();
+    if (!file.empty()) remove_start_file();
+    return file;
+  } catch (...) {
+    return {};
+  }
 }
 
-__attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) {
-  static auto real = next_fn<execv_t>("execv");
-  ExecFlush f;
-  return real(path, argv);
+void exec_failed(const std::string& file) noexcept {
+  Scope scope;
+  unlink(file.c_str());
+  create_start_file();
 }
 
-__attribute__((visibility("default"))) int execvp(const char* file, char* const argv[]) {
-  static auto real = next_fn<execv_t>("execvp");
-  ExecFlush f;
-  return real(file, argv);
-}
-
-__attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  static auto real = next_fn<execve_t>("execvpe");
-  ExecFlush f;
-  return real(file, argv, envp);
-}
-
-__attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], char* const envp[]) {
-  static auto real = next_fn<int (*)(int, char* const[], char* const[])>("fexecve");
-  ExecFlush f;
-  return real(fd, argv, envp);
-}
-
-__attribute__((visibility("default"))) int execl(const char* path, const char* arg, ...) {
-  va_list ap;
-  va_start(ap, arg);
-  std::vector<char*>* argv = new_argv(arg, ap, nullptr);
-  va_end(ap);
-  return free_argv(argv, execv(path, argv->data()));
-}
-
-__attribute__((visibility("default"))) int execlp(const char* file, const char* arg, ...) {
-  va_list ap;
-  va_start(ap, arg);
-  std::vector<char*>* argv = new_argv(arg, ap, nullptr);
-  va_end(ap);
-  return free_argv(argv, execvp(file, argv->data()));
-}
-
-__attribute__((visibility("default"))) int execle(const char* path, const char* arg, ...) {
-  va_list ap;
-  va_start(ap, arg);
-  char** envp = nullptr;
-  std::vector<char*>* argv = new_argv(arg, ap, &envp);
-  va_end(ap);
-  return free_argv(argv, execve(path, argv->data(), envp));
-}
-
-// _exit(), _Exit() and quick_exit() are not interposed: writing the counts
-// allocates, and _exit() is async-signal-safe (a program may call it from a
-// signal handler that interrupted malloc). Their counts are lost; the CLI
-// names such processes.
-
-}  // extern "C"
+}  // namespace uptrace::agent
