@@ -103,20 +103,7 @@ class ProbeHook final : public Hook {
   bool check(std::uint64_t counted) override {
     // This variant's run only, as `counted` is: uprobe::stats() counts over
     // the process, which --cycles shares between its variants.
-    const uprobe::Stats now = uprobe::stats();
-    uprobe::Stats s;
-    s.hits = now.hits - base_.hits;
-    s.recursion_misses = now.recursion_misses - base_.recursion_misses;
-    s.emulated = now.emulated - base_.emulated;
-    s.out_of_line = now.out_of_line - base_.out_of_line;
-    s.redirected = now.redirected - base_.redirected;
-    s.restarts = now.restarts - base_.restarts;
-    s.locked_lookups = now.locked_lookups - base_.locked_lookups;
-    s.foreign_traps = now.foreign_traps - base_.foreign_traps;
-    s.return_hits = now.return_hits - base_.return_hits;
-    s.return_misses = now.return_misses - base_.return_misses;
-    s.return_dropped = now.return_dropped - base_.return_dropped;
-    s.optimized = now.optimized - base_.optimized;
+    const uprobe::Stats s = uprobe::stats() - base_;
     std::fprintf(text_out(),
                  "Probe stats: hits %" PRIu64 ", counted %" PRIu64 ", optimized %" PRIu64 ", emulated %" PRIu64
                  ", out_of_line %" PRIu64 ", locked_lookups %" PRIu64 ", restarts %" PRIu64

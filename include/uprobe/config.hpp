@@ -112,6 +112,25 @@ struct Stats {
   std::uint64_t optimized = 0;         ///< hits that came through an optimized site's jump (no signal)
 };
 
+/// What the counters did between two snapshots of stats(): `after - before`,
+/// field by field (every counter). Pure; async-signal-safe.
+inline Stats operator-(const Stats& after, const Stats& before) noexcept {
+  Stats d;
+  d.hits = after.hits - before.hits;
+  d.recursion_misses = after.recursion_misses - before.recursion_misses;
+  d.emulated = after.emulated - before.emulated;
+  d.out_of_line = after.out_of_line - before.out_of_line;
+  d.redirected = after.redirected - before.redirected;
+  d.restarts = after.restarts - before.restarts;
+  d.locked_lookups = after.locked_lookups - before.locked_lookups;
+  d.foreign_traps = after.foreign_traps - before.foreign_traps;
+  d.return_hits = after.return_hits - before.return_hits;
+  d.return_misses = after.return_misses - before.return_misses;
+  d.return_dropped = after.return_dropped - before.return_dropped;
+  d.optimized = after.optimized - before.optimized;
+  return d;
+}
+
 /// Sums the per-thread counters. Thread-safety: any thread. Async-signal-safe.
 Stats stats() noexcept;
 

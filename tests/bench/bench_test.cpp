@@ -334,9 +334,11 @@ struct Exec {
   std::string out;
 };
 
-Exec run(const std::string& args) {
+// `args`, stderr and stdout (or stdout to the file `stdout_to`) read back.
+Exec run(const std::string& args, const std::string& stdout_to = "") {
   Exec r;
-  const std::string cmd = std::string(UPROBE_BENCH_EXE) + " " + args + " 2>&1";
+  const std::string cmd =
+      std::string(UPROBE_BENCH_EXE) + " " + args + " 2>&1" + (stdout_to.empty() ? "" : " >" + stdout_to);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -586,18 +588,7 @@ TEST(Binary, ContradictionsAreRefusedWithALine) {
 // ---- Output that cannot be written: said in one line, exit status 2.
 
 // `args` with stdout sent to `stdout_to`; what the binary wrote to stderr.
-Exec run_stdout_to(const std::string& args, const std::string& stdout_to) {
-  Exec r;
-  const std::string cmd = std::string(UPROBE_BENCH_EXE) + " " + args + " 2>&1 >" + stdout_to;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Exec run_stdout_to(const std::string& args, const std::string& stdout_to) { return run(args, stdout_to); }
 
 TEST(Binary, WriteErrorsAreNotIgnored) {
   const char* const stdout_full = "uprobe-bench: cannot write standard output: No space left on device\n";

@@ -113,21 +113,7 @@ inline long vmrss_kb() {
   return -1;
 }
 
-inline uprobe::Stats delta(const uprobe::Stats& a, const uprobe::Stats& b) {
-  uprobe::Stats d;
-  d.hits = b.hits - a.hits;
-  d.recursion_misses = b.recursion_misses - a.recursion_misses;
-  d.emulated = b.emulated - a.emulated;
-  d.out_of_line = b.out_of_line - a.out_of_line;
-  d.redirected = b.redirected - a.redirected;
-  d.restarts = b.restarts - a.restarts;
-  d.locked_lookups = b.locked_lookups - a.locked_lookups;
-  d.foreign_traps = b.foreign_traps - a.foreign_traps;
-  d.return_hits = b.return_hits - a.return_hits;
-  d.return_misses = b.return_misses - a.return_misses;
-  d.return_dropped = b.return_dropped - a.return_dropped;
-  return d;
-}
+inline uprobe::Stats delta(const uprobe::Stats& a, const uprobe::Stats& b) { return b - a; }
 
 inline std::string str(const uprobe::Stats& s) {
   std::ostringstream os;
