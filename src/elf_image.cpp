@@ -311,7 +311,10 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
   }
   using Key = std::tuple<dev_t, ino_t, off_t, long, long>;
   static std::mutex mu;
-  static std::map<Key, std::shared_ptr<const ElfImage>> cache;
+  // Never destroyed, as the registry: a static destructor would free the
+  // images at exit while probes still fire and libraries still load (and
+  // free() in it is not the program's, for a tracer that counts frees).
+  static auto& cache = *new std::map<Key, std::shared_ptr<const ElfImage>>;
   const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
   {
     std::lock_guard<std::mutex> g(mu);

@@ -114,7 +114,7 @@ std::shared_ptr<ElfInfo> read_elf(int fd, std::string& why) {
 }  // namespace
 
 std::shared_ptr<const ElfInfo> elf_info(int fd, const std::string& /*path*/, const struct stat& st, std::string& why) {
-  static std::map<CacheKey, std::shared_ptr<ElfInfo>> cache;
+  static auto& cache = *new std::map<CacheKey, std::shared_ptr<ElfInfo>>;  // never destroyed (elf_image.cpp)
   CacheKey key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;

@@ -266,7 +266,9 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   // first), and in libc itself (what the interposer calls on). Under ASan,
   // dlsym(RTLD_DEFAULT, "mmap") is libasan's interceptor, and libc's own
   // mmap would otherwise be left probeable although the trap path runs it.
-  static const std::vector<Forbidden> forbidden = [] {
+  // Never destroyed (a static destructor would run at exit while probes
+  // still fire: elf_image.cpp).
+  static const std::vector<Forbidden>& forbidden = *new const std::vector<Forbidden>([] {
     std::vector<Forbidden> out;
     VmaSnapshot maps(read_proc_maps());
     const bool sanitized = sanitizer_runtime_loaded();
@@ -285,7 +287,7 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
       }
     }
     return out;
-  }();
+  }());
   const Forbidden* match = nullptr;
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino) match = &f;
@@ -323,7 +325,7 @@ struct Anchor {
 /// none of them can be unloaded while the runtime exists, and the identity of
 /// the mapped file is what matters even if its path is replaced later.
 const std::vector<Anchor>& anchors() {
-  static const std::vector<Anchor> out = [] {
+  static const std::vector<Anchor>& out = *new const std::vector<Anchor>([] {  // never destroyed
     // __tls_get_addr twice: the global scope's may be an interceptor (libasan's:
     // then the sanitizer runtime, which the trap path runs through, is an
     // anchor too), libc's scope finds the dynamic linker's own.
@@ -346,7 +348,7 @@ const std::vector<Anchor>& anchors() {
       v.push_back(Anchor{st.st_dev, st.st_ino, in_exe, di.dli_fname});
     }
     return v;
-  }();
+  }());
   return out;
 }
 

@@ -27,7 +27,11 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.WildcardMatchesExactlyTheThreeFunctions
                      trace.Trace.UsdtSemaphoreGuardedBranchRunsOnlyWhileTraced trace.Trace.ThreadsCountInTheirOwnSlots
                      trace.Trace.ForkedChildCountsSeparately trace.Trace.ExecIsFollowedUnlessNoFollow
-                     trace.Trace.UnderscoreExitLosesTheCountsAndSaysSo trace.Trace.ProcessesThatSkipExitAreNamed
+                     trace.Trace.UnderscoreExitKeepsTheCounts trace.Trace.ProcessesThatSkipExitKeepTheirCounts
+                     trace.Trace.FatalSignalKeepsTheCounts trace.Trace.CtrlCPrintsTheCounts
+                     trace.Trace.SecondCtrlCPrintsTheCountsSoFar trace.Trace.DashScriptIsCounted
+                     trace.Trace.ForkChildrenCountFromTheirFirstInstruction
+                     trace.Trace.EveryInitializerAndDestructorCounts trace.Trace.AnotherInitFirstLibraryIsNamed
                      trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
                      trace.Trace.SpecsNamingOneSiteEachCount
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus

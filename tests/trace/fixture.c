@@ -19,6 +19,12 @@
  *   sigexit         one idle thread; the main thread mallocs and frees in a loop until
  *                   a SIGALRM handler (after 100 ms) calls _exit(3)
  *   execfail K      K execl() calls that fail, then exec "wild" (this program)
+ *   killself N      trace_fn() N times, then SIGKILL to itself
+ *   abort N         trace_fn() N times, then abort()
+ *   block N         trace_fn() N times, prints fn=N, then waits for a signal forever
+ *   blockign N      as block, with SIGINT ignored
+ *   rawfork N       trace_fn() N times here, 2N times in a child made by the fork system call
+ *                   (no atfork handler runs in it) that leaves with the exit_group system call
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -211,6 +217,27 @@ int main(int argc, char** argv) {
     sink += calls(a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     say("fn", a);
+  } else if (!strcmp(mode, "killself")) {
+    sink += calls(a);
+    kill(getpid(), SIGKILL);
+  } else if (!strcmp(mode, "abort")) {
+    sink += calls(a);
+    abort();
+  } else if (!strcmp(mode, "block") || !strcmp(mode, "blockign")) {
+    if (mode[5] == 'i') signal(SIGINT, SIG_IGN);
+    sink += calls(a);
+    say("fn", a);
+    for (;;) pause();
+  } else if (!strcmp(mode, "rawfork")) {
+    sink += calls(a);
+    long p = syscall(SYS_fork);
+    if (p == 0) {
+      sink += calls(2 * a);
+      syscall(SYS_exit_group, 0);
+    }
+    int st = 0;
+    waitpid((pid_t)p, &st, 0);
+    say("child_status", st);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

@@ -1,27 +1,43 @@
 // SPDX-License-Identifier: MIT
 // libuprobe-agent.so: the LD_PRELOAD half of uprobe-trace.
 //
-// Its constructor reads the probe specs from UPROBE_TRACE_SPECS (one per
-// line), resolves them in this process (library names against the objects
-// the dynamic linker loaded here, the program's own name to /proc/self/exe),
-// registers one counting consumer per probe site and enables counting last,
-// so that nothing the agent itself does while attaching is counted. Its
-// destructor (and every exec*() call, through agent_exec.cpp) writes this
-// process's counts: into a record file in UPROBE_TRACE_OUT (a directory the
-// CLI reads), or as a report to stderr when that variable is not set.
+// It is the first object whose initializer runs (linked with -z initfirst:
+// DF_1_INITFIRST puts it ahead of every other initializer, the program's
+// DT_PREINIT_ARRAY included). That initializer first brings up what the
+// agent itself needs (libc's initializers, run with the real argc, argv and
+// envp, then the agent's other dependencies through dlopen of itself), and
+// its constructor then reads the probe specs from UPROBE_TRACE_SPECS (one
+// per line), resolves them in this process (library names against the
+// objects the dynamic linker loaded here, the program's own name to
+// /proc/self/exe), registers one counting consumer per probe site and
+// enables counting last, so that nothing the agent itself does while
+// attaching is counted -- and every other object's initializer is.
+//
+// Counting never stops. With the CLI (UPROBE_TRACE_OUT set), every thread
+// counts in its own block of the counts file the CLI created (counts.hpp),
+// mapped shared, so the counts are the CLI's however the process ends --
+// exit() through the last destructor, _exit(), exec, a fatal signal,
+// SIGKILL -- and nothing is written at exit or exec. What the image attached
+// is written to its record file (record.hpp) once, at attach. Without the
+// CLI, blocks are private and the agent's destructor prints this process's
+// report to stderr.
 //
 // Handlers run in signal context (or in the return trampoline): they only
-// touch fixed memory. Every thread counts in its own block (mmap'ed on its
-// first hit, page-aligned, so no cache line is shared between threads);
-// threads beyond kMaxBlocks share an overflow block with atomic adds.
-// Latency of an entry+return pair: the entry writes CLOCK_MONOTONIC (vDSO)
-// into the session cookie, the return adds log2(now - cookie) to the thread's
-// histogram.
+// touch fixed memory. A thread's block is made on its first hit (page-
+// aligned, so no cache line is shared between threads); threads beyond
+// kMaxBlocks share an overflow block with atomic adds. A fork child is a new
+// process: a MADV_WIPEONFORK page tells its first hit (even before the
+// atfork handlers run, or in a child of the raw clone system call) that the
+// blocks it sees are its parent's, and it starts from zero in blocks of its
+// own. Latency of an entry+return pair: the entry writes CLOCK_MONOTONIC
+// (vDSO) into the session cookie, the return adds log2(now - cookie) to the
+// thread's histogram.
 
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,7 +60,7 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
-#include "agent.hpp"
+#include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
 
@@ -78,11 +94,19 @@ uprobe::Location ifunc_implementation(uprobe::Location loc) {
 namespace {
 
 using namespace uptrace;
+using counts::kHeaderWords;
 
-constexpr unsigned kMaxBlocks = 4096;
-constexpr std::size_t kHeaderWords = 8;  // word 0: tid; one cache line
+constexpr unsigned kMaxBlocks = 4096;  // per process; more threads share its overflow block
+constexpr std::uint64_t kEpochBusy = ~std::uint64_t{0};
 
 // ---------------------------------------------------------------- handler-side state
+
+/// This process's own page (MADV_WIPEONFORK: a fork child sees 0).
+struct alignas(counts::kPage) ProcessLocal {
+  /// Nonzero while the process state in Counters (pid, blocks, overflow)
+  /// is this process's; a thread whose tls_epoch differs has no block here.
+  std::atomic<std::uint64_t> epoch{0};
+};
 
 struct Counters {
   std::atomic<bool> enabled{false};
@@ -90,43 +114,156 @@ struct Counters {
   std::size_t hist_base = 0;    // first histogram word
   std::size_t block_words = 0;  // header + counts + histograms
   std::size_t block_bytes = 0;  // rounded up to pages
+  // The counts file (nullptr without the CLI: private blocks).
+  counts::Header* header = nullptr;
+  char path[PATH_MAX] = {};
+  std::uint64_t layout = 0;
+  bool wipe_on_fork = false;  // MADV_WIPEONFORK took on `local`
+  ProcessLocal* local = nullptr;
+  // This process's (reset in a fork child, see reinit_process).
+  pid_t pid = 0;
+  std::uint64_t last_epoch = 0;
   std::atomic<unsigned> nblocks{0};
-  std::atomic<std::uint64_t*> blocks[kMaxBlocks];
-  std::uint64_t* overflow = nullptr;  // shared by threads past kMaxBlocks: atomic adds
+  std::atomic<std::uint64_t*> blocks[kMaxBlocks];  // without the CLI: what the report reads
+  std::atomic<std::uint64_t*> overflow{nullptr};   // shared by threads past kMaxBlocks: atomic adds
 };
 
 Counters* g = nullptr;  // published before counting is enabled; never freed
-std::atomic<pid_t> g_pid{0};
 
 __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t* tls_block = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local std::uint64_t tls_epoch = 0;
 
-std::uint64_t* new_block() noexcept {
+// The agent's own work while probes are attached (setting up, making a
+// block, a fork child's set-up) runs with this thread's depth raised: nothing
+// it calls (getppid, open, malloc, free, ...) is counted. tls_exit_dtors
+// covers libuprobe's thread_local destructors at exit() (see ExitDtorGuard).
+__attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
+__attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
+
+/// Marks the calling thread as running the agent's own code (nestable).
+struct Scope {
+  Scope() noexcept { ++tls_in_agent; }
+  ~Scope() { --tls_in_agent; }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+};
+
+/// Hits no block could take: the CLI reports how many (async-signal-safe).
+void unrecorded(std::uint64_t n) noexcept {
+  if (g->header && n) g->header->unrecorded.fetch_add(n, std::memory_order_relaxed);
+}
+
+/// Extends the counts file to `end` without ever shrinking it (filesystems
+/// without fallocate): one byte written at end - 1.
+bool extend(int fd, off_t end) noexcept {
+  const char zero = 0;
+  return pwrite(fd, &zero, 1, end - 1) == 1;
+}
+
+/// A new block, its header written; nullptr when none can be made.
+/// Async-signal-safe (open, fallocate, mmap, close, atomics).
+std::uint64_t* alloc_block(std::int64_t tid, bool shared) noexcept {
+  void* m = MAP_FAILED;
+  std::uint64_t slot = 0, first = 0;
+  const std::uint64_t pages = g->block_bytes / counts::kPage;
+  if (g->header) {
+    slot = g->header->nslots.fetch_add(1, std::memory_order_relaxed);
+    if (slot >= counts::kMaxSlots) return nullptr;
+    first = g->header->next_page.fetch_add(pages, std::memory_order_relaxed);
+    const int fd = open(g->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    const off_t off = static_cast<off_t>(first * counts::kPage), len = static_cast<off_t>(g->block_bytes);
+    // Storage is reserved now: a write to a hole of a full filesystem through
+    // a shared mapping would be a SIGBUS in the program.
+    if (fallocate(fd, 0, off, len) == 0 || ((errno == EOPNOTSUPP || errno == ENOSYS) && extend(fd, off + len)))
+      m = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+    close(fd);
+  } else {
+    m = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  if (m == MAP_FAILED) return nullptr;
+  auto* b = static_cast<std::uint64_t*>(m);
+  b[counts::kBlockPid] = static_cast<std::uint64_t>(g->pid);
+  b[counts::kBlockTid] = static_cast<std::uint64_t>(tid);
+  b[counts::kBlockLayout] = g->layout;
+  b[counts::kBlockWords] = g->block_words;
+  b[counts::kBlockShared] = shared ? 1 : 0;
+  __atomic_store_n(&b[counts::kBlockMagicWord], counts::kBlockMagic, __ATOMIC_RELEASE);
+  if (g->header) g->header->slots[slot].store(counts::slot_word(first, pages), std::memory_order_release);
+  return b;
+}
+
+void register_process(pid_t pid, pid_t ppid) noexcept {
+  if (!g->header) return;
+  const std::uint64_t i = g->header->nprocs.fetch_add(1, std::memory_order_relaxed);
+  if (i >= counts::kMaxProcs) return;  // the CLI still finds its blocks
+  counts::Proc& p = g->header->procs[i];
+  p.pid = pid, p.ppid = ppid, p.layout = g->layout;
+  p.ready.store(1, std::memory_order_release);
+}
+
+/// The process's overflow block (made once; several threads may race).
+std::uint64_t* overflow_block() noexcept {
+  if (std::uint64_t* ov = g->overflow.load(std::memory_order_acquire)) return ov;
+  std::uint64_t* nb = alloc_block(-1, true);
+  if (!nb) return nullptr;
+  std::uint64_t* expected = nullptr;
+  if (g->overflow.compare_exchange_strong(expected, nb, std::memory_order_acq_rel)) return nb;
+  return expected;  // another thread's won; ours stays empty
+}
+
+/// The first hit (or atfork handler) of a process whose Counters are its
+/// parent's (a fork child): from now on this is a process of its own, with
+/// no block yet. Async-signal-safe; once per process (a thread that finds
+/// another one doing it gets 0 and its hit is unrecorded).
+std::uint64_t reinit_process() noexcept {
+  std::uint64_t expected = 0;
+  if (!g->local->epoch.compare_exchange_strong(expected, kEpochBusy, std::memory_order_acq_rel))
+    return expected == kEpochBusy ? 0 : expected;
+  g->pid = static_cast<pid_t>(syscall(SYS_getpid));
+  const unsigned n = std::min(g->nblocks.load(std::memory_order_relaxed), kMaxBlocks);
+  for (unsigned i = 0; i < n; ++i) {  // private copies of the parent's blocks (no CLI): not ours
+    std::uint64_t* b = g->blocks[i].exchange(nullptr, std::memory_order_relaxed);
+    if (b && !g->header) munmap(b, g->block_bytes);
+  }
+  g->nblocks.store(0, std::memory_order_relaxed);
+  if (std::uint64_t* ov = g->overflow.exchange(nullptr, std::memory_order_relaxed); ov && !g->header)
+    munmap(ov, g->block_bytes);
+  register_process(g->pid, static_cast<pid_t>(syscall(SYS_getppid)));
+  const std::uint64_t e = ++g->last_epoch;
+  g->local->epoch.store(e, std::memory_order_release);
+  return e;
+}
+
+/// The calling thread's block when it has none in this process yet.
+__attribute__((noinline)) std::uint64_t* new_block() noexcept {
   const int saved_errno = errno;
   std::uint64_t* b = nullptr;
-  unsigned i = g->nblocks.fetch_add(1, std::memory_order_relaxed);
-  if (i < kMaxBlocks) {
-    void* m = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m != MAP_FAILED) {
-      b = static_cast<std::uint64_t*>(m);
-      b[0] = static_cast<std::uint64_t>(syscall(SYS_gettid));
-      g->blocks[i].store(b, std::memory_order_release);
+  std::uint64_t epoch = g->local->epoch.load(std::memory_order_acquire);
+  if (epoch == 0) epoch = reinit_process();
+  if (epoch != 0 && epoch != kEpochBusy) {
+    const unsigned i = g->nblocks.fetch_add(1, std::memory_order_relaxed);
+    if (i < kMaxBlocks) {
+      b = alloc_block(static_cast<std::int64_t>(syscall(SYS_gettid)), false);
+      if (b && !g->header) g->blocks[i].store(b, std::memory_order_release);
     }
+    if (!b) b = overflow_block();
+    if (b) tls_block = b, tls_epoch = epoch;
   }
-  if (b == nullptr) b = g->overflow;
-  tls_block = b;
   errno = saved_errno;
   return b;
 }
 
 inline std::uint64_t* my_block() noexcept {
   std::uint64_t* b = tls_block;
-  return __builtin_expect(b != nullptr, 1) ? b : new_block();
+  if (__builtin_expect(b != nullptr && tls_epoch == g->local->epoch.load(std::memory_order_relaxed), 1)) return b;
+  return new_block();
 }
 
 inline void bump(std::uint64_t* b, std::size_t word, std::uint64_t n = 1) noexcept {
-  if (__builtin_expect(b == g->overflow, 0)) {
+  if (__builtin_expect(b[counts::kBlockShared] != 0, 0)) {
     __atomic_fetch_add(&b[word], n, __ATOMIC_RELAXED);
-  } else {  // only this thread writes here; the exit-time reader tolerates a stale value
+  } else {  // only this thread writes here; a reader tolerates a stale value
     __atomic_store_n(&b[word], __atomic_load_n(&b[word], __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
   }
 }
@@ -137,20 +274,9 @@ inline std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// The agent's own work while probes are attached (writing records at exec,
-// fork, exit; setting up; its exec*() wrappers) runs with this
-// thread's depth raised: nothing it calls (getppid, open, malloc, free, ...)
-// is counted. tls_exit_dtors covers libuprobe's thread_local destructors at
-// exit() (see ExitDtorGuard).
-__attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
-__attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
-
-using uptrace::agent::Scope;
-
 inline bool counting() noexcept {
   return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);
 }
-
 
 /// A function site: entry counts, return counts, a latency histogram (any of
 /// them). Several specs may name one site (aliases, a glob and a name): each
@@ -165,8 +291,11 @@ class FnConsumer final : public uprobe::Consumer {
       setup_hit();
       return rets_.empty() && hist_ < 0 ? uprobe::Action::keep : uprobe::Action::ignore;
     }
-    std::uint64_t* b = my_block();
-    for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));
+    if (std::uint64_t* b = my_block()) {
+      for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));
+    } else {
+      unrecorded(entries_.size());
+    }
     if (hist_ >= 0) uprobe::session_cookie() = now_ns();
     return uprobe::Action::keep;
   }
@@ -174,6 +303,7 @@ class FnConsumer final : public uprobe::Consumer {
   void ret_handler(uprobe::Regs&, std::uint64_t) override {
     if (!counting()) return setup_hit();
     std::uint64_t* b = my_block();
+    if (!b) return unrecorded(rets_.size());
     for (long r : rets_) bump(b, kHeaderWords + static_cast<std::size_t>(r));
     if (hist_ >= 0) {
       const std::uint64_t t0 = uprobe::session_cookie();
@@ -200,7 +330,9 @@ class CountConsumer final : public uprobe::Consumer {
  public:
   explicit CountConsumer(long key) : key_(key) {}
   uprobe::Action handler(uprobe::Regs&) override {
-    if (counting()) bump(my_block(), kHeaderWords + static_cast<std::size_t>(key_));
+    if (!counting()) return uprobe::Action::keep;
+    if (std::uint64_t* b = my_block()) bump(b, kHeaderWords + static_cast<std::size_t>(key_));
+    else unrecorded(1);
     return uprobe::Action::keep;
   }
 
@@ -217,6 +349,7 @@ struct Meta {
   std::vector<std::string> keys, hist_keys;
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  // probe_info().mode at attach -> sites
+  std::vector<std::string> notes;
 };
 Meta* meta = nullptr;  // never freed: other threads may still hit probes while the process exits
 
@@ -374,6 +507,19 @@ void note_mode(const uprobe::Uprobe* p) {
   }
 }
 
+// The handler-side state for meta's keys (published before any probe is
+// registered; counting stays off until setup_counting() is done).
+void make_counters() {
+  auto* c = new Counters;
+  c->nkeys = meta->keys.size();
+  c->nhists = meta->hist_keys.size();
+  c->hist_base = kHeaderWords + c->nkeys;
+  c->block_words = block_words(c->nkeys, c->nhists);
+  c->block_bytes = (c->block_words * sizeof(std::uint64_t) + counts::kPage - 1) / counts::kPage * counts::kPage;
+  for (auto& b : c->blocks) b.store(nullptr, std::memory_order_relaxed);
+  g = c;
+}
+
 void attach(const std::vector<std::string>& texts) {
   std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
   std::map<std::string, UsdtPlan> usdts;
@@ -453,18 +599,7 @@ void attach(const std::vector<std::string>& texts) {
   std::vector<std::pair<UsdtPlan*, long>> pu;
   for (auto& [k, u] : usdts) pu.emplace_back(&u, index_of(u.key));
 
-  g = new Counters;
-  g->nkeys = meta->keys.size();
-  g->nhists = meta->hist_keys.size();
-  g->hist_base = kHeaderWords + g->nkeys;
-  g->block_words = g->hist_base + g->nhists * kBuckets;
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  g->block_bytes = (g->block_words * sizeof(std::uint64_t) + page - 1) / page * page;
-  for (auto& b : g->blocks) b.store(nullptr, std::memory_order_relaxed);
-  void* ov = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (ov == MAP_FAILED) throw std::bad_alloc();
-  g->overflow = static_cast<std::uint64_t*>(ov);
-  g->overflow[0] = static_cast<std::uint64_t>(-1);
+  make_counters();
 
   // Register. Keys whose registration failed everywhere are dropped from the
   // record (they were never attached); their counters just stay 0.
@@ -539,34 +674,26 @@ void attach(const std::vector<std::string>& texts) {
 
 // ---------------------------------------------------------------- results
 
-ProcessRecord snapshot() {
-  ProcessRecord r;
+std::string env_or(const char* name, const char* def) {
+  const char* v = getenv(name);
+  return v ? v : def;
+}
+
+ImageRecord image_record() {
+  ImageRecord r;
+  r.layout = g ? g->layout : 0;
   r.pid = getpid();
   r.ppid = getppid();
   r.exe = self_exe();
+  r.nkeys = g ? g->nkeys : 0;
+  r.nhists = g ? g->nhists : 0;
   r.specs = meta->specs;
   r.modes = meta->modes;
-  for (const auto& k : meta->keys)
-    if (!k.empty()) r.keys.push_back(k);
-  for (const auto& k : meta->hist_keys)
-    if (!k.empty()) r.hist_keys.push_back(k);
-  if (!g) return r;
-  auto take = [&](const std::uint64_t* b) {
-    const long tid = static_cast<long>(static_cast<std::int64_t>(b[0]));
-    for (std::size_t i = 0; i < g->nkeys; ++i) {
-      std::uint64_t n = __atomic_load_n(&b[kHeaderWords + i], __ATOMIC_RELAXED);
-      if (n && !meta->keys[i].empty()) r.counts.push_back({meta->keys[i], tid, n});
-    }
-    for (std::size_t h = 0; h < g->nhists; ++h)
-      for (unsigned k = 0; k < kBuckets; ++k) {
-        std::uint64_t n = __atomic_load_n(&b[g->hist_base + h * kBuckets + k], __ATOMIC_RELAXED);
-        if (n && !meta->hist_keys[h].empty()) r.buckets.push_back({meta->hist_keys[h], tid, k, n});
-      }
-  };
-  unsigned n = std::min(g->nblocks.load(std::memory_order_acquire), kMaxBlocks);
-  for (unsigned i = 0; i < n; ++i)
-    if (const std::uint64_t* b = g->blocks[i].load(std::memory_order_acquire)) take(b);
-  take(g->overflow);
+  r.notes = meta->notes;
+  for (std::size_t i = 0; i < meta->keys.size() && i < r.nkeys; ++i)
+    if (!meta->keys[i].empty()) r.keys.emplace_back(meta->keys[i], i);
+  for (std::size_t i = 0; i < meta->hist_keys.size() && i < r.nhists; ++i)
+    if (!meta->hist_keys[i].empty()) r.hists.emplace_back(meta->hist_keys[i], i);
   return r;
 }
 
@@ -581,90 +708,97 @@ bool write_all(int fd, const std::string& s) {
   return true;
 }
 
-// Writes the record (or the stderr report); returns the record file's path.
-std::string write_results() {
-  ProcessRecord r = snapshot();
-  if (meta->out_dir.empty()) {
-    Report rep;
-    rep.add(r);
-    std::string text = meta->format == "json" ? format_json(rep, meta->per_thread)
-                                              : format_text(rep, meta->per_thread);
-    for (const auto& m : rep.messages) text += "uprobe-trace: " + m.spec + ": " + m.text + "\n";
-    write_all(STDERR_FILENO, "\n" + text);
-    return {};
-  }
-  const std::string base = meta->out_dir + "/" + std::to_string(r.pid) + "." + std::to_string(now_ns());
+// DIR/PID.LAYOUT.rec: what this image attached (written once, at attach).
+void write_image_record() {
+  const ImageRecord r = image_record();
+  const std::string base = meta->out_dir + "/" + std::to_string(r.pid) + "." + std::to_string(r.layout);
   const std::string tmp = base + ".tmp", final_path = base + ".rec";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return {};
+  if (fd < 0) return;
   bool ok = write_all(fd, serialize(r));
   close(fd);
-  if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return {};
+  if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) unlink(tmp.c_str());
+}
+
+// Without the CLI: this process's report from its private blocks.
+void report_to_stderr() {
+  const ImageRecord img = image_record();
+  ProcessRecord r = process_of(img, img.pid, img.ppid);
+  if (g && g->local->epoch.load() == g->last_epoch) {  // (a fork child that never hit has its parent's)
+    const unsigned n = std::min(g->nblocks.load(std::memory_order_acquire), kMaxBlocks);
+    for (unsigned i = 0; i < n; ++i)
+      if (const std::uint64_t* b = g->blocks[i].load(std::memory_order_acquire)) add_block(r, img, b, g->block_words);
+    if (const std::uint64_t* ov = g->overflow.load(std::memory_order_acquire)) add_block(r, img, ov, g->block_words);
   }
-  return final_path;
+  Report rep;
+  rep.add(r);
+  std::string text = meta->format == "json" ? format_json(rep, meta->per_thread) : format_text(rep, meta->per_thread);
+  for (const auto& m : rep.messages) text += "uprobe-trace: " + (m.spec.empty() ? "" : m.spec + ": ") + m.text + "\n";
+  write_all(STDERR_FILENO, "\n" + text);
 }
 
-// DIR/PID.start exists while this process counts and has not reported: the
-// CLI names processes that ended without reporting (_exit(), a fatal signal).
-// Written with a stack buffer only (also from the fork child handler).
-void start_file_path(char* buf, std::size_t n, pid_t pid) {
-  std::snprintf(buf, n, "%s/%ld.start", meta->out_dir.c_str(), static_cast<long>(pid));
-}
-
-void create_start_file() {
-  if (meta->out_dir.empty()) return;
-  char path[PATH_MAX], line[64];
-  start_file_path(path, sizeof path, getpid());
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  int n = std::snprintf(line, sizeof line, "%ld\n", static_cast<long>(getppid()));
-  if (write(fd, line, static_cast<std::size_t>(n)) < 0) {
+// The counting memory: this process's wipe-on-fork page, the counts file's
+// header (with the CLI), this image's record, the attaching thread's block.
+void setup_counting() {
+  static ProcessLocal fallback_local;  // no page: a fork child is then told by the atfork handler only
+  void* lp = mmap(nullptr, sizeof(ProcessLocal), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  g->local = lp == MAP_FAILED ? &fallback_local : new (lp) ProcessLocal;
+  g->wipe_on_fork = lp != MAP_FAILED && madvise(lp, sizeof(ProcessLocal), MADV_WIPEONFORK) == 0;
+  g->pid = getpid();
+  if (!meta->out_dir.empty()) {
+    const std::string path = meta->out_dir + "/" + counts::kFileName;
+    std::string why;
+    int fd = path.size() < sizeof g->path ? open(path.c_str(), O_RDWR | O_CLOEXEC) : -1;
+    void* h = MAP_FAILED;
+    if (fd < 0) {
+      why = path.size() < sizeof g->path ? std::strerror(errno) : "path too long";
+    } else {
+      h = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (h == MAP_FAILED) why = std::strerror(errno);
+      close(fd);
+    }
+    if (h != MAP_FAILED && static_cast<counts::Header*>(h)->magic != counts::kMagic) {
+      munmap(h, counts::kHeaderBytes);
+      h = MAP_FAILED;
+      why = "not a counts file of this uprobe-trace";
+    }
+    if (h == MAP_FAILED) {
+      if (!meta->specs.empty())
+        add_message(meta->specs.front(), "agent: " + path + ": " + why + ": this process's counts are not recorded");
+    } else {
+      g->header = static_cast<counts::Header*>(h);
+      std::memcpy(g->path, path.c_str(), path.size() + 1);
+      g->layout = g->header->nlayouts.fetch_add(1, std::memory_order_relaxed) + 1;
+    }
+    write_image_record();
+    register_process(g->pid, getppid());
   }
-  close(fd);
+  g->last_epoch = 1;
+  g->local->epoch.store(1, std::memory_order_release);
+  new_block();  // the attaching thread's, now rather than in its first hit
 }
 
-void remove_start_file() {
-  if (meta->out_dir.empty()) return;
-  char path[PATH_MAX];
-  start_file_path(path, sizeof path, getpid());
-  unlink(path);
-}
-
-std::atomic<bool> finished{false};
-
-void finish() noexcept {
-  Scope scope;
-  if (!meta || finished.exchange(true)) return;
-  if (g) g->enabled.store(false, std::memory_order_seq_cst);
-  try {
-    if (!write_results().empty()) remove_start_file();
-  } catch (...) {
-  }
-}
-
-void atfork_child() {
-  Scope scope;
-  g_pid.store(getpid(), std::memory_order_relaxed);
-  create_start_file();
-  if (!g) return;
-  // The child starts from zero: the parent reports what it counted.
-  auto clear = [](std::uint64_t* b) {
-    std::memset(b + 1, 0, (g->block_words - 1) * sizeof(std::uint64_t));
-    b[0] = 0;
-  };
-  unsigned n = std::min(g->nblocks.load(std::memory_order_acquire), kMaxBlocks);
-  for (unsigned i = 0; i < n; ++i)
-    if (std::uint64_t* b = g->blocks[i].load(std::memory_order_acquire)) clear(b);
-  clear(g->overflow);
-  g->overflow[0] = static_cast<std::uint64_t>(-1);
-  if (tls_block && tls_block != g->overflow) tls_block[0] = static_cast<std::uint64_t>(syscall(SYS_gettid));
-}
-
-std::string env_or(const char* name, const char* def) {
-  const char* v = getenv(name);
-  return v ? v : def;
+// fork(): libuprobe's atfork handlers (registered when it starts, inside
+// attach()) take its locks and, in the child, re-register with liburcu-bp,
+// privatize the XOL area, ... : the agent's work, not the program's. So the
+// agent registers handlers twice, before attach() (inner) and after it
+// (outer), and the calling thread runs everything between them as the
+// agent's. glibc runs prepare handlers last-registered first and the others
+// first-registered first:
+//   outer.prepare  libuprobe's  inner.prepare  (glibc's fork, _Fork)  inner.child  libuprobe's  outer.child
+// The program's own calls in glibc's fork and in its own atfork handlers
+// stay counted. inner.child is also the child's first point: a process of
+// its own from here (reinit_process()), unless a hit in the child got there
+// first.
+void fork_outer_prepare() { ++tls_in_agent; }
+void fork_outer_after() { --tls_in_agent; }
+void fork_inner_prepare() { --tls_in_agent; }
+void fork_inner_parent() { ++tls_in_agent; }
+void fork_inner_child() {
+  ++tls_in_agent;
+  if (!g || !g->local) return;
+  if (!g->wipe_on_fork) g->local->epoch.store(0, std::memory_order_release);
+  reinit_process();  // (or already done by a hit between the fork and here)
 }
 
 void leave_exit_dtors() { tls_exit_dtors = false; }
@@ -691,16 +825,125 @@ void arm_exit_dtor_guard() {
   static_cast<void>(guard);
 }
 
+// ---------------------------------------------------------------- the first initializer
+
+using InitFn = void (*)(int, char**, char**);
+
+struct LibcDynamic {
+  ElfW(Addr) base = 0;
+  const ElfW(Dyn)* dyn = nullptr;
+};
+
+int find_libc(struct dl_phdr_info* info, std::size_t, void* data) {
+  const char* name = info->dlpi_name;
+  const char* slash = name ? std::strrchr(name, '/') : nullptr;
+  const char* base = slash ? slash + 1 : name;
+  if (!base || std::strncmp(base, "libc.so.", 8) != 0) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) {
+      auto* out = static_cast<LibcDynamic*>(data);
+      out->base = info->dlpi_addr;
+      out->dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+      return 1;
+    }
+  return 0;
+}
+
+// libc's DT_INIT and DT_INIT_ARRAY, as the dynamic linker's call_init runs
+// them: they set libc's argc, argv, environ and program_invocation_name
+// (glibc 2.36: _init_first, and the stdio vtable check), all idempotent.
+bool run_libc_initializers(int argc, char** argv, char** envp) {
+  LibcDynamic libc;
+  if (!dl_iterate_phdr(find_libc, &libc) || !libc.dyn) return false;
+  ElfW(Addr) init = 0, array = 0, arraysz = 0;
+  for (const ElfW(Dyn)* d = libc.dyn; d->d_tag != DT_NULL; ++d) {
+    if (d->d_tag == DT_INIT) init = d->d_un.d_ptr;
+    else if (d->d_tag == DT_INIT_ARRAY) array = d->d_un.d_ptr;
+    else if (d->d_tag == DT_INIT_ARRAYSZ) arraysz = d->d_un.d_val;
+  }
+  if (init) reinterpret_cast<InitFn>(libc.base + init)(argc, argv, envp);
+  const auto* fns = reinterpret_cast<const ElfW(Addr)*>(libc.base + array);
+  for (std::size_t i = 0; array && i < arraysz / sizeof(ElfW(Addr)); ++i)
+    reinterpret_cast<InitFn>(fns[i])(argc, argv, envp);
+  return true;
+}
+
+bool g_dependencies_ready = false;  // agent_init_first() brought them up
+
+// Objects loaded after the agent that are DF_1_INITFIRST too: the dynamic
+// linker runs only the last loaded one first, and a program's libraries load
+// after LD_PRELOAD's. Their initializers ran before the probes were attached.
+struct RivalSearch {
+  std::string self;  // the agent's path, as the dynamic linker names it
+  bool after = false;
+  std::vector<std::string> rivals;
+};
+
+int find_initfirst_rivals(struct dl_phdr_info* info, std::size_t, void* data) {
+  auto* st = static_cast<RivalSearch*>(data);
+  const std::string name = info->dlpi_name ? info->dlpi_name : "";
+  if (!st->after) {
+    st->after = name == st->self;
+    return 0;
+  }
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
+    const auto* d = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    for (; d->d_tag != DT_NULL; ++d)
+      if (d->d_tag == DT_FLAGS_1 && (d->d_un.d_val & DF_1_INITFIRST)) st->rivals.push_back(name);
+  }
+  return 0;
+}
+
+void note_initfirst_rivals() {
+  Dl_info self{};
+  if (!dladdr(reinterpret_cast<void*>(&find_initfirst_rivals), &self) || !self.dli_fname) return;
+  RivalSearch st{self.dli_fname, false, {}};
+  dl_iterate_phdr(find_initfirst_rivals, &st);
+  for (const auto& path : st.rivals)
+    meta->notes.push_back(path + " is DF_1_INITFIRST too: the dynamic linker ran its initializer before the "
+                                 "agent's, and what that initializer called is not counted");
+}
+
+// The agent is DF_1_INITFIRST: the dynamic linker calls this before any
+// other initializer (the program's preinit array included), with nothing
+// else initialized -- not even libc, whose environ is still NULL. The
+// agent's dependencies (libc, libstdc++, libuprobe, liburcu-bp, capstone,
+// ...) must be up before it attaches: dlopen() of the agent itself runs the
+// initializers of every dependency not run yet, in dependency order, and
+// marks them done (the dynamic linker will not run them again). It passes
+// them libc's argc, argv and environ, which libc's own initializer sets: so
+// that one runs first, here, with the real values (it will run again inside
+// dlopen with the same ones). libc's dlopen, not libuprobe's (RTLD_NEXT from
+// here; libuprobe is preloaded ahead of the agent): libuprobe's wrapper is
+// not initialized yet. If another object wins DF_1_INITFIRST, libc is up
+// already and this only makes sure the dependencies are.
+__attribute__((constructor(101))) void agent_init_first(int argc, char** argv, char** envp) {
+  if (environ == nullptr && (program_invocation_name == nullptr || *program_invocation_name == '\0') &&
+      !run_libc_initializers(argc, argv, envp))
+    environ = envp;  // (no libc.so.*: dlopen then passes it at least the environment)
+  Dl_info self{};
+  auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlsym(RTLD_NEXT, "dlopen"));
+  // (a reference never dropped)
+  g_dependencies_ready = dladdr(reinterpret_cast<void*>(&agent_init_first), &self) && self.dli_fname &&
+                         real_dlopen && real_dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (!g_dependencies_ready) {
+    static const char kWhy[] = "uprobe-trace agent: cannot initialize its dependencies (dlopen of itself): "
+                               "not attaching\n";
+    if (write(STDERR_FILENO, kWhy, sizeof kWhy - 1) < 0) {
+    }
+  }
+}
+
 __attribute__((constructor)) void agent_init() {
   Scope scope;  // also covers this function's locals, freed after counting is on
   const char* specs = getenv(kEnvSpecs);
-  if (!specs) return;
+  if (!specs || !g_dependencies_ready) return;
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
-  g_pid.store(getpid(), std::memory_order_relaxed);
   if (env_or(kEnvFollow, "1") == "0") {
     // --no-follow: whatever this program execs runs without the agent.
     std::string orig = env_or(kEnvOrigPreload, "-");
@@ -708,44 +951,36 @@ __attribute__((constructor)) void agent_init() {
     else setenv("LD_PRELOAD", orig.c_str(), 1);
     for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread}) unsetenv(v);
   }
+  pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
   try {
     attach(texts);
   } catch (const std::exception& e) {
     if (!meta->specs.empty()) add_message(meta->specs.front(), std::string("agent: ") + e.what());
   }
-  pthread_atfork(nullptr, nullptr, atfork_child);
-  create_start_file();
+  pthread_atfork(fork_outer_prepare, fork_outer_after, fork_outer_after);
+  note_initfirst_rivals();
+  try {
+    if (!g) make_counters();  // (attach failed before it made them: the record still says why)
+    setup_counting();
+  } catch (const std::exception& e) {
+    if (!meta->specs.empty()) add_message(meta->specs.front(), std::string("agent: ") + e.what());
+    return;  // counting stays off
+  }
   arm_exit_dtor_guard();
-  if (g) g->enabled.store(true, std::memory_order_seq_cst);
+  g->enabled.store(true, std::memory_order_seq_cst);
 }
 
-__attribute__((destructor)) void agent_fini() { finish(); }
-
-// ---------------------------------------------------------------- for agent_exec.cpp
-
-}  // namespace
-
-namespace uptrace::agent {
-
-void enter() noexcept { ++tls_in_agent; }
-void leave() noexcept { --tls_in_agent; }
-
-std::string write_before_exec() noexcept {
+// Without the CLI, the report is printed here (counts of later destructors
+// and of a process that skips exit() are not in it); with the CLI there is
+// nothing to do: the counts are in the counts file, and counting goes on.
+__attribute__((destructor)) void agent_fini() {
+  if (!meta || !meta->out_dir.empty() || !g) return;
   Scope scope;
-  if (!meta || finished.load() || getpid() != g_pid.load(std::memory_order_relaxed)) return {};
+  g->enabled.store(false, std::memory_order_seq_cst);
   try {
-    std::string file = write_results();
-    if (!file.empty()) remove_start_file();
-    return file;
+    report_to_stderr();
   } catch (...) {
-    return {};
   }
 }
 
-void exec_failed(const std::string& file) noexcept {
-  Scope scope;
-  unlink(file.c_str());
-  create_start_file();
-}
-
-}  // namespace uptrace::agent
+}  // namespace

@@ -11,7 +11,9 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
+#include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
 
@@ -316,26 +319,35 @@ void remove_tree(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
-// Processes that started counting and never reported: DIR/PID.start.
-std::vector<Report::Proc> read_lost(const std::string& dir) {
-  std::vector<Report::Proc> out;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() < 7 || n.substr(n.size() - 6) != ".start") continue;
-      Report::Proc p{std::atol(n.c_str()), 0, "", false, {}};
-      std::ifstream f(dir + "/" + n);
-      f >> p.ppid;
-      out.push_back(p);
-    }
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
-  return out;
+// DIR/counts (counts.hpp): made before the program runs; every traced
+// process maps it and counts there. Returns its descriptor (close-on-exec).
+int create_counts_file(const std::string& dir) {
+  const std::string path = dir + "/" + counts::kFileName;
+  auto fail = [&](const std::string& what) {
+    const std::string m = path + ": " + what + ": " + std::strerror(errno);
+    remove_tree(dir);
+    die(m);
+  };
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail("create");
+  if (ftruncate(fd, static_cast<off_t>(counts::kHeaderBytes)) != 0) fail("ftruncate");
+  void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) fail("mmap");
+  auto* h = static_cast<counts::Header*>(m);
+  h->page_size = counts::kPage;
+  h->next_page.store(counts::kHeaderPages);
+  h->magic = counts::kMagic;
+  munmap(m, counts::kHeaderBytes);
+  return fd;
 }
 
-std::vector<ProcessRecord> read_records(const std::string& dir) {
-  std::vector<std::pair<std::string, ProcessRecord>> v;
+// The report from the images' record files (DIR/*.rec) and the counts file:
+// one process record per process (an image, or a fork child of one), with
+// the counts of its blocks. Reads what is there now (processes may still be
+// running after a second Ctrl-C).
+Report read_report(const std::string& dir, int counts_fd) {
+  std::map<std::uint64_t, ImageRecord> images;  // by layout
+  std::vector<ImageRecord> unmapped;             // layout 0: the process could not map the counts file
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       std::string n = e->d_name;
@@ -343,16 +355,65 @@ std::vector<ProcessRecord> read_records(const std::string& dir) {
       std::ifstream f(dir + "/" + n, std::ios::binary);
       std::stringstream ss;
       ss << f.rdbuf();
-      if (auto r = parse_record(ss.str())) v.emplace_back(n, std::move(*r));
+      if (auto r = parse_image(ss.str())) {
+        if (r->layout == 0) unmapped.push_back(std::move(*r));
+        else images.emplace(r->layout, std::move(*r));
+      }
     }
     closedir(d);
   }
-  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+  Report rep;
+  void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ, MAP_SHARED, counts_fd, 0);
+  if (m == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    remove_tree(dir);
+    die(dir + "/" + counts::kFileName + ": mmap: " + why);
+  }
+  const auto* h = static_cast<const counts::Header*>(m);
+  // Processes, in the order they registered: (pid, layout) -> record.
+  std::map<std::pair<long, std::uint64_t>, std::size_t> index;
+  std::vector<std::pair<std::size_t, ProcessRecord>> procs;  // (registration order, record)
+  auto add_proc = [&](const ImageRecord& img, long pid, long ppid, std::size_t order) -> ProcessRecord& {
+    auto [it, fresh] = index.try_emplace({pid, img.layout}, procs.size());
+    if (fresh) procs.emplace_back(order, process_of(img, pid, ppid));
+    return procs[it->second].second;
+  };
+  const std::uint64_t nprocs = std::min<std::uint64_t>(h->nprocs.load(), counts::kMaxProcs);
+  for (std::uint64_t i = 0; i < nprocs; ++i) {
+    const counts::Proc& p = h->procs[i];
+    if (p.ready.load(std::memory_order_acquire) != 1) continue;
+    auto img = images.find(p.layout);
+    if (img != images.end()) add_proc(img->second, static_cast<long>(p.pid), static_cast<long>(p.ppid), i);
+  }
+  for (const auto& [layout, img] : images)  // (the process table was full)
+    add_proc(img, img.pid, img.ppid, counts::kMaxProcs);
+  // Blocks.
+  const std::uint64_t nslots = std::min<std::uint64_t>(h->nslots.load(), counts::kMaxSlots);
+  std::vector<std::uint64_t> buf;
+  for (std::uint64_t i = 0; i < nslots; ++i) {
+    const std::uint64_t w = h->slots[i].load(std::memory_order_acquire);
+    if (w == 0) continue;
+    const std::size_t bytes = counts::slot_pages(w) * counts::kPage;
+    buf.assign(bytes / sizeof(std::uint64_t), 0);
+    if (pread(counts_fd, buf.data(), bytes, static_cast<off_t>(counts::slot_first_page(w) * counts::kPage)) !=
+        static_cast<ssize_t>(bytes))
+      continue;
+    if (buf[counts::kBlockMagicWord] != counts::kBlockMagic) continue;
+    const std::size_t words = buf[counts::kBlockWords];
+    auto img = images.find(buf[counts::kBlockLayout]);
+    if (words > buf.size() || img == images.end()) continue;
+    ProcessRecord& r = add_proc(img->second, static_cast<long>(static_cast<std::int64_t>(buf[counts::kBlockPid])), 0,
+                                counts::kMaxProcs);
+    add_block(r, img->second, buf.data(), words);
+  }
+  rep.unrecorded = h->unrecorded.load();
+  munmap(m, counts::kHeaderBytes);
+  for (const auto& img : unmapped) procs.emplace_back(counts::kMaxProcs, process_of(img, img.pid, img.ppid));
+  std::stable_sort(procs.begin(), procs.end(), [](const auto& a, const auto& b) {
     return a.second.pid != b.second.pid ? a.second.pid < b.second.pid : a.first < b.first;
   });
-  std::vector<ProcessRecord> out;
-  for (auto& [n, r] : v) out.push_back(std::move(r));
-  return out;
+  for (const auto& [order, r] : procs) rep.add(r);
+  return rep;
 }
 
 volatile sig_atomic_t g_child = 0;
@@ -450,14 +511,29 @@ int main(int argc, char** argv) {
   std::string preload = (libuprobe.empty() ? "" : libuprobe + ":") + agent;
   if (orig && *orig) preload += ":" + std::string(orig);
 
+  const int counts_fd = create_counts_file(dir);
+
   prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned descendants are reaped (and waited for) here
-  struct sigaction ign{}, fwd{}, old_int{}, old_quit{};
+  // SIGINT (the terminal's ^C goes to the whole foreground group, the
+  // program too) and SIGCHLD are taken through a signalfd: the first ^C
+  // does not stop uprobe-trace, which reports once every descendant is gone
+  // (as bpftrace prints its maps on ^C); a second one reports the counts so
+  // far at once. SIGQUIT is ignored; SIGTERM and SIGHUP go to the program.
+  struct sigaction dfl{}, ign{}, fwd{}, old_int{}, old_quit{};
+  dfl.sa_handler = SIG_DFL;
   ign.sa_handler = SIG_IGN;
   fwd.sa_handler = forward;
-  sigaction(SIGINT, &ign, &old_int);  // the terminal's ^C goes to the program; we report after it
+  sigset_t waited, old_mask;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &waited, &old_mask);
+  sigaction(SIGINT, &dfl, &old_int);
   sigaction(SIGQUIT, &ign, &old_quit);
   sigaction(SIGTERM, &fwd, nullptr);
   sigaction(SIGHUP, &fwd, nullptr);
+  const int sig_fd = signalfd(-1, &waited, SFD_CLOEXEC);
+  if (sig_fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
 
   // The child reports a failed exec through this pipe (closed by a
   // successful one): no "no process loaded the agent" for a program that never ran.
@@ -471,6 +547,7 @@ int main(int argc, char** argv) {
     sigaction(SIGQUIT, &old_quit, nullptr);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     setenv(kEnvSpecs, joined.c_str(), 1);
     setenv(kEnvOut, dir.c_str(), 1);
     setenv(kEnvFollow, follow ? "1" : "0", 1);
@@ -490,25 +567,35 @@ int main(int argc, char** argv) {
   close(exec_pipe[0]);
   g_child = child;
   int status = 0, main_status = 0;
+  bool main_done = false, interrupted = false;
+  unsigned interrupts = 0;
   for (;;) {
-    pid_t p = waitpid(-1, &status, 0);
-    if (p < 0) {
-      if (errno == EINTR) continue;
-      break;  // ECHILD: every descendant is gone
+    bool all_gone = false;
+    for (;;) {  // reap whatever has ended
+      const pid_t p = waitpid(-1, &status, WNOHANG);
+      if (p > 0) {
+        if (p == child) {
+          main_status = status, main_done = true;
+          g_child = 0;
+        }
+        continue;
+      }
+      if (p < 0 && errno == EINTR) continue;
+      all_gone = p < 0;  // ECHILD: every descendant is gone
+      break;
     }
-    if (p == child) {
-      main_status = status;
-      g_child = 0;
+    if (all_gone) break;
+    signalfd_siginfo si;
+    const ssize_t n = read(sig_fd, &si, sizeof si);
+    if (n == static_cast<ssize_t>(sizeof si) && si.ssi_signo == SIGINT && ++interrupts >= 2) {
+      interrupted = true;
+      break;
     }
   }
+  close(sig_fd);
 
-  Report rep;
-  bool main_reported = false;
-  for (const auto& r : read_records(dir)) {
-    rep.add(r);
-    if (r.pid == child) main_reported = true;
-  }
-  rep.lost = read_lost(dir);
+  Report rep = read_report(dir, counts_fd);
+  close(counts_fd);
   remove_tree(dir);
 
   if (exec_errno != 0) {  // the child said why; nothing ran, nothing to report
@@ -533,20 +620,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "uprobe-trace: pid %ld (%s, parent %ld): sites %s\n", p.pid, p.exe.c_str(), p.ppid,
                    modes.empty() ? "none" : modes.c_str());
     }
-  if (WIFSIGNALED(main_status) && !main_reported)
-    std::fprintf(stderr, "uprobe-trace: %s was killed by signal %d: its counts are lost\n", prog.c_str(),
-                 WTERMSIG(main_status));
-  for (const auto& p : rep.lost) {
-    if (p.pid == child) {
-      if (!WIFSIGNALED(main_status))  // (a fatal signal is named above)
-        std::fprintf(stderr, "uprobe-trace: WARNING: %s (pid %ld) ended without reporting its counts "
-                     "(_exit(), quick_exit(), the exit system call): they are lost\n", prog.c_str(), p.pid);
-      continue;
-    }
-    std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (parent %ld) ended without reporting its counts "
-                 "(_exit(), quick_exit(), the exit system call or a fatal signal)\n", p.pid, p.ppid);
-  }
-  if (rep.processes.empty() && rep.lost.empty())
+  if (rep.unrecorded)
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not recorded (a process could not open or extend "
+                 "the counts file, or the trace had more than %zu threads and %zu processes)\n",
+                 static_cast<unsigned long long>(rep.unrecorded), counts::kMaxSlots, counts::kMaxProcs);
+  if (interrupted)
+    std::fprintf(stderr, "uprobe-trace: interrupted: the counts so far; %s\n",
+                 main_done ? "processes it started are still running" : (prog + " is still running").c_str());
+  if (rep.processes.empty())
     std::fprintf(stderr, "uprobe-trace: no process loaded the agent (a static or set-user-ID program?)\n");
   const std::vector<std::string> unattached = rep.unattached();
   for (const auto& s : rep.spec_attached) {
@@ -562,6 +643,11 @@ int main(int argc, char** argv) {
                      m.text.c_str());
     }
   }
+  std::set<std::string> notes;  // about a process, not a spec: each text once
+  for (const auto& m : rep.messages)
+    if (m.spec.empty() && notes.insert(m.text).second)
+      std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+  if (interrupted && !main_done) return 128 + SIGINT;
   if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
   if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);
   return 1;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <set>
 
+#include "counts.hpp"
 #include "spec.hpp"
 
 namespace uptrace {
@@ -55,32 +56,30 @@ std::vector<std::pair<std::string, std::uint64_t>> sorted_hits(const Report& r) 
 
 }  // namespace
 
-std::string serialize(const ProcessRecord& r) {
-  std::string s = "uprobe-trace-record 1\n";
+std::string serialize(const ImageRecord& r) {
+  std::string s = "uprobe-trace-record 2\n";
   s += "process\t" + std::to_string(r.pid) + "\t" + std::to_string(r.ppid) + "\t" + clean(r.exe) + "\n";
+  s += "layout\t" + std::to_string(r.layout) + "\t" + std::to_string(r.nkeys) + "\t" + std::to_string(r.nhists) +
+       "\n";
   for (const auto& sp : r.specs)
     s += "spec\t" + clean(sp.spec) + "\t" + std::to_string(sp.attached) + "\t" + clean(sp.message) + "\n";
   for (const auto& [m, n] : r.modes) s += "mode\t" + clean(m) + "\t" + std::to_string(n) + "\n";
-  for (const auto& k : r.keys) s += "key\t" + clean(k) + "\n";
-  for (const auto& k : r.hist_keys) s += "hist\t" + clean(k) + "\n";
-  for (const auto& c : r.counts)
-    s += "count\t" + clean(c.key) + "\t" + std::to_string(c.tid) + "\t" + std::to_string(c.n) + "\n";
-  for (const auto& b : r.buckets)
-    s += "bucket\t" + clean(b.key) + "\t" + std::to_string(b.tid) + "\t" + std::to_string(b.index) + "\t" +
-         std::to_string(b.n) + "\n";
+  for (const auto& [k, i] : r.keys) s += "key\t" + clean(k) + "\t" + std::to_string(i) + "\n";
+  for (const auto& [k, i] : r.hists) s += "hist\t" + clean(k) + "\t" + std::to_string(i) + "\n";
+  for (const auto& n : r.notes) s += "note\t" + clean(n) + "\n";
   s += "end\n";
   return s;
 }
 
-std::optional<ProcessRecord> parse_record(std::string_view text) {
-  ProcessRecord r;
+std::optional<ImageRecord> parse_image(std::string_view text) {
+  ImageRecord r;
   bool header = false;
   while (!text.empty()) {
     auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     if (!header) {
-      if (line != "uprobe-trace-record 1") return std::nullopt;
+      if (line != "uprobe-trace-record 2") return std::nullopt;
       header = true;
       continue;
     }
@@ -88,6 +87,8 @@ std::optional<ProcessRecord> parse_record(std::string_view text) {
     if (f[0] == "process" && f.size() == 4) {
       num(f[1], r.pid), num(f[2], r.ppid);
       r.exe = std::string(f[3]);
+    } else if (f[0] == "layout" && f.size() == 4) {
+      num(f[1], r.layout), num(f[2], r.nkeys), num(f[3], r.nhists);
     } else if (f[0] == "spec" && f.size() == 4) {
       SpecStatus s{std::string(f[1]), 0, std::string(f[3])};
       num(f[2], s.attached);
@@ -95,31 +96,59 @@ std::optional<ProcessRecord> parse_record(std::string_view text) {
     } else if (f[0] == "mode" && f.size() == 3) {
       unsigned n = 0;
       if (num(f[2], n)) r.modes[std::string(f[1])] += n;
-    } else if (f[0] == "key" && f.size() == 2) {
-      r.keys.emplace_back(f[1]);
-    } else if (f[0] == "hist" && f.size() == 2) {
-      r.hist_keys.emplace_back(f[1]);
-    } else if (f[0] == "count" && f.size() == 4) {
-      ProcessRecord::Count c{std::string(f[1]), 0, 0};
-      if (num(f[2], c.tid) && num(f[3], c.n)) r.counts.push_back(std::move(c));
-    } else if (f[0] == "bucket" && f.size() == 5) {
-      ProcessRecord::Bucket b{std::string(f[1]), 0, 0, 0};
-      if (num(f[2], b.tid) && num(f[3], b.index) && num(f[4], b.n) && b.index < kBuckets)
-        r.buckets.push_back(std::move(b));
+    } else if ((f[0] == "key" || f[0] == "hist") && f.size() == 3) {
+      std::size_t i = 0;
+      if (num(f[2], i)) (f[0] == "key" ? r.keys : r.hists).emplace_back(std::string(f[1]), i);
+    } else if (f[0] == "note" && f.size() == 2) {
+      r.notes.emplace_back(f[1]);
     } else if (f[0] == "end") {
       r.complete = true;
     }
   }
   if (!header) return std::nullopt;
+  // Indexes outside the geometry would read past a block: drop them.
+  std::erase_if(r.keys, [&](const auto& k) { return k.second >= r.nkeys; });
+  std::erase_if(r.hists, [&](const auto& k) { return k.second >= r.nhists; });
   return r;
 }
 
+std::size_t block_words(std::size_t nkeys, std::size_t nhists) {
+  return counts::kHeaderWords + nkeys + nhists * kBuckets;
+}
+
+ProcessRecord process_of(const ImageRecord& img, long pid, long ppid) {
+  ProcessRecord r;
+  r.pid = pid, r.ppid = ppid;
+  r.exe = img.exe;
+  r.specs = img.specs;
+  r.modes = img.modes;
+  for (const auto& [k, i] : img.keys) r.keys.push_back(k);
+  for (const auto& [k, i] : img.hists) r.hist_keys.push_back(k);
+  r.notes = img.notes;
+  return r;
+}
+
+bool add_block(ProcessRecord& r, const ImageRecord& img, const std::uint64_t* b, std::size_t words) {
+  if (words != block_words(img.nkeys, img.nhists)) return false;
+  const long tid = static_cast<long>(static_cast<std::int64_t>(b[counts::kBlockTid]));
+  for (const auto& [k, i] : img.keys)
+    if (std::uint64_t n = __atomic_load_n(&b[counts::kHeaderWords + i], __ATOMIC_RELAXED))
+      r.counts.push_back({k, tid, n});
+  const std::size_t hist_base = counts::kHeaderWords + img.nkeys;
+  for (const auto& [k, h] : img.hists)
+    for (unsigned j = 0; j < kBuckets; ++j)
+      if (std::uint64_t n = __atomic_load_n(&b[hist_base + h * kBuckets + j], __ATOMIC_RELAXED))
+        r.buckets.push_back({k, tid, j, n});
+  return true;
+}
+
 void Report::add(const ProcessRecord& r) {
-  processes.push_back({r.pid, r.ppid, r.exe, r.complete, r.modes});
+  processes.push_back({r.pid, r.ppid, r.exe, r.modes});
   for (const auto& s : r.specs) {
     spec_attached[s.spec] += s.attached;
     if (!s.message.empty()) messages.push_back({r.pid, r.exe, s.spec, s.message});
   }
+  for (const auto& n : r.notes) messages.push_back({r.pid, r.exe, "", n});
   for (const auto& k : r.keys) hits.try_emplace(k, 0);
   for (const auto& k : r.hist_keys) hists.try_emplace(k, Hist{});
   for (const auto& c : r.counts) {
@@ -261,14 +290,7 @@ std::string format_json(const Report& r, bool per_thread) {
     out += json_escape(s) + ": {\"sites_attached\": " + std::to_string(n) + "}";
   }
   out += first ? "},\n" : "\n  },\n";
-  out += "  \"lost_processes\": [";
-  first = true;
-  for (const auto& p : r.lost) {
-    out += first ? "" : ", ";
-    first = false;
-    out += "{\"pid\": " + std::to_string(p.pid) + ", \"ppid\": " + std::to_string(p.ppid) + "}";
-  }
-  out += "],\n";
+  out += "  \"unrecorded_hits\": " + std::to_string(r.unrecorded) + ",\n";
   out += "  \"messages\": [";
   first = true;
   for (const auto& m : r.messages) {

@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file record.hpp
-/// The per-process result file the agent writes (one per process, also one
-/// before each exec) and the report the CLI merges from them and prints in
-/// bpftrace's text format or as JSON.
+/// What the agent writes about each image it attached in (one record file per
+/// image: the program, and every program it execs), how the CLI combines
+/// those with the counts file (counts.hpp) into per-process records, and the
+/// report it prints from them in bpftrace's text format or as JSON.
 ///
-/// Record file: UTF-8 lines of tab-separated fields:
-///   uprobe-trace-record 1
+/// Record file DIR/LAYOUT.rec, written once the image's probes are attached
+/// (UTF-8 lines of tab-separated fields):
+///   uprobe-trace-record 2
 ///   process PID PPID EXE
+///   layout ID KEYS HISTS       its blocks in the counts file: KEYS counters, HISTS histograms
 ///   spec SPEC N MESSAGE        N sites attached here; MESSAGE: why not (all or some)
 ///   mode MODE N                N sites attached in MODE (int3, optimized-nop5, pending)
-///   key KEY                    an attached counter (uprobe:/uretprobe:/usdt: key)
-///   hist KEY                   an attached latency histogram (key PATH:SYM)
-///   count KEY TID N            hits by thread TID (N > 0)
-///   bucket KEY TID INDEX N     histogram bucket INDEX of thread TID (N > 0)
+///   key KEY INDEX              an attached counter (uprobe:/uretprobe:/usdt: key): counter INDEX
+///   hist KEY INDEX             an attached latency histogram (key PATH:SYM): histogram INDEX
+///   note TEXT                  something the report should say about this process
 ///   end
 
 #include <array>
@@ -44,10 +46,31 @@ struct SpecStatus {
   unsigned failed = 0;  ///< sites refused (agent-side bookkeeping; not serialized)
 };
 
+/// One image's record file.
+struct ImageRecord {
+  std::uint64_t layout = 0;  ///< its id in the counts file (blocks' kBlockLayout word)
+  long pid = 0, ppid = 0;
+  std::string exe;
+  std::size_t nkeys = 0, nhists = 0;  ///< block geometry: counters, histograms
+  std::vector<SpecStatus> specs;
+  std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
+  std::vector<std::pair<std::string, std::size_t>> keys, hists;  ///< attached ones: name, index
+  std::vector<std::string> notes;
+  bool complete = false;  ///< the `end` line was read
+};
+
+std::string serialize(const ImageRecord& r);
+/// nullopt when the text is not a record file.
+std::optional<ImageRecord> parse_image(std::string_view text);
+
+/// Words of a block (counts.hpp) of an image with `nkeys` counters and
+/// `nhists` histograms.
+std::size_t block_words(std::size_t nkeys, std::size_t nhists);
+
+/// What one process counted: the image's record with the counts of its blocks.
 struct ProcessRecord {
   long pid = 0, ppid = 0;
   std::string exe;
-  bool complete = false;  ///< the `end` line was read
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
   std::vector<std::string> keys, hist_keys;
@@ -64,11 +87,15 @@ struct ProcessRecord {
   };
   std::vector<Count> counts;
   std::vector<Bucket> buckets;
+  std::vector<std::string> notes;
 };
 
-std::string serialize(const ProcessRecord& r);
-/// nullopt when the text is not a record file.
-std::optional<ProcessRecord> parse_record(std::string_view text);
+/// A process of image `img` with no counts yet.
+ProcessRecord process_of(const ImageRecord& img, long pid, long ppid);
+/// Adds the non-zero counters and buckets of one block (counts.hpp: `words`
+/// words, the header's tid) of an image `img` process to `r`. A block whose
+/// size does not match the image's geometry is ignored (false).
+bool add_block(ProcessRecord& r, const ImageRecord& img, const std::uint64_t* block, std::size_t words);
 
 struct Report {
   using Hist = std::array<std::uint64_t, kBuckets>;
@@ -78,7 +105,6 @@ struct Report {
   struct Proc {
     long pid, ppid;
     std::string exe;
-    bool complete;
     std::map<std::string, unsigned> modes;
   };
   std::vector<Proc> processes;
@@ -87,8 +113,10 @@ struct Report {
     long pid;
     std::string exe, spec, text;
   };
-  std::vector<Message> messages;  ///< why a spec did not attach (fully) in some process
-  std::vector<Proc> lost;         ///< processes that started but never reported (_exit, fatal signal)
+  /// Why a spec did not attach (fully) in some process; with an empty spec,
+  /// a note about the process.
+  std::vector<Message> messages;
+  std::uint64_t unrecorded = 0;   ///< hits that no counting block could take (counts.hpp)
 
   void add(const ProcessRecord& r);
   /// Specs attached in no process.

@@ -36,7 +36,8 @@ bool has_glob(std::string_view s);
 
 /// The environment variables the CLI sets for the agent.
 inline constexpr const char* kEnvSpecs = "UPROBE_TRACE_SPECS";          ///< specs, one per line
-inline constexpr const char* kEnvOut = "UPROBE_TRACE_OUT";              ///< result directory (else: report to stderr)
+/// The CLI's directory: its counts file and the agent's records (unset: report to stderr).
+inline constexpr const char* kEnvOut = "UPROBE_TRACE_OUT";
 inline constexpr const char* kEnvFormat = "UPROBE_TRACE_FORMAT";        ///< text|json (report to stderr only)
 inline constexpr const char* kEnvFollow = "UPROBE_TRACE_FOLLOW";        ///< "0": --no-follow
 inline constexpr const char* kEnvOrigPreload = "UPROBE_TRACE_ORIG_PRELOAD";  ///< LD_PRELOAD before ours ("-": unset)
