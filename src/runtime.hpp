@@ -78,11 +78,13 @@ std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr);
 /// Re-reads the address space and brings every probe in line with it: new
 /// mappings of a probed file get their breakpoints and USDT semaphore counts
 /// (pending probes), vanished ones are forgotten without a write. Called after
-/// dlopen() and dlclose(). Takes the registry mutex.
+/// dlopen() and dlclose(). A transaction of no request
+/// (Transaction::resync(), attach_txn.hpp); takes the registry mutex.
 void resync_address_space();
 
 /// After Config::optimize changed: converts every applied probe's sites to
-/// the configured form. Registry mutex held.
+/// the configured form. A transaction of no request
+/// (Transaction::reoptimize(), attach_txn.hpp). Registry mutex held.
 void reoptimize_all(Registry& r);
 
 /// Starts the runtime once: SIGTRAP handler, fork handlers. Caller holds the mutex.

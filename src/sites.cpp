@@ -72,6 +72,39 @@ bool needs_vector(const Uprobe* up) {
   return false;
 }
 
+/// Builds the stub of site `s` of `up` (its OptSite: where it continues, the
+/// key, the vector flag, the owner) in XOL memory within reach of the site,
+/// writes it and records it for the site address. Returns the stub, or 0
+/// when there is no memory in reach or the write failed (the site stays
+/// int3). Registry mutex held.
+std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>& vmas, bool entry, bool vector) {
+  std::string why;
+  const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+  if (!stub) return 0;
+  std::uint8_t code[arch::kOptStubSize];
+  arch::OptSite desc{};
+  desc.site = s.addr;
+  desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
+  desc.key[0] = up->key.dev;
+  desc.key[1] = up->key.ino;
+  desc.key[2] = up->key.offset;
+  desc.needs_vector = vector;
+  desc.owner = reinterpret_cast<std::uint64_t>(up);
+  const std::size_t n = arch::build_opt_stub(stub, desc, code);
+  tsan_publish_stub(stub);
+  if (!xol_area().write_code(stub, code, n, why)) return 0;
+  stubs()[s.addr] = stub;
+  return stub;
+}
+
+/// memcmp(a, b, n) == 0 without calling libc: it runs after breakpoints are
+/// written, when memcmp() itself may carry one (a trap per call).
+bool same_bytes(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 /// The original bytes the jump replaces (the nop5, or the entry window).
 const std::uint8_t* original_bytes(const Uprobe* up) noexcept {
   return arch::is_nop5(up->insn) ? up->insn.bytes : up->window.bytes;
@@ -223,7 +256,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (entry) {
       // Only over the file's own bytes, and with the window's slot in place.
-      if (!s.window_xol || std::memcmp(cur + 1, up->window.bytes + 1, len - 1) != 0) continue;
+      if (!s.window_xol || !same_bytes(cur + 1, up->window.bytes + 1, len - 1)) continue;
       windows.emplace_back(s.addr, s.addr + len);
       // The first instruction's own XOL slot jumps back into the window (the
       // int3 path runs it when the window is blocked or entry optimization is
@@ -246,22 +279,8 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
   }
   for (const Site* sp : todo) {
     const Site& s = *sp;
-    std::string why;
-    std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+    const std::uint64_t stub = write_stub(up, s, vmas, entry, vector);
     if (!stub) continue;  // stays int3
-    std::uint8_t code[arch::kOptStubSize];
-    arch::OptSite desc{};
-    desc.site = s.addr;
-    desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
-    desc.key[0] = up->key.dev;
-    desc.key[1] = up->key.ino;
-    desc.key[2] = up->key.offset;
-    desc.needs_vector = vector;
-    desc.owner = reinterpret_cast<std::uint64_t>(up);
-    std::size_t n = arch::build_opt_stub(stub, desc, code);
-    tsan_publish_stub(stub);
-    if (!xol_area().write_code(stub, code, n, why)) continue;
-    stubs()[s.addr] = stub;
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
@@ -281,22 +300,8 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
     const bool entry = !arch::is_nop5(up->insn);
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
       if (entry && !s.window_xol) continue;
-      std::string why;
-      const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
-      if (!stub) continue;  // stays int3
-      std::uint8_t code[arch::kOptStubSize];
-      arch::OptSite desc{};
-      desc.site = s.addr;
-      desc.resume = entry ? s.window_xol : s.addr + up->insn.len;
-      desc.key[0] = up->key.dev;
-      desc.key[1] = up->key.ino;
-      desc.key[2] = up->key.offset;
-      desc.needs_vector = vector;
-      desc.owner = reinterpret_cast<std::uint64_t>(up);
-      const std::size_t n = arch::build_opt_stub(stub, desc, code);
-      tsan_publish_stub(stub);
-      if (!xol_area().write_code(stub, code, n, why)) continue;
-      stubs()[s.addr] = stub;  // unused until the jump is written
+      const std::uint64_t stub = write_stub(up, s, vmas, entry, vector);  // unused until the jump is written
+      if (!stub) continue;                                               // stays int3
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
     }
   }
@@ -314,7 +319,7 @@ void finish_optimize_batch(OptBatch& b) {
     peek_text(it.site->addr, cur, len);
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (it.entry) {
-      if (std::memcmp(cur + 1, it.up->window.bytes + 1, len - 1) != 0) continue;
+      if (!same_bytes(cur + 1, it.up->window.bytes + 1, len - 1)) continue;
       wins.emplace_back(kept, AddrRange(it.site->addr, it.site->addr + len));
       // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
       if (it.site->xol) wins.emplace_back(kept, AddrRange(it.site->xol - 1, it.site->xol + arch::kXolSlotSize));

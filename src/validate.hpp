@@ -19,7 +19,8 @@ struct Target {
   std::string path;
   int fd = -1;
   struct stat st {};
-  /// Set by a batch (register_uprobes()): analyze_target() reads code
+  /// Set by a transaction of more than one request (attach_txn.hpp):
+  /// analyze_target() reads code
   /// through a window of the file (a copy: see read_code() in validate.cpp),
   /// one pread() per window instead of one per function.
   bool batch = false;

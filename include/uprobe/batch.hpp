@@ -5,7 +5,8 @@
 /// register_uprobe() / unregister_uprobe() do per call: one read of the
 /// address space (/proc/self/maps), one open and one ELF read per file, one
 /// publication of the probe table to the trap path (RCU) and, for
-/// unregistering, one RCU grace period for the whole batch. The kernel has no
+/// unregistering, one RCU grace period for the whole batch. (Both are one
+/// transaction of the same attach path: register_uprobe() is a batch of one.) The kernel has no
 /// equivalent for uprobes (each perf event or bpf_link attaches and detaches
 /// its own uprobe; the multi-uprobe bpf_link of uprobe_multi is the closest).
 ///

@@ -1,0 +1,734 @@
+// SPDX-License-Identifier: MIT
+// The one attach path (attach_txn.hpp): the steps of the kernel's
+// uprobe_register()/uprobe_unregister(), install_breakpoint()/
+// remove_breakpoint() and uprobe_mmap(), each written once, and the
+// transaction that runs them for one request or many.
+
+#include "attach_txn.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <tuple>
+
+#include "arch.hpp"
+#include "format.hpp"
+#include "sites.hpp"
+#include "thread_state.hpp"
+#include "uretprobe.hpp"
+#include "xol.hpp"
+
+namespace uprobe::detail {
+
+Error in_handler_error(const std::string& path, std::uint64_t offset) {
+  return Error(Errc::in_handler, path, offset,
+               "cannot register or unregister from inside a probe handler (it would wait for itself)");
+}
+
+PatchLock::PatchLock(Uprobe* up) noexcept : up_(up) { lock(up_); }
+PatchLock::~PatchLock() { unlock(up_); }
+void PatchLock::lock(Uprobe* up) noexcept {
+  while (up->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
+}
+void PatchLock::unlock(Uprobe* up) noexcept { up->patch_lock.clear(std::memory_order_release); }
+
+namespace {
+
+constexpr std::size_t kNotFresh = ~std::size_t{0};
+
+// ---- The steps (registry mutex held by the transaction).
+
+/// The sites of `up` in the current address space: one per executable
+/// mapping of the file that covers the offset. Prepares their XOL slots.
+/// @throws uprobe::Error(refused_instruction) when a site cannot be probed.
+std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
+  auto ss = std::make_unique<SiteSet>();
+  for (const Vma& v : vmas.vmas()) {
+    if (!v.executable() || v.dev != up->key.dev || v.ino != up->key.ino) continue;
+    if (up->key.offset < v.pgoff || up->key.offset >= v.pgoff + (v.end - v.start)) continue;
+    Site s;
+    s.addr = v.start + (up->key.offset - v.pgoff);
+    std::string why;
+    if (up->window.len) {
+      std::string wwhy;
+      s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
+    }
+    s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
+    s.stub = stub_of(s.addr);
+    s.jumped = site_is_optimized(s) ? 1 : 0;
+    if (!s.xol && !arch::is_emulated(up->insn))
+      throw Error(Errc::refused_instruction, up->path, up->key.offset,
+                  "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
+    std::uint8_t cur;
+    if (!peek_text_checked(s.addr, &cur, 1)) continue;  // unmapped since the snapshot (a concurrent dlclose)
+    auto matches = [&] {
+      const SiteSet* old = up->sites.load(std::memory_order_relaxed);
+      const bool ours = up->applied && old && old->find(s.addr);
+      return cur == up->insn.bytes[0] || (ours && (cur == arch::kBreakpoint || site_is_optimized(s)));
+    };
+    if (!matches()) {
+      // Again, as one with the probe's own writers: a handler's
+      // Action::remove restores the bytes and clears `applied` under the
+      // patch lock, without the registry mutex, and may have done so
+      // between the read above and the check.
+      PatchLock guard(up);
+      if (!peek_text_fresh(s.addr, &cur, 1)) continue;
+      if (!matches())
+        throw Error(Errc::refused_instruction, up->path, up->key.offset,
+                    "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +
+                        hex(up->insn.bytes[0]) + (cur == arch::kBreakpoint ? " (another breakpoint is there)" : ""));
+    }
+    ss->sites.push_back(s);
+  }
+  return ss;
+}
+
+/// Brings the sites of `up` in line with the address space: new mappings get
+/// the breakpoint (when applied), vanished ones are dropped without a write.
+/// @throws uprobe::Error(refused_instruction) as compute_sites().
+void sync_sites(Registry& r, Uprobe* up, const VmaSnapshot& vmas) {
+  std::unique_ptr<SiteSet> fresh = compute_sites(up, vmas);
+  PatchLock guard(up);
+  const SiteSet* old = up->sites.load(std::memory_order_relaxed);
+  if (up->applied) {
+    SiteSet added;
+    for (const Site& s : fresh->sites) {
+      if (!old || !old->find(s.addr)) {
+        added.sites.push_back(s);
+        continue;
+      }
+      // A site we wrote before, at the same address, may be a new mapping:
+      // a dlclose() and a dlopen() on other threads between two resyncs can
+      // unmap the file and map it again at the same place, a layout no
+      // snapshot tells apart. Applied, its byte is int3 or an optimized jump;
+      // the original byte there means the breakpoint is gone: write it again.
+      std::uint8_t cur;
+      if (peek_text_checked(s.addr, &cur, 1) && cur == up->insn.bytes[0] && cur != arch::kBreakpoint &&
+          !site_is_optimized(s))
+        added.sites.push_back(s);
+    }
+    apply_sites(up, added);
+  }
+  if (old)
+    for (const Site& s : old->sites)
+      if (!fresh->find(s.addr)) forget_stub_owner_at(up, s.addr);  // its stub must not outlive `up` naming it
+  up->sites.store(fresh.release(), std::memory_order_release);
+  if (old) r.deferred.emplace_back([old] { delete old; });
+}
+
+/// The addresses of the USDT semaphore of `up` in the current address space:
+/// private writable mappings of the file (the kernel's valid_ref_ctr_vma()).
+std::vector<std::uint64_t> ref_ctr_addresses(const Uprobe* up, const VmaSnapshot& vmas) {
+  std::vector<std::uint64_t> out;
+  if (!up->ref_ctr_offset) return out;
+  for (const Vma& v : vmas.vmas()) {
+    if (v.dev != up->key.dev || v.ino != up->key.ino || !(v.prot & 2) || v.shared) continue;
+    if (up->ref_ctr_offset < v.pgoff || up->ref_ctr_offset + 2 > v.pgoff + (v.end - v.start)) continue;
+    out.push_back(v.start + (up->ref_ctr_offset - v.pgoff));
+  }
+  return out;
+}
+
+/// Brings one registration's semaphore increments in line with the mappings
+/// (the kernel's update_ref_ctr()): +1 where the file's semaphore is mapped
+/// and not yet counted; forgets addresses that are no longer mapped (nothing
+/// to decrement there).
+void sync_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  if (!up->ref_ctr_offset) return;
+  std::vector<std::uint64_t> now = ref_ctr_addresses(up, vmas), kept;
+  for (std::uint64_t a : reg->ref_ctr_addrs)
+    if (std::find(now.begin(), now.end(), a) != now.end()) kept.push_back(a);
+  for (std::uint64_t a : now)
+    if (std::find(kept.begin(), kept.end(), a) == kept.end()) {
+      __atomic_fetch_add(reinterpret_cast<std::uint16_t*>(a), 1, __ATOMIC_RELAXED);
+      kept.push_back(a);
+    }
+  reg->ref_ctr_addrs = std::move(kept);
+}
+
+/// Undoes a registration's increments where the semaphore is still mapped;
+/// never below 0.
+void release_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vmas) {
+  std::vector<std::uint64_t> now = ref_ctr_addresses(up, vmas);
+  for (std::uint64_t a : reg->ref_ctr_addrs) {
+    if (std::find(now.begin(), now.end(), a) == now.end()) continue;
+    auto* p = reinterpret_cast<std::uint16_t*>(a);
+    std::uint16_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > 0 && !__atomic_compare_exchange_n(p, &v, static_cast<std::uint16_t>(v - 1), true, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) {
+    }
+  }
+  reg->ref_ctr_addrs.clear();
+}
+
+/// Publishes a new probe table built from the registry's tree.
+void publish_probes(Registry& r) {
+  auto table = std::make_unique<ProbeTable>();
+  table->entries.reserve(r.tree.size());
+  for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
+  table->build();
+  publish(r, nullptr, table.release());
+}
+
+/// The offset of a probe of the same file strictly inside the window of
+/// `up` (`extra` counts as one when given), or 0.
+std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
+  const ProbeKey& k = up->key;
+  const std::uint64_t end = k.offset + up->window.len;
+  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
+    return extra->offset;
+  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
+    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
+    return it->key.offset;
+  }
+  return 0;
+}
+
+/// Re-evaluates the window of every entry probe of the file of `k` whose
+/// window may cover k.offset: blocked ones go back to int3 (before a probe
+/// inside them gets its breakpoint), unblocked ones are optimized again
+/// (when `vmas` is given).
+void refresh_windows_around(Registry& r, const ProbeKey& k, const ProbeKey* extra, const VmaSnapshot* vmas) {
+  const std::uint64_t lo = k.offset > arch::kMaxWindowLen ? k.offset - arch::kMaxWindowLen : 0;
+  for (auto it = r.tree.lower_bound(ProbeKey{k.dev, k.ino, lo}, KeyLess()); it != r.tree.end(); ++it) {
+    Uprobe& u = *it;
+    if (u.key.dev != k.dev || u.key.ino != k.ino || u.key.offset >= k.offset) break;
+    if (!u.window.len) continue;
+    const std::uint64_t inner = probe_inside_window(r, &u, extra);
+    u.window_blocker.store(inner, std::memory_order_release);
+    PatchLock guard(&u);
+    if (!u.applied) continue;
+    const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
+    if (inner)
+      deoptimize_sites(&u, ss);
+    else if (vmas)
+      optimize_sites(&u, ss, vmas->vmas());
+  }
+}
+
+/// Ids of probes and registrations: unique for the life of the process
+/// (registry mutex held).
+std::uint64_t next_id() {
+  static std::uint64_t id = 0;
+  return ++id;
+}
+
+std::unique_ptr<Registration> make_registration(Consumer& c) {
+  auto reg = std::make_unique<Registration>();
+  reg->consumer = &c;
+  reg->id = next_id();
+  reg->has_entry = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::entry);
+  reg->has_ret = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::ret);
+  return reg;
+}
+
+/// The refusals of one more consumer on an existing probe (errors name the
+/// request's path and offset).
+void check_can_add(const Uprobe* up, const ConsumerSet& cs, const Registration& reg, std::uint64_t ref_ctr_offset,
+                   const std::string& path, std::uint64_t offset) {
+  for (const Registration* x : cs.regs)
+    if (x->consumer == reg.consumer)
+      throw Error(Errc::conflict, path, offset, "this consumer is already registered on this probe");
+  if (reg.has_ret) {
+    unsigned rets = 0;
+    for (const Registration* x : cs.regs) rets += x->has_ret;
+    if (rets >= kMaxReturnConsumers)
+      throw Error(Errc::conflict, path, offset,
+                  "this probe already has " + std::to_string(rets) +
+                      " consumers with a ret_handler, the most one return instance records");
+  }
+  if (up->ref_ctr_offset != ref_ctr_offset)
+    throw Error(Errc::conflict, path, offset,
+                "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +
+                    hex(ref_ctr_offset));
+}
+
+/// The executable file mappings of a snapshot by (dev, ino), to tell without
+/// allocating whether a probe's sites still match the address space.
+class ExecIndex {
+ public:
+  explicit ExecIndex(const VmaSnapshot& s) {
+    for (const Vma& v : s.vmas())
+      if (v.executable() && v.ino != 0) exec_.push_back(&v);
+    std::sort(exec_.begin(), exec_.end(), [](const Vma* a, const Vma* b) {
+      return std::tie(a->dev, a->ino, a->start) < std::tie(b->dev, b->ino, b->start);
+    });
+  }
+  /// True when the sites of `up` are exactly where compute_sites() would put
+  /// them in this snapshot (one per executable mapping of the file that
+  /// covers the offset).
+  bool sites_current(const Uprobe* up) const noexcept {
+    const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+    auto lo = std::lower_bound(exec_.begin(), exec_.end(), up, [](const Vma* v, const Uprobe* u) {
+      return std::tie(v->dev, v->ino) < std::tie(u->key.dev, u->key.ino);
+    });
+    std::size_t n = 0;
+    for (auto it = lo; it != exec_.end() && (*it)->dev == up->key.dev && (*it)->ino == up->key.ino; ++it) {
+      const Vma& v = **it;
+      if (up->key.offset < v.pgoff || up->key.offset >= v.pgoff + (v.end - v.start)) continue;
+      if (!ss || !ss->find(v.start + (up->key.offset - v.pgoff))) return false;
+      ++n;
+    }
+    return n == (ss ? ss->sites.size() : 0);
+  }
+
+ private:
+  std::vector<const Vma*> exec_;
+};
+
+/// What the removals of a transaction free after its grace period.
+struct Garbage {
+  std::vector<Registration*> regs;
+  std::vector<const ConsumerSet*> sets;
+  std::vector<Uprobe*> probes;  // erased from the tree; their last consumer set is in `sets`
+  void free() {
+    for (Registration* x : regs) delete x;
+    for (const ConsumerSet* x : sets) delete x;
+    for (Uprobe* up : probes) {
+      delete up->sites.load();
+      delete up;
+    }
+  }
+};
+
+}  // namespace
+
+bool probe_registered(Registry& r, const Uprobe* up) {
+  auto it = r.tree.find(up->key, KeyLess());
+  return it != r.tree.end() && &*it == up;
+}
+
+/// The files of one transaction, each opened once.
+class Transaction::Files {
+ public:
+  explicit Files(bool windowed) : windowed_(windowed) {}
+  /// The opened target for (path, offset); throws what open_target() does
+  /// (file_not_found, not_executable, bad_offset).
+  const Target& open(const std::string& path, std::uint64_t offset) {
+    auto [it, fresh] = files_.try_emplace(path);
+    if (fresh) {
+      auto t = std::make_unique<Target>();
+      try {
+        open_target(path, 0, *t);
+        t->batch = windowed_;
+        it->second = std::move(t);
+      } catch (const Error&) {
+        // Left null: each request on this path gets its own exact error below.
+      }
+    }
+    if (!it->second) {
+      auto t = std::make_unique<Target>();
+      open_target(path, offset, *t);  // throws the request's error
+      it->second = std::move(t);
+    }
+    const Target& t = *it->second;
+    if (offset >= static_cast<std::uint64_t>(t.st.st_size))
+      throw Error(Errc::bad_offset, path, offset,
+                  "offset is past the end of the file (size " + std::to_string(t.st.st_size) + " bytes)");
+    return t;
+  }
+
+ private:
+  bool windowed_;
+  std::unordered_map<std::string, std::unique_ptr<Target>> files_;
+};
+
+Transaction::Transaction(std::size_t expected) : Transaction(expected, HeldLock{}) {
+  lock_ = std::unique_lock<std::mutex>(r_.mutex);
+}
+
+Transaction::Transaction(std::size_t expected, HeldLock)
+    : r_(detail::registry()),
+      expected_(expected),
+      arena_(std::max<std::size_t>(expected * 96, 64)),
+      fresh_(&arena_),
+      fresh_index_(&arena_) {
+  adds_.reserve(expected);
+  fresh_of_.reserve(expected);
+  removes_.reserve(expected);
+  fresh_.reserve(expected);
+  fresh_index_.reserve(expected);
+}
+
+Transaction::~Transaction() {
+  if (xol_batch_) xol_area().end_batch();
+}
+
+const VmaSnapshot& Transaction::snapshot() {
+  if (!vmas_) vmas_ = refresh_vmas(r_);  // the one read of the address space
+  return *vmas_;
+}
+
+void Transaction::writing() {
+  // One /proc/self/mem descriptor for every text write, one RW alias per XOL
+  // region for every slot and stub; with many requests, reads of the text
+  // one system call per page (the copy stays equal to memory across this
+  // thread's writes, and any other thread's text write makes it read the
+  // page again).
+  if (!poke_) poke_.emplace();
+  if (!xol_batch_) {
+    xol_area().begin_batch();
+    xol_batch_ = true;
+  }
+  if (expected_ > 1 && !peeks_) peeks_.emplace();
+}
+
+void Transaction::begin_attach() {
+  start_runtime(r_);
+  snapshot();
+  if (!files_) files_ = std::make_unique<Files>(expected_ > 1);
+}
+
+std::size_t Transaction::add(const ProbeRequest& q) {
+  const std::size_t ticket = adds_.size();
+  adds_.emplace_back();
+  fresh_of_.push_back(kNotFresh);
+  std::string path = q.path;
+  std::uint64_t offset = q.offset;
+  try {
+    adds_[ticket].probe = add_checked(q, ticket, path, offset);
+  } catch (...) {
+    Added& a = adds_[ticket];
+    a.error = std::current_exception();
+    a.path = std::move(path);
+    a.offset = offset;
+  }
+  return ticket;
+}
+
+Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std::string& path,
+                                 std::uint64_t& offset) {
+  const VmaSnapshot& vmas = snapshot();
+  if (q.address) {
+    FileOffset fo = file_offset_of(vmas, reinterpret_cast<std::uint64_t>(q.address));
+    path = std::move(fo.path);
+    offset = fo.offset;
+  }
+  if (!q.consumer) throw Error(Errc::invalid_argument, path, offset, "the request names no consumer");
+  const Target& t = files_->open(path, offset);
+  check_not_forbidden(t, offset);
+  if (q.consumer->callbacks() != Callbacks::entry) check_function_entry(t, offset);
+  const ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
+  std::unique_ptr<Registration> reg = make_registration(*q.consumer);
+
+  auto it = r_.tree.find(key, KeyLess());
+  if (it != r_.tree.end()) {
+    Uprobe* up = &*it;
+    ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
+    check_can_add(up, *cs, *reg, q.ref_ctr_offset, path, offset);
+    if (auto f = fresh_index_.find(up); f != fresh_index_.end()) {
+      cs->regs.push_back(reg.release());  // not published yet: edited in place
+      fresh_of_[ticket] = f->second;
+    } else {
+      writing();
+      add_to_published(up, std::move(reg));
+    }
+    return up;
+  }
+
+  // An optimized entry whose window covers this offset goes back to int3
+  // first: its jump overwrote the bytes this probe needs.
+  refresh_windows_around(r_, key, &key, nullptr);
+  writing();
+  auto up = std::make_unique<Uprobe>();
+  up->key = key;
+  up->id = next_id();
+  up->ref_ctr_offset = q.ref_ctr_offset;
+  up->path = path;
+  try {
+    analyze_target(t, offset, up->insn, &up->window, &up->window_why);
+    up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
+    up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
+  } catch (...) {
+    refresh_windows_around(r_, key, nullptr, &vmas);
+    throw;
+  }
+  auto cs = std::make_unique<ConsumerSet>();
+  cs->regs.push_back(reg.release());
+  up->consumers.store(cs.release(), std::memory_order_relaxed);
+  Uprobe* raw = up.release();
+  r_.tree.insert(*raw);
+  fresh_of_[ticket] = fresh_.size();
+  fresh_index_.emplace(raw, fresh_.size());
+  fresh_.push_back(Fresh{raw, optimizable(raw)});
+  return raw;
+}
+
+void Transaction::add_to_published(Uprobe* up, std::unique_ptr<Registration> reg) {
+  const VmaSnapshot& vmas = snapshot();
+  sync_sites(r_, up, vmas);
+  const ConsumerSet* old = up->consumers.load(std::memory_order_relaxed);
+  auto cs = std::make_unique<ConsumerSet>(*old);
+  Registration* raw = reg.release();
+  cs->regs.push_back(raw);
+  ConsumerSet* added = cs.release();
+  up->consumers.store(added, std::memory_order_release);
+  try {
+    PatchLock guard(up);
+    const SiteSet& ss = *up->sites.load(std::memory_order_relaxed);
+    if (!up->applied) {
+      apply_sites(up, ss);  // restores what it wrote before it throws
+      up->applied = true;
+    }
+    refresh_stub_flags(up, ss);
+    optimize_sites(up, ss, vmas.vmas());
+  } catch (...) {
+    up->consumers.store(const_cast<ConsumerSet*>(old), std::memory_order_release);
+    r_.deferred.emplace_back([added, raw] {
+      delete added;
+      delete raw;
+    });
+    throw;
+  }
+  sync_ref_ctr(up, raw, vmas);
+  r_.deferred.emplace_back([old] { delete old; });
+}
+
+std::size_t Transaction::remove(const ProbeConsumer& pc) {
+  removes_.push_back(Removal{pc, nullptr});
+  return removes_.size() - 1;
+}
+
+void Transaction::commit() {
+  commit_adds();
+  commit_removals();
+  if (must_sync_ || r_.deferred.size() > reclaim_over_) synchronize_and_reclaim(r_);
+}
+
+void Transaction::commit_adds() {
+  if (fresh_.empty()) return;
+  const VmaSnapshot& vmas = snapshot();
+
+  // 1. One publication: from here on a hit at any new site finds its probe.
+  publish_probes(r_);
+
+  // 2. The breakpoints of the new probes; then their optimized jumps, all
+  //    with one protocol run (prepare/finish_optimize_batch()); then the USDT
+  //    semaphores. Each probe's patch_lock is held from its int3 until its
+  //    jump is in (the trap path's Action::remove only try-locks it).
+  std::pmr::vector<ProbeKey> dropped_keys(&arena_);
+  dropped_keys.reserve(fresh_.size());
+  std::vector<Uprobe*> applied, to_optimize;
+  applied.reserve(fresh_.size());
+  to_optimize.reserve(fresh_.size());
+  for (const Fresh& f : fresh_)
+    if (f.optimizable) to_optimize.push_back(f.up);
+  OptBatch opt;
+  try {
+    prepare_optimize_batch(to_optimize, vmas.vmas(), opt);  // stubs, before any int3: it allocates
+  } catch (const std::exception&) {
+    opt.items.clear();  // out of memory: int3 probes only
+  }
+  for (std::size_t k = 0; k < fresh_.size(); ++k) {
+    Uprobe* up = fresh_[k].up;
+    PatchLock::lock(up);
+    try {
+      apply_sites(up, *up->sites.load(std::memory_order_relaxed));  // restores what it wrote before it throws
+      up->applied = true;
+      applied.push_back(up);
+      continue;
+    } catch (...) {
+      PatchLock::unlock(up);
+      const std::exception_ptr err = std::current_exception();
+      for (std::size_t i = 0; i < adds_.size(); ++i) {
+        if (fresh_of_[i] != k) continue;
+        adds_[i].probe = nullptr;
+        adds_[i].error = err;
+        adds_[i].path = up->path;
+        adds_[i].offset = up->key.offset;
+      }
+      forget_stub_owner(up);
+      r_.tree.erase(r_.tree.iterator_to(*up));
+      dropped_keys.push_back(up->key);
+      r_.deferred.emplace_back([up] {
+        for (Registration* reg : up->consumers.load()->regs) delete reg;
+        delete up->consumers.load();
+        delete up->sites.load();
+        delete up;
+      });
+    }
+  }
+  // Items of probes dropped above fail finish's int3 check (their bytes are
+  // the original ones again) and are skipped.
+  try {
+    finish_optimize_batch(opt);
+  } catch (const std::exception&) {
+    // Out of memory: the probes stay int3 probes, which work as well.
+  }
+  for (Uprobe* up : applied) {
+    PatchLock::unlock(up);
+    for (Registration* reg : up->consumers.load(std::memory_order_relaxed)->regs) sync_ref_ctr(up, reg, vmas);
+  }
+  if (!dropped_keys.empty()) {
+    publish_probes(r_);
+    for (const ProbeKey& k : dropped_keys) refresh_windows_around(r_, k, nullptr, &vmas);
+    must_sync_ = true;
+  }
+}
+
+void Transaction::commit_removals() {
+  const std::size_t n = removes_.size();
+  if (n == 0) return;
+  const VmaSnapshot* vmas = nullptr;
+  try {
+    vmas = &snapshot();
+  } catch (...) {
+    for (Removal& x : removes_) x.error = std::current_exception();
+    return;
+  }
+  // The pairs grouped by probe, in request order within a probe (so the
+  // first of two identical pairs is the one that succeeds). Everything this
+  // needs is allocated up front: the probed functions may include malloc().
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::less<const Uprobe*>()(removes_[a].pc.probe, removes_[b].pc.probe);
+  });
+  Garbage garbage;
+  garbage.regs.reserve(n);
+  garbage.sets.reserve(n);
+  garbage.probes.reserve(n);
+  std::vector<Uprobe*> kept;  // probes that keep consumers: stub flags to refresh
+  kept.reserve(n);
+  std::vector<Registration*> remaining;
+  remaining.reserve(16);
+  const ExecIndex exec(*vmas);
+  writing();
+
+  for (std::size_t g = 0; g < n;) {
+    Uprobe* up = removes_[order[g]].pc.probe;
+    std::size_t end = g;
+    while (end < n && removes_[order[end]].pc.probe == up) ++end;
+    if (!up || !probe_registered(r_, up)) {
+      for (std::size_t k = g; k < end; ++k)
+        removes_[order[k]].error = std::make_exception_ptr(Error(Errc::conflict, "", 0, "not a registered probe"));
+      g = end;
+      continue;
+    }
+    const ConsumerSet* old = up->consumers.load(std::memory_order_relaxed);
+    remaining.assign(old->regs.begin(), old->regs.end());
+    const std::size_t gone_from = garbage.regs.size();
+    for (std::size_t k = g; k < end; ++k) {
+      auto it = std::find_if(remaining.begin(), remaining.end(),
+                             [&](const Registration* x) { return x->consumer == removes_[order[k]].pc.consumer; });
+      if (it == remaining.end()) {
+        removes_[order[k]].error = std::make_exception_ptr(
+            Error(Errc::conflict, up->path, up->key.offset, "this consumer is not registered on this probe"));
+        continue;
+      }
+      garbage.regs.push_back(*it);
+      remaining.erase(it);
+    }
+    g = end;
+    if (garbage.regs.size() == gone_from) continue;
+    // Never write into a mapping that is gone: drop vanished sites first
+    // (only when the mappings of the file changed since they were computed).
+    if (!exec.sites_current(up)) {
+      try {
+        sync_sites(r_, up, *vmas);
+      } catch (const Error&) {
+        // A mapping changed under the probe in a way we refuse to write
+        // to; keep the old sites and restore what we can.
+      }
+    }
+    for (std::size_t k = gone_from; k < garbage.regs.size(); ++k) release_ref_ctr(up, garbage.regs[k], *vmas);
+    garbage.sets.push_back(old);
+    if (remaining.empty()) {
+      // The last consumers: no new consumer set. Until the breakpoints are
+      // gone (below) a hit still finds the old one, as a hit that trapped
+      // before the removal may; none runs after the grace period. Their text
+      // is restored below, all together (restore_sites_batch()), each under
+      // its patch lock from here on.
+      PatchLock::lock(up);
+      garbage.probes.push_back(up);
+    } else {
+      up->consumers.store(new ConsumerSet{remaining}, std::memory_order_release);
+      kept.push_back(up);
+    }
+  }
+  restore_sites_batch(garbage.probes);
+  for (Uprobe* up : garbage.probes) {
+    up->applied = false;
+    PatchLock::unlock(up);
+  }
+  for (Uprobe* up : kept) {
+    PatchLock guard(up);
+    refresh_stub_flags(up, *up->sites.load(std::memory_order_relaxed));
+  }
+  for (Uprobe* up : garbage.probes) {
+    forget_stub_owner(up);
+    r_.tree.erase(r_.tree.iterator_to(*up));
+  }
+  if (!garbage.probes.empty()) {
+    publish_probes(r_);
+    // Entry probes whose window held one of the probes gone may be optimized now.
+    for (const Uprobe* up : garbage.probes) refresh_windows_around(r_, up->key, nullptr, vmas);
+  }
+  if (garbage.regs.empty()) return;
+  r_.deferred.emplace_back([g = std::make_shared<Garbage>(std::move(garbage))] { g->free(); });
+  must_sync_ = true;  // the one grace period
+}
+
+void Transaction::resync() {
+  reclaim_over_ = 64;
+  const VmaSnapshot& vmas = snapshot();
+  if (!r_.tree.empty()) writing();
+  for (Uprobe& u : r_.tree) {
+    try {
+      sync_sites(r_, &u, vmas);
+      PatchLock guard(&u);
+      optimize_sites(&u, *u.sites.load(std::memory_order_relaxed), vmas.vmas());
+    } catch (const Error&) {
+      // A new mapping we refuse to write to (its bytes differ from the
+      // file): it stays unprobed.
+    }
+    for (Registration* reg : u.consumers.load(std::memory_order_relaxed)->regs) sync_ref_ctr(&u, reg, vmas);
+  }
+}
+
+void Transaction::reoptimize() {
+  const VmaSnapshot* vmas = g_hot.vmas.load(std::memory_order_acquire);
+  // Probes whose every site holds our int3 are converted together, as a
+  // transaction's new probes are (one protocol run, one serialisation per
+  // step); the others (partly optimized, or to undo) one by one.
+  std::vector<Uprobe*> together;
+  PeekCache peeks;  // a read at every site: one system call per page (kept equal to memory across our writes)
+  if (!r_.tree.empty()) writing();
+  for (Uprobe& u : r_.tree) {
+    PatchLock guard(&u);
+    if (!u.applied) continue;
+    const SiteSet& ss = *u.sites.load(std::memory_order_relaxed);
+    if (!why_not_optimizable(&u).empty()) {
+      deoptimize_sites(&u, ss);
+      continue;
+    }
+    if (!vmas) continue;
+    bool all_int3 = !ss.sites.empty();
+    for (const Site& s : ss.sites) {
+      std::uint8_t cur;
+      if (!peek_text_checked(s.addr, &cur, 1) || cur != arch::kBreakpoint || site_is_optimized(s)) all_int3 = false;
+    }
+    if (!all_int3) {
+      optimize_sites(&u, ss, vmas->vmas());
+      continue;
+    }
+    try {
+      together.push_back(&u);
+    } catch (const std::bad_alloc&) {
+      optimize_sites(&u, ss, vmas->vmas());
+    }
+  }
+  if (together.empty()) return;
+  for (Uprobe* up : together) PatchLock::lock(up);
+  try {
+    OptBatch b;
+    prepare_optimize_batch(together, vmas->vmas(), b);
+    finish_optimize_batch(b);
+  } catch (const std::exception&) {
+    // Out of memory: the rest stay int3 probes, which work as well.
+  }
+  for (Uprobe* up : together) PatchLock::unlock(up);
+}
+
+}  // namespace uprobe::detail
