@@ -56,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include <uprobe/batch.hpp>
 #include <uprobe/symbols.hpp>
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
@@ -601,37 +602,53 @@ void attach(const std::vector<std::string>& texts) {
 
   make_counters();
 
-  // Register. Keys whose registration failed everywhere are dropped from the
-  // record (they were never attached); their counters just stay 0.
+  // Register, every site in one transaction (register_uprobes(): one read of
+  // the address space, one ELF read per file, one publication, the
+  // breakpoints written last). Keys whose registration failed everywhere are
+  // dropped from the record (they were never attached); their counters just
+  // stay 0.
   std::vector<bool> attached(meta->keys.size(), false);
   std::vector<bool> hist_attached(meta->hist_keys.size(), false);
-  // Registering runs libc code (sscanf over /proc/self/maps, malloc, stat,
-  // open/read/close, locks, ...): a site there that is already armed traps on
-  // every later registration, which made `uprobe:libc:*` (2200 sites) take ~4
-  // million traps (10 s). Those sites are armed last, the most used last.
-  // (Taking such a site out and re-arming it is not an option: libuprobe and
-  // liburcu-bp call libc with every signal blocked while they unregister or
-  // unapply, and a trap there is fatal.)
+  // What the transaction does after the breakpoints are in (its optimized
+  // jumps, the USDT semaphores, its bookkeeping) runs libc code (malloc,
+  // free, locks, ...): a site there that is already armed traps then. The
+  // breakpoints are written in request order, so those sites come last, the
+  // most used last. (Taking such a site out and re-arming it is not an
+  // option: libuprobe and liburcu-bp call libc with every signal blocked
+  // while they unregister or unapply, and a trap there is fatal.)
   std::stable_sort(pf.begin(), pf.end(), [](const PendingFn& a, const PendingFn& b) {
     return registration_rank(a.plan->path, a.plan->offset) < registration_rank(b.plan->path, b.plan->offset);
   });
+  using CB = uprobe::Callbacks;
+  std::vector<uprobe::ProbeRequest> requests;
+  std::vector<FnConsumer*> fn_consumers;  // request i < pf.size(): pf[i]'s
+  for (auto& p : pf) {
+    CB cb = p.entries.empty() ? CB::ret : p.rets.empty() ? CB::entry : CB::entry_and_ret;
+    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist);  // never freed (see Meta)
+    fn_consumers.push_back(c);
+    requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
+  }
+  for (auto& [u, idx] : pu) {
+    auto* c = new CountConsumer(idx);  // never freed (see Meta)
+    for (const auto& site : u->sites)
+      requests.push_back(uprobe::ProbeRequest::at(site.path, site.offset, *c, site.semaphore_offset));
+  }
+  const std::vector<uprobe::RegisterResult> results = uprobe::register_uprobes(requests);
+
   struct Armed {
     PendingFn* p;
     FnConsumer* c;
     uprobe::Uprobe* probe;
   };
   std::vector<Armed> armed;
-  using CB = uprobe::Callbacks;
-  for (auto& p : pf) {
-    CB cb = p.entries.empty() ? CB::ret : p.rets.empty() ? CB::entry : CB::entry_and_ret;
-    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist);  // never freed (see Meta)
-    try {
-      armed.push_back({&p, c, uprobe::register_uprobe(p.plan->path, p.plan->offset, *c)});
-    } catch (const uprobe::Error& e) {
-      for (std::size_t s : p.plan->specs) {
-        add_message(meta->specs[s], e.what());
-        meta->specs[s].failed++;
-      }
+  for (std::size_t i = 0; i < pf.size(); ++i) {
+    if (results[i]) {
+      armed.push_back({&pf[i], fn_consumers[i], results[i].probe});
+      continue;
+    }
+    for (std::size_t s : pf[i].plan->specs) {
+      add_message(meta->specs[s], results[i].error->what());
+      meta->specs[s].failed++;
     }
   }
   if (getenv("UPROBE_TRACE_DEBUG"))
@@ -646,18 +663,18 @@ void attach(const std::vector<std::string>& texts) {
     for (long r : a.p->rets) attached[static_cast<std::size_t>(r)] = true;
     if (a.p->hist >= 0) hist_attached[static_cast<std::size_t>(a.p->hist)] = true;
   }
+  std::size_t i = pf.size();
   for (auto& [u, idx] : pu) {
-    auto* c = new CountConsumer(idx);
-    for (const auto& site : u->sites) {
-      try {
-        note_mode(uprobe::register_uprobe(site.path, site.offset, site.semaphore_offset, *c));
+    for (std::size_t k = 0; k < u->sites.size(); ++k, ++i) {
+      if (results[i]) {
+        note_mode(results[i].probe);
         for (std::size_t s : u->specs) meta->specs[s].attached++;
         attached[static_cast<std::size_t>(idx)] = true;
-      } catch (const uprobe::Error& e) {
-        for (std::size_t s : u->specs) {
-          add_message(meta->specs[s], e.what());
-          meta->specs[s].failed++;
-        }
+        continue;
+      }
+      for (std::size_t s : u->specs) {
+        add_message(meta->specs[s], results[i].error->what());
+        meta->specs[s].failed++;
       }
     }
   }
