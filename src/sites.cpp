@@ -293,7 +293,10 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
 }
 
 void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b) {
-  stubs().reserve(stubs().size() + ups.size());  // one rehash, not one per doubling
+  // One rehash, not one per doubling; never a smaller table (reserve() may
+  // rehash to fit, a cost per call that grows with every stub ever built).
+  const std::size_t want = stubs().size() + ups.size();
+  if (want > stubs().bucket_count() * stubs().max_load_factor()) stubs().reserve(want);
   for (Uprobe* up : ups) {
     if (!optimizable(up)) continue;
     const bool vector = needs_vector(up);
