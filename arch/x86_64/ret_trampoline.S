@@ -7,8 +7,11 @@
  * which pops the return instance(s), runs the ret_handlers and returns the
  * address to continue at; then everything is restored and a `ret` through the
  * old return-address slot continues there, with rsp exactly as the returning
- * function left it. No signal, no syscall. The ret_handlers run with rflags.AC
- * (alignment check) off; the saved rflags, AC included, are restored.
+ * function left it. No signal, no syscall. rflags.AC (alignment check) and DF
+ * are cleared by the first instructions, before any access that alignment
+ * checking could fault on (xmm0/xmm1 are stored at rsp % 16 == 8, and AMD
+ * raises #AC for that 16-byte store when AC is on); the ret_handlers run with
+ * both off, and the saved rflags, AC and DF included, are restored.
  *
  * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
  * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
@@ -44,10 +47,15 @@ uprobe_ret_trampoline_begin:
 uprobe_ret_trampoline:
 	.cfi_def_cfa rsp, 0
 	.cfi_offset rip, -8
-	sub	$8, %rsp
+	lea	-8(%rsp), %rsp		/* the return slot; lea leaves the flags as returned */
 	.cfi_adjust_cfa_offset 8
-	pushfq
+	pushfq				/* the returning code's rflags, restored by the last popfq */
 	.cfi_adjust_cfa_offset 8
+	pushfq				/* AC and DF off before any other access: with AC on, */
+	.cfi_adjust_cfa_offset 8
+	andl	$~0x40400, (%rsp)	/* a 16-byte store at rsp % 16 == 8 raises #AC on AMD */
+	popfq				/* (the two pushfq are 8-byte stores at 8-byte aligned */
+	.cfi_adjust_cfa_offset -8	/* addresses: no CPU checks them stricter) */
 	push	%rdi
 	.cfi_adjust_cfa_offset 8
 	push	%rsi
@@ -91,13 +99,6 @@ uprobe_ret_trampoline:
 	mov	%rsp, %rbx
 	.cfi_def_cfa_register rbx
 	and	$-16, %rsp
-	cld
-	testl	$0x40000, 152(%rbx)	/* saved rflags.AC: alignment checking on in the caller */
-	jz	1f
-	pushfq				/* the ret_handlers run with it off (libc, ld.so and */
-	andl	$~0x40000, (%rsp)	/* consumers do unaligned accesses); popfq below puts */
-	popfq				/* the caller's rflags back */
-1:
 	mov	%rbx, %rdi
 	call	uprobe_ret_dispatch
 	mov	%rbx, %rsp

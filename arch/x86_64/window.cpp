@@ -372,8 +372,14 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
       n = put(buf, n, &op, 1);
       n = put(buf, n, &d, 4);
     } else {
-      const std::uint8_t jmp_abs[6] = {0xff, 0x25, 0, 0, 0, 0};  // jmp *0(%rip)
+      // jmp *pad(%rip) with the quadword 8-byte aligned: the window runs
+      // with the site's rflags, and with AC set an unaligned load of the
+      // jump target would raise #AC (SIGBUS) in the slot.
+      const std::uint8_t jmp_abs[2] = {0xff, 0x25};
       n = put(buf, n, jmp_abs, sizeof jmp_abs);
+      const std::int32_t pad = static_cast<std::int32_t>((8 - ((slot + n + 4) & 7)) & 7);
+      n = put(buf, n, &pad, 4);
+      for (std::int32_t i = 0; i < pad; ++i) n = put(buf, n, &kBreakpoint, 1);
       n = put(buf, n, &back, 8);
     }
   }

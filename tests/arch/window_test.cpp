@@ -64,6 +64,39 @@ TEST(EntryWindow, PlainFunctionIsAccepted) {
   EXPECT_EQ(std::memcmp(w.bytes, f.data(), 5), 0);
 }
 
+/// The relocated window ends in `jmp *N(%rip)` with an absolute quadword
+/// when the way back is out of rel32 reach: the quadword must be 8-byte
+/// aligned at every slot alignment (the copy runs with the site's rflags; with
+/// AC set an unaligned load of the jump target raises #AC, SIGBUS), and the
+/// jump must read exactly the original's continuation.
+TEST(EntryWindow, FarJumpBackQuadwordIsAligned) {
+  const Bytes f = function_with(16, {});
+  std::string why;
+  EntryWindow w;
+  ASSERT_TRUE(plan_entry_window(f.data(), f.size(), w, why)) << why;
+  ASSERT_EQ(w.len, 5u);
+  const std::uint64_t ip = 0x400000;  // the slots below are > 4 GiB away
+  for (std::uint64_t slot = 0x7f12'3456'7000ull; slot < 0x7f12'3456'7010ull; ++slot) {
+    std::uint8_t out[kWindowSlotSize];
+    std::memset(out, 0xaa, sizeof out);
+    const std::size_t n = build_window_xol(w, ip, slot, out, why);
+    ASSERT_GT(n, 0u) << why;
+    ASSERT_EQ(std::memcmp(out, f.data(), 5), 0);  // endbr64 + push %rbp, unchanged
+    ASSERT_EQ(out[5], 0xff);
+    ASSERT_EQ(out[6], 0x25);
+    std::int32_t disp;
+    std::memcpy(&disp, out + 7, 4);
+    const std::uint64_t quad_at = slot + 11 + static_cast<std::uint64_t>(disp);
+    EXPECT_EQ(quad_at % 8, 0u) << "slot " << slot;
+    ASSERT_LT(disp, 8);
+    for (std::int32_t i = 0; i < disp; ++i) EXPECT_EQ(out[11 + i], kBreakpoint);
+    std::uint64_t back;
+    std::memcpy(&back, out + 11 + disp, 8);
+    EXPECT_EQ(back, ip + 5);
+    EXPECT_EQ(n, 11u + static_cast<std::size_t>(disp) + 8u);
+  }
+}
+
 TEST(EntryWindow, FarJmpRel32IntoTheWindowIsRefused) {
   // Far beyond rel8 reach and the SSE2 block boundaries: 4000 nops.
   const std::size_t at = 8 + 4000;

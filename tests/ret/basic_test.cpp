@@ -95,6 +95,33 @@ TEST(RetBasic, AlignmentCheckOnAtReturn) {
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
 }
 
+/// A function returning with the direction flag and the carry flag set: the
+/// ret_handler runs with DF off (the ABI's state for C code), sees DF and CF
+/// in Regs.rflags, and the caller gets both back (nothing before the
+/// trampoline's pushfq changes an arithmetic flag).
+struct DfRet : uprobe::Consumer {
+  DfRet() : uprobe::Consumer(Callbacks::ret) {}
+  std::atomic<std::uint64_t> calls{0}, df_in_handler{0}, df_cf_in_regs{0};
+  Action handler(Regs&) override { return Action::keep; }
+  void ret_handler(Regs& r, std::uint64_t) override {
+    std::uint64_t f;
+    asm volatile("pushfq; pop %0" : "=r"(f));
+    calls.fetch_add(1);
+    if (f & 0x400) df_in_handler.fetch_add(1);
+    if ((r.rflags & 0x401) == 0x401) df_cf_in_regs.fetch_add(1);
+  }
+};
+
+TEST(RetBasic, DirectionAndCarryFlagsAtReturn) {
+  DfRet c;
+  uprobe::Attachment a(vaddr(rt_df_callee), c);
+  for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(rt_df_caller(i), i + 1 + 0x401);
+  EXPECT_EQ(c.calls.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.df_cf_in_regs.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.df_in_handler.load(), 0u);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
 /// Session consumer: entry checks the cookie starts at 0 and stores a value
 /// derived from the arguments; the return checks it got that value back.
 struct Session : uprobe::Consumer {

@@ -252,4 +252,28 @@ FUNC rt_ac_caller
         ret
 ENDF rt_ac_caller
 
+/* rt_df_callee(a): returns a + 1 with the direction flag and the carry flag
+ * set (hand-written code may return a status in CF), so a return probe's
+ * trampoline and ret_handlers meet DF set and must hand both back.
+ * rt_df_caller(a): calls it, returns its result + (rflags & (DF|CF) after
+ * the return) and clears DF. */
+FUNC rt_df_callee
+        lea 1(%rdi), %rax
+        std
+        stc
+        ret
+ENDF rt_df_callee
+
+FUNC rt_df_caller
+        sub $8, %rsp
+        call rt_df_callee
+        lea 8(%rsp), %rsp
+        pushfq
+        pop %rdx
+        cld
+        and $0x401, %edx
+        add %rdx, %rax
+        ret
+ENDF rt_df_caller
+
         .section .note.GNU-stack,"",@progbits
