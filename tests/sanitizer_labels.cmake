@@ -30,7 +30,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.UnderscoreExitKeepsTheCounts trace.Trace.ProcessesThatSkipExitKeepTheirCounts
                      trace.Trace.FatalSignalKeepsTheCounts trace.Trace.CtrlCPrintsTheCounts
                      trace.Trace.SecondCtrlCPrintsTheCountsSoFar trace.Trace.DashScriptIsCounted
-                     trace.Trace.ForkChildrenCountFromTheirFirstInstruction
+                     trace.Trace.ForkChildrenCountFromTheirFirstInstruction trace.Trace.HitsThatCannotBeRecordedAreReported
                      trace.Trace.EveryInitializerAndDestructorCounts trace.Trace.AnotherInitFirstLibraryIsNamed
                      trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
                      trace.Trace.SpecsNamingOneSiteEachCount

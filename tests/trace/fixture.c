@@ -25,6 +25,8 @@
  *   blockign N      as block, with SIGINT ignored
  *   rawfork N       trace_fn() N times here, 2N times in a child made by the fork system call
  *                   (no atfork handler runs in it) that leaves with the exit_group system call
+ *   nofd N          trace_fn() N times, then (with RLIMIT_NOFILE 3: no file can be opened) 2N
+ *                   times in a new thread
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sdt.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -238,6 +241,15 @@ int main(int argc, char** argv) {
     int st = 0;
     waitpid((pid_t)p, &st, 0);
     say("child_status", st);
+  } else if (!strcmp(mode, "nofd")) {
+    sink += calls(a);
+    struct rlimit rl = {3, 3};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return 5;
+    per_thread = 2 * a;
+    pthread_barrier_init(&barrier, NULL, 1);
+    pthread_t t;
+    if (pthread_create(&t, NULL, thread_main, NULL) != 0) return 6;
+    pthread_join(t, NULL);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

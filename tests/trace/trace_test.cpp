@@ -480,6 +480,19 @@ TEST(Trace, ForkChildrenCountFromTheirFirstInstruction) {
   EXPECT_EQ(per_thread(f.report, ret).per_pid.size(), 2u) << dump(f);
 }
 
+// A thread of a process that can open no file cannot make its block in the
+// counts file: its hits are not recorded, and uprobe-trace says exactly how
+// many (text and json); the other threads' still count.
+TEST(Trace, HitsThatCannotBeRecordedAreReported) {
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "nofd", "25"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 25) << dump(r);
+  EXPECT_NE(r.err.find("uprobe-trace: WARNING: 50 hits were not recorded"), std::string::npos) << dump(r);
+  Result j = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "nofd", "4"}, {"--format", "json"});
+  ASSERT_EQ(j.status, 0) << dump(j);
+  EXPECT_NE(j.report.find("\"unrecorded_hits\": 8,\n"), std::string::npos) << dump(j);
+}
+
 // From the first initializer to the last destructor: the program's preinit
 // array, a DT_NEEDED library's constructor, the program's constructor, main,
 // an atexit handler, the program's destructor and the library's destructor

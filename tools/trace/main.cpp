@@ -621,9 +621,9 @@ int main(int argc, char** argv) {
                    modes.empty() ? "none" : modes.c_str());
     }
   if (rep.unrecorded)
-    std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not recorded (a process could not open or extend "
-                 "the counts file, or the trace had more than %zu threads and %zu processes)\n",
-                 static_cast<unsigned long long>(rep.unrecorded), counts::kMaxSlots, counts::kMaxProcs);
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not recorded (a thread could not make its counting "
+                 "block: its process could not open or extend the counts file, or the trace made more than %zu)\n",
+                 static_cast<unsigned long long>(rep.unrecorded), counts::kMaxSlots);
   if (interrupted)
     std::fprintf(stderr, "uprobe-trace: interrupted: the counts so far; %s\n",
                  main_done ? "processes it started are still running" : (prog + " is still running").c_str());

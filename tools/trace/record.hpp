@@ -55,10 +55,11 @@ struct ImageRecord {
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
   std::vector<std::pair<std::string, std::size_t>> keys, hists;  ///< attached ones: name, index
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;  ///< about the process (a rival DF_1_INITFIRST object)
   bool complete = false;  ///< the `end` line was read
 };
 
+/// The record file's text (format above). Not async-signal-safe (allocates).
 std::string serialize(const ImageRecord& r);
 /// nullopt when the text is not a record file.
 std::optional<ImageRecord> parse_image(std::string_view text);
@@ -94,7 +95,8 @@ struct ProcessRecord {
 ProcessRecord process_of(const ImageRecord& img, long pid, long ppid);
 /// Adds the non-zero counters and buckets of one block (counts.hpp: `words`
 /// words, the header's tid) of an image `img` process to `r`. A block whose
-/// size does not match the image's geometry is ignored (false).
+/// size does not match the image's geometry is ignored (false). Reads the
+/// counters with relaxed atomic loads: the block may still be counting.
 bool add_block(ProcessRecord& r, const ImageRecord& img, const std::uint64_t* block, std::size_t words);
 
 struct Report {
