@@ -31,6 +31,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
                      trace.Trace.SpecsNamingOneSiteEachCount
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
+                     trace.Trace.ProbeHitWithSignalsBlocked trace.Trace.XzWorkersBlockEverySignalAndCallInt3ProbedMemcpy
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
                      PROPERTIES LABELS "no-asan;no-tsan")
