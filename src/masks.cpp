@@ -124,7 +124,11 @@ pid_t raw_tid() noexcept { return static_cast<pid_t>(arch::raw_syscall(SYS_getti
 
 /// The view belongs to the thread: a vfork() child shares its parent's TLS
 /// (and stack) but has a mask of its own, so it must not move the view.
-bool owns_view() noexcept { return raw_tid() == current_tid(); }
+/// (Before the thread's id is cached, it is the thread's.)
+bool owns_view() noexcept {
+  const pid_t cached = t_state.tid;
+  return cached == 0 || raw_tid() == cached;
+}
 
 // ---------------------------------------------------------------- held SIGTRAPs
 
@@ -291,6 +295,11 @@ UPROBE_NO_SANITIZE void prepare_longjmp(struct __jmp_buf_tag* env) noexcept {
 
 }  // namespace
 
+pid_t self_tid() noexcept {
+  const pid_t cached = t_state.tid;
+  return cached != 0 ? cached : raw_tid();
+}
+
 long raw_sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
   return arch::raw_syscall(SYS_rt_sigprocmask, how, reinterpret_cast<long>(set), reinterpret_cast<long>(old),
                            kKernelSigsetBytes);
@@ -357,7 +366,7 @@ void hold_sigtrap(const siginfo_t& info) noexcept {
   // kill(), sigqueue(): the process's. A thread waiting for it in sigwait()
   // takes it (there the kernel dequeues it, SIGTRAP being in its wait set).
   const pid_t waiter = g_trap_waiter.load(std::memory_order_acquire);
-  if (waiter != 0 && waiter != current_tid() && requeue(waiter, info) == 0) return;
+  if (waiter != 0 && waiter != self_tid() && requeue(waiter, info) == 0) return;
   int expected = 0;
   if (g_proc_held.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
     g_proc_held_info = info;
@@ -371,7 +380,7 @@ bool sigtrap_held() noexcept {
 
 void deliver_held_sigtrap() noexcept {
   if (!sigtrap_held()) return;
-  const pid_t me = current_tid();
+  const pid_t me = self_tid();
   siginfo_t si;
   for (int i = 0; i < 2 && take_held(si); ++i) requeue(me, si);
 }
@@ -407,8 +416,17 @@ void HandlerView::finish() noexcept {
   if (!after && !real_blocked_) deliver_held_sigtrap();
 }
 
+namespace {
+/// In a fork() child: the thread's id cached before the fork is the
+/// parent's, and owns_view() would take the child for a vfork() child.
+/// Registered at load, so it runs before later atfork handlers (a vfork()
+/// child runs none).
+void forget_tid_in_child() { t_state.tid = 0; }
+}  // namespace
+
 void init_masks() noexcept {
   resolve_all();
+  pthread_atfork(nullptr, nullptr, forget_tid_in_child);
   install_trap_handler(g_hot.signal_mask_for_install);
   sigset_t o;
   program_sigmask(SIG_BLOCK, nullptr, &o);  // takes over a SIGTRAP inherited blocked
@@ -699,7 +717,7 @@ UPROBE_INTERPOSED int sigtimedwait(const sigset_t* set, siginfo_t* info, const s
     if (info) *info = si;
     return SIGTRAP;
   }
-  if (want) g_trap_waiter.store(current_tid(), std::memory_order_release);
+  if (want) g_trap_waiter.store(self_tid(), std::memory_order_release);
   Timeout to(t);
   ThreadState& ts = t_state;
   int r;
@@ -716,7 +734,7 @@ UPROBE_INTERPOSED int sigtimedwait(const sigset_t* set, siginfo_t* info, const s
     to.resume();
   }
   if (want) {
-    pid_t me = current_tid();
+    pid_t me = self_tid();
     g_trap_waiter.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
   }
   return r;

@@ -32,6 +32,12 @@ namespace uprobe::detail {
 constexpr unsigned long sig_bit(int sig) noexcept { return 1ul << (sig - 1); }
 inline bool has_sig(const sigset_t& s, int sig) noexcept { return (s.__val[0] & sig_bit(sig)) != 0; }
 
+/// The calling thread's id: t_state's cached one, else gettid(2) (not
+/// cached: current_tid()'s caching is instrumented code in sanitizer builds,
+/// and the interposers run before the sanitizer runtime is ready).
+/// Async-signal-safe.
+pid_t self_tid() noexcept;
+
 /// rt_sigprocmask(2) made with the syscall instruction: the thread's real
 /// mask, no virtualisation. Returns 0 or a negative errno. Async-signal-safe.
 long raw_sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept;

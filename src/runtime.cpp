@@ -118,8 +118,10 @@ void after_fork_parent() {
   registry().mutex.unlock();
 }
 void after_fork_child() {
-  urcu_bp_after_fork_child();
+  // The thread's id first: the mask urcu_bp_after_fork_child() restores is
+  // the child's thread's own (masks.cpp).
   thread_state_after_fork_child();
+  urcu_bp_after_fork_child();
   signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();

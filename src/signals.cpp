@@ -162,7 +162,7 @@ struct ActionLock {
   int sig;
   bool held = false;
   explicit ActionLock(int s) noexcept : sig(s) {
-    const pid_t me = current_tid();
+    const pid_t me = self_tid();
     if (g_action_owner[sig].load(std::memory_order_relaxed) == me) return;
     pid_t expected = 0;
     while (!g_action_owner[sig].compare_exchange_weak(expected, me, std::memory_order_acquire)) {
