@@ -188,6 +188,7 @@ ProbeInfo probe_info(const Uprobe* up) {
               : arch::is_nop5(up->insn) ? "optimized-nop5"
                                         : "optimized-entry";
   if (info.mode == "optimized-entry") info.displaced = up->window.len;
+  info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";
   return info;

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include "rcu.hpp"
 
+#include "masks.hpp"
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
@@ -29,13 +30,13 @@ Registry& registry() {
 
 void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
   sigset_t all, old;
-  sigfillset(&all);
   // Never SIGTRAP: an int3 hit with SIGTRAP blocked is fatal (the kernel
   // forces the signal). No probe can be hit in this short stretch anyway.
-  sigdelset(&all, SIGTRAP);
+  all.__val[0] = ~sig_bit(SIGTRAP);
   // A signal handler on this thread that hits a probe must not find the
-  // write lock held by its own thread.
-  pthread_sigmask(SIG_BLOCK, &all, &old);
+  // write lock held by its own thread. (The real mask: not the program's
+  // view, and no libc wrapper.)
+  raw_sigprocmask(SIG_BLOCK, &all, &old);
   g_hot.mm_lock.lock();
   std::uint64_t seq = g_hot.mm_seq.load(std::memory_order_relaxed);
   // The odd count is ordered before the pointers by the release exchanges
@@ -45,7 +46,7 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
   const ProbeTable* old_probes = probes ? g_hot.probes.exchange(probes, std::memory_order_release) : nullptr;
   g_hot.mm_seq.store(seq + 2, std::memory_order_release);
   g_hot.mm_lock.unlock();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  raw_sigprocmask(SIG_SETMASK, &old, nullptr);
   if (old_vmas) r.deferred.emplace_back([old_vmas] { delete old_vmas; });
   if (old_probes) r.deferred.emplace_back([old_probes] { delete old_probes; });
 }
@@ -101,22 +102,27 @@ void before_fork() {
   // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
   // (_IO_list_lock, _Fork, _IO_list_unlock, _IO_list_resetlock) as well as the
   // atfork handlers registered before ours: an int3 probe there would be hit
-  // with SIGTRAP blocked, which is fatal. So let SIGTRAP in again. Our
-  // handler only needs a read-side section, which takes no lock once this
-  // thread is a registered reader: register it first (registration takes
-  // liburcu-bp's registry lock, which urcu_bp_before_fork() holds).
+  // with SIGTRAP blocked, which is fatal. Its pthread_sigmask() reaches our
+  // interposer (masks.cpp), which keeps SIGTRAP out; should it reach libc's
+  // (libuprobe loaded RTLD_LOCAL), let SIGTRAP in again here. Our handler
+  // only needs a read-side section, which takes no lock once this thread is
+  // a registered reader: register it first (registration takes liburcu-bp's
+  // registry lock, which urcu_bp_before_fork() holds).
   uprobe_rcu_read_lock();
   uprobe_rcu_read_unlock();
   urcu_bp_before_fork();
-  pthread_sigmask(SIG_UNBLOCK, &g_sigtrap_only, nullptr);
+  raw_sigprocmask(SIG_UNBLOCK, &g_sigtrap_only, nullptr);
 }
 void after_fork_parent() {
   urcu_bp_after_fork_parent();
   registry().mutex.unlock();
 }
 void after_fork_child() {
-  urcu_bp_after_fork_child();
+  // The thread's id first: the mask urcu_bp_after_fork_child() restores is
+  // the child's thread's own (masks.cpp).
   thread_state_after_fork_child();
+  urcu_bp_after_fork_child();
+  signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();
   registry().mutex.unlock();

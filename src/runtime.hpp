@@ -94,6 +94,10 @@ void start_runtime(Registry& r);
 /// configured SignalMask. Defined in signals.cpp.
 void install_trap_handler(SignalMask mask);
 
+/// In a fork() child: forgets the other threads' hold on sigaction()'s
+/// per-signal locks (signals.cpp).
+void signals_after_fork_child() noexcept;
+
 /// The SIGTRAP handler (trap.cpp).
 void on_sigtrap(int sig, siginfo_t* info, void* uc) noexcept;
 

@@ -2,10 +2,18 @@
 // SIGTRAP ownership. The runtime's handler is installed once and stays; the
 // disposition the program asks for (before or after the runtime started) is
 // remembered as "the program's action" and receives every SIGTRAP that is not
-// ours, exactly as if it were installed. sigaction() and signal() are
-// interposed for SIGTRAP only (every other signal goes straight to libc), so
-// a program that installs its own SIGTRAP handler later does not break probes
-// and still sees its own traps. A raw rt_sigaction syscall bypasses this.
+// ours, exactly as if it were installed. So a program that installs its own
+// SIGTRAP handler later does not break probes and still sees its own traps.
+//
+// The other signals' handlers run under a mask that must not block SIGTRAP
+// (masks.hpp): sigaction() takes SIGTRAP out of sa_mask, and a handler the
+// program installs runs through uprobe_signal_wrapper(), which gives it the
+// program's view of the mask (in the view while it runs, in its ucontext's
+// uc_sigmask) and takes the view back from uc_sigmask when it returns, as
+// sigreturn restores the mask. sigaction()'s old action shows the program's
+// handler, flags and sa_mask. signal(), bsd_signal(), ssignal() and
+// sysv_signal() go through the same sigaction(). A raw rt_sigaction syscall
+// bypasses all of this.
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -15,10 +23,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "raw_syscall.hpp"
 #include "arch.hpp"
+#include "masks.hpp"
 #include "runtime.hpp"
 #include "sanitize.hpp"
 #include "thread_state.hpp"
@@ -78,14 +88,23 @@ void forward_foreign_trap(int sig, siginfo_t* info, void* ctx) noexcept {
   struct sigaction pa = program_action();
   auto* uc = static_cast<ucontext_t*>(ctx);
   const bool from_int3 = info->si_code == SI_KERNEL;
-  if (pa.sa_handler == SIG_DFL || (pa.sa_handler == SIG_IGN && from_int3)) {
+  // Forced by the kernel (an int3, int $3, a single-step or breakpoint trap:
+  // si_code > 0) rather than sent (kill, tkill, sigqueue: si_code <= 0).
+  const bool forced = info->si_code > 0;
+  if (uprobe_view_blocked && !forced) {  // the program blocks it: pending until it does not
+    hold_sigtrap(*info);
+    return;
+  }
+  // The kernel's force_sig_fault(): a blocked or ignored trap resets the
+  // disposition and kills.
+  if (pa.sa_handler == SIG_DFL || (forced && (pa.sa_handler == SIG_IGN || uprobe_view_blocked))) {
     // Die by SIGTRAP as the program would have without us: restore the
     // default action and make the trap happen again.
     struct sigaction dfl;
     std::memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     real_sigaction(SIGTRAP, &dfl, nullptr);
-    sigdelset(&uc->uc_sigmask, SIGTRAP);
+    uc->uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
     std::uint64_t ip = arch::ucontext_ip(uc);
     std::uint8_t prev[2];
     std::memcpy(prev, reinterpret_cast<const void*>(ip - 2), 2);
@@ -98,38 +117,139 @@ void forward_foreign_trap(int sig, siginfo_t* info, void* ctx) noexcept {
     return;
   }
   if (pa.sa_handler == SIG_IGN) return;
+  // The program's handler, under its sa_mask (SIGTRAP itself too, without
+  // SA_NODEFER: in the view only), as the kernel would run it.
   sigset_t block = pa.sa_mask, old;
-  if (!(pa.sa_flags & SA_NODEFER)) sigaddset(&block, SIGTRAP);
-  pthread_sigmask(SIG_BLOCK, &block, &old);
+  const bool trap_in_handler = has_sig(block, SIGTRAP) || !(pa.sa_flags & SA_NODEFER);
+  block.__val[0] &= ~(sig_bit(SIGTRAP) | sig_bit(32) | sig_bit(33));
+  raw_sigprocmask(SIG_BLOCK, &block, &old);
   if (pa.sa_flags & SA_RESETHAND) {
     struct sigaction dfl;
     std::memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
     set_program_action(dfl);
   }
+  HandlerView view(uc, trap_in_handler);
   if (pa.sa_flags & SA_SIGINFO)
     pa.sa_sigaction(sig, info, ctx);
   else
     pa.sa_handler(sig);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  raw_sigprocmask(SIG_SETMASK, &old, nullptr);
+  view.finish();
 }
 
 }  // namespace uprobe::detail
 
 using uprobe::detail::g_installed;
 
+namespace uprobe::detail {
+namespace {
+
+// The program's handler of each signal but SIGTRAP, when it installed one:
+// the handler's address with kWrapped, kSiginfo (SA_SIGINFO) and kTrapInMask
+// (SIGTRAP in sa_mask) in its top bits, stored whole (one atomic word: the
+// wrapper never sees a handler with another's flags). 0: not a handler.
+constexpr std::uint64_t kWrapped = 1ull << 63, kSiginfo = 1ull << 62, kTrapInMask = 1ull << 61;
+constexpr std::uint64_t kHandlerBits = kTrapInMask - 1;
+std::atomic<std::uint64_t> g_actions[NSIG];
+
+/// Serializes sigaction() per signal between threads (the table entry and
+/// the kernel's action change together); a nested call on the same thread
+/// (a signal handler calling sigaction) goes through.
+std::atomic<pid_t> g_action_owner[NSIG];
+
+struct ActionLock {
+  int sig;
+  bool held = false;
+  explicit ActionLock(int s) noexcept : sig(s) {
+    const pid_t me = self_tid();
+    if (g_action_owner[sig].load(std::memory_order_relaxed) == me) return;
+    pid_t expected = 0;
+    while (!g_action_owner[sig].compare_exchange_weak(expected, me, std::memory_order_acquire)) {
+      expected = 0;
+      __builtin_ia32_pause();
+    }
+    held = true;
+  }
+  ~ActionLock() {
+    if (held) g_action_owner[sig].store(0, std::memory_order_release);
+  }
+  ActionLock(const ActionLock&) = delete;
+  ActionLock& operator=(const ActionLock&) = delete;
+};
+
+}  // namespace
+
+void signals_after_fork_child() noexcept {
+  // A thread that was inside sigaction() is not in the child.
+  for (auto& owner : g_action_owner) owner.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace uprobe::detail
+
+/// What the kernel runs for every handler the program installed with
+/// sigaction() (but SIGTRAP's): the program's handler from the table, under
+/// the program's view of the mask (HandlerView). Async-signal-safe.
+extern "C" UPROBE_NO_SANITIZE void uprobe_signal_wrapper(int sig, siginfo_t* info, void* ctx) {
+  using namespace uprobe::detail;
+  const std::uint64_t e = g_actions[sig].load(std::memory_order_acquire);
+  if (!(e & kWrapped)) return;  // SIG_DFL/SIG_IGN set since the kernel chose this handler
+  HandlerView view(ctx, (e & kTrapInMask) != 0);
+  if (e & kSiginfo)
+    reinterpret_cast<void (*)(int, siginfo_t*, void*)>(e & kHandlerBits)(sig, info, ctx);
+  else
+    reinterpret_cast<void (*)(int)>(e & kHandlerBits)(sig);
+  view.finish();
+}
+
 /// Interposed sigaction(2): SIGTRAP is virtualised once the runtime owns it
-/// (see the file comment); everything else goes to libc unchanged.
+/// (see the file comment); for every other signal SIGTRAP leaves sa_mask and
+/// a handler is installed as uprobe_signal_wrapper(), and the old action
+/// reads as the program set it.
 /// Not instrumented: under a sanitizer, the sanitizer's own sigaction
 /// interceptor reaches this function (its "real" sigaction is the next
 /// definition, ours) while the sanitizer runtime initialises, before it can
 /// run instrumented code. Likewise signal().
 extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE int sigaction(int sig, const struct sigaction* act,
                                                                   struct sigaction* old) {
-  if (sig != SIGTRAP || !g_installed.load(std::memory_order_acquire))
-    return uprobe::detail::real_sigaction(sig, act, old);
-  if (old) *old = uprobe::detail::program_action();
-  if (act) uprobe::detail::set_program_action(*act);
+  using namespace uprobe::detail;
+  if (sig == SIGTRAP && g_installed.load(std::memory_order_acquire)) {
+    if (old) *old = program_action();
+    if (act) set_program_action(*act);
+    return 0;
+  }
+  // Bad numbers, and glibc's own SIGCANCEL/SIGSETXID (refused by it): libc answers.
+  if (sig <= 0 || sig >= NSIG || sig == SIGTRAP || sig == 32 || sig == 33) return real_sigaction(sig, act, old);
+  struct sigaction k;
+  std::uint64_t entry = 0;
+  if (act) {
+    k = *act;
+    const bool trap_in_mask = has_sig(k.sa_mask, SIGTRAP);
+    k.sa_mask.__val[0] &= ~sig_bit(SIGTRAP);
+    if (k.sa_handler != SIG_DFL && k.sa_handler != SIG_IGN) {
+      entry = kWrapped | (reinterpret_cast<std::uint64_t>(k.sa_handler) & kHandlerBits) |
+              ((k.sa_flags & SA_SIGINFO) ? kSiginfo : 0) | (trap_in_mask ? kTrapInMask : 0);
+      k.sa_sigaction = uprobe_signal_wrapper;
+      k.sa_flags |= SA_SIGINFO;
+    }
+  }
+  ActionLock lock(sig);
+  const std::uint64_t prev = g_actions[sig].load(std::memory_order_relaxed);
+  // The entry before the kernel's action: a signal that comes in between
+  // runs the new handler (under the old flags), as one that arrived a
+  // moment later would.
+  if (entry) g_actions[sig].store(entry, std::memory_order_release);
+  const int r = real_sigaction(sig, act ? &k : nullptr, old);
+  if (r != 0) {
+    if (entry) g_actions[sig].store(prev, std::memory_order_release);
+    return r;
+  }
+  if (act && !entry) g_actions[sig].store(0, std::memory_order_release);
+  if (old && old->sa_sigaction == uprobe_signal_wrapper && (prev & kWrapped)) {
+    old->sa_handler = reinterpret_cast<sighandler_t>(prev & kHandlerBits);
+    if (!(prev & kSiginfo)) old->sa_flags &= ~SA_SIGINFO;
+    if (prev & kTrapInMask) old->sa_mask.__val[0] |= sig_bit(SIGTRAP);
+  }
   return 0;
 }
 
@@ -144,4 +264,30 @@ extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_
   act.sa_flags = SA_RESTART;
   if (sigaction(sig, &act, &old) < 0) return SIG_ERR;
   return old.sa_handler;
+}
+
+/// Interposed bsd_signal(3) and ssignal(3): glibc's other names of signal().
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_t bsd_signal(int sig, sighandler_t handler) {
+  return signal(sig, handler);
+}
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_t ssignal(int sig, sighandler_t handler) {
+  return signal(sig, handler);
+}
+
+/// Interposed sysv_signal(3) (and __sysv_signal): a one-shot handler, not
+/// blocked in itself, interrupting system calls (glibc's sysv_signal.c).
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_t __sysv_signal(int sig, sighandler_t handler) {
+  if (handler == SIG_ERR || sig <= 0 || sig >= NSIG) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  struct sigaction act, old;
+  std::memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  act.sa_flags = SA_RESETHAND | SA_NODEFER;
+  if (sigaction(sig, &act, &old) < 0) return SIG_ERR;
+  return old.sa_handler;
+}
+extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE sighandler_t sysv_signal(int sig, sighandler_t handler) {
+  return __sysv_signal(sig, handler);
 }

@@ -101,19 +101,16 @@ bool inside(const std::vector<AddrRange>& ranges, std::uint64_t ip) {
   return false;
 }
 
-/// Installs `sa` for the sample signal. In ThreadSanitizer builds through
-/// glibc's __sigaction, past TSan's sigaction interceptor (as the SIGTRAP
-/// handler is, signals.cpp): TSan would defer the signal to the thread's next
-/// intercepted call and run on_sample then with the delivery's ucontext, so a
-/// thread that was inside our SIGTRAP handler would answer with that
-/// handler's ip after it resumed (possibly inside a window), and a thread that
-/// computes without libc calls would not answer within kAnswerNs at all.
-void set_handler(int sig, const struct sigaction& sa) {
-  if (UPROBE_TSAN)
-    __sigaction(sig, &sa, nullptr);
-  else
-    ::sigaction(sig, &sa, nullptr);
-}
+/// Installs `sa` for the sample signal through glibc's __sigaction, as the
+/// SIGTRAP handler is (signals.cpp): libuprobe's own handler, not one of the
+/// program's (which the interposed sigaction() wraps to give them the
+/// program's view of the mask), and past TSan's sigaction interceptor: TSan
+/// would defer the signal to the thread's next intercepted call and run
+/// on_sample then with the delivery's ucontext, so a thread that was inside
+/// our SIGTRAP handler would answer with that handler's ip after it resumed
+/// (possibly inside a window), and a thread that computes without libc calls
+/// would not answer within kAnswerNs at all.
+void set_handler(int sig, const struct sigaction& sa) { __sigaction(sig, &sa, nullptr); }
 
 constexpr int kRunning = 0, kBlocked = 1, kGone = 2;
 

@@ -5,6 +5,7 @@
 // it lives in initial-exec TLS so that the SIGTRAP handler reaches it with no
 // allocation and no lock (the kernel keeps the same in struct uprobe_task).
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -67,6 +68,13 @@ struct ThreadState {
   ReturnStack* rstack;       ///< pending return instances, mapped on first use
   std::uint64_t* cookie;     ///< session cookie of the running callback, if any
   std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
+  // The program's signal mask (src/masks.cpp); the view bit itself is
+  // uprobe_view_blocked, which arch code reads.
+  bool trap_held;            ///< a SIGTRAP sent to this thread while its view blocked it
+  bool ctx_view_set;         ///< setcontext() set the view for the context it resumes
+  std::uint32_t holds;       ///< SIGTRAPs held on this thread so far
+  std::uint32_t handler_runs;  ///< program signal handlers run on this thread so far
+  siginfo_t held_info;       ///< the held SIGTRAP's siginfo
 };
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));

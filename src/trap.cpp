@@ -23,6 +23,7 @@
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "dispatch.hpp"
+#include "masks.hpp"
 
 namespace uprobe::detail {
 
@@ -265,7 +266,10 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   const bool raw_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
   const bool user_tf = raw_tf && program_handles_sigtrap();
   bool emulated_step = false;
+  // A consumer's mask change ends with it, as sigreturn restores the mask.
+  const bool view = uprobe_view_blocked;
   guarded_handler_chain(up, regs);
+  if (uprobe_view_blocked != view) set_view(view);
 
   if (regs.rip != ip) {
     count(st.redirected);

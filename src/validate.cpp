@@ -2,6 +2,7 @@
 #include "validate.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <gnu/lib-names.h>
@@ -202,9 +203,13 @@ enum class TrapPathUse {
 
 /// libc functions that the trap path, the return trampoline, liburcu-bp (a
 /// new reader's registration on its first hit, the writer's grace period) or
-/// glibc itself (thread start and exit) call, the latter three with every
-/// signal blocked: a probe there would recurse without end or be hit with
-/// SIGTRAP blocked, which the kernel makes fatal.
+/// glibc itself (thread start and exit, posix_spawn's child) call, the latter
+/// with every signal blocked by its own system call: a probe there would
+/// recurse without end or be hit with SIGTRAP blocked, which the kernel makes
+/// fatal. (liburcu-bp blocks signals through pthread_sigmask(), which
+/// libuprobe interposes, keeping SIGTRAP out (masks.cpp); its functions stay
+/// refused because a thread's first hit registers it as a reader inside the
+/// SIGTRAP handler, and a probe on what registration calls recurses.)
 struct TrapPathFunction {
   const char* name;
   TrapPathUse use;
@@ -213,12 +218,17 @@ struct TrapPathFunction {
 };
 constexpr TrapPathFunction kTrapPathLibc[] = {
     {"__errno_location", TrapPathUse::trap_path, "the SIGTRAP handler"},
-    {"pthread_sigmask", TrapPathUse::trap_path,
-     "liburcu-bp's reader registration on a thread's first hit, the foreign-trap path and the writer"},
+    // libc's own pthread_sigmask and sigprocmask: the program's calls reach
+    // libuprobe's interposers instead (masks.cpp), but glibc calls these
+    // internally, in posix_spawn's child with every signal blocked (to set
+    // the new program's mask just before exec).
+    {"pthread_sigmask", TrapPathUse::sigtrap_blocked,
+     "glibc's posix_spawn child, which sets the new program's mask through it with every signal blocked"},
     {"syscall", TrapPathUse::sigtrap_blocked, "liburcu-bp's grace period (every unregister: membarrier)"},
     {"getpid", TrapPathUse::sigtrap_blocked,
      "glibc's pthread_kill and pthread_cancel of another thread (every signal blocked, then getpid)"},
-    {"sigprocmask", TrapPathUse::sigtrap_blocked, "signal-mask changes, e.g. siglongjmp's, from a blocked SIGTRAP"},
+    {"sigprocmask", TrapPathUse::sigtrap_blocked,
+     "glibc's posix_spawn child, which reads and sets its mask through it with every signal blocked"},
     {"sigfillset", TrapPathUse::trap_path, "liburcu-bp's reader registration on a thread's first hit"},
     {"sigaltstack", TrapPathUse::trap_path, "the return path"},
     {"sched_getcpu", TrapPathUse::trap_path, "the return-instance pool"},
@@ -308,6 +318,126 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
 }
 
 }  // namespace
+
+namespace {
+
+/// Where glibc 2.36 (Debian 12) runs a function with every signal blocked by
+/// a raw rt_sigprocmask system call of its own (README, "Signal masks"),
+/// beyond the functions refused above: an int3 there is fatal, an optimized
+/// site is not. Bits of SignalsBlocked.
+enum : unsigned {
+  kCreating = 1,      ///< pthread_create() in the creating thread (clone and what leads to it)
+  kStarting = 2,      ///< a new thread before start_thread() sets its mask
+  kExiting = 4,       ///< thread exit, after the thread's destructors
+  kKilling = 8,       ///< pthread_kill()/pthread_cancel() of another thread
+  kSpawning = 16,     ///< posix_spawn() (system(), popen()) in the parent
+  kSpawnChild = 32,   ///< posix_spawn()'s child until execve: every handler reset to SIG_DFL too
+  kLckpwdf = 64,      ///< lckpwdf(): every signal but SIGALRM
+};
+
+struct SignalsBlocked {
+  const char* name;
+  unsigned where;
+};
+// From the disassembly of Debian 12's libc.so.6 with its debug symbols
+// (libc6-dbg): the calls between each raw rt_sigprocmask that blocks every
+// signal and the one that restores the mask, and what they call.
+constexpr SignalsBlocked kSignalsBlockedLibc[] = {
+    {"__lll_lock_wait_private", kCreating | kStarting | kExiting | kKilling},
+    {"__lll_lock_wake_private", kStarting | kExiting | kKilling},
+    {"__clone_internal", kCreating | kSpawning},
+    {"clone", kCreating | kSpawning},
+    {"__nptl_create_event", kCreating},
+    {"free", kExiting},
+    {"waitpid", kSpawning},
+    {"__libc_sigaction", kSpawnChild},
+    {"chdir", kSpawnChild},
+    {"fchdir", kSpawnChild},
+    {"__close_nocancel", kSpawnChild},
+    {"__open64_nocancel", kSpawnChild},
+    {"dup2", kSpawnChild},
+    {"getpgid", kSpawnChild},
+    {"tcsetpgrp", kSpawnChild},
+    {"ioctl", kSpawnChild},
+    {"getuid", kSpawnChild},
+    {"getgid", kSpawnChild},
+    {"fcntl64", kSpawnChild | kLckpwdf},
+    {"fcntl", kSpawnChild | kLckpwdf},
+    {"setsid", kSpawnChild},
+    {"setpgid", kSpawnChild},
+    {"sched_setscheduler", kSpawnChild},
+    {"sched_setparam", kSpawnChild},
+    {"getrlimit", kSpawnChild},
+    {"lseek64", kSpawnChild},
+    {"getdents64", kSpawnChild},
+    {"execve", kSpawnChild},
+    {"getenv", kSpawnChild},
+    {"strnlen", kSpawnChild},
+    {"strchr", kSpawnChild},
+    {"strchrnul", kSpawnChild},
+    {"mempcpy", kSpawnChild},
+    {"memcpy", kSpawnChild},
+    {"_exit", kSpawnChild},
+    {"alarm", kLckpwdf},
+};
+
+std::string describe_signals_blocked(unsigned where) {
+  static const std::pair<unsigned, const char*> kNames[] = {
+      {kCreating, "pthread_create() in the creating thread"},
+      {kStarting, "a new thread's start"},
+      {kExiting, "thread exit"},
+      {kKilling, "pthread_kill()/pthread_cancel() of another thread"},
+      {kSpawning, "posix_spawn()/system()/popen() in the parent"},
+      {kSpawnChild, "posix_spawn()'s child before execve, with every handler reset to SIG_DFL"},
+      {kLckpwdf, "lckpwdf()"},
+  };
+  std::string out;
+  for (const auto& [bit, text] : kNames)
+    if (where & bit) out += (out.empty() ? "" : "; ") + std::string(text);
+  return out;
+}
+
+}  // namespace
+
+std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) {
+  struct Range {
+    dev_t dev;
+    ino_t ino;
+    std::uint64_t lo, hi;
+    unsigned where;
+  };
+  // Each function's (file, offset range) in this process, computed once: the
+  // address libc's own scope gives (an IFUNC: the implementation selected
+  // here), sized by the symbol there when it is that function's.
+  static const std::vector<Range> ranges = [] {
+    std::vector<Range> out;
+    void* const libc = libc_handle();
+    if (!libc) return out;
+    VmaSnapshot maps(read_proc_maps());
+    for (const SignalsBlocked& f : kSignalsBlockedLibc) {
+      void* const p = dlsym(libc, f.name);
+      const auto a = reinterpret_cast<std::uint64_t>(p);
+      const Vma* v = maps.find(a);
+      if (!a || !v || !v->ino) continue;
+      std::uint64_t size = 1;
+      Dl_info di;
+      ElfW(Sym)* sym = nullptr;
+      if (dladdr1(p, &di, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) && sym && di.dli_saddr == p && sym->st_size)
+        size = sym->st_size;
+      const std::uint64_t off = v->pgoff + (a - v->start);
+      auto same = std::find_if(out.begin(), out.end(), [&](const Range& r) {
+        return r.dev == v->dev && r.ino == v->ino && r.lo == off;
+      });
+      if (same != out.end()) same->where |= f.where;
+      else out.push_back(Range{v->dev, v->ino, off, off + size, f.where});
+    }
+    return out;
+  }();
+  unsigned where = 0;
+  for (const Range& r : ranges)
+    if (r.dev == dev && r.ino == ino && offset >= r.lo && offset < r.hi) where |= r.where;
+  return describe_signals_blocked(where);
+}
 
 namespace {
 

@@ -51,6 +51,12 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 /// @throws uprobe::Error(refused_instruction).
 void check_function_entry(const Target& t, std::uint64_t offset);
 
+/// Where glibc runs the function at (dev, ino, offset) with every signal
+/// blocked by a system call of its own (an int3 hit there is fatal): a list
+/// of those code paths ("thread exit; ..."), or "" when none is known.
+/// Registry mutex held (computes its table once).
+std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset);
+
 /// Refuses libuprobe's own code and the libraries its trap path calls.
 /// @throws uprobe::Error(forbidden_target).
 void check_not_forbidden(const Target& t, std::uint64_t offset);

@@ -6,6 +6,18 @@
 #include <cstring>
 
 #include "arch.hpp"
+#include "context_layout.h"
+
+#include <setjmp.h>
+
+// The offsets interpose/context.S uses (context_layout.h).
+static_assert(offsetof(ucontext_t, uc_mcontext.gregs) + 8 * REG_RDI == UPROBE_UC_RDI);
+static_assert(offsetof(ucontext_t, uc_mcontext.gregs) + 8 * REG_RSP == UPROBE_UC_RSP);
+static_assert(offsetof(ucontext_t, uc_mcontext.gregs) + 8 * REG_RIP == UPROBE_UC_RIP);
+static_assert(offsetof(ucontext_t, uc_sigmask) == UPROBE_UC_SIGMASK);
+static_assert(offsetof(struct __jmp_buf_tag, __saved_mask) + 15 * sizeof(unsigned long) == UPROBE_JB_MARK);
+static_assert(sizeof(sigset_t) == 16 * sizeof(unsigned long));
+static_assert(UPROBE_SIGTRAP_BIT == 1ul << (SIGTRAP - 1));
 
 namespace uprobe::arch {
 namespace {

@@ -297,6 +297,13 @@ struct ProbeInfo {
   unsigned consumers = 0;    ///< registered consumers
   bool emulated = false;     ///< the instruction is emulated (else run out of line)
   std::string instruction;   ///< disassembly of the probed instruction
+  /// Where glibc runs the probed function with every signal blocked by its
+  /// own rt_sigprocmask system call, which libuprobe cannot interpose
+  /// (e.g. "thread exit", "posix_spawn()'s child before execve"; several
+  /// separated by "; "): an int3 hit there is fatal (the kernel forces
+  /// SIGTRAP), an optimized site is not. "" when none is known (libc
+  /// functions only; README.md, "Signal masks", lists them).
+  std::string signals_blocked;
 };
 
 /// Describes a registered probe. Thread-safety: any thread, not in a handler.

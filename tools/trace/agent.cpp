@@ -433,6 +433,7 @@ Where resolve_binary(const std::string& name, std::string& path, std::string& wh
 }
 
 struct FnPlan {
+  std::string name;  // the first spec's name of the site (SYM, SYM+OFF, +FILEOFF)
   std::string path;
   std::uint64_t offset = 0;
   std::set<std::string> entry_keys, ret_keys;
@@ -450,17 +451,16 @@ void add_message(SpecStatus& s, const std::string& m) {
   if (s.message.empty()) s.message = m;
 }
 
-// libc functions that libuprobe itself runs where a probe cannot fire: its
+// A libc function that libuprobe itself runs where a probe cannot fire: its
 // SIGTRAP handler reads errno before its recursion guard is up (a probe on
-// __errno_location recurses until the stack overflows), and it registers with
-// signals blocked through pthread_sigmask (a probe there is a trap while
-// SIGTRAP is blocked: the kernel kills the process). Refused here rather than
-// crashing the traced program; every alias at those offsets is covered.
+// __errno_location recurses until the stack overflows). Refused here rather
+// than crashing the traced program; every alias at that offset is covered.
+// (libuprobe refuses the others of its kind itself, with the reason.)
 std::string refused_site(const std::string& path, std::uint64_t offset) {
   static auto* cache = new std::map<std::string, std::map<std::uint64_t, std::string>>;
   auto [it, fresh] = cache->try_emplace(path);
   if (fresh && base_name(path).rfind("libc.so", 0) == 0) {
-    for (const char* name : {"__errno_location", "pthread_sigmask"}) {
+    for (const char* name : {"__errno_location"}) {
       try {
         it->second[uprobe::resolve_symbol(path, name).offset] = name;
       } catch (const uprobe::Error&) {
@@ -521,6 +521,39 @@ void make_counters() {
   g = c;
 }
 
+/// Int3 sites in code glibc runs with every signal blocked by a system call
+/// of its own (probe_info().signals_blocked): a hit there kills the program,
+/// and no signal mask libuprobe could change helps. Per spec, "NAME (where)".
+std::map<std::size_t, std::vector<std::string>>* fatal_sites = nullptr;
+
+void note_fatal_site(const uprobe::Uprobe* p, const std::string& name, const std::set<std::size_t>& specs) {
+  try {
+    const uprobe::ProbeInfo info = uprobe::probe_info(p);
+    if (info.mode != "int3" || info.signals_blocked.empty()) return;
+    if (!fatal_sites) fatal_sites = new std::map<std::size_t, std::vector<std::string>>;
+    for (std::size_t s : specs) (*fatal_sites)[s].push_back(name + " (" + info.signals_blocked + ")");
+  } catch (...) {
+  }
+}
+
+/// The warning of each spec with such sites, added to its message.
+void warn_fatal_sites() {
+  if (!fatal_sites) return;
+  for (const auto& [si, sites] : *fatal_sites) {
+    SpecStatus& st = meta->specs[si];
+    std::string w;
+    if (sites.size() == 1) {
+      w = sites[0] + ": int3 site in code glibc runs with every signal blocked: a hit there kills the program";
+    } else {
+      w = std::to_string(sites.size()) +
+          " int3 sites in code glibc runs with every signal blocked, where a hit kills the program:";
+      for (std::size_t i = 0; i < sites.size() && i < 5; ++i) w += (i ? ", " : " ") + sites[i];
+      if (sites.size() > 5) w += ", ...";
+    }
+    st.message += (st.message.empty() ? "" : "; ") + w;
+  }
+}
+
 void attach(const std::vector<std::string>& texts) {
   std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
   std::map<std::string, UsdtPlan> usdts;
@@ -562,6 +595,7 @@ void attach(const std::vector<std::string>& texts) {
           }
           FnPlan& f = fns[{loc.path, loc.offset}];
           f.path = loc.path, f.offset = loc.offset;
+          if (f.name.empty()) f.name = what;
           f.specs.insert(si);
           (spec->kind == Kind::uprobe ? f.entry_keys : f.ret_keys)
               .insert(std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what);
@@ -658,6 +692,7 @@ void attach(const std::vector<std::string>& texts) {
                      a.p->plan->path.c_str(), static_cast<unsigned long long>(a.p->plan->offset));
   for (const Armed& a : armed) {
     note_mode(a.probe);
+    note_fatal_site(a.probe, a.p->plan->name, a.p->plan->specs);
     for (std::size_t s : a.p->plan->specs) meta->specs[s].attached++;
     for (long e : a.p->entries) attached[static_cast<std::size_t>(e)] = true;
     for (long r : a.p->rets) attached[static_cast<std::size_t>(r)] = true;
@@ -682,6 +717,7 @@ void attach(const std::vector<std::string>& texts) {
     if (sp.failed && sp.attached)
       sp.message = std::to_string(sp.failed) + " of " + std::to_string(sp.failed + sp.attached) +
                    " sites not probed; first: " + sp.message;
+  warn_fatal_sites();
   // Keep only attached keys in the record (indexes stay as allocated).
   for (std::size_t i = 0; i < attached.size(); ++i)
     if (!attached[i]) meta->keys[i].clear();

@@ -1,0 +1,842 @@
+// SPDX-License-Identifier: MIT
+// The program's signal masks never block SIGTRAP (see masks.hpp).
+//
+// Every libc entry point through which a program sets a thread's signal
+// mask, or runs code under one, is interposed: sigprocmask, pthread_sigmask,
+// the BSD and System V calls (sigblock, sigsetmask, siggetmask, sighold,
+// sigrelse, sigset, sigpause), the calls that wait under a temporary mask
+// (sigsuspend, ppoll, pselect, epoll_pwait, epoll_pwait2), the sigwait family
+// and sigpending (a held SIGTRAP), setcontext/swapcontext and the longjmps
+// (they restore a saved mask), pthread_create (a new thread inherits the
+// view; one started with pthread_attr_setsigmask_np() blocking SIGTRAP takes
+// it into its view at once). getcontext, __sigsetjmp and setjmp are in
+// arch/x86_64/interpose/context.S, sigaction's sa_mask and the handler
+// wrapper in signals.cpp.
+//
+// The masks themselves are set with rt_sigprocmask system calls of our own:
+// liburcu-bp changes masks on the trap path (a thread's first hit registers
+// it as a reader with every signal blocked), through pthread_sigmask, which
+// now arrives here. The blocking calls go to libc's own functions (found
+// with dlsym(RTLD_NEXT), called with SIGTRAP unblocked: a probe on them is
+// an ordinary hit), which keeps their cancellation points, time64 handling
+// and siginfo conventions.
+
+#include "masks.hpp"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "context_layout.h"
+#include "raw_syscall.hpp"
+#include "runtime.hpp"
+#include "sanitize.hpp"
+#include "thread_state.hpp"
+
+extern "C" {
+__thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec"))) = 0;
+
+// Read by context.S; resolved by init_masks() (or uprobe_resolve_real()).
+void* uprobe_real_sigsetjmp = nullptr;
+void* uprobe_real_getcontext = nullptr;
+void* uprobe_resolve_real(int which) noexcept;
+void uprobe_context_resumed() noexcept;
+/// context.S's getcontext(), not through the PLT.
+int uprobe_getcontext(ucontext_t* ucp) noexcept __attribute__((returns_twice));
+/// context.S's resume point of a context getcontext() saved.
+void uprobe_context_resume();
+}
+
+namespace uprobe::detail {
+
+namespace {
+
+constexpr int kSigCancel = 32;  // glibc's SIGCANCEL and SIGSETXID: never blocked by its wrappers
+constexpr int kSigSetxid = 33;
+constexpr long kKernelSigsetBytes = 8;
+
+/// The libc functions the interposers call on.
+struct Real {
+  int (*setcontext)(const ucontext_t*);
+  void (*siglongjmp)(sigjmp_buf, int);
+  void (*longjmp)(jmp_buf, int);
+  void (*underscore_longjmp)(jmp_buf, int);
+  void (*longjmp_chk)(jmp_buf, int);
+  int (*sigsuspend)(const sigset_t*);
+  int (*sigtimedwait)(const sigset_t*, siginfo_t*, const struct timespec*);
+  int (*ppoll)(struct pollfd*, nfds_t, const struct timespec*, const sigset_t*);
+  int (*ppoll_chk)(struct pollfd*, nfds_t, const struct timespec*, const sigset_t*, std::size_t);
+  int (*pselect)(int, fd_set*, fd_set*, fd_set*, const struct timespec*, const sigset_t*);
+  int (*epoll_pwait)(int, struct epoll_event*, int, int, const sigset_t*);
+  int (*epoll_pwait2)(int, struct epoll_event*, int, const struct timespec*, const sigset_t*);
+  int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  int (*attr_getsigmask)(const pthread_attr_t*, sigset_t*);
+};
+Real g_real;
+std::atomic<bool> g_resolved{false};
+
+template <typename F>
+void next(F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+void resolve_all() noexcept {
+  if (g_resolved.load(std::memory_order_acquire)) return;
+  uprobe_real_sigsetjmp = dlsym(RTLD_NEXT, "__sigsetjmp");
+  uprobe_real_getcontext = dlsym(RTLD_NEXT, "getcontext");
+  next(g_real.setcontext, "setcontext");
+  next(g_real.siglongjmp, "siglongjmp");
+  next(g_real.longjmp, "longjmp");
+  next(g_real.underscore_longjmp, "_longjmp");
+  next(g_real.longjmp_chk, "__longjmp_chk");
+  next(g_real.sigsuspend, "sigsuspend");
+  next(g_real.sigtimedwait, "sigtimedwait");
+  next(g_real.ppoll, "ppoll");
+  next(g_real.ppoll_chk, "__ppoll_chk");
+  next(g_real.pselect, "pselect");
+  next(g_real.epoll_pwait, "epoll_pwait");
+  next(g_real.epoll_pwait2, "epoll_pwait2");
+  next(g_real.pthread_create, "pthread_create");
+  next(g_real.attr_getsigmask, "pthread_attr_getsigmask_np");
+  g_resolved.store(true, std::memory_order_release);
+}
+
+/// g_real, resolved (an interposer may run before libuprobe's constructor:
+/// another object's constructor).
+const Real& real() noexcept {
+  if (!g_resolved.load(std::memory_order_acquire)) resolve_all();
+  return g_real;
+}
+
+pid_t raw_tid() noexcept { return static_cast<pid_t>(arch::raw_syscall(SYS_gettid)); }
+
+/// The view belongs to the thread: a vfork() child shares its parent's TLS
+/// (and stack) but has a mask of its own, so it must not move the view.
+/// (Before the thread's id is cached, it is the thread's.)
+bool owns_view() noexcept {
+  const pid_t cached = t_state.tid;
+  return cached == 0 || raw_tid() == cached;
+}
+
+// ---------------------------------------------------------------- held SIGTRAPs
+
+/// A SIGTRAP held for the process (kill(), sigqueue()): 0 none, 1 being
+/// written or read, 2 held.
+std::atomic<int> g_proc_held{0};
+siginfo_t g_proc_held_info;
+/// A thread waiting for SIGTRAP in sigwait()/sigwaitinfo()/sigtimedwait().
+std::atomic<pid_t> g_trap_waiter{0};
+
+bool take_process_held(siginfo_t& out) noexcept {
+  int expected = 2;
+  if (!g_proc_held.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return false;
+  out = g_proc_held_info;
+  g_proc_held.store(0, std::memory_order_release);
+  return true;
+}
+
+/// Takes a held SIGTRAP the calling thread may receive (its own first).
+bool take_held(siginfo_t& out) noexcept {
+  ThreadState& ts = t_state;
+  if (ts.trap_held) {
+    out = ts.held_info;
+    ts.trap_held = false;
+    return true;
+  }
+  return take_process_held(out);
+}
+
+long requeue(pid_t tid, const siginfo_t& si) noexcept {
+  // To itself a process may send any si_code: the program's handler sees the
+  // siginfo of the signal that was held.
+  return arch::raw_syscall(SYS_rt_tgsigqueueinfo, arch::raw_syscall(SYS_getpid), tid, SIGTRAP,
+                           reinterpret_cast<long>(&si));
+}
+
+/// glibc's sigtimedwait() reports raise()'s SI_TKILL as SI_USER.
+void fold_tkill(siginfo_t& si) noexcept {
+  if (si.si_code == SI_TKILL) si.si_code = SI_USER;
+}
+
+// ---------------------------------------------------------------- deadlines
+
+/// The time left of a relative timeout, for a call resumed after a held
+/// SIGTRAP interrupted it (the kernel would not have woken it).
+struct Deadline {
+  bool forever = true;
+  struct timespec end {};
+
+  static struct timespec now() noexcept {
+    struct timespec t {};
+    arch::raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&t));
+    return t;
+  }
+  explicit Deadline(const struct timespec* rel) noexcept {
+    if (!rel) return;
+    forever = false;
+    end = now();
+    end.tv_sec += rel->tv_sec;
+    end.tv_nsec += rel->tv_nsec;
+    if (end.tv_nsec >= 1000000000) end.tv_sec += 1, end.tv_nsec -= 1000000000;
+  }
+  /// Time left (0 when past the deadline).
+  struct timespec left() const noexcept {
+    const struct timespec t = now();
+    struct timespec d {end.tv_sec - t.tv_sec, end.tv_nsec - t.tv_nsec};
+    if (d.tv_nsec < 0) d.tv_sec -= 1, d.tv_nsec += 1000000000;
+    if (d.tv_sec < 0) d = {0, 0};
+    return d;
+  }
+};
+
+// ---------------------------------------------------------------- temporary masks
+
+/// Runs `call(mask)` (a libc function that waits under a temporary signal
+/// mask) with SIGTRAP taken out of `mask` and the view set from it for the
+/// call. A SIGTRAP held before it that the temporary mask lets in is
+/// delivered first, and the call then fails with EINTR, as the kernel does; a
+/// SIGTRAP that arrives during the call while the temporary mask blocks it is
+/// held, and the call goes on (`resume(deadline)` says with which timeout)
+/// unless a handler of the program ran too.
+template <typename Call, typename Resume>
+int with_temporary_mask(const sigset_t* mask, Call call, Resume resume) {
+  if (!mask) return call(nullptr);
+  sigset_t k = *mask;
+  const bool during = has_sig(k, SIGTRAP);
+  k.__val[0] &= ~sig_bit(SIGTRAP);
+  ThreadState& ts = t_state;
+  const bool saved = uprobe_view_blocked;
+  const bool mine = during == saved || owns_view();
+  for (;;) {
+    if (mine) uprobe_view_blocked = during;
+    if (mine && !during && sigtrap_held()) {
+      sigset_t o;
+      raw_sigprocmask(SIG_SETMASK, &k, &o);
+      deliver_held_sigtrap();
+      raw_sigprocmask(SIG_SETMASK, &o, nullptr);
+      set_view(saved);
+      errno = EINTR;
+      return -1;
+    }
+    const std::uint32_t runs = ts.handler_runs, holds = ts.holds;
+    const int r = call(&k);
+    const int err = errno;
+    if (mine) uprobe_view_blocked = saved;
+    if (r == -1 && err == EINTR && mine && ts.handler_runs == runs && ts.holds != holds && resume()) continue;
+    if (mine && !saved) deliver_held_sigtrap();
+    errno = err;
+    return r;
+  }
+}
+
+// ---------------------------------------------------------------- thread start
+
+/// A thread start routine and its argument handed to a new thread whose view
+/// blocks SIGTRAP (a small fixed pool: the new thread may run before a
+/// sanitizer's thread set-up, where malloc/free are not safe).
+struct StartSlot {
+  std::atomic<int> state{0};  // 0 free, 1 in use
+  void* (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+};
+constexpr int kStartSlots = 64;
+StartSlot g_start[kStartSlots];
+
+StartSlot* claim_start_slot() noexcept {
+  for (unsigned spin = 0;; ++spin) {
+    for (StartSlot& s : g_start) {
+      int expected = 0;
+      if (s.state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return &s;
+    }
+    arch::raw_syscall(SYS_sched_yield);  // 64 threads created and not started yet
+  }
+}
+
+UPROBE_NO_SANITIZE void* start_blocked(void* p) {
+  auto* slot = static_cast<StartSlot*>(p);
+  void* (*fn)(void*) = slot->fn;
+  void* arg = slot->arg;
+  slot->state.store(0, std::memory_order_release);
+  // The view of the creating thread (or of pthread_attr_setsigmask_np()'s
+  // set); glibc set the latter for real, before this ran.
+  sigset_t trap;
+  trap.__val[0] = sig_bit(SIGTRAP);
+  raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
+  uprobe_view_blocked = 1;
+  return fn(arg);
+}
+
+// ---------------------------------------------------------------- longjmp
+
+/// Before a longjmp to `env`: the mask it restores (if it saved one) must
+/// not block SIGTRAP; the view becomes the one __sigsetjmp() noted (or the
+/// saved mask's own SIGTRAP bit, for a buffer saved without our stub).
+UPROBE_NO_SANITIZE void prepare_longjmp(struct __jmp_buf_tag* env) noexcept {
+  if (!env->__mask_was_saved) return;
+  unsigned long& first = env->__saved_mask.__val[0];
+  const unsigned long mark = *reinterpret_cast<const unsigned long*>(reinterpret_cast<const char*>(env) + UPROBE_JB_MARK);
+  const bool view = mark == UPROBE_JB_MARK_BLOCKED || (first & sig_bit(SIGTRAP)) != 0;
+  first &= ~sig_bit(SIGTRAP);
+  if (view != static_cast<bool>(uprobe_view_blocked) && !owns_view()) return;
+  set_view(view);
+}
+
+}  // namespace
+
+pid_t self_tid() noexcept {
+  const pid_t cached = t_state.tid;
+  return cached != 0 ? cached : raw_tid();
+}
+
+long raw_sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
+  return arch::raw_syscall(SYS_rt_sigprocmask, how, reinterpret_cast<long>(set), reinterpret_cast<long>(old),
+                           kKernelSigsetBytes);
+}
+
+int program_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept {
+  sigset_t k;
+  bool asks = false;
+  if (set) {
+    if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK) return EINVAL;
+    k.__val[0] = set->__val[0];  // the kernel reads the first 8 bytes
+    asks = has_sig(k, SIGTRAP);
+    k.__val[0] &= ~(sig_bit(kSigCancel) | sig_bit(kSigSetxid));
+    if (how != SIG_UNBLOCK) k.__val[0] &= ~sig_bit(SIGTRAP);
+  }
+  const auto after = [&](bool prev) {
+    if (!set) return prev;
+    return how == SIG_SETMASK ? asks : how == SIG_BLOCK ? (prev || asks) : (prev && !asks);
+  };
+  const bool was = uprobe_view_blocked;
+  // The view moves for the thread it belongs to only (one gettid when it moves).
+  int mine = after(was) != was ? owns_view() : -1;
+  if (mine == 1 && after(was)) uprobe_view_blocked = 1;  // blocking: a SIGTRAP sent meanwhile is held, as asked
+  sigset_t o;
+  const long r = raw_sigprocmask(how, set ? &k : nullptr, &o);
+  if (r < 0) {
+    if (mine == 1) uprobe_view_blocked = was;
+    return static_cast<int>(-r);
+  }
+  bool prev = was;
+  if (has_sig(o, SIGTRAP)) {
+    // Blocked for real (inherited across execve, or blocked before
+    // libuprobe was loaded): the program's, from now on in its view only.
+    prev = true;
+    sigset_t trap;
+    trap.__val[0] = sig_bit(SIGTRAP);
+    raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
+  }
+  if (old) old->__val[0] = (o.__val[0] & ~sig_bit(SIGTRAP)) | (prev ? sig_bit(SIGTRAP) : 0);
+  const bool now = after(prev);
+  if (now != was && mine == -1) mine = owns_view();
+  if (mine == 1) {
+    uprobe_view_blocked = now;
+    if (!now && prev) deliver_held_sigtrap();
+  }
+  return 0;
+}
+
+void set_view(bool blocked) noexcept {
+  uprobe_view_blocked = blocked;
+  if (!blocked) deliver_held_sigtrap();
+}
+
+void hold_sigtrap(const siginfo_t& info) noexcept {
+  ThreadState& ts = t_state;
+  ++ts.holds;
+  if (info.si_code == SI_TKILL) {  // tkill, tgkill, raise, pthread_kill: this thread's
+    if (!ts.trap_held) {
+      ts.held_info = info;
+      ts.trap_held = true;
+    }
+    return;
+  }
+  // kill(), sigqueue(): the process's. A thread waiting for it in sigwait()
+  // takes it (there the kernel dequeues it, SIGTRAP being in its wait set).
+  const pid_t waiter = g_trap_waiter.load(std::memory_order_acquire);
+  if (waiter != 0 && waiter != self_tid() && requeue(waiter, info) == 0) return;
+  int expected = 0;
+  if (g_proc_held.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+    g_proc_held_info = info;
+    g_proc_held.store(2, std::memory_order_release);
+  }  // else one is held already: a standard signal does not queue twice
+}
+
+bool sigtrap_held() noexcept {
+  return t_state.trap_held || g_proc_held.load(std::memory_order_acquire) == 2;
+}
+
+void deliver_held_sigtrap() noexcept {
+  if (!sigtrap_held()) return;
+  const pid_t me = self_tid();
+  siginfo_t si;
+  for (int i = 0; i < 2 && take_held(si); ++i) requeue(me, si);
+}
+
+void note_program_handler_run() noexcept { ++t_state.handler_runs; }
+
+HandlerView::HandlerView(void* uc, bool in_handler) noexcept : uc_(uc) {
+  auto* u = static_cast<ucontext_t*>(uc);
+  real_blocked_ = has_sig(u->uc_sigmask, SIGTRAP);
+  if (real_blocked_) {
+    // The interrupted code had SIGTRAP blocked for real (libuprobe's handler
+    // in SignalMask::defer, or code that ran before libuprobe was loaded):
+    // so has this handler. Not the program's choice: not in its view.
+    sigset_t trap;
+    trap.__val[0] = sig_bit(SIGTRAP);
+    raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
+    u->uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
+  }
+  // uc_sigmask is the interrupted code's mask as the program sees it.
+  if (uprobe_view_blocked) u->uc_sigmask.__val[0] |= sig_bit(SIGTRAP);
+  uprobe_view_blocked = uprobe_view_blocked || in_handler;
+  note_program_handler_run();
+}
+
+void HandlerView::finish() noexcept {
+  // sigreturn restores uc_sigmask: its SIGTRAP bit, as the handler left it,
+  // is the view from then on, and the real bit what it was.
+  auto* u = static_cast<ucontext_t*>(uc_);
+  const bool after = has_sig(u->uc_sigmask, SIGTRAP);
+  if (real_blocked_) u->uc_sigmask.__val[0] |= sig_bit(SIGTRAP);
+  else u->uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
+  uprobe_view_blocked = after;
+  if (!after && !real_blocked_) deliver_held_sigtrap();
+}
+
+namespace {
+/// In a fork() child: the thread's id cached before the fork is the
+/// parent's, and owns_view() would take the child for a vfork() child.
+/// Registered at load, so it runs before later atfork handlers (a vfork()
+/// child runs none).
+void forget_tid_in_child() { t_state.tid = 0; }
+}  // namespace
+
+void init_masks() noexcept {
+  resolve_all();
+  pthread_atfork(nullptr, nullptr, forget_tid_in_child);
+  install_trap_handler(g_hot.signal_mask_for_install);
+  sigset_t o;
+  program_sigmask(SIG_BLOCK, nullptr, &o);  // takes over a SIGTRAP inherited blocked
+}
+
+}  // namespace uprobe::detail
+
+using uprobe::detail::program_sigmask;
+using uprobe::detail::real;
+using uprobe::detail::sig_bit;
+using uprobe::detail::has_sig;
+
+extern "C" {
+
+void* uprobe_resolve_real(int which) noexcept {
+  uprobe::detail::resolve_all();
+  return which == 0 ? uprobe_real_sigsetjmp : uprobe_real_getcontext;
+}
+
+/// A context getcontext() saved was resumed (context.S): by libuprobe's
+/// setcontext()/swapcontext(), which set the view already, or by glibc's own
+/// setcontext (a makecontext() function returned to its uc_link), which set
+/// uc_sigmask verbatim.
+UPROBE_NO_SANITIZE void uprobe_context_resumed() noexcept {
+  using namespace uprobe::detail;
+  ThreadState& ts = t_state;
+  if (ts.ctx_view_set) {
+    ts.ctx_view_set = false;
+    return;
+  }
+  sigset_t cur;
+  raw_sigprocmask(SIG_BLOCK, nullptr, &cur);
+  if (has_sig(cur, SIGTRAP)) {
+    sigset_t trap;
+    trap.__val[0] = sig_bit(SIGTRAP);
+    raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
+  }
+  set_view(has_sig(cur, SIGTRAP));
+}
+
+#define UPROBE_INTERPOSED __attribute__((visibility("default"))) UPROBE_NO_SANITIZE
+
+// ---------------------------------------------------------------- the mask
+
+/// Interposed sigprocmask(2): program_sigmask() (masks.hpp).
+UPROBE_INTERPOSED int sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept {
+  const int err = program_sigmask(how, set, old);
+  if (err == 0) return 0;
+  errno = err;
+  return -1;
+}
+
+/// Interposed pthread_sigmask(3): program_sigmask() (masks.hpp); returns
+/// the error number.
+UPROBE_INTERPOSED int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept {
+  return program_sigmask(how, set, old);
+}
+
+/// Interposed sigpending(2): the real pending set and a held SIGTRAP.
+UPROBE_INTERPOSED int sigpending(sigset_t* set) noexcept {
+  const long r = uprobe::arch::raw_syscall(SYS_rt_sigpending, reinterpret_cast<long>(set), 8);
+  if (r < 0) {
+    errno = static_cast<int>(-r);
+    return -1;
+  }
+  if (uprobe::detail::sigtrap_held()) set->__val[0] |= sig_bit(SIGTRAP);
+  return 0;
+}
+
+// BSD (4.2BSD masks of signals 1..32, glibc's sigset_set_old_mask) and System V.
+
+namespace {
+int bsd_mask(int how, int mask) noexcept {
+  sigset_t s{}, o{};
+  s.__val[0] = static_cast<unsigned int>(mask);
+  if (const int err = program_sigmask(how, &s, &o)) {
+    errno = err;
+    return -1;
+  }
+  return static_cast<int>(static_cast<unsigned int>(o.__val[0]));
+}
+
+/// `p` as the compiler cannot see it: libc's headers declare the argument
+/// nonnull, and a program may pass null all the same (libc then reports EFAULT).
+const sigset_t* opaque(const sigset_t* p) noexcept {
+  asm("" : "+r"(p));
+  return p;
+}
+}  // namespace
+
+/// Interposed sigblock(3).
+UPROBE_INTERPOSED int sigblock(int mask) noexcept { return bsd_mask(SIG_BLOCK, mask); }
+
+/// Interposed sigsetmask(3).
+UPROBE_INTERPOSED int sigsetmask(int mask) noexcept { return bsd_mask(SIG_SETMASK, mask); }
+
+/// Interposed siggetmask(3).
+UPROBE_INTERPOSED int siggetmask(void) noexcept { return bsd_mask(SIG_BLOCK, 0); }
+
+namespace {
+int one_signal(int how, int sig) noexcept {
+  if (sig <= 0 || sig >= NSIG) {
+    errno = EINVAL;
+    return -1;
+  }
+  sigset_t s;
+  s.__val[0] = sig_bit(sig);
+  return sigprocmask(how, &s, nullptr);
+}
+}  // namespace
+
+/// Interposed sighold(3).
+UPROBE_INTERPOSED int sighold(int sig) noexcept { return one_signal(SIG_BLOCK, sig); }
+
+/// Interposed sigrelse(3).
+UPROBE_INTERPOSED int sigrelse(int sig) noexcept { return one_signal(SIG_UNBLOCK, sig); }
+
+/// Interposed sigset(3) (System V): SIG_HOLD blocks the signal, anything
+/// else installs the disposition and unblocks it (glibc's sigset.c).
+UPROBE_INTERPOSED sighandler_t sigset(int sig, sighandler_t disp) noexcept {
+  if (sig <= 0 || sig >= NSIG) {
+    errno = EINVAL;
+    return SIG_ERR;
+  }
+  sigset_t s{}, o;
+  s.__val[0] = sig_bit(sig);
+  struct sigaction act, oact;
+  if (disp == SIG_HOLD) {
+    if (sigprocmask(SIG_BLOCK, &s, &o) < 0) return SIG_ERR;
+    if (has_sig(o, sig)) return SIG_HOLD;
+    if (sigaction(sig, nullptr, &oact) < 0) return SIG_ERR;
+    return oact.sa_handler;
+  }
+  std::memset(&act, 0, sizeof act);
+  act.sa_handler = disp;
+  if (sigaction(sig, &act, &oact) < 0) return SIG_ERR;
+  if (sigprocmask(SIG_UNBLOCK, &s, &o) < 0) return SIG_ERR;
+  return has_sig(o, sig) ? SIG_HOLD : oact.sa_handler;
+}
+
+// ---------------------------------------------------------------- waiting under a temporary mask
+
+namespace {
+bool forever() noexcept { return true; }
+}  // namespace
+
+/// Interposed sigsuspend(2) (with_temporary_mask()).
+UPROBE_INTERPOSED int sigsuspend(const sigset_t* mask) {
+  if (!opaque(mask)) return real().sigsuspend(mask);
+  return uprobe::detail::with_temporary_mask(opaque(mask), [](const sigset_t* m) { return real().sigsuspend(m); }, forever);
+}
+
+/// Interposed __sigsuspend (glibc's other name of it).
+UPROBE_INTERPOSED int __sigsuspend(const sigset_t* mask) { return sigsuspend(mask); }
+
+namespace {
+int sigpause_impl(int sig_or_mask, bool is_sig) {
+  sigset_t s{};
+  if (is_sig) {
+    if (sig_or_mask <= 0 || sig_or_mask >= NSIG) {
+      errno = EINVAL;
+      return -1;
+    }
+    sigprocmask(SIG_BLOCK, nullptr, &s);
+    s.__val[0] &= ~sig_bit(sig_or_mask);
+  } else {
+    s.__val[0] = static_cast<unsigned int>(sig_or_mask);
+  }
+  return sigsuspend(&s);
+}
+}  // namespace
+
+/// Interposed __sigpause (glibc's sigpause with both meanings).
+UPROBE_INTERPOSED int __sigpause(int sig_or_mask, int is_sig) { return sigpause_impl(sig_or_mask, is_sig != 0); }
+
+/// Interposed __xpg_sigpause (X/Open sigpause(): removes one signal).
+UPROBE_INTERPOSED int __xpg_sigpause(int sig) { return sigpause_impl(sig, true); }
+
+/// Interposed BSD sigpause(mask) (the `sigpause` symbol; <signal.h> maps
+/// X/Open programs to __xpg_sigpause).
+UPROBE_INTERPOSED int uprobe_bsd_sigpause(int mask) __asm__("sigpause");
+int uprobe_bsd_sigpause(int mask) { return sigpause_impl(mask, false); }
+
+namespace {
+/// A relative timeout, resumable: the time left at each retry.
+struct Timeout {
+  uprobe::detail::Deadline dl;
+  struct timespec cur {};
+  const struct timespec* ptr;
+  explicit Timeout(const struct timespec* t) noexcept : dl(t), ptr(t) {}
+  bool resume() noexcept {
+    if (dl.forever) return true;
+    cur = dl.left();
+    ptr = &cur;
+    return true;  // a zero timeout polls once more
+  }
+};
+}  // namespace
+
+/// Interposed ppoll(2) (with_temporary_mask()).
+UPROBE_INTERPOSED int ppoll(struct pollfd* fds, nfds_t n, const struct timespec* t, const sigset_t* mask) {
+  Timeout to(t);
+  return uprobe::detail::with_temporary_mask(
+      mask, [&](const sigset_t* m) { return real().ppoll(fds, n, to.ptr, m); }, [&] { return to.resume(); });
+}
+
+/// Interposed __ppoll_chk (_FORTIFY_SOURCE's ppoll).
+UPROBE_INTERPOSED int __ppoll_chk(struct pollfd* fds, nfds_t n, const struct timespec* t, const sigset_t* mask,
+                                  std::size_t fdslen) {
+  Timeout to(t);
+  return uprobe::detail::with_temporary_mask(
+      mask, [&](const sigset_t* m) { return real().ppoll_chk(fds, n, to.ptr, m, fdslen); },
+      [&] { return to.resume(); });
+}
+
+/// Interposed pselect(2) (with_temporary_mask()).
+UPROBE_INTERPOSED int pselect(int n, fd_set* r, fd_set* w, fd_set* e, const struct timespec* t, const sigset_t* mask) {
+  Timeout to(t);
+  // The sets are in and out: a resumed call must see the ones asked for.
+  fd_set r0, w0, e0;
+  if (r) r0 = *r;
+  if (w) w0 = *w;
+  if (e) e0 = *e;
+  return uprobe::detail::with_temporary_mask(
+      mask,
+      [&](const sigset_t* m) {
+        if (r) *r = r0;
+        if (w) *w = w0;
+        if (e) *e = e0;
+        return real().pselect(n, r, w, e, to.ptr, m);
+      },
+      [&] { return to.resume(); });
+}
+
+namespace {
+/// epoll_pwait's milliseconds (-1: forever), resumable.
+struct MsTimeout {
+  uprobe::detail::Deadline dl;
+  int cur;
+  static const struct timespec* rel(int ms, struct timespec& t) noexcept {
+    if (ms < 0) return nullptr;
+    t = {ms / 1000, (ms % 1000) * 1000000L};
+    return &t;
+  }
+  struct timespec t0 {};
+  explicit MsTimeout(int ms) noexcept : dl(rel(ms, t0)), cur(ms) {}
+  bool resume() noexcept {
+    if (dl.forever) return true;
+    const struct timespec l = dl.left();
+    cur = static_cast<int>(l.tv_sec * 1000 + (l.tv_nsec + 999999) / 1000000);
+    return true;
+  }
+};
+}  // namespace
+
+/// Interposed epoll_pwait(2) (with_temporary_mask()).
+UPROBE_INTERPOSED int epoll_pwait(int fd, struct epoll_event* ev, int max, int ms, const sigset_t* mask) {
+  MsTimeout to(ms);
+  return uprobe::detail::with_temporary_mask(
+      mask, [&](const sigset_t* m) { return real().epoll_pwait(fd, ev, max, to.cur, m); },
+      [&] { return to.resume(); });
+}
+
+/// Interposed epoll_pwait2(2) (with_temporary_mask()).
+UPROBE_INTERPOSED int epoll_pwait2(int fd, struct epoll_event* ev, int max, const struct timespec* t,
+                                   const sigset_t* mask) {
+  if (!real().epoll_pwait2) {
+    errno = ENOSYS;
+    return -1;
+  }
+  Timeout to(t);
+  return uprobe::detail::with_temporary_mask(
+      mask, [&](const sigset_t* m) { return real().epoll_pwait2(fd, ev, max, to.ptr, m); },
+      [&] { return to.resume(); });
+}
+
+// ---------------------------------------------------------------- sigwait
+
+/// Interposed sigtimedwait(2): a held SIGTRAP in `set` is taken first; a
+/// wait a held SIGTRAP interrupted (one sent to another thread for the
+/// process, re-sent here: g_trap_waiter) returns it or goes on.
+UPROBE_INTERPOSED int sigtimedwait(const sigset_t* set, siginfo_t* info, const struct timespec* t) {
+  using namespace uprobe::detail;
+  const bool want = opaque(set) && has_sig(*set, SIGTRAP);
+  siginfo_t si;
+  if (want && take_held(si)) {
+    fold_tkill(si);
+    if (info) *info = si;
+    return SIGTRAP;
+  }
+  if (want) g_trap_waiter.store(self_tid(), std::memory_order_release);
+  Timeout to(t);
+  ThreadState& ts = t_state;
+  int r;
+  for (;;) {
+    const std::uint32_t runs = ts.handler_runs, holds = ts.holds;
+    r = real().sigtimedwait(set, info, to.ptr);
+    if (!(r == -1 && errno == EINTR && ts.handler_runs == runs && ts.holds != holds)) break;
+    if (want && take_held(si)) {
+      fold_tkill(si);
+      if (info) *info = si;
+      r = SIGTRAP;
+      break;
+    }
+    to.resume();
+  }
+  if (want) {
+    pid_t me = self_tid();
+    g_trap_waiter.compare_exchange_strong(me, 0, std::memory_order_acq_rel);
+  }
+  return r;
+}
+
+/// Interposed sigwaitinfo(2).
+UPROBE_INTERPOSED int sigwaitinfo(const sigset_t* set, siginfo_t* info) { return sigtimedwait(set, info, nullptr); }
+
+/// Interposed sigwait(3): returns an error number, never EINTR.
+UPROBE_INTERPOSED int sigwait(const sigset_t* set, int* sig) {
+  siginfo_t si;
+  int r;
+  do r = sigtimedwait(set, &si, nullptr);
+  while (r < 0 && errno == EINTR);
+  if (r < 0) return errno;
+  *sig = r;
+  return 0;
+}
+
+// ---------------------------------------------------------------- contexts
+
+/// Interposed setcontext(3): the mask it restores never blocks SIGTRAP; the
+/// view becomes uc_sigmask's SIGTRAP bit.
+UPROBE_INTERPOSED int setcontext(const ucontext_t* ucp) noexcept {
+  using namespace uprobe::detail;
+  ucontext_t c;
+  std::memcpy(&c, ucp, sizeof c);  // (uc_mcontext.fpregs still points at ucp's)
+  const bool view = has_sig(c.uc_sigmask, SIGTRAP);
+  c.uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
+  ThreadState& ts = t_state;
+  const bool was = uprobe_view_blocked;
+  const bool mine = view == was || owns_view();
+  if (mine) set_view(view);
+  ts.ctx_view_set = mine && c.uc_mcontext.gregs[REG_RIP] == reinterpret_cast<greg_t>(&uprobe_context_resume);
+  real().setcontext(&c);
+  ts.ctx_view_set = false;  // failed
+  if (mine) uprobe_view_blocked = was;
+  return -1;
+}
+
+/// Interposed swapcontext(3): getcontext(oucp) (context.S: the view in its
+/// uc_sigmask) and setcontext(ucp); when oucp is resumed, returns 0 here.
+UPROBE_INTERPOSED int swapcontext(ucontext_t* oucp, const ucontext_t* ucp) noexcept {
+  volatile bool resumed = false;
+  if (uprobe_getcontext(oucp) != 0) return -1;
+  if (resumed) return 0;
+  resumed = true;
+  return setcontext(ucp);
+}
+
+// ---------------------------------------------------------------- longjmp
+
+/// Interposed siglongjmp(3), longjmp(3), _longjmp and __longjmp_chk
+/// (_FORTIFY_SOURCE): prepare_longjmp(), then glibc's.
+UPROBE_INTERPOSED void siglongjmp(sigjmp_buf env, int val) noexcept {
+  uprobe::detail::prepare_longjmp(env);
+  real().siglongjmp(env, val);
+  __builtin_unreachable();
+}
+
+UPROBE_INTERPOSED void longjmp(jmp_buf env, int val) noexcept {
+  uprobe::detail::prepare_longjmp(env);
+  real().longjmp(env, val);
+  __builtin_unreachable();
+}
+
+UPROBE_INTERPOSED void _longjmp(jmp_buf env, int val) noexcept {
+  uprobe::detail::prepare_longjmp(env);
+  real().underscore_longjmp(env, val);
+  __builtin_unreachable();
+}
+
+UPROBE_INTERPOSED [[noreturn]] void __longjmp_chk(jmp_buf env, int val) noexcept {
+  uprobe::detail::prepare_longjmp(env);
+  real().longjmp_chk(env, val);
+  __builtin_unreachable();
+}
+
+// ---------------------------------------------------------------- threads
+
+/// Interposed pthread_create(3): a thread created by one whose view blocks
+/// SIGTRAP, or with pthread_attr_setsigmask_np() blocking it, starts through
+/// start_blocked(), which takes it into the new thread's view.
+UPROBE_INTERPOSED int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) noexcept {
+  using namespace uprobe::detail;
+  bool blocked = uprobe_view_blocked;
+  sigset_t m;
+  if (attr && real().attr_getsigmask && real().attr_getsigmask(attr, &m) == 0) blocked = has_sig(m, SIGTRAP);
+  if (!blocked) return real().pthread_create(t, attr, fn, arg);
+  StartSlot* slot = claim_start_slot();
+  slot->fn = fn;
+  slot->arg = arg;
+  const int r = real().pthread_create(t, attr, start_blocked, slot);
+  if (r != 0) slot->state.store(0, std::memory_order_release);
+  return r;
+}
+
+}  // extern "C"
+
+namespace {
+/// At load: the libc functions, the main thread's inherited mask, SIGTRAP's
+/// handler (so that a SIGTRAP sent while the view blocks it is held rather
+/// than delivered to a disposition the program thinks blocked).
+__attribute__((constructor)) void load_masks() { uprobe::detail::init_masks(); }
+}  // namespace

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The program's signal masks while libuprobe owns SIGTRAP (src/masks.cpp).
+//
+// An int3 hit in a thread that blocks SIGTRAP is fatal: the kernel forces
+// the signal and the process dies. So from the moment libuprobe is loaded no
+// mask the program sets through libc blocks SIGTRAP for real; whether the
+// program asked for it is kept per thread (the "view" bit below) and shown
+// back wherever the program reads a mask (sigprocmask()'s old set,
+// sigaction()'s sa_mask, getcontext()'s uc_sigmask, a handler's ucontext,
+// posix_spawnattr_getsigmask()). A SIGTRAP sent to a thread whose view
+// blocks it is held by libuprobe and delivered when the view unblocks it (or
+// taken by sigwait()); a synchronous one (a foreign int3, a single-step
+// trap) kills the process, as the kernel does.
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cstdint>
+
+extern "C" {
+/// The calling thread's SIGTRAP bit as the program sees its own mask: 1 when
+/// the program asked for SIGTRAP blocked (it never is for real). Initial-exec
+/// TLS, read by arch/x86_64/context.S (getcontext(), __sigsetjmp()).
+extern __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec")));
+}
+
+namespace uprobe::detail {
+
+/// Bit of `sig` (1..64) in the first word of a sigset_t, the only word the
+/// kernel reads (glibc's sigset_t is 16 words; its sigprocmask passes 8 bytes).
+constexpr unsigned long sig_bit(int sig) noexcept { return 1ul << (sig - 1); }
+inline bool has_sig(const sigset_t& s, int sig) noexcept { return (s.__val[0] & sig_bit(sig)) != 0; }
+
+/// The calling thread's id: t_state's cached one, else gettid(2) (not
+/// cached: current_tid()'s caching is instrumented code in sanitizer builds,
+/// and the interposers run before the sanitizer runtime is ready).
+/// Async-signal-safe.
+pid_t self_tid() noexcept;
+
+/// rt_sigprocmask(2) made with the syscall instruction: the thread's real
+/// mask, no virtualisation. Returns 0 or a negative errno. Async-signal-safe.
+long raw_sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept;
+
+/// sigprocmask()/pthread_sigmask() as the program sees them: `set` never
+/// blocks SIGTRAP for real (nor glibc's SIGCANCEL/SIGSETXID, as glibc's own
+/// wrapper), `old` shows SIGTRAP when the program's view blocks it. A SIGTRAP
+/// found blocked for real (inherited across execve, or blocked before
+/// libuprobe was loaded) becomes the view's and is unblocked. A SIGTRAP held
+/// while the view blocked it is delivered when the view unblocks it. Returns
+/// 0 or an errno value (EINVAL for a bad `how`). Async-signal-safe.
+int program_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept;
+
+/// Sets the calling thread's view bit; when it becomes clear, delivers a
+/// held SIGTRAP (deliver_held_sigtrap()). Async-signal-safe.
+void set_view(bool blocked) noexcept;
+
+/// What the SIGTRAP handler does with a SIGTRAP that is neither a probe hit
+/// nor libuprobe's own step trap, sent (not forced: si_code <= 0) while the
+/// calling thread's view blocks it: keeps it, as the kernel keeps a blocked
+/// signal pending, for the thread (tkill/tgkill/raise) or for the process
+/// (kill/sigqueue; re-sent to a thread waiting for SIGTRAP in sigwait() if
+/// there is one). Async-signal-safe.
+void hold_sigtrap(const siginfo_t& info) noexcept;
+
+/// Whether a held SIGTRAP is there for the calling thread (its own or the
+/// process's). Async-signal-safe.
+bool sigtrap_held() noexcept;
+
+/// Re-sends every held SIGTRAP the calling thread may take to itself
+/// (rt_tgsigqueueinfo with the original siginfo): the kernel delivers it on
+/// the way back from that system call. Call with the view clear and SIGTRAP
+/// unblocked. Async-signal-safe.
+void deliver_held_sigtrap() noexcept;
+
+/// Counts a run of one of the program's signal handlers on this thread (a
+/// call interrupted only by a held SIGTRAP is resumed, one interrupted by a
+/// handler returns EINTR). Async-signal-safe.
+void note_program_handler_run() noexcept;
+
+/// Re-arms the program's view of SIGTRAP around a handler of the program:
+/// `uc` is the handler's ucontext, `in_handler` whether the handler runs with
+/// SIGTRAP in its mask (sa_mask, or SIGTRAP's own handler without
+/// SA_NODEFER). Shows the interrupted code's view in uc->uc_sigmask and sets
+/// the view for the handler. finish() takes the view the handler left in
+/// uc->uc_sigmask (restored at sigreturn) and clears the real bit again.
+/// Async-signal-safe.
+class HandlerView {
+ public:
+  HandlerView(void* uc, bool in_handler) noexcept;
+  void finish() noexcept;
+
+ private:
+  void* uc_;
+  bool real_blocked_;
+};
+
+/// Resolves the libc functions the interposers call on (dlsym RTLD_NEXT),
+/// takes over a SIGTRAP the main thread inherited blocked and installs the
+/// SIGTRAP handler: what libuprobe's load does (a constructor in masks.cpp).
+void init_masks() noexcept;
+
+}  // namespace uprobe::detail
