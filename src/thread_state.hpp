@@ -61,9 +61,7 @@ struct ThreadState {
   bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
   std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
   std::uint64_t wstep_hi;
-  std::uint8_t sstep_len;    ///< length of the stepped instruction
-  std::uint64_t sstep_ip;    ///< probe address being stepped
-  std::uint64_t sstep_slot;  ///< XOL slot being stepped
+  arch::StepPlan sstep;      ///< the stepped copy: probe address, slot, where its step trap arrives
   ReturnStack* rstack;       ///< pending return instances, mapped on first use
   std::uint64_t* cookie;     ///< session cookie of the running callback, if any
   std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
