@@ -94,12 +94,12 @@ void check_can_add(const Uprobe* up, const ConsumerSet& cs, const Registration& 
     unsigned rets = 0;
     for (const Registration* x : cs.regs) rets += x->has_ret;
     if (rets >= kMaxReturnConsumers)
-      throw Error(Errc::conflict, up->path, up->key.offset,
+      throw Error(Errc::too_many_return_consumers, up->path, up->key.offset,
                   "this probe already has " + std::to_string(rets) +
                       " consumers with a ret_handler, the most one return instance records");
   }
   if (up->ref_ctr_offset != ref_ctr_offset)
-    throw Error(Errc::conflict, up->path, up->key.offset,
+    throw Error(Errc::ref_ctr_conflict, up->path, up->key.offset,
                 "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +
                     hex(ref_ctr_offset));
 }

@@ -254,12 +254,12 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
       unsigned rets = 0;
       for (const Registration* x : old->regs) rets += x->has_ret;
       if (rets >= kMaxReturnConsumers)
-        throw Error(Errc::conflict, path, offset,
+        throw Error(Errc::too_many_return_consumers, path, offset,
                     "this probe already has " + std::to_string(rets) +
                         " consumers with a ret_handler, the most one return instance records");
     }
     if (up->ref_ctr_offset != ref_ctr_offset)
-      throw Error(Errc::conflict, path, offset,
+      throw Error(Errc::ref_ctr_conflict, path, offset,
                   "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +
                       hex(ref_ctr_offset));
     sync_sites(r, up, *vmas);
@@ -503,6 +503,9 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   }
   return *this;
 }
+Attachment::Attachment(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset,
+                       Consumer& consumer)
+    : probe_(register_uprobe(path, offset, ref_ctr_offset, consumer)), consumer_(&consumer) {}
 Attachment::~Attachment() {
   try {
     detach();
