@@ -308,9 +308,24 @@ struct ProbeInfo {
   unsigned consumers = 0;    ///< registered consumers
   bool emulated = false;     ///< the instruction is emulated (else run out of line)
   std::string instruction;   ///< disassembly of the probed instruction
+  /// The code symbol holding the probe (uprobe::symbol_at() of the file):
+  /// "NAME", or "NAME+0xOFF" inside it; "" when none.
+  std::string symbol;
+  /// When the function holding the probe is what GNU indirect functions
+  /// (STT_GNU_IFUNC) of its file are bound to in this process (their
+  /// resolvers chose it; the dynamic linker's binding, dlsym()'s answer), or
+  /// when the probe is in such a resolver: says which, e.g.
+  /// "IFUNC strlen@@GLIBC_2.2.5 -> __strlen_evex" (several: "IFUNC
+  /// memcpy@@GLIBC_2.14, memmove@@GLIBC_2.2.5 -> ..."; an implementation
+  /// without a symbol, as in a libc without .symtab, by its file offset:
+  /// "-> offset 0x1a2b30", recognised at its first byte only), or "resolver
+  /// of IFUNC strlen (bound to __strlen_evex: a probe here sees no calls)".
+  /// "" otherwise (and while the file is not loaded here).
+  std::string ifunc;
 };
 
 /// Describes a registered probe. Thread-safety: any thread, not in a handler.
+/// @throws Error(Errc::conflict) when `probe` is not a registered probe.
 ProbeInfo probe_info(const Uprobe* probe);
 
 }  // namespace uprobe
