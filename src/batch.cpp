@@ -228,6 +228,11 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
   } catch (const Error& e) {
     return fail_all(e);
   }
+  for (const ProbeRequest& q : requests)
+    if (q.consumer && q.consumer->callbacks() != Callbacks::entry) {
+      uretprobe_reserve();  // return instances for the threads running now: never allocated by a hit
+      break;
+    }
 
   XolBatch xol_batch;
   PokeSession poke;

@@ -249,6 +249,7 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint
   reg->id = ++next_id;
   reg->has_entry = static_cast<unsigned>(consumer.callbacks()) & static_cast<unsigned>(Callbacks::entry);
   reg->has_ret = static_cast<unsigned>(consumer.callbacks()) & static_cast<unsigned>(Callbacks::ret);
+  if (reg->has_ret) uretprobe_reserve();  // return instances for the threads running now: never allocated by a hit
 
   auto it = r.tree.find(key, KeyLess());
   if (it != r.tree.end()) {

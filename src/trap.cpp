@@ -170,8 +170,7 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
 /// the real return address (the trampoline itself is never stepped through).
 bool stepped_into_return(ucontext_t* uc) noexcept {
   if (arch::ucontext_ip(uc) != arch::return_trampoline_address()) return false;
-  const ReturnStack* rs = t_state.rstack;
-  if (!rs || rs->depth == 0) return false;
+  if (!t_state.rstack.top) return false;
   arch::RetFrame f;
   arch::ret_frame_from_ucontext(uc, f);
   const std::uint64_t target = ret_dispatch(&f, arch::ucontext_sp(uc));
