@@ -234,12 +234,12 @@ void check_can_add(const Uprobe* up, const ConsumerSet& cs, const Registration& 
     unsigned rets = 0;
     for (const Registration* x : cs.regs) rets += x->has_ret;
     if (rets >= kMaxReturnConsumers)
-      throw Error(Errc::conflict, path, offset,
+      throw Error(Errc::too_many_return_consumers, path, offset,
                   "this probe already has " + std::to_string(rets) +
                       " consumers with a ret_handler, the most one return instance records");
   }
   if (up->ref_ctr_offset != ref_ctr_offset)
-    throw Error(Errc::conflict, path, offset,
+    throw Error(Errc::ref_ctr_conflict, path, offset,
                 "the probe's USDT semaphore (ref_ctr_offset) is " + hex(up->ref_ctr_offset) + ", not " +
                     hex(ref_ctr_offset));
 }
@@ -411,6 +411,10 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   if (q.consumer->callbacks() != Callbacks::entry) check_function_entry(t, offset);
   const ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
   std::unique_ptr<Registration> reg = make_registration(*q.consumer);
+  if (reg->has_ret && !ri_reserved_) {
+    uretprobe_reserve();  // return instances for the threads running now: never allocated by a hit
+    ri_reserved_ = true;
+  }
 
   auto it = r_.tree.find(key, KeyLess());
   if (it != r_.tree.end()) {

@@ -166,6 +166,8 @@ int to_errno(uprobe::Errc code, bool unregistering) noexcept {
     case uprobe::Errc::in_handler: return EDEADLK;
     case uprobe::Errc::system: return EIO;
     case uprobe::Errc::invalid_argument: return EINVAL;
+    case uprobe::Errc::ref_ctr_conflict: return EBUSY;
+    case uprobe::Errc::too_many_return_consumers: return EUSERS;
   }
   return EIO;
 }
@@ -184,7 +186,8 @@ int guarded(bool unregistering, F&& f) noexcept {
     const bool file = e.code() == uprobe::Errc::file_not_found || e.code() == uprobe::Errc::not_executable;
     const int sys = e.sys_errno();
     const bool own = sys == EINVAL || sys == ENOEXEC || sys == EILSEQ || sys == EOPNOTSUPP || sys == ENXIO ||
-                     sys == EPERM || sys == EEXIST || sys == EDEADLK || sys == EIO || sys == ENOMEM || sys == ERANGE;
+                     sys == EPERM || sys == EEXIST || sys == EDEADLK || sys == EIO || sys == ENOMEM || sys == ERANGE ||
+                     sys == EBUSY || sys == EUSERS;
     return fail(file && sys > 0 && !own ? sys : to_errno(e.code(), unregistering), e.what());
   } catch (const std::bad_alloc&) {
     return fail_static(ENOMEM, "libuprobe: out of memory");
@@ -393,6 +396,15 @@ int uprobe_register(const char* path, uint64_t offset, uprobe_consumer* uc, upro
   return register_common(uc, probe, [&](uprobe::Consumer& c) { return uprobe::register_uprobe(path, offset, c); });
 }
 
+int uprobe_register_ref_ctr(const char* path, uint64_t offset, uint64_t ref_ctr_offset, uprobe_consumer* uc,
+                            uprobe_probe** probe) {
+  if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);
+  if (!path) return fail_static(EINVAL, "libuprobe: the path must not be NULL");
+  if (int rc = check_consumer(uc, probe)) return rc;
+  return register_common(
+      uc, probe, [&](uprobe::Consumer& c) { return uprobe::register_uprobe(path, offset, ref_ctr_offset, c); });
+}
+
 int uprobe_register_addr(const void* addr, uprobe_consumer* uc, uprobe_probe** probe) {
   if (uprobe::in_handler()) return fail_static(EDEADLK, kInHandler);
   if (int rc = check_consumer(uc, probe)) return rc;
@@ -438,6 +450,8 @@ const char* uprobe_strerror(int err) {
     case ENXIO: return "address is not in a file-backed mapping";
     case EPERM: return "target holds code that libuprobe's trap path runs";
     case EEXIST: return "consumer already registered on this probe";
+    case EBUSY: return "the probe is registered with another USDT semaphore (ref_ctr_offset)";
+    case EUSERS: return "the probe has the most consumers with a ret_handler already (10)";
     case EDEADLK: return "called from inside a probe handler";
     case EIO: return "a system call failed";
     case ENOMEM: return "out of memory";

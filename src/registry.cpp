@@ -6,6 +6,14 @@
 // configure()'s re-optimization a transaction of none. Also probe_info(),
 // resolve_address() and Attachment.
 
+// GCC 12 reports a false -Wrestrict inside std::string's operator+ once it is
+// inlined (GCC PR 105329); the state must be set before <string> is included.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
+#include <elf.h>
+
 #include <exception>
 #include <optional>
 
@@ -13,6 +21,8 @@
 
 #include "arch.hpp"
 #include "attach_txn.hpp"
+#include "format.hpp"
+#include "ifunc.hpp"
 #include "probe.hpp"
 #include "runtime.hpp"
 #include "sites.hpp"
@@ -167,7 +177,66 @@ FileOffset resolve_address(const void* address) {
   return file_offset_of(snap, reinterpret_cast<std::uint64_t>(address));
 }
 
+namespace {
+
+ProbeInfo probe_state(const Uprobe* up);
+
+/// ProbeInfo::symbol and ProbeInfo::ifunc: the code symbol holding the probe,
+/// and the GNU indirect functions bound to it (or whose resolver it is in).
+/// Reads the file's symbols (cached) and asks the dynamic linker: not under
+/// the registry mutex.
+void describe_code(ProbeInfo& info) {
+  try {
+    const std::string& path = info.where.path;
+    const std::uint64_t off = info.where.offset;
+    const std::optional<Symbol> at = symbol_at(path, off);
+    if (at) {
+      info.symbol = at->full_name();
+      if (off > at->offset) info.symbol += "+" + hex(off - at->offset);
+    }
+    const std::vector<detail::IfuncBinding> bindings = detail::ifunc_bindings(path);
+    if (bindings.empty()) return;
+    // An implementation by its symbol, else by its file offset (glibc's
+    // libc.so.6 as Debian ships it has no .symtab: __strlen_evex is unnamed).
+    auto impl_name = [&](const std::string& p, std::uint64_t o, bool same_file) {
+      const std::optional<Symbol> s = symbol_at(p, o);
+      if (s && s->offset == o) return s->full_name();
+      return "offset " + hex(o) + (same_file ? std::string() : " of " + p);
+    };
+    if (at && at->type == STT_GNU_IFUNC) {
+      std::string bound;
+      for (const detail::IfuncBinding& b : bindings)
+        if (b.ifunc.offset == at->offset && b.ifunc.name == at->name)
+          bound = impl_name(b.impl_path, b.impl_offset, b.impl_dev == info.where.dev && b.impl_ino == info.where.ino);
+      info.ifunc = "resolver of IFUNC " + at->name +
+                   (bound.empty() ? std::string(" (a probe here sees no calls)")
+                                  : " (bound to " + bound + ": a probe here sees no calls)");
+      return;
+    }
+    // The function holding the probe starts at the symbol; unnamed code is
+    // recognised at its first byte only.
+    const std::uint64_t fn = at ? at->offset : off;
+    std::string names;
+    for (const detail::IfuncBinding& b : bindings)
+      if (b.impl_offset == fn && b.impl_dev == info.where.dev && b.impl_ino == info.where.ino)
+        names += (names.empty() ? "" : ", ") + b.ifunc.full_name();
+    if (!names.empty()) info.ifunc = "IFUNC " + names + " -> " + impl_name(path, fn, true);
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
+
 ProbeInfo probe_info(const Uprobe* up) {
+  ProbeInfo info = probe_state(up);
+  describe_code(info);
+  return info;
+}
+
+namespace {
+
+/// The probe's state (everything but describe_code()), under the registry mutex.
+ProbeInfo probe_state(const Uprobe* up) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!up || !probe_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
@@ -194,6 +263,8 @@ ProbeInfo probe_info(const Uprobe* up) {
   return info;
 }
 
+}  // namespace
+
 Attachment::Attachment(const std::string& path, std::uint64_t offset, Consumer& consumer)
     : probe_(register_uprobe(path, offset, consumer)), consumer_(&consumer) {}
 Attachment::Attachment(const void* address, Consumer& consumer)
@@ -212,6 +283,9 @@ Attachment& Attachment::operator=(Attachment&& o) noexcept {
   }
   return *this;
 }
+Attachment::Attachment(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset,
+                       Consumer& consumer)
+    : probe_(register_uprobe(path, offset, ref_ctr_offset, consumer)), consumer_(&consumer) {}
 Attachment::~Attachment() {
   try {
     detach();

@@ -408,7 +408,7 @@ void RiPool::distribute(char* first, std::size_t n, bool spread) noexcept {
   stack_push_list(first + i * object_size_, first + (n - 1) * object_size_);
 }
 
-RiPool::GrowResult RiPool::grow(void** out, std::uint32_t want, std::uint32_t* got) noexcept {
+RiPool::GrowResult RiPool::grow(void** out, std::uint32_t want, std::uint32_t* got, bool spread) noexcept {
   if (growing_.exchange(1, std::memory_order_acquire) != 0) return GrowResult::busy;
   UPROBE_RI_HOOK(RiHook::grow_locked);
   const std::size_t cap = capacity_.load(std::memory_order_relaxed);
@@ -437,9 +437,19 @@ RiPool::GrowResult RiPool::grow(void** out, std::uint32_t want, std::uint32_t* g
 
   const std::size_t give = std::min<std::size_t>(want, n);
   for (std::size_t i = 0; i < give; ++i) out[i] = h->first() + i * object_size_;
-  distribute(h->first() + give * object_size_, n - give, false);
+  distribute(h->first() + give * object_size_, n - give, spread);
   *got = static_cast<std::uint32_t>(give);
   return GrowResult::grown;
+}
+
+std::size_t RiPool::reserve(std::size_t n) noexcept {
+  while (capacity_.load(std::memory_order_relaxed) < n) {
+    std::uint32_t got = 0;
+    const GrowResult r = grow(nullptr, 0, &got, true);
+    if (r == GrowResult::no_room) break;
+    if (r == GrowResult::busy) __builtin_ia32_pause();
+  }
+  return capacity_.load(std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------
@@ -469,6 +479,7 @@ void* RiPool::get_slow() noexcept {
       }
     }
     std::uint32_t got = 0;
+    if (!grow_on_get_.load(std::memory_order_relaxed)) break;
     const GrowResult r = grow(c != nullptr ? c->objs : &obj, c != nullptr ? kBatch : 1, &got);
     if (r == GrowResult::grown) {
       if (c != nullptr) {

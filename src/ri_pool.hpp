@@ -4,7 +4,9 @@
 // one object (in the SIGTRAP handler, or in an optimized site's trampoline);
 // the return trampoline gives it back. Both ends are on the hot path, so get()
 // and put() are async-signal-safe and reentrant: no malloc, no lock, no
-// syscall in the steady state (growth calls mmap, which is).
+// syscall in the steady state (growth calls mmap, which is; with
+// set_grow_on_get(false) an exhausted get() returns nullptr instead, and
+// reserve() grows the pool off the hot path: the return-instance pool).
 //
 // Two designs behind a switch, so that the bench can show the curve of seed 002:
 //
@@ -164,6 +166,16 @@ class RiPool {
   /// Returns the calling thread's cached objects to the rings. Async-signal-safe.
   void thread_exit() noexcept;
 
+  /// Whether get() may grow the pool (mmap) when it finds no object: true by
+  /// default; false makes an exhausted pool's get() return nullptr, with no
+  /// system call (the return-instance pool: hits never map memory).
+  void set_grow_on_get(bool grow) noexcept { grow_on_get_.store(grow, std::memory_order_relaxed); }
+  /// Grows the pool by chunks until capacity() >= n (or max_capacity() is
+  /// reached, or mmap fails), handing the new objects to the shared level,
+  /// spread over the per-CPU rings. Returns capacity(). Not for a hot path
+  /// (mmap; spins while another thread grows). Thread-safe.
+  std::size_t reserve(std::size_t n) noexcept;
+
   std::size_t capacity() const noexcept { return capacity_.load(std::memory_order_relaxed); }
   std::size_t max_capacity() const noexcept { return max_capacity_.load(std::memory_order_relaxed); }
   void set_max_capacity(std::size_t n) noexcept { max_capacity_.store(n, std::memory_order_relaxed); }
@@ -231,7 +243,7 @@ class RiPool {
   void* shared_pop() noexcept;                                // one object, per mode order
   std::uint32_t shared_pop_batch(void** out, std::uint32_t want) noexcept;
   void shared_push(void* obj) noexcept;
-  GrowResult grow(void** out, std::uint32_t want, std::uint32_t* got) noexcept;
+  GrowResult grow(void** out, std::uint32_t want, std::uint32_t* got, bool spread = false) noexcept;
   void distribute(char* first, std::size_t n, bool spread) noexcept;
 
   // Read-mostly: the only line the steady-state fast path reads.
@@ -247,6 +259,7 @@ class RiPool {
   unsigned ring_shift_ = 0;     // log2(ring capacity)
   std::size_t chunk_objects_ = kGrowObjects;
   std::atomic<std::size_t> max_capacity_{kUnlimited};
+  std::atomic<bool> grow_on_get_{true};
 
   // The freelist head: written by every get/put in freelist mode.
   alignas(64) StackHead head_{0, 0};

@@ -136,17 +136,17 @@ void after_fork_child() {
 }  // namespace
 
 void start_runtime(Registry& r) {
+  // The calling thread is ready for hits (RCU reader, cached thread id), as
+  // a thread created through pthread_create() is from its start: its hits
+  // make no system call of ours (README, "System calls of a hit").
+  urcu_bp_register_thread();
+  (void)current_tid();
   if (r.started) return;
   sigemptyset(&g_sigtrap_only);
   sigaddset(&g_sigtrap_only, SIGTRAP);
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-  // Register this thread with RCU now; other threads register on their first
-  // hit (urcu-bp does it with all signals blocked).
-  urcu_bp_read_lock();
-  urcu_bp_read_unlock();
   uretprobe_init();
   init_core_sync();
-  (void)current_tid();  // cached: this thread's hits need no gettid syscall
   uretprobe_configure(static_cast<unsigned>(g_hot.ri_pool_for_install), static_cast<unsigned>(g_hot.ri_lock_for_install),
                       g_hot.max_depth_for_install);
   install_trap_handler(g_hot.signal_mask_for_install);

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "elf_image.hpp"
+#include "ifunc.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe {
@@ -138,6 +139,29 @@ Location location_in(const std::string& path, const LoadSegment* seg, std::uint6
   l.offset = off;
   l.address = off - seg->offset + seg->vaddr;
   return l;
+}
+
+/// For an IFUNC symbol `s` at +`off`: marks `l` as one and, for +0 when the
+/// file is loaded here, moves it to the implementation the dynamic linker
+/// bound the name to (symbols.hpp).
+void apply_ifunc(Location& l, const Symbol& s, std::uint64_t off) {
+  if (s.type != STT_GNU_IFUNC) return;
+  l.ifunc = true;
+  l.ifunc_resolver = s.offset;
+  if (off != 0) return;
+  for (const detail::IfuncBinding& b : detail::ifunc_bindings(l.path)) {
+    // (A .symtab entry carries no version; the .dynsym entry of the same
+    // name and address is the one bound.)
+    if (b.ifunc.name != s.name || b.ifunc.address != s.address || (!s.version.empty() && b.ifunc.version != s.version))
+      continue;
+    l.path = b.impl_path;
+    l.offset = b.impl_offset;
+    l.address = offset_to_address(b.impl_path, b.impl_offset);
+    if (auto at = symbol_at(b.impl_path, b.impl_offset); at && at->offset == b.impl_offset)
+      l.implementation = at->full_name();
+    l.ifunc_bound = true;
+    return;
+  }
 }
 
 }  // namespace
@@ -286,6 +310,7 @@ Location resolve_symbol(const std::string& path, std::string_view symbol, std::u
   l.address = s.address + offset;
   l.symbol = s.full_name();
   l.symbol_offset = offset;
+  apply_ifunc(l, s, offset);
   return l;
 }
 
@@ -317,7 +342,20 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
       throw Error(Errc::bad_offset, path, 0, why);
     }
     std::vector<Location> out;
-    for (const Symbol& s : m) out.push_back({path, s.offset, s.address, s.full_name(), 0});
+    std::set<std::pair<std::string, std::uint64_t>> bound;
+    for (const Symbol& s : m) {
+      Location l;
+      l.path = path;
+      l.offset = s.offset;
+      l.address = s.address;
+      l.symbol = s.full_name();
+      apply_ifunc(l, s, 0);
+      if (l.ifunc_bound) bound.insert({l.path, l.offset});
+      out.push_back(std::move(l));
+    }
+    // An implementation that a matching IFUNC stands for is not listed again
+    // under its own name.
+    std::erase_if(out, [&](const Location& l) { return !l.ifunc_bound && bound.count({l.path, l.offset}); });
     return out;
   }
   std::uint64_t off = 0;

@@ -48,7 +48,7 @@ pid_t fetch_current_tid() noexcept {
 void thread_state_after_fork_child() noexcept {
   t_state.tid = 0;
   // The forking thread's return stack now belongs to the child's thread.
-  if (t_state.rstack) t_state.rstack->owner = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));
+  if (t_state.rstack.owner != 0) t_state.rstack.owner = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));
 }
 
 }  // namespace uprobe::detail

@@ -38,7 +38,22 @@ struct alignas(64) StatBlock {
   std::atomic<std::uint64_t> trap_ip{0};
 };
 
-struct ReturnStack;
+struct ReturnInstance;
+
+/// A thread's pending return instances (the kernel's
+/// utask->return_instances): a list through ReturnInstance::next, innermost
+/// first, in the thread's own TLS, so that a hit has nothing to allocate.
+struct ReturnStack {
+  ReturnInstance* top;  ///< innermost pending instance; nullptr when none
+  std::uint32_t depth;  ///< instances on the list
+  /// Kernel thread id of the thread that owns these instances (0 until its
+  /// first one). A task that shares our memory and TLS without being this
+  /// thread (a vfork/posix_spawn child, clone(CLONE_VM) without
+  /// CLONE_THREAD) sees the owner's instances but must never drop them as
+  /// stale: its stack says nothing about theirs.
+  pid_t owner;
+  bool exit_hook;  ///< the thread-exit hook (uretprobe.cpp) is armed for this thread
+};
 
 /// Increments a counter owned by the calling thread, in one instruction: a
 /// signal handler's hit on the same thread, between the read and the write of
@@ -62,10 +77,8 @@ struct ThreadState {
   bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
   std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
   std::uint64_t wstep_hi;
-  std::uint8_t sstep_len;    ///< length of the stepped instruction
-  std::uint64_t sstep_ip;    ///< probe address being stepped
-  std::uint64_t sstep_slot;  ///< XOL slot being stepped
-  ReturnStack* rstack;       ///< pending return instances, mapped on first use
+  arch::StepPlan sstep;      ///< the stepped copy: probe address, slot, where its step trap arrives
+  ReturnStack rstack;        ///< pending return instances
   std::uint64_t* cookie;     ///< session cookie of the running callback, if any
   std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
   // The program's signal mask (src/masks.cpp); the view bit itself is

@@ -72,11 +72,25 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
 /// true when the trap was ours; `user_step` is then set when the program had
 /// TF set itself and must see this trap as the single-step of the probed
 /// instruction (the kernel's arch_uprobe_post_xol() sending SIGTRAP).
+/// The trap may come anywhere the instruction took the thread (a branch's
+/// target), or at the copy itself between the iterations of a rep string
+/// instruction (then it is still stepped, silently: the instruction steps as
+/// one).
 bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   ThreadState& ts = t_state;
-  if (!ts.sstep_active || arch::ucontext_ip(uc) != ts.sstep_slot + ts.sstep_len) return false;
+  if (!ts.sstep_active) return false;
+  std::uint64_t resume = 0;
+  switch (arch::single_step_end(ts.sstep, arch::ucontext_ip(uc), arch::ucontext_sp(uc), resume)) {
+    case arch::StepEnd::foreign:
+      return false;
+    case arch::StepEnd::again:
+      user_step = false;
+      return true;
+    case arch::StepEnd::done:
+      break;
+  }
   ts.sstep_active = false;
-  arch::set_ucontext_ip(uc, ts.sstep_ip + ts.sstep_len);
+  arch::set_ucontext_ip(uc, resume);
   if (!ts.sstep_user_tf) {
     if (!ts.sstep_keep_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
     // The copy ran under our TF: flags it stored must read as the program's.
@@ -157,8 +171,7 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
 /// the real return address (the trampoline itself is never stepped through).
 bool stepped_into_return(ucontext_t* uc) noexcept {
   if (arch::ucontext_ip(uc) != arch::return_trampoline_address()) return false;
-  const ReturnStack* rs = t_state.rstack;
-  if (!rs || rs->depth == 0) return false;
+  if (!t_state.rstack.top) return false;
   arch::RetFrame f;
   arch::ret_frame_from_ucontext(uc, f);
   const std::uint64_t target = ret_dispatch(&f, arch::ucontext_sp(uc));
@@ -194,7 +207,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     const std::uint64_t outer_trap_ip = sst.trap_ip.load(std::memory_order_relaxed);
     if (ts.sstep_active) {
       ts.trap_uc = uc;
-      sst.trap_ip.store(ts.sstep_ip, std::memory_order_release);
+      sst.trap_ip.store(ts.sstep.ip, std::memory_order_release);
     }
     struct RestoreTrapIp {
       StatBlock& st;
@@ -306,9 +319,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
       ts.sstep_user_tf = raw_tf;
       ts.sstep_fix_pushf = !raw_tf && arch::stores_flags(up->insn);
       ts.sstep_keep_tf = loads;
-      ts.sstep_len = up->insn.len;
-      ts.sstep_ip = ip;
-      ts.sstep_slot = site->xol;
+      ts.sstep = arch::plan_single_step(up->insn, ip, site->xol, regs);
       ts.sstep_active = true;
       regs.rflags |= arch::kTrapFlag;
     }

@@ -27,11 +27,8 @@ namespace {
 
 /// Real return addresses into every pending slot of this thread.
 void unhijack() noexcept {
-  ReturnStack* rs = t_state.rstack;
-  if (!rs) return;
   const std::uint64_t tramp = arch::return_trampoline_address();
-  for (std::uint32_t k = 0; k < rs->depth; ++k) {
-    ReturnInstance* ri = rs->ri[k];
+  for (ReturnInstance* ri = t_state.rstack.top; ri; ri = ri->next) {
     auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
     if (*slot == tramp) {
       *slot = ri->orig_ret;
@@ -43,18 +40,17 @@ void unhijack() noexcept {
 /// Drops the instances whose slot is below `live_sp` (their frames are gone),
 /// then puts the trampoline back into the slots of the others.
 void rehijack(std::uint64_t live_sp) noexcept {
-  ReturnStack* rs = t_state.rstack;
-  if (!rs) return;
+  ReturnStack* rs = &t_state.rstack;
   StatBlock& st = stat_block();
-  while (rs->depth > 0 && rs->ri[rs->depth - 1]->stack < live_sp) {
-    ReturnInstance* ri = rs->ri[rs->depth - 1];
+  while (rs->top && rs->top->stack < live_sp) {
+    ReturnInstance* ri = rs->top;
+    rs->top = ri->next;
     rs->depth = rs->depth - 1;
     ri_free(ri);
     count(st.return_dropped);
   }
   const std::uint64_t tramp = arch::return_trampoline_address();
-  for (std::uint32_t k = 0; k < rs->depth; ++k) {
-    ReturnInstance* ri = rs->ri[k];
+  for (ReturnInstance* ri = rs->top; ri; ri = ri->next) {
     auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
     if (ri->unhijacked && *slot == ri->orig_ret) *slot = tramp;
     ri->unhijacked = false;
@@ -78,17 +74,18 @@ F next(const char* name) {
 /// after the return (the slot + 8). Called from uprobe_ret_unwind_landing.
 extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_unwind_pop(std::uint64_t sp) noexcept {
   using namespace uprobe::detail;
-  ReturnStack* rs = t_state.rstack;
+  ReturnStack* rs = &t_state.rstack;
   const std::uint64_t slot = sp - 8;
   StatBlock& st = stat_block();
   std::uint64_t real = 0;
-  while (rs && rs->depth > 0 && rs->ri[rs->depth - 1]->stack <= slot) {
-    ReturnInstance* ri = rs->ri[rs->depth - 1];
+  while (rs->top && rs->top->stack <= slot) {
+    ReturnInstance* ri = rs->top;
+    rs->top = ri->next;
     rs->depth = rs->depth - 1;
     if (ri->stack == slot) real = ri->orig_ret;
     ri_free(ri);
     count(st.return_dropped);
-    if (real && (rs->depth == 0 || rs->ri[rs->depth - 1]->stack != slot)) break;
+    if (real && (!rs->top || rs->top->stack != slot)) break;
   }
   if (!real) {
     static const char msg[] = "libuprobe: fatal: unwinding through the return trampoline with no pending return "

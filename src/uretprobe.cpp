@@ -3,7 +3,9 @@
 // prepare_uretprobe(), cleanup_return_instances(), handle_trampoline(),
 // handle_uretprobe_chain(); arch/x86/kernel/uprobes.c: arch_uretprobe_is_alive()).
 // Everything here runs in signal context or in the return trampoline:
-// async-signal-safe, no allocation but the one mmap of a thread's return stack.
+// async-signal-safe, no allocation, no system call (the return stack is a
+// list in the thread's TLS; return instances come from a pool that hits
+// never grow), but the gettid/sigaltstack of the stale-instance check.
 
 #include "raw_syscall.hpp"
 #include "uretprobe.hpp"
@@ -15,7 +17,10 @@
 #include <unistd.h>
 #include "rcu.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "arch.hpp"
@@ -28,6 +33,29 @@ namespace uprobe::detail {
 namespace {
 
 std::atomic<RiPool*> g_pool{nullptr};
+/// The pool of return instances: kPoolBase objects at start, grown before a
+/// return consumer is attached to kPoolPerThread per running thread plus
+/// room for kPoolSpareThreads more (a thread caches up to 30 free objects,
+/// and holds one per pending return), never by a hit.
+constexpr std::size_t kPoolBase = 4096, kPoolPerThread = 64, kPoolSpareThreads = 64;
+
+/// Threads of the process now (/proc/self/stat's num_threads), 1 if unknown.
+std::size_t running_threads() {
+  std::FILE* f = std::fopen("/proc/self/stat", "re");
+  if (!f) return 1;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // Field 20; the command name (field 2) ends at the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 1;
+  int field = 2;
+  for (++p; *p && field < 20; ++p)
+    if (*p == ' ') ++field;
+  const long t = std::strtol(p, nullptr, 10);
+  return t > 0 ? static_cast<std::size_t>(t) : 1;
+}
 std::atomic<unsigned> g_max_depth{64};
 std::atomic<bool> g_global_lock{false};
 pthread_key_t g_exit_key;
@@ -73,34 +101,47 @@ struct BookkeepingLock {
 
 void put(ReturnInstance* ri) noexcept { g_pool.load(std::memory_order_relaxed)->put(ri); }
 
-/// The thread's return stack, mapped on first use (one mmap per thread).
+/// The thread's return stack (in its TLS), with the thread-exit hook armed
+/// on its first use: pthread_setspecific() of an inline key writes the
+/// thread descriptor, no allocation, no system call. The owner is the
+/// thread's cached id (a thread created through pthread_create() while
+/// libuprobe is loaded has it cached before its own code runs; else this is
+/// the gettid of current_tid()'s first use, documented in the README).
 ReturnStack* return_stack() noexcept {
   ThreadState& ts = t_state;
-  if (__builtin_expect(ts.rstack != nullptr, 1)) return ts.rstack;
-  void* p = ::mmap(nullptr, sizeof(ReturnStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  ts.rstack = static_cast<ReturnStack*>(p);
-  ts.rstack->owner = static_cast<pid_t>(arch::raw_syscall(SYS_gettid));  // not libc's syscall(): a probe target
-  if (g_exit_key_inline) pthread_setspecific(g_exit_key, p);  // thread exit releases it
-  return ts.rstack;
+  ReturnStack* rs = &ts.rstack;
+  if (__builtin_expect(rs->exit_hook, 1)) return rs;
+  if (rs->owner == 0) rs->owner = current_tid();
+  if (g_exit_key_inline) pthread_setspecific(g_exit_key, rs);  // thread exit drops what is left
+  rs->exit_hook = true;
+  return rs;
+}
+
+/// Pops the innermost instance (the caller holds the bookkeeping lock when
+/// one is in use). A signal handler that interrupts this pushes and pops in
+/// balance, leaving top and depth as it found them.
+ReturnInstance* pop(ReturnStack* rs) noexcept {
+  ReturnInstance* ri = rs->top;
+  rs->top = ri->next;
+  rs->depth = rs->depth - 1;
+  return ri;
 }
 
 /// The thread-exit hook (the g_exit_key destructor): drops the thread's
-/// pending return instances, returns its cached ones and unmaps its return
-/// stack. Without the hook (g_exit_key_inline false: the program had used up
-/// glibc's 32 inline keys before libuprobe loaded) these stay allocated.
+/// pending return instances and returns its cached ones to the pool.
+/// Without the hook (g_exit_key_inline false: the program had used up
+/// glibc's 32 inline keys before libuprobe loaded) they stay taken.
 void thread_exit(void* p) {
   auto* rs = static_cast<ReturnStack*>(p);
   if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
     StatBlock& st = stat_block();
-    while (rs->depth > 0) {
-      pool->put(rs->ri[--rs->depth]);
+    while (rs->top) {
+      pool->put(pop(rs));
       count(st.return_dropped);
     }
     pool->thread_exit();
   }
-  if (t_state.rstack == rs) t_state.rstack = nullptr;
-  ::munmap(rs, sizeof(ReturnStack));
+  rs->exit_hook = false;
 }
 
 /// True when `sp` and the slot at `slot` are on different stacks (one of them
@@ -111,8 +152,8 @@ void thread_exit(void* p) {
 bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
   // Only on the (rare) path where an instance looks stale: are we the task
   // that owns this return stack, or another one sharing our TLS?
-  const ReturnStack* rs = t_state.rstack;
-  if (rs && static_cast<pid_t>(arch::raw_syscall(SYS_gettid)) != rs->owner) return true;
+  const ReturnStack& rs = t_state.rstack;
+  if (rs.owner != 0 && static_cast<pid_t>(arch::raw_syscall(SYS_gettid)) != rs.owner) return true;
   stack_t ss;
   if (::sigaltstack(nullptr, &ss) != 0 || (ss.ss_flags & SS_DISABLE)) return false;
   auto lo = reinterpret_cast<std::uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
@@ -163,8 +204,17 @@ void uretprobe_after_fork_child() noexcept {
 void uretprobe_init() {
   if (g_pool.load(std::memory_order_relaxed)) return;
   create_exit_key();  // normally done already, before main()
-  g_pool.store(new RiPool(sizeof(ReturnInstance), 4096), std::memory_order_release);
+  auto* pool = new RiPool(sizeof(ReturnInstance), kPoolBase);
+  pool->set_grow_on_get(false);  // a hit never maps memory: uretprobe_reserve() grows it
+  g_pool.store(pool, std::memory_order_release);
 }
+
+void uretprobe_reserve() {
+  RiPool* pool = g_pool.load(std::memory_order_acquire);
+  if (!pool) return;
+  pool->reserve(std::max(kPoolBase, kPoolPerThread * (running_threads() + kPoolSpareThreads)));
+}
+
 
 void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth) noexcept {
   if (RiPool* p = g_pool.load(std::memory_order_relaxed))
@@ -190,11 +240,6 @@ void ri_free(ReturnInstance* ri) noexcept { put(ri); }
 void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
   StatBlock& st = stat_block();
   ReturnStack* rs = return_stack();
-  if (!rs) {
-    count(st.return_misses);
-    put(ri);
-    return;
-  }
   const std::uint64_t tramp = arch::return_trampoline_address();
   const std::uint64_t slot = regs.rsp;
   std::uint64_t orig = *reinterpret_cast<const std::uint64_t*>(slot);
@@ -202,17 +247,17 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
   {
     BookkeepingLock lock;
     // cleanup_return_instances(): longjmp left these behind.
-    while (rs->depth > 0 && !alive_at_call(rs->ri[rs->depth - 1], slot, chained)) {
-      put(rs->ri[--rs->depth]);
+    while (rs->top && !alive_at_call(rs->top, slot, chained)) {
+      put(pop(rs));
       count(st.return_dropped);
     }
     if (chained) {
-      if (rs->depth == 0) {  // our trampoline, but no instance: nothing to chain to
+      if (!rs->top) {  // our trampoline, but no instance: nothing to chain to
         count(st.return_misses);
         put(ri);
         return;
       }
-      orig = rs->ri[rs->depth - 1]->orig_ret;
+      orig = rs->top->orig_ret;
     }
     if (rs->depth >= g_max_depth.load(std::memory_order_relaxed)) {
       count(st.return_misses);
@@ -225,8 +270,9 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
     ri->orig_ret = orig;
     ri->stack = slot;
     ri->chained = chained;
-    rs->ri[rs->depth] = ri;
+    ri->next = rs->top;
     std::atomic_signal_fence(std::memory_order_release);
+    rs->top = ri;
     rs->depth = rs->depth + 1;
   }
   *reinterpret_cast<std::uint64_t*>(slot) = tramp;
@@ -248,8 +294,8 @@ std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
   HotPathScope hot;
   ThreadState& ts = t_state;
   StatBlock& st = stat_block();
-  ReturnStack* rs = ts.rstack;
-  if (!rs || rs->depth == 0) fatal("return trampoline reached with no pending return instance");
+  ReturnStack* rs = &ts.rstack;
+  if (!rs->top) fatal("return trampoline reached with no pending return instance");
 
   uprobe::Regs regs;
   std::memcpy(&regs, f->gpr, sizeof f->gpr);
@@ -258,21 +304,25 @@ std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
   std::uint64_t target = 0;
   uprobe_rcu_read_lock();
   for (;;) {
-    if (rs->depth == 0) fatal("return trampoline: every pending return instance was stale");
-    std::uint32_t top = rs->depth - 1, bottom = top;
-    while (bottom > 0 && rs->ri[bottom]->chained) --bottom;
+    if (!rs->top) fatal("return trampoline: every pending return instance was stale");
+    // The chain returning now: the innermost instance and the chained ones
+    // (tail calls of probed functions) down to the first that is not.
+    ReturnInstance* const top = rs->top;
+    ReturnInstance* bottom = top;
+    while (bottom->chained && bottom->next) bottom = bottom->next;
     // The chain returning now is valid if the instance below it is still
     // alive; otherwise longjmp skipped the chain: drop it and look again.
-    bool valid = bottom == 0 || alive_at_ret(rs->ri[bottom - 1], sp);
-    target = rs->ri[top]->orig_ret;
+    bool valid = !bottom->next || alive_at_ret(bottom->next, sp);
+    target = top->orig_ret;
     f->ret_slot = target;  // unwinding from a ret_handler sees the real caller
     regs.rip = target;
-    for (std::uint32_t k = top + 1; k-- > bottom;) {
-      ReturnInstance* ri = rs->ri[k];
+    for (bool last = false; !last;) {
+      ReturnInstance* ri;
       {
         BookkeepingLock lock;
-        rs->depth = k;  // popped before the handlers run, as the kernel does
+        ri = pop(rs);  // popped before the handlers run, as the kernel does
       }
+      last = ri == bottom;
       if (valid && ts.depth == 0) {
         ts.depth = 1;
         ts.xmm = f->xmm0;
@@ -313,22 +363,19 @@ std::uint8_t* return_xmm(unsigned i) noexcept {
 
 const void* return_trampoline() noexcept { return reinterpret_cast<const void*>(&uprobe_ret_trampoline); }
 
-unsigned return_stack_depth() noexcept { return t_state.rstack ? t_state.rstack->depth : 0; }
+unsigned return_stack_depth() noexcept { return t_state.rstack.depth; }
 
 int fixup_backtrace(void** frames, int n) noexcept {
-  ReturnStack* rs = t_state.rstack;
-  if (!rs) return 0;
+  const ReturnInstance* ri = t_state.rstack.top;
   const void* tramp = return_trampoline();
   int fixed = 0;
-  std::uint32_t k = rs->depth;
-  for (int i = 0; i < n && k > 0; ++i) {
+  for (int i = 0; i < n && ri; ++i) {
     if (frames[i] != tramp) continue;
     // The innermost pending chain's return address; chained instances share
-    // one slot, so skip to the chain's bottom.
-    std::uint32_t idx = k - 1;
-    while (idx > 0 && rs->ri[idx]->chained) --idx;
-    frames[i] = reinterpret_cast<void*>(rs->ri[k - 1]->orig_ret);
-    k = idx;
+    // one slot, so the next frame's is below the chain's bottom.
+    frames[i] = reinterpret_cast<void*>(ri->orig_ret);
+    while (ri->chained && ri->next) ri = ri->next;
+    ri = ri->next;
     ++fixed;
   }
   return fixed;

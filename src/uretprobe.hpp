@@ -6,9 +6,11 @@
 // stale-instance rules (arch_uretprobe_is_alive()) for longjmp, and the
 // unwinder hand-off for C++ exceptions and backtraces.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "probe.hpp"
+#include "thread_state.hpp"
 #include "uprobe/regs.hpp"
 
 namespace uprobe::detail {
@@ -28,6 +30,7 @@ struct ReturnConsumer {
 struct alignas(64) ReturnInstance {
   /// The RiPool's link word (see ri_pool.hpp): never read or written here.
   std::uint64_t pool_link;
+  ReturnInstance* next = nullptr;  ///< the next older pending instance of the thread (ReturnStack)
   ProbeKey key;                 ///< the uprobe, found again at return time
   std::uint64_t uprobe_id = 0;  ///< ... and checked to be the same one
   std::uint64_t func = 0;       ///< probed address
@@ -40,16 +43,6 @@ struct alignas(64) ReturnInstance {
 };
 static_assert(sizeof(ReturnInstance) == 256, "one more cache line per instance: check the pool's object size");
 
-/// The per-thread return stack (the kernel's utask->return_instances).
-struct ReturnStack {
-  std::uint32_t depth;
-  /// Kernel thread id of the thread that owns this stack. A task that shares
-  /// our memory and TLS without being this thread (a vfork/posix_spawn
-  /// child, clone(CLONE_VM) without CLONE_THREAD) sees the owner's instances
-  /// but must never drop them as stale: its stack says nothing about theirs.
-  pid_t owner;
-  ReturnInstance* ri[kMaxReturnDepth];
-};
 
 /// A fresh instance for an entry hit, or nullptr (pool exhausted). AS-safe.
 ReturnInstance* ri_alloc() noexcept;
@@ -73,6 +66,12 @@ void uretprobe_after_fork_child() noexcept;
 
 /// Process-wide set-up (pool, thread-exit key). Registry mutex held.
 void uretprobe_init();
+
+/// Before a consumer with a ret_handler is attached: grows the pool of
+/// return instances (never grown by a hit) to 64 per thread running now,
+/// plus room for 64 more threads, at least 4096. Registry mutex held; not
+/// async-signal-safe (reads /proc/self/stat, may mmap).
+void uretprobe_reserve();
 
 /// Applies Config::ri_pool / ri_lock / max_uretprobe_depth.
 void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth) noexcept;

@@ -221,9 +221,43 @@ std::uint64_t rip_target(const Insn& insn, std::uint64_t ip) noexcept;
 std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                       std::string& why);
 
-/// After a single-step of the XOL copy at `slot` (XolMode::single_step),
-/// fixes up regs: rip from slot + len to ip + len. Async-signal-safe.
-void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs) noexcept;
+/// Where the single-step trap of an out-of-line copy run under TF arrives
+/// (XolMode::single_step, a probed popf, or a program single-stepping
+/// itself), by what the instruction does to rip: the kernel's
+/// arch_uprobe_post_xol() fix-ups (arch/x86/kernel/uprobes.c), decided at the hit.
+enum class StepEndKind : std::uint8_t {
+  next,    ///< the trap comes at the end of the copy (slot + len): continue at ip + len
+  branch,  ///< ret, ret imm16, jmp *reg, jmp *mem: the trap comes at the branch target, with rsp = StepPlan::sp
+  rep,     ///< a rep-prefixed string instruction: a trap at the slot after every iteration but the last
+  kernel,  ///< syscall, int n: the return from the kernel swallows the step, whose trap comes after the
+           ///< jump back (at ip + len); at slot + len on a kernel that keeps it
+};
+
+/// What the hit expects of the step trap of the copy it starts. Copied into
+/// the thread's state: valid after the probe is gone.
+struct StepPlan {
+  std::uint64_t ip = 0;    ///< probe address
+  std::uint64_t slot = 0;  ///< the copy's XOL slot
+  std::uint64_t sp = 0;    ///< StepEndKind::branch: rsp after the instruction
+  std::uint8_t len = 0;    ///< instruction length
+  StepEndKind kind = StepEndKind::next;
+};
+
+/// The plan for single-stepping the copy of `insn` (at `ip`) in `slot`, with
+/// `regs` as the copy starts with them (after the handlers). Async-signal-safe.
+StepPlan plan_single_step(const Insn& insn, std::uint64_t ip, std::uint64_t slot, const Regs& regs) noexcept;
+
+/// What a single-step trap at `trap_ip` with stack pointer `trap_sp` means
+/// for the copy started with `plan`.
+enum class StepEnd : std::uint8_t {
+  foreign,  ///< not the copy's step trap
+  again,    ///< a rep string instruction stopped between iterations: it goes on, still stepped
+  done,     ///< the instruction completed: the program continues at `resume`
+};
+/// Async-signal-safe. `resume` is set when done: ip + len after the copy's
+/// end, the target itself after a branch.
+StepEnd single_step_end(const StepPlan& plan, std::uint64_t trap_ip, std::uint64_t trap_sp,
+                        std::uint64_t& resume) noexcept;
 
 /// True for an instruction that stores rflags to memory (pushf): run out of
 /// line under our own TF it would store TF = 1. Async-signal-safe.

@@ -72,11 +72,79 @@ std::size_t build_xol(const Insn& insn, std::uint64_t ip, std::uint64_t slot, st
   return total;
 }
 
-void single_step_fixup(const Insn& insn, std::uint64_t ip, std::uint64_t slot,
-                       Regs& regs) noexcept {
-  // xol-class instructions never branch: the only rip after the step is the
-  // end of the copy (a trap or signal inside the copy leaves rip elsewhere).
-  if (regs.rip == slot + insn.len) regs.rip = ip + insn.len;
+namespace {
+
+/// True for a rep/repe/repne-prefixed string instruction (movs, cmps, stos,
+/// lods, scas, ins, outs): under TF it traps after every iteration, with rip
+/// still at the instruction until the count runs out.
+bool rep_string(const Insn& insn) noexcept {
+  bool rep = false;
+  std::size_t i = 0;
+  for (; i < insn.len; ++i) {
+    const std::uint8_t b = insn.bytes[i];
+    if (b == 0xf2 || b == 0xf3) {
+      rep = true;
+    } else if (b == 0x66 || b == 0x67 || b == 0x2e || b == 0x3e || b == 0x26 || b == 0x36 || b == 0x64 ||
+               b == 0x65 || b == 0xf0 || (b & 0xf0) == 0x40) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  if (!rep || i >= insn.len) return false;
+  const std::uint8_t op = insn.bytes[i];
+  return (op >= 0xa4 && op <= 0xa7) || (op >= 0xaa && op <= 0xaf) || (op >= 0x6c && op <= 0x6f);
+}
+
+}  // namespace
+
+StepPlan plan_single_step(const Insn& insn, std::uint64_t ip, std::uint64_t slot, const Regs& regs) noexcept {
+  StepPlan p;
+  p.ip = ip;
+  p.slot = slot;
+  p.len = insn.len;
+  switch (insn.cls) {
+    case InsnClass::ret:
+    case InsnClass::ret_imm:
+      // (The analyser refuses an operand-size override on ret: it pops 8.)
+      p.kind = StepEndKind::branch;
+      p.sp = regs.rsp + 8 + (insn.cls == InsnClass::ret_imm ? insn.imm : 0);
+      break;
+    case InsnClass::jmp_ind:
+      p.kind = StepEndKind::branch;
+      p.sp = regs.rsp;
+      break;
+    default:
+      p.kind = insn.traps ? StepEndKind::kernel : rep_string(insn) ? StepEndKind::rep : StepEndKind::next;
+      break;
+  }
+  return p;
+}
+
+StepEnd single_step_end(const StepPlan& plan, std::uint64_t trap_ip, std::uint64_t trap_sp,
+                        std::uint64_t& resume) noexcept {
+  switch (plan.kind) {
+    case StepEndKind::branch:
+      // The target may be anywhere; the stack pointer is the branch's own.
+      // (A fault or signal inside the copy leaves rip in the slot.)
+      if (trap_sp != plan.sp || (trap_ip >= plan.slot && trap_ip < plan.slot + kXolSlotSize)) return StepEnd::foreign;
+      resume = trap_ip;
+      return StepEnd::done;
+    case StepEndKind::rep:
+      if (trap_ip == plan.slot) return StepEnd::again;
+      break;
+    case StepEndKind::kernel:
+      if (trap_ip == plan.ip + plan.len) {
+        resume = trap_ip;
+        return StepEnd::done;
+      }
+      break;
+    case StepEndKind::next:
+      break;
+  }
+  if (trap_ip != plan.slot + plan.len) return StepEnd::foreign;
+  resume = plan.ip + plan.len;
+  return StepEnd::done;
 }
 
 namespace {

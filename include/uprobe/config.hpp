@@ -18,7 +18,9 @@ enum class LookupMode : std::uint8_t {
 /// How the probed instruction runs when it is not emulated.
 enum class XolMode : std::uint8_t {
   jump_back,    ///< relocated copy followed by a jump back: no second trap (default)
-  single_step,  ///< kernel-faithful: set TF, run the copy, fix up on the second SIGTRAP
+  single_step,  ///< kernel-faithful: set TF, run the copy, fix up on the second SIGTRAP (at the copy's end, at a
+                ///< ret's or jmp *'s target, after every iteration of a rep string instruction, after the jump
+                ///< back for a syscall)
 };
 
 /// How the SIGTRAP handler is installed (seed 001).

@@ -37,10 +37,18 @@
 /// the file's segments, malformed spec, stripped file asked for a symbol),
 /// conflict (an ambiguous library name or symbol name).
 ///
-/// GNU indirect functions (STT_GNU_IFUNC, e.g. glibc's strlen) resolve to the
-/// resolver's address, as in the kernel, bpftrace and perf: the resolver runs
-/// once, at relocation; dlsym() returns the implementation it chose instead.
-/// Symbol::type tells them apart.
+/// GNU indirect functions (STT_GNU_IFUNC, e.g. glibc's strlen): the symbol is
+/// a resolver, which runs when the dynamic linker binds the name and returns
+/// the implementation calls run (__strlen_avx2, __strlen_evex, ... by CPU).
+/// When the file is loaded in this process, `SYMBOL` and a glob matching it
+/// resolve to that implementation, as the dynamic linker bound it (dlsym()'s
+/// answer, which runs the resolver the same way), with Location::ifunc set
+/// and Location::implementation naming it; probe_info() of a probe there
+/// says so (ProbeInfo::ifunc). Where the file is not loaded (nothing is
+/// bound yet), and for `SYMBOL+OFF`, the resolver's address is used, as the
+/// kernel's uprobes, bpftrace and perf do: such a probe sees no calls.
+/// find_symbol() and match_symbols() report the symbol itself (the resolver;
+/// Symbol::type tells them apart).
 ///
 /// Thread-safety: every function may be called from any thread, not from a
 /// probe handler (they allocate, open files and take a lock). ELF files are
@@ -81,6 +89,17 @@ struct Location {
   std::uint64_t address = 0;        ///< the same place as a link-time virtual address
   std::string symbol;               ///< Symbol::full_name() of the symbol used; empty for ADDR / +OFF
   std::uint64_t symbol_offset = 0;  ///< OFF of SYMBOL+OFF
+  /// SYMBOL is a GNU indirect function (STT_GNU_IFUNC; see above).
+  bool ifunc = false;
+  /// With ifunc: path/offset/address are the implementation the dynamic
+  /// linker bound SYMBOL to in this process (else they are the resolver's).
+  bool ifunc_bound = false;
+  /// With ifunc: the file offset of the resolver (SYMBOL's st_value) in the
+  /// file that defines SYMBOL.
+  std::uint64_t ifunc_resolver = 0;
+  /// With ifunc_bound: the code symbol that starts at the implementation
+  /// (symbol_at(), e.g. "__strlen_avx2"); empty when it has none.
+  std::string implementation;
 };
 
 /// How library names that are not loaded are handled.
@@ -139,12 +158,16 @@ std::uint64_t address_to_offset(const std::string& path, std::uint64_t address);
 /// @throws Error(bad_offset) when no PT_LOAD segment maps that offset.
 std::uint64_t offset_to_address(const std::string& path, std::uint64_t offset);
 
-/// Resolves `SYMBOL[+OFF]` (or NAME@VER forms) in `path` to a code location.
+/// Resolves `SYMBOL[+OFF]` (or NAME@VER forms) in `path` to a code location;
+/// an IFUNC's implementation as described above.
 /// @throws Error: bad_offset, conflict, not_executable (not code).
 Location resolve_symbol(const std::string& path, std::string_view symbol, std::uint64_t offset = 0);
 
 /// Resolves a full `BINARY:WHAT` spec (table above). One Location, except for
-/// a glob, which gives one per matching code address (at least one).
+/// a glob, which gives one per matching code address (at least one); an
+/// IFUNC it matches gives its implementation, which then stands for the
+/// implementation's own symbol if the glob matches that too (several IFUNCs
+/// bound to one implementation, e.g. memcpy and memmove, give one each).
 /// @throws Error as resolve_library() and resolve_symbol().
 std::vector<Location> resolve_location(std::string_view spec,
                                        LibrarySearch search = LibrarySearch::loaded_only);

@@ -11,6 +11,8 @@
  *   struct uprobe_consumer {handler, ...}    struct uprobe_consumer (same callbacks, plus user_data)
  *   struct pt_regs                           struct uprobe_regs (same order)
  *   uprobe_register(inode, offset, 0, uc)    uprobe_register(path, offset, uc, &probe)
+ *   uprobe_register(inode, offset, ref_ctr_offset, uc)
+ *                                            uprobe_register_ref_ctr(path, offset, ref_ctr_offset, uc, &probe)
  *   uprobe_unregister(uprobe, uc)            uprobe_unregister(probe, uc)
  *   UPROBE_HANDLER_REMOVE                    UPROBE_HANDLER_REMOVE
  *
@@ -134,6 +136,10 @@ struct uprobe_consumer {
  *   -ENXIO       the address is in anonymous memory or in no mapping (not_file_backed)
  *   -EPERM       libuprobe's own code or its trap-path dependencies (forbidden_target)
  *   -EEXIST      this consumer is already registered on this probe (conflict)
+ *   -EBUSY       the probe is registered with another USDT semaphore: every consumer of a
+ *                probe names the same ref_ctr_offset, 0 for none (ref_ctr_conflict)
+ *   -EUSERS      the probe has 10 consumers with a ret_handler already, the most one
+ *                return instance records (too_many_return_consumers)
  *   -EDEADLK     called from inside a probe handler (in_handler)
  *   -EIO         a system call failed (system; the message names it and its errno)
  *   -ENOMEM      out of memory
@@ -150,6 +156,20 @@ struct uprobe_consumer {
  */
 UPROBE_API int uprobe_register(const char *path, uint64_t offset, struct uprobe_consumer *uc,
                                struct uprobe_probe **probe);
+
+/**
+ * Same, with a USDT semaphore (the kernel's uprobe_register(inode, offset,
+ * ref_ctr_offset, uc)): `ref_ctr_offset` is the file offset of the 16-bit
+ * count the probe's is-enabled check reads (0: none, as uprobe_register()).
+ * While `uc` is registered the count is one higher in every mapping of the
+ * file that holds it (mappings that appear later through dlopen() too);
+ * uprobe_unregister() takes the increment back, never below 0. Every
+ * consumer of one probe names the same ref_ctr_offset: another one is
+ * refused with -EBUSY and nothing changes (no count moves). Errors and
+ * thread-safety as uprobe_register().
+ */
+UPROBE_API int uprobe_register_ref_ctr(const char *path, uint64_t offset, uint64_t ref_ctr_offset,
+                                       struct uprobe_consumer *uc, struct uprobe_probe **probe);
 
 /**
  * Same, with the probe site given as an address in this process (the mapping

@@ -148,11 +148,15 @@ enum class Errc {
   refused_instruction, ///< an existing int3, undecodable bytes, or an instruction we cannot run out of line
   not_file_backed,     ///< an address in anonymous memory, or in no mapping at all
   forbidden_target,    ///< libuprobe's own code or its hot-path dependencies
-  conflict,            ///< this consumer is already registered on this probe, or is not registered on it; a different
-                       ///< USDT semaphore; more than 10 return consumers on one probe
+  conflict,            ///< this consumer is already registered on this probe, or is not registered on it; an
+                       ///< ambiguous symbol or library name (uprobe/symbols.hpp, uprobe/usdt.hpp)
   in_handler,          ///< (un)registering from inside a handler would deadlock
   system,              ///< a system call failed (message says which and errno)
   invalid_argument,    ///< a batch request without a consumer (uprobe/batch.hpp)
+  ref_ctr_conflict,    ///< the probe is registered with another USDT semaphore (ref_ctr_offset; 0 = none): every
+                       ///< consumer of a probe names the same one (the kernel refuses it with -EINVAL)
+  too_many_return_consumers,  ///< the probe has 10 consumers with a ret_handler already (all one return
+                              ///< instance records)
 };
 
 /// The typed error thrown by the registration API. what() names the path, the
@@ -200,7 +204,8 @@ Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, Consumer&
 /// incremented by one in every mapping of the file that holds it (also in
 /// mappings that appear later through dlopen), and decremented again on
 /// unregister, never below 0. 0 means no semaphore. All consumers of one
-/// probe must name the same ref_ctr_offset (else Errc::conflict).
+/// probe must name the same ref_ctr_offset (else Errc::ref_ctr_conflict,
+/// and nothing changes: no count moves).
 Uprobe* register_uprobe(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset,
                         Consumer& consumer);
 
@@ -251,7 +256,13 @@ FileOffset resolve_address(const void* address);
 class Attachment {
  public:
   Attachment() = default;
+  /// register_uprobe(path, offset, consumer). @throws Error as it does.
   Attachment(const std::string& path, std::uint64_t offset, Consumer& consumer);
+  /// register_uprobe(path, offset, ref_ctr_offset, consumer): with a USDT
+  /// semaphore, counted while attached. @throws Error as it does
+  /// (Errc::ref_ctr_conflict for another semaphore than the probe's).
+  Attachment(const std::string& path, std::uint64_t offset, std::uint64_t ref_ctr_offset, Consumer& consumer);
+  /// register_uprobe(address, consumer). @throws Error as it does.
   Attachment(const void* address, Consumer& consumer);
   Attachment(Attachment&& other) noexcept;
   Attachment& operator=(Attachment&& other) noexcept;
@@ -304,9 +315,24 @@ struct ProbeInfo {
   /// SIGTRAP), an optimized site is not. "" when none is known (libc
   /// functions only; README.md, "Signal masks", lists them).
   std::string signals_blocked;
+  /// The code symbol holding the probe (uprobe::symbol_at() of the file):
+  /// "NAME", or "NAME+0xOFF" inside it; "" when none.
+  std::string symbol;
+  /// When the function holding the probe is what GNU indirect functions
+  /// (STT_GNU_IFUNC) of its file are bound to in this process (their
+  /// resolvers chose it; the dynamic linker's binding, dlsym()'s answer), or
+  /// when the probe is in such a resolver: says which, e.g.
+  /// "IFUNC strlen@@GLIBC_2.2.5 -> __strlen_evex" (several: "IFUNC
+  /// memcpy@@GLIBC_2.14, memmove@@GLIBC_2.2.5 -> ..."; an implementation
+  /// without a symbol, as in a libc without .symtab, by its file offset:
+  /// "-> offset 0x1a2b30", recognised at its first byte only), or "resolver
+  /// of IFUNC strlen (bound to __strlen_evex: a probe here sees no calls)".
+  /// "" otherwise (and while the file is not loaded here).
+  std::string ifunc;
 };
 
 /// Describes a registered probe. Thread-safety: any thread, not in a handler.
+/// @throws Error(Errc::conflict) when `probe` is not a registered probe.
 ProbeInfo probe_info(const Uprobe* probe);
 
 }  // namespace uprobe

@@ -182,18 +182,105 @@ TEST(BuildXol, RipTarget) {
   EXPECT_EQ(rip_target(b, 0x400000), 0x3ffff7u);
 }
 
-TEST(SingleStepFixup, OnlyEndOfCopyIsMoved) {
-  const Insn insn = decode({0x48, 0x89, 0xe5});
+// The step trap of a single-stepped copy (XolMode::single_step): where it may
+// arrive for each kind of instruction, and where the program continues.
+constexpr std::uint64_t kIp = 0x400000, kSlot = 0x9000, kSp = 0x7ff0;
+
+StepEnd end_at(const StepPlan& p, std::uint64_t trap_ip, std::uint64_t trap_sp, std::uint64_t& resume) {
+  resume = 0xdead;
+  return single_step_end(p, trap_ip, trap_sp, resume);
+}
+
+TEST(SingleStep, PlainInstructionEndsAtTheEndOfTheCopy) {
+  const Insn insn = decode({0x48, 0x89, 0xe5});  // mov rbp, rsp
   Regs r{};
-  r.rip = 0x9000 + 3;
-  single_step_fixup(insn, 0x400000, 0x9000, r);
-  EXPECT_EQ(r.rip, 0x400003u);
-  r.rip = 0x9000;  // e.g. a fault inside the copy: left alone
-  single_step_fixup(insn, 0x400000, 0x9000, r);
-  EXPECT_EQ(r.rip, 0x9000u);
-  r.rip = 0x1234;
-  single_step_fixup(insn, 0x400000, 0x9000, r);
-  EXPECT_EQ(r.rip, 0x1234u);
+  r.rsp = kSp;
+  const StepPlan p = plan_single_step(insn, kIp, kSlot, r);
+  EXPECT_EQ(p.kind, StepEndKind::next);
+  EXPECT_EQ(p.ip, kIp);
+  EXPECT_EQ(p.slot, kSlot);
+  EXPECT_EQ(p.len, 3u);
+  std::uint64_t resume;
+  EXPECT_EQ(end_at(p, kSlot + 3, kSp, resume), StepEnd::done);
+  EXPECT_EQ(resume, kIp + 3);
+  // e.g. a fault inside the copy, or a trap somewhere else: not ours.
+  EXPECT_EQ(end_at(p, kSlot, kSp, resume), StepEnd::foreign);
+  EXPECT_EQ(end_at(p, 0x1234, kSp, resume), StepEnd::foreign);
+  EXPECT_EQ(end_at(p, kIp + 3, kSp, resume), StepEnd::foreign);
+  EXPECT_EQ(resume, 0xdeadu);
+}
+
+TEST(SingleStep, ReturnsEndAtTheTargetWithTheirStackPointer) {
+  Regs r{};
+  r.rsp = kSp;
+  const StepPlan p = plan_single_step(decode({0xc3}), kIp, kSlot, r);  // ret
+  EXPECT_EQ(p.kind, StepEndKind::branch);
+  EXPECT_EQ(p.sp, kSp + 8);
+  std::uint64_t resume;
+  EXPECT_EQ(end_at(p, 0x401234, kSp + 8, resume), StepEnd::done);
+  EXPECT_EQ(resume, 0x401234u);
+  EXPECT_EQ(end_at(p, 0x401234, kSp, resume), StepEnd::foreign);      // another stack pointer
+  EXPECT_EQ(end_at(p, kSlot, kSp + 8, resume), StepEnd::foreign);     // still in the slot (a fault)
+  EXPECT_EQ(end_at(p, kSlot + 1, kSp + 8, resume), StepEnd::foreign);
+  const StepPlan rep = plan_single_step(decode({0xf3, 0xc3}), kIp, kSlot, r);  // rep ret
+  EXPECT_EQ(rep.kind, StepEndKind::branch);
+  EXPECT_EQ(rep.sp, kSp + 8);
+  const StepPlan imm = plan_single_step(decode({0xc2, 0x10, 0x00}), kIp, kSlot, r);  // ret 0x10
+  EXPECT_EQ(imm.kind, StepEndKind::branch);
+  EXPECT_EQ(imm.sp, kSp + 8 + 16);
+  EXPECT_EQ(end_at(imm, 0x401234, kSp + 24, resume), StepEnd::done);
+  EXPECT_EQ(resume, 0x401234u);
+  EXPECT_EQ(end_at(imm, 0x401234, kSp + 8, resume), StepEnd::foreign);
+}
+
+TEST(SingleStep, IndirectJumpsEndAtTheTargetWithTheSameStackPointer) {
+  Regs r{};
+  r.rsp = kSp;
+  for (const Bytes& b : {Bytes{0xff, 0xe0}, Bytes{0x41, 0xff, 0xe3}, Bytes{0xff, 0x24, 0xc6}}) {  // rax, r11, [rsi+rax*8]
+    const Insn insn = decode(b);
+    SCOPED_TRACE(insn.text);
+    const StepPlan p = plan_single_step(insn, kIp, kSlot, r);
+    EXPECT_EQ(p.kind, StepEndKind::branch);
+    EXPECT_EQ(p.sp, kSp);
+    std::uint64_t resume;
+    EXPECT_EQ(end_at(p, 0x7f0000001000, kSp, resume), StepEnd::done);
+    EXPECT_EQ(resume, 0x7f0000001000u);
+    EXPECT_EQ(end_at(p, 0x7f0000001000, kSp - 8, resume), StepEnd::foreign);
+  }
+}
+
+TEST(SingleStep, RepStringInstructionsRepeatAtTheSlot) {
+  Regs r{};
+  r.rsp = kSp;
+  for (const Bytes& b : {Bytes{0xf3, 0xa4}, Bytes{0xf3, 0x48, 0xab}, Bytes{0xf2, 0xae}, Bytes{0x67, 0xf3, 0xa5}}) {
+    const Insn insn = decode(b);
+    SCOPED_TRACE(insn.text);
+    const StepPlan p = plan_single_step(insn, kIp, kSlot, r);
+    EXPECT_EQ(p.kind, StepEndKind::rep);
+    std::uint64_t resume;
+    EXPECT_EQ(end_at(p, kSlot, kSp, resume), StepEnd::again);
+    EXPECT_EQ(end_at(p, kSlot + insn.len, kSp, resume), StepEnd::done);
+    EXPECT_EQ(resume, kIp + insn.len);
+    EXPECT_EQ(end_at(p, kIp, kSp, resume), StepEnd::foreign);
+  }
+  // Without rep, a string instruction runs once: a trap at the slot is not its.
+  const StepPlan once = plan_single_step(decode({0xa4}), kIp, kSlot, r);  // movsb
+  EXPECT_EQ(once.kind, StepEndKind::next);
+  std::uint64_t resume;
+  EXPECT_EQ(end_at(once, kSlot, kSp, resume), StepEnd::foreign);
+}
+
+TEST(SingleStep, SystemCallsEndAfterTheJumpBack) {
+  Regs r{};
+  r.rsp = kSp;
+  const StepPlan p = plan_single_step(decode({0x0f, 0x05}), kIp, kSlot, r);  // syscall
+  EXPECT_EQ(p.kind, StepEndKind::kernel);
+  std::uint64_t resume;
+  EXPECT_EQ(end_at(p, kIp + 2, kSp, resume), StepEnd::done);
+  EXPECT_EQ(resume, kIp + 2);
+  EXPECT_EQ(end_at(p, kSlot + 2, kSp, resume), StepEnd::done);
+  EXPECT_EQ(resume, kIp + 2);
+  EXPECT_EQ(end_at(p, kSlot, kSp, resume), StepEnd::foreign);
 }
 
 // --- execution ---------------------------------------------------------------

@@ -684,7 +684,11 @@ TEST(Batch, UsdtSemaphoreCountsPerRegistration) {
   const auto res = uprobe::register_uprobes(reqs);
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(res[i]) << res[i].error->what();
   ASSERT_FALSE(res[3]);
-  EXPECT_EQ(res[3].error->code(), Errc::conflict);
+  EXPECT_EQ(res[3].error->code(), Errc::ref_ctr_conflict);
+  EXPECT_NE(std::string(res[3].error->what())
+                .find("the probe's USDT semaphore (ref_ctr_offset) is " + hex(sem) + ", not " + hex(sem + 2)),
+            std::string::npos)
+      << res[3].error->what();
   EXPECT_EQ(batch_sem, 3) << "one increment per registration";
   call(60, 2);
   call(61, 1);

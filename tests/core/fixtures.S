@@ -790,6 +790,49 @@ FUNC fx_ac_on
 ENDF fx_ac_on
 SITE fx_ac_on, .Lacon_s
 
+/* rep movsb at 13: copies a & 31 bytes from b to b + 64; returns the bytes
+ * moved (how far rdi advanced) + (rcx after it << 12). A single-stepped copy
+ * traps after every iteration, at the instruction itself. */
+FUNC fx_rep_movsb
+        mov %rdi, %rcx
+        and $31, %ecx
+        lea 64(%rsi), %rdi
+        mov %rdi, %rdx
+.Lrepmovsb_s:
+        rep movsb
+        mov %rdi, %rax
+        sub %rdx, %rax
+        shl $12, %rcx
+        add %rcx, %rax
+        ret
+ENDF fx_rep_movsb
+SITE fx_rep_movsb, .Lrepmovsb_s
+
+/* repne scasb at 11: looks for byte a & 0xff in the 32 bytes at b; returns
+ * 2 * rcx after it + ZF (found). */
+FUNC fx_repne_scasb
+        mov %rdi, %rax
+        mov %rsi, %rdi
+        mov $32, %ecx
+.Lrepnescasb_s:
+        repne scasb
+        sete %al
+        movzbl %al, %eax
+        lea (%rax,%rcx,2), %rax
+        ret
+ENDF fx_repne_scasb
+SITE fx_repne_scasb, .Lrepnescasb_s
+
+/* syscall (getppid) at 5: getppid() + a */
+FUNC fx_syscall
+        mov $110, %eax
+.Lsyscall_s:
+        syscall
+        add %rdi, %rax
+        ret
+ENDF fx_syscall
+SITE fx_syscall, .Lsyscall_s
+
 /* ===================================================================== */
 /* C-03: rip-relative first instructions                                 */
 /* ===================================================================== */

@@ -81,6 +81,9 @@ FX_DECL(fx_push_rip)
 FX_DECL(fx_pushf)
 FX_DECL(fx_popf_ac)
 FX_DECL(fx_ac_on)
+FX_DECL(fx_rep_movsb)
+FX_DECL(fx_repne_scasb)
+FX_DECL(fx_syscall)
 std::uint64_t fx_fp_target(std::uint64_t, std::uint64_t);
 std::uint64_t fx_fp2_target(std::uint64_t, std::uint64_t);
 

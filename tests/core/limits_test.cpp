@@ -70,7 +70,9 @@ TEST(Limits, EleventhReturnConsumerIsRefused) {
     uprobe::register_uprobe(fx_addr(fx_push_rbp), extra);
     ADD_FAILURE() << "an 11th return consumer was accepted";
   } catch (const uprobe::Error& e) {
-    EXPECT_EQ(e.code(), Errc::conflict) << e.what();
+    EXPECT_EQ(e.code(), Errc::too_many_return_consumers) << e.what();
+    EXPECT_NE(std::string(e.what()).find("this probe already has 10 consumers with a ret_handler"), std::string::npos)
+        << e.what();
   }
   Plain entry_only;  // an entry-only consumer is still welcome
   uprobe::Uprobe* q = uprobe::register_uprobe(fx_addr(fx_push_rbp), entry_only);

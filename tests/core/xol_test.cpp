@@ -6,6 +6,8 @@
 // lock xadd on a global, push mem, pushf, a popf that turns on alignment
 // checking.
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "runner.hpp"
@@ -44,6 +46,7 @@ double bitsd(std::uint64_t u) {
 
 alignas(16) std::uint8_t g_src[32];
 alignas(16) std::uint8_t g_dst[32];
+std::uint8_t g_rep[128];  // rep movsb: source [0, 64), destination [64, 128); repne scasb: [0, 32)
 
 void fill_src(int i) {
   for (int k = 0; k < 32; ++k) g_src[k] = static_cast<std::uint8_t>(i * 31 + k * 7 + 1);
@@ -169,6 +172,45 @@ std::vector<ClassCase> cases() {
   // fault on its own jump back.
   v.push_back(XCASE(fx_popf_ac, [](auto a, auto b) { return a + b; }));
   v.push_back(XCASE(fx_ac_on, [](auto a, auto b) { return a + b; }));
+  // rep string instructions: single-stepped, the copy traps after every
+  // iteration with rip at itself (0..31 bytes; 0 and 1: no repeat).
+  {
+    ClassCase c = XCASE(
+        fx_rep_movsb, [](auto a, auto) -> std::uint64_t { return a & 31; },
+        [](int i) { return Args{static_cast<std::uint64_t>(i) * 5 + (i % 3), reinterpret_cast<std::uint64_t>(g_rep)}; });
+    c.pre = [](int i) {
+      for (int k = 0; k < 64; ++k) g_rep[k] = static_cast<std::uint8_t>(i * 7 + k + 1);
+      std::memset(g_rep + 64, 0, 64);
+    };
+    c.post = [](int i, std::uint64_t) -> std::string {
+      const std::size_t n = (static_cast<std::uint64_t>(i) * 5 + (i % 3)) & 31;
+      if (std::memcmp(g_rep + 64, g_rep, n) != 0) return "dst != src";
+      for (std::size_t k = 64 + n; k < 128; ++k)
+        if (g_rep[k]) return "byte " + std::to_string(k - 64) + " past the copy written";
+      return "";
+    };
+    v.push_back(c);
+  }
+  {
+    ClassCase c = XCASE(
+        fx_repne_scasb,
+        [](auto a, auto) -> std::uint64_t {
+          const std::uint64_t v = a & 0xff;
+          return v >= 1 && v <= 32 ? (32 - v) * 2 + 1 : 0;
+        },
+        [](int i) { return Args{static_cast<std::uint64_t>(i % 40), reinterpret_cast<std::uint64_t>(g_rep)}; });
+    c.pre = [](int) {
+      for (int k = 0; k < 32; ++k) g_rep[k] = static_cast<std::uint8_t>(k + 1);
+    };
+    v.push_back(c);
+  }
+  // A system call: the kernel's return swallows the step of the copy (the
+  // trap comes after the jump back).
+  v.push_back(XCASE(fx_syscall, [](auto a, auto) { return static_cast<std::uint64_t>(::getppid()) + a; }));
+  // Emulated even with emulation off: a call's pushed return address and a
+  // rip-relative target would be counted from the slot.
+  for (ClassCase& c : v)
+    c.cont_no_emulate = c.name == "call_riprel" || c.name == "jmp_riprel" ? Cont::emulated : Cont::out_of_line;
   return v;
 }
 
@@ -178,7 +220,8 @@ TEST_P(OutOfLine, ThousandCallsExact) { run_class_case(std::get<0>(GetParam()), 
 
 INSTANTIATE_TEST_SUITE_P(Class, OutOfLine,
                          testing::Combine(testing::ValuesIn(cases()),
-                                          testing::Values(Mode::def, Mode::single_step, Mode::entry_opt)),
+                                          testing::Values(Mode::def, Mode::single_step, Mode::entry_opt,
+                                                                          Mode::single_step_no_emulate)),
                          case_name);
 
 }  // namespace

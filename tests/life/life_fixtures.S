@@ -141,6 +141,35 @@ FUNC lf_step_ret
         ret
 ENDF lf_step_ret
 
+/* lf_step_rep(n): rep movsb of n & 63 bytes from lf_rep_buf to lf_rep_buf +
+ * 64 with TF set; returns the bytes moved + (rcx after it << 12). Without a
+ * probe the program sees a step after every iteration (at the rep movsb
+ * itself, then after it). */
+FUNC lf_step_rep
+        mov %rdi, %rcx
+        and $63, %ecx
+        lea lf_rep_buf(%rip), %rsi
+        lea 64+lf_rep_buf(%rip), %rdi
+        mov %rdi, %rdx
+        TF_ON
+.Lsteprep_s:
+        rep movsb
+        TF_OFF
+        mov %rdi, %rax
+        sub %rdx, %rax
+        shl $12, %rcx
+        add %rcx, %rax
+        ret
+ENDF lf_step_rep
+OFF lf_step_rep, .Lsteprep_s, lf_step_rep_site
+        .pushsection .data
+        .globl lf_rep_buf
+        .type lf_rep_buf, @object
+lf_rep_buf:
+        .fill 128, 1, 0x5a
+        .size lf_rep_buf, 128
+        .popsection
+
 /* a + b through a function with a real prologue (no nop5): an entry probe
  * here is optimized by displacing push, mov and add (a 7-byte window). */
 FUNC lf_win

@@ -150,6 +150,48 @@ void check_region(Kind kind, uprobe::XolMode xol) {
   EXPECT_EQ(g_log.n.load(), 0) << "a trap reached the program while it was not stepping";
 }
 
+/// A probed rep movsb runs out of line under the program's TF: the
+/// iterations' traps inside the copy are not the program's, which sees the
+/// instruction step as one (the same trap after it as without the probe,
+/// none of the traps at it in between).
+void check_rep(uprobe::XolMode xol) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  uprobe::Config c = uprobe::configuration();
+  c.xol = xol;
+  uprobe::configure(c);
+  const std::uint64_t rep = addr(lf_step_rep) + lf_step_rep_site;
+  for (std::uint64_t n : {0u, 1u, 2u, 5u, 33u}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    g_log.n = 0;
+    ASSERT_EQ(lf_step_rep(n), n);
+    const std::vector<std::uint64_t> base = take_log();
+    std::vector<std::uint64_t> want;
+    for (std::uint64_t ip : base)
+      if (ip != rep) want.push_back(ip);
+    ASSERT_EQ(base.size() - want.size(), n > 1 ? n - 1 : 0) << render(base) << ": a trap after each iteration but the last";
+    Counter hit;
+    std::uint64_t r;
+    std::vector<std::uint64_t> steps;
+    {
+      uprobe::Attachment a(at(lf_step_rep, lf_step_rep_site), hit);
+      ASSERT_FALSE(uprobe::probe_info(a.probe()).emulated);
+      std::memset(lf_rep_buf + 64, 0, 64);
+      g_log.n = 0;
+      r = lf_step_rep(n);
+      steps = take_log();
+    }
+    EXPECT_EQ(r, n);
+    EXPECT_EQ(hit.hits.load(), 1u);
+    EXPECT_EQ(std::memcmp(lf_rep_buf + 64, lf_rep_buf, n), 0);
+    EXPECT_EQ(render(steps), render(want));
+  }
+  EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
+}
+
+TEST(Step, ProbedRepMovsbStepsAsOne) { check_rep(uprobe::XolMode::jump_back); }
+TEST(Step, ProbedRepMovsbStepsAsOneSingleStepXol) { check_rep(uprobe::XolMode::single_step); }
+
 TEST(Step, RegionWithInt3Probes) { check_region(Kind::int3, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithOptimizedProbes) { check_region(Kind::optimized, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithInt3ProbesSingleStepXol) { check_region(Kind::int3, uprobe::XolMode::single_step); }

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uprobe/uprobe.h>
+#include <uprobe/usdt_probe.h>
 
 static int failures;
 #define CHECK(cond)                                                                   \
@@ -329,6 +330,82 @@ static void test_errors(void) {
   CHECK(strcmp(uprobe_version(), UPROBE_TEST_VERSION) == 0);
 }
 
+/* A USDT semaphore (ref_ctr): a 16-bit count in the file's data that every
+ * registered consumer increments, here on pkg_fixture_add2's probe. */
+UPROBE_USDT_DEFINE_SEMAPHORE(pkgtest, sema);
+
+static void test_ref_ctr(void) {
+  volatile unsigned short *sema = &UPROBE_USDT_SEMAPHORE(pkgtest, sema);
+  struct counter a, b, c, rets[11];
+  counter_init(&a);
+  counter_init(&b);
+  counter_init(&c);
+  char exe[4096], path[4096], want[8192];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  uint64_t site = 0, sem = 0;
+  CHECK_RC(uprobe_resolve_address(ADDR(pkg_fixture_add2), path, sizeof path, &site), 0);
+  CHECK(strcmp(path, exe) == 0);
+  CHECK_RC(uprobe_resolve_address((const void *)sema, path, sizeof path, &sem), 0);
+  CHECK(strcmp(path, exe) == 0);
+  struct uprobe_probe *p = NULL, *q = NULL, *r = NULL;
+
+  CHECK(*sema == 0);
+  CHECK_RC(uprobe_register_ref_ctr(NULL, site, sem, &a.uc, &p), -EINVAL);
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem, NULL, &p), -EINVAL);
+  CHECK(*sema == 0);
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem, &a.uc, &p), 0);
+  CHECK(*sema == 1);
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem, &b.uc, &q), 0);
+  CHECK(q == p);
+  CHECK(*sema == 2);
+  /* Another semaphore, or none, on the same probe: -EBUSY, nothing changes. */
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem + 2, &c.uc, &r), -EBUSY);
+  snprintf(want, sizeof want,
+           "libuprobe: cannot probe %s at offset 0x%llx: the probe's USDT semaphore (ref_ctr_offset) is 0x%llx, "
+           "not 0x%llx",
+           exe, (unsigned long long)site, (unsigned long long)sem, (unsigned long long)(sem + 2));
+  CHECK(strcmp(uprobe_last_error(), want) == 0);
+  CHECK_RC(uprobe_register(exe, site, &c.uc, &r), -EBUSY);
+  snprintf(want, sizeof want,
+           "libuprobe: cannot probe %s at offset 0x%llx: the probe's USDT semaphore (ref_ctr_offset) is 0x%llx, "
+           "not 0x0",
+           exe, (unsigned long long)site, (unsigned long long)sem);
+  CHECK(strcmp(uprobe_last_error(), want) == 0);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add2), &c.uc, &r), -EBUSY);
+  CHECK(strcmp(uprobe_strerror(-EBUSY), "the probe is registered with another USDT semaphore (ref_ctr_offset)") == 0);
+  CHECK(strcmp(uprobe_strerror(-EBUSY), uprobe_strerror(-EEXIST)) != 0);
+  CHECK(strcmp(uprobe_strerror(-EEXIST), "consumer already registered on this probe") == 0);
+  CHECK(*sema == 2);
+  /* The same consumer again: still -EEXIST, checked first. */
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem, &a.uc, &r), -EEXIST);
+  CHECK(*sema == 2);
+  CHECK(pkg_fixture_add2(1) == 3);
+  CHECK(a.hits == 1 && b.hits == 1 && c.hits == 0);
+  CHECK_RC(uprobe_unregister(q, &b.uc), 0);
+  CHECK(*sema == 1);
+  CHECK_RC(uprobe_unregister(p, &a.uc), 0);
+  CHECK(*sema == 0);
+  /* Once the probe is gone, another semaphore starts a new one. */
+  CHECK_RC(uprobe_register_ref_ctr(exe, site, sem + 2, &c.uc, &r), 0);
+  CHECK(*sema == 0);
+  CHECK_RC(uprobe_unregister(r, &c.uc), 0);
+
+  /* An 11th consumer with a ret_handler on one probe: -EUSERS. */
+  struct uprobe_probe *rp[11];
+  for (int i = 0; i < 11; i++) {
+    counter_init(&rets[i]);
+    rets[i].uc.handler = NULL;
+    rets[i].uc.ret_handler = ret_hit;
+  }
+  for (int i = 0; i < 10; i++) CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add2), &rets[i].uc, &rp[i]), 0);
+  CHECK_RC(uprobe_register_addr(ADDR(pkg_fixture_add2), &rets[10].uc, &rp[10]), -EUSERS);
+  CHECK(strstr(uprobe_last_error(), "this probe already has 10 consumers with a ret_handler") != NULL);
+  CHECK(strcmp(uprobe_strerror(-EUSERS), "the probe has the most consumers with a ret_handler already (10)") == 0);
+  for (int i = 0; i < 10; i++) CHECK_RC(uprobe_unregister(rp[i], &rets[i].uc), 0);
+  CHECK(pkg_fixture_add2(2) == 4);
+}
+
 /* The same consumer registered and unregistered from two threads at once
  * (the adapter the C layer keeps per consumer), while a third thread calls. */
 static struct counter g_shared;
@@ -472,6 +549,7 @@ int main(void) {
   test_filter_and_shared_probe();
   test_one_consumer_many_probes_and_path_offset();
   test_errors();
+  test_ref_ctr();
   test_concurrent_registration();
   if (failures) {
     fprintf(stderr, "pkg.c_api: %d check(s) failed\n", failures);

@@ -103,6 +103,42 @@ TEST_P(PoolMode, EmptyPoolGrowsOnFirstGet) {
   EXPECT_EQ(drain_check_refill(p, &why), 4096u) << why;
 }
 
+// set_grow_on_get(false): an exhausted get() returns nullptr and maps
+// nothing (the return-instance pool on the hit path); reserve() grows it by
+// whole chunks, off the hot path, and the objects it adds are all there.
+TEST_P(PoolMode, NoGrowthOnGetThenReserve) {
+  RiPool p(128, 100);
+  p.set_modes(GetParam(), RiLockMode::none);
+  p.set_grow_on_get(false);
+  std::vector<void*> got;
+  for (int i = 0; i < 100; ++i) {
+    void* obj = p.get();
+    ASSERT_NE(obj, nullptr) << "at " << i;
+    got.push_back(obj);
+  }
+  const std::uint64_t misses0 = p.thread_stats().misses;
+  EXPECT_EQ(p.get(), nullptr);
+  EXPECT_EQ(p.thread_stats().misses, misses0 + 1);
+  EXPECT_EQ(p.thread_stats().grows, 0u);
+  EXPECT_EQ(p.capacity(), 100u);
+  EXPECT_EQ(p.reserve(50), 100u) << "already that big: nothing mapped";
+  EXPECT_EQ(p.thread_stats().grows, 0u);
+  EXPECT_EQ(p.reserve(5000), 100u + 2 * 4096u) << "two chunks of 4096";
+  EXPECT_EQ(p.thread_stats().grows, 2u);
+  for (int i = 0; i < 2 * 4096; ++i) {
+    void* obj = p.get();
+    ASSERT_NE(obj, nullptr) << "reserved object " << i;
+    got.push_back(obj);
+  }
+  EXPECT_EQ(p.get(), nullptr);
+  EXPECT_EQ(p.thread_stats().grows, 2u) << "get() never grew it";
+  for (void* obj : got) words(obj)[1] = 0;
+  EXPECT_EQ(check_objects(p, got), "");
+  for (void* obj : got) p.put(obj);
+  std::string why;
+  EXPECT_EQ(drain_check_refill(p, &why), 100u + 2 * 4096u) << why;
+}
+
 TEST(Pool, GrowthChunkIsAtMost4MiB) {
   RiPool p(64 * 1024, 0);  // 64 KiB objects: 64 per chunk
   void* obj = p.get();

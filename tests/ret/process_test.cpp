@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "ret_common.hpp"
 
@@ -253,6 +254,59 @@ TEST(RetProcess, MillionReturnsMemoryFlat) {
   EXPECT_EQ(d.return_hits, 1000000u) << str(d);
   EXPECT_EQ(d.return_misses, 0u) << str(d);
   EXPECT_LT(rss1 - rss0, 1024) << "VmRSS grew by " << rss1 - rss0 << " kB over 1e6 returns";
+}
+
+// A hit never grows the pool of return instances: attaching a return probe
+// sizes it for the threads running then (64 each, plus room for 64 more).
+// 100 threads hold 61 pending returns each at once (6100, more than the
+// pool's first 4096), then all return: every return is probed, none missed.
+constexpr int kDeepThreads = 100;
+constexpr std::uint64_t kDeepN = 60;
+std::atomic<int> g_deep_started{0}, g_deep_bottom{0}, g_deep_phase{0};
+
+/// The innermost rt_deep() invocation of each thread waits here until every
+/// thread is that deep.
+extern "C" void rt_deep_bottom() {
+  g_deep_bottom.fetch_add(1);
+  while (g_deep_phase.load() < 2) std::this_thread::yield();
+}
+
+struct DeepRet : uprobe::Consumer {
+  DeepRet() : uprobe::Consumer(Callbacks::ret) {}
+  std::atomic<std::uint64_t> rets{0}, rax_sum{0}, bad{0};
+  void ret_handler(Regs& r, std::uint64_t) override {
+    rets.fetch_add(1, std::memory_order_relaxed);
+    rax_sum.fetch_add(r.rax, std::memory_order_relaxed);
+    if (r.rax == 0 || r.rax > kDeepN + 1) bad.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+TEST(RetProcess, ManyThreadsDeepAtOnceMissNoReturn) {
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kDeepThreads; ++i)
+    ts.emplace_back([&] {
+      g_deep_started.fetch_add(1);
+      while (g_deep_phase.load() < 1) std::this_thread::yield();
+      if (rt_deep(kDeepN) != kDeepN + 1) wrong.fetch_add(1);
+    });
+  while (g_deep_started.load() < kDeepThreads) std::this_thread::yield();
+  DeepRet d;
+  uprobe::Attachment a(reinterpret_cast<const void*>(&rt_deep), d);
+  const uprobe::Stats s0 = uprobe::stats();
+  g_deep_phase.store(1);
+  while (g_deep_bottom.load() < kDeepThreads) std::this_thread::yield();
+  EXPECT_EQ(g_deep_bottom.load(), kDeepThreads);
+  g_deep_phase.store(2);
+  for (auto& t : ts) t.join();
+  const uprobe::Stats s = delta(s0, uprobe::stats());
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(d.rets.load(), kDeepThreads * (kDeepN + 1));
+  EXPECT_EQ(d.bad.load(), 0u);
+  EXPECT_EQ(d.rax_sum.load(), kDeepThreads * (kDeepN + 1) * (kDeepN + 2) / 2) << "each level's n + 1, 1..61";
+  EXPECT_EQ(s.return_hits, kDeepThreads * (kDeepN + 1)) << str(s);
+  EXPECT_EQ(s.return_misses, 0u) << str(s);
+  EXPECT_EQ(s.return_dropped, 0u) << str(s);
 }
 
 // ------------------------------------------------------ sigaltstack ----

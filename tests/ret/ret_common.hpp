@@ -41,6 +41,8 @@ extern const std::uint64_t rt_fact_mid_off, rt_fact_rs_off;
 std::uint64_t rt_fib(std::uint64_t);
 extern const std::uint64_t rt_fib_rs1_off, rt_fib_rs2_off;
 std::uint64_t rt_sum(std::uint64_t);
+std::uint64_t rt_deep(std::uint64_t);  // n + 1, n + 1 invocations deep; the innermost calls rt_deep_bottom()
+void rt_deep_bottom();
 std::uint64_t rt_tail_a(std::uint64_t);
 std::uint64_t rt_tail_b(std::uint64_t);
 std::uint64_t rt_tail_c(std::uint64_t);

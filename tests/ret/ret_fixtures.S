@@ -152,6 +152,31 @@ FUNC rt_sum
         ret
 ENDF rt_sum
 
+/* deep(n) = n + 1, through n + 1 nested invocations; the innermost calls
+ * rt_deep_bottom() (the test's, which may wait; this weak one returns)
+ * before it returns. */
+        .text
+        .weak rt_deep_bottom
+        .type rt_deep_bottom, @function
+rt_deep_bottom:
+        ret
+        .size rt_deep_bottom, . - rt_deep_bottom
+
+FUNC rt_deep
+        push %rbx
+        test %rdi, %rdi
+        jnz 1f
+        call rt_deep_bottom
+        mov $1, %eax
+        pop %rbx
+        ret
+1:      lea -1(%rdi), %rdi
+        call rt_deep
+        add $1, %rax
+        pop %rbx
+        ret
+ENDF rt_deep
+
 /* Tail calls: c(x) = x + 3; b(x) = c(2x) = 2x + 3 (tail jump);
  * a(x) = b(x + 1) = 2x + 5 (tail jump); j(x) = b(x): its first instruction
  * is the tail jump itself. */

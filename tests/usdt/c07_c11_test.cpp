@@ -271,10 +271,13 @@ TEST(C07_Semaphore, DifferentRefCtrOffsetIsAConflict) {
   EXPECT_EQ(*sema, 1);
   for (std::uint64_t other : {p.semaphore_offset + 2, std::uint64_t{0}}) {
     SCOPED_TRACE("ref_ctr_offset " + hex(other));
+    const std::string why = "the probe's USDT semaphore (ref_ctr_offset) is " + hex(p.semaphore_offset) + ", not " +
+                            hex(other);
     if (other == 0)
-      expect_error([&] { uprobe::register_uprobe(p.path, p.offset, c2); }, Errc::conflict, {p.path});
+      expect_error([&] { uprobe::register_uprobe(p.path, p.offset, c2); }, Errc::ref_ctr_conflict, {p.path, why});
     else
-      expect_error([&] { uprobe::register_uprobe(p.path, p.offset, other, c2); }, Errc::conflict, {p.path});
+      expect_error([&] { uprobe::register_uprobe(p.path, p.offset, other, c2); }, Errc::ref_ctr_conflict,
+                   {p.path, why});
     EXPECT_EQ(*sema, 1) << "a refused registration changed the count";
     EXPECT_EQ(uprobe::probe_info(up).consumers, 1u);
     expect_error([&] { uprobe::unregister_uprobe(up, c2); }, Errc::conflict, {});
@@ -288,12 +291,58 @@ TEST(C07_Semaphore, DifferentRefCtrOffsetIsAConflict) {
   // The other order: first without a semaphore, then with one.
   up = uprobe::register_uprobe(p.path, p.offset, c1);
   EXPECT_EQ(*sema, 0);
-  expect_error([&] { uprobe::register_uprobe(p.path, p.offset, p.semaphore_offset, c2); }, Errc::conflict,
-               {p.path});
+  expect_error([&] { uprobe::register_uprobe(p.path, p.offset, p.semaphore_offset, c2); }, Errc::ref_ctr_conflict,
+               {p.path, "the probe's USDT semaphore (ref_ctr_offset) is 0x0, not " + hex(p.semaphore_offset)});
   EXPECT_EQ(*sema, 0) << "a refused registration changed the count";
   EXPECT_EQ(uprobe::probe_info(up).consumers, 1u);
   uprobe::unregister_uprobe(up, c1);
   EXPECT_EQ(*sema, 0);
+}
+
+// uprobe::Attachment with a semaphore: counted per attached consumer, back to
+// 0 when they detach; another semaphore on the same probe is refused with its
+// own code and message, moving no count.
+TEST(C07_Semaphore, AttachmentWithRefCtrOffset) {
+  auto v = uprobe::usdt::find(self_exe(), "c07ours", "guarded");
+  ASSERT_EQ(v.size(), 1u);
+  const Probe& p = v[0];
+  volatile unsigned short* sema = &c07ours_guarded_semaphore;
+  Recorder c1, c2, c3;
+  ASSERT_EQ(*sema, 0);
+  {
+    uprobe::Attachment a(p.path, p.offset, p.semaphore_offset, c1);
+    EXPECT_EQ(*sema, 1);
+    uprobe::Attachment b(p.path, p.offset, p.semaphore_offset, c2);
+    EXPECT_EQ(*sema, 2);
+    EXPECT_EQ(a.probe(), b.probe());
+    EXPECT_EQ(b.consumer(), &c2);
+    try {
+      uprobe::Attachment c(p.path, p.offset, p.semaphore_offset + 2, c3);
+      ADD_FAILURE() << "another semaphore was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), Errc::ref_ctr_conflict);
+      EXPECT_EQ(std::string(e.what()), "libuprobe: cannot probe " + p.path + " at offset " + hex(p.offset) +
+                                           ": the probe's USDT semaphore (ref_ctr_offset) is " +
+                                           hex(p.semaphore_offset) + ", not " + hex(p.semaphore_offset + 2));
+      EXPECT_EQ(e.path(), p.path);
+      EXPECT_EQ(e.offset(), p.offset);
+    }
+    EXPECT_EQ(*sema, 2) << "a refused attachment moved the count";
+    EXPECT_EQ(uprobe::probe_info(a.probe()).consumers, 2u);
+    EXPECT_EQ(c07ours_guarded(5), 1) << "the probe's is-enabled check reads the semaphore";
+    EXPECT_EQ(c1.hits.load(), 1u);
+    EXPECT_EQ(c2.hits.load(), 1u);
+    uprobe::Attachment moved(std::move(b));
+    EXPECT_EQ(b.probe(), nullptr);
+    EXPECT_EQ(*sema, 2);
+    moved.detach();
+    EXPECT_EQ(*sema, 1);
+  }
+  EXPECT_EQ(*sema, 0);
+  EXPECT_EQ(c07ours_guarded(6), 0);
+  EXPECT_EQ(c1.hits.load(), 1u);
+  EXPECT_EQ(c2.hits.load(), 1u);
+  EXPECT_EQ(c3.hits.load(), 0u);
 }
 
 // A semaphore in a library that is mapped only after registration: counted

@@ -235,9 +235,21 @@ TEST(Versions, GlibcMemcpyVersions) {
   EXPECT_EQ(plain[0].offset, v214[0].offset);
   EXPECT_EQ(v214[0].symbol, "memcpy@@GLIBC_2.14");
   EXPECT_EQ(v225[0].symbol, "memcpy@GLIBC_2.2.5");
-  // memcpy@@GLIBC_2.14 is an IFUNC: the offset is its resolver's.
+  // memcpy@@GLIBC_2.14 is an IFUNC: the offset is the implementation the
+  // dynamic linker bound it to (dlvsym's answer), not its resolver.
   EXPECT_EQ(uprobe::find_symbol(libc, "memcpy@@GLIBC_2.14").type, STT_GNU_IFUNC);
   EXPECT_EQ(uprobe::find_symbol(libc, "memcpy@GLIBC_2.2.5").type, STT_FUNC);
+  EXPECT_TRUE(v214[0].ifunc_bound);
+  EXPECT_EQ(v214[0].ifunc_resolver, uprobe::find_symbol(libc, "memcpy@@GLIBC_2.14").offset);
+  EXPECT_FALSE(v225[0].ifunc);
+  EXPECT_EQ(v225[0].offset, uprobe::find_symbol(libc, "memcpy@GLIBC_2.2.5").offset);
+  void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  void* impl = dlvsym(h, "memcpy", "GLIBC_2.14");
+  dlclose(h);
+  const auto m = maps_offset(impl);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(v214[0].offset, m->offset);
 }
 
 }  // namespace

@@ -67,33 +67,6 @@
 
 namespace {
 
-/// A GNU IFUNC symbol (strlen, memcpy, ... in glibc) names its resolver, which
-/// runs once at load time: probe the implementation the dynamic linker
-/// selected for this process instead (what dlsym returns), as a user means.
-uprobe::Location ifunc_implementation(uprobe::Location loc) {
-  if (loc.symbol.empty() || loc.symbol_offset != 0) return loc;
-  try {
-    const uprobe::Symbol sym = uprobe::find_symbol(loc.path, loc.symbol);
-    if (sym.type != STT_GNU_IFUNC) return loc;
-    void* h = dlopen(loc.path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
-    if (!h) return loc;
-    const std::string plain = loc.symbol.substr(0, loc.symbol.find('@'));
-    void* impl = dlsym(h, plain.c_str());
-    dlclose(h);
-    if (!impl) return loc;
-    const uprobe::FileOffset fo = uprobe::resolve_address(impl);
-    loc.path = fo.path;
-    loc.offset = fo.offset;
-    loc.address = reinterpret_cast<std::uint64_t>(impl);
-  } catch (const uprobe::Error&) {
-  }
-  return loc;
-}
-
-}  // namespace
-
-namespace {
-
 using namespace uptrace;
 using counts::kHeaderWords;
 
@@ -584,8 +557,9 @@ void attach(const std::vector<std::string>& texts) {
           if (mine.count(key)) it->second.sites.push_back(std::move(p));
         }
       } else {
+        // (A GNU IFUNC such as strlen resolves to the implementation the
+        // dynamic linker bound it to here: what calls run.)
         for (auto loc : uprobe::resolve_location(path + ":" + spec->what)) {
-          loc = ifunc_implementation(loc);
           std::string what = loc.symbol.empty() ? "+" + std::to_string(loc.offset) : display_symbol(loc.symbol);
           if (!loc.symbol.empty() && loc.symbol_offset) what += "+" + std::to_string(loc.symbol_offset);
           if (std::string why_not = refused_site(loc.path, loc.offset); !why_not.empty()) {

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// New threads are ready for probe hits before their own code runs:
+// pthread_create() is interposed, and the new thread caches its kernel thread
+// id and registers as an RCU reader with liburcu-bp before it calls the start
+// routine. Its hits then make no system call of libuprobe's, even under a
+// seccomp filter the program installs later (the kernel's uprobes keep their
+// per-task state in the kernel; in user space it has to exist before the
+// first hit). A thread not created this way (one that existed before
+// libuprobe was loaded, C11 thrd_create(), a raw clone()) does the same on
+// its first hit instead: the README lists those system calls.
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+
+#include "sanitize.hpp"
+#include "thread_state.hpp"
+
+extern "C" void urcu_bp_register_thread(void);  // liburcu-bp: registers the caller if it is not yet
+
+namespace uprobe::detail {
+
+namespace {
+
+using StartFn = void* (*)(void*);
+using CreateFn = int (*)(pthread_t*, const pthread_attr_t*, StartFn, void*);
+
+/// The start routine and argument handed from pthread_create() to the new
+/// thread. Plain fields accessed with __atomic builtins only: the new thread
+/// reads them before a sanitizer's own thread set-up has run (its start
+/// routine is ours), where no instrumented code may run.
+struct Handoff {
+  StartFn fn;
+  void* arg;
+  int busy;
+};
+constexpr unsigned kHandoffs = 256;  // threads starting at once; more start without the preparation
+Handoff g_handoff[kHandoffs];
+
+Handoff* claim_handoff() noexcept {
+  static unsigned next = 0;
+  const unsigned start = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+  for (unsigned k = 0; k < kHandoffs; ++k) {
+    Handoff* h = &g_handoff[(start + k) % kHandoffs];
+    int idle = 0;
+    if (__atomic_compare_exchange_n(&h->busy, &idle, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return h;
+  }
+  return nullptr;
+}
+
+/// The new thread's first code. Not instrumented, and calls nothing that is:
+/// under ASan or TSan the sanitizer's own start routine (the one the
+/// program's pthread_create() call went through) runs after this, so the
+/// thread is not known to the sanitizer yet. The gettid is written out for
+/// the same reason (arch::raw_syscall would be an instrumented call here).
+UPROBE_NO_SANITIZE void* prepared_start(void* p) {
+  auto* h = static_cast<Handoff*>(p);
+  const StartFn fn = __atomic_load_n(&h->fn, __ATOMIC_RELAXED);
+  void* const arg = __atomic_load_n(&h->arg, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+  long tid;
+  asm volatile("syscall" : "=a"(tid) : "a"(static_cast<long>(SYS_gettid)) : "rcx", "r11", "memory");
+  t_state.tid = static_cast<pid_t>(tid);  // current_tid(): the filter's argument, the return stack's owner
+  urcu_bp_register_thread();              // the hits' read-side sections need no registration
+  return fn(arg);
+}
+
+}  // namespace
+
+}  // namespace uprobe::detail
+
+/// Interposed pthread_create(3): the same thread, started through
+/// prepared_start(). The program's start routine, argument, attributes and
+/// result are untouched. Async-signal-safety and errors as glibc's.
+extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                                                                     void* (*start)(void*), void* arg) {
+  using namespace uprobe::detail;
+  static const auto real = reinterpret_cast<CreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  Handoff* h = claim_handoff();
+  if (!h) return real(thread, attr, start, arg);
+  __atomic_store_n(&h->fn, start, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->arg, arg, __ATOMIC_RELAXED);
+  const int rc = real(thread, attr, prepared_start, h);  // its clone() publishes the hand-off to the thread
+  if (rc != 0) __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+  return rc;
+}
