@@ -408,8 +408,10 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) 
   };
   // Each function's (file, offset range) in this process, computed once: the
   // address libc's own scope gives (an IFUNC: the implementation selected
-  // here), sized by the symbol there when it is that function's.
-  static const std::vector<Range> ranges = [] {
+  // here), sized by the symbol there when it is that function's. Never
+  // destroyed: probes fire during exit, and its free() at exit would be the
+  // traced program's (uprobe-trace counts it).
+  static const std::vector<Range>& ranges = *new const std::vector<Range>([] {
     std::vector<Range> out;
     void* const libc = libc_handle();
     if (!libc) return out;
@@ -432,7 +434,7 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) 
       else out.push_back(Range{v->dev, v->ino, off, off + size, f.where});
     }
     return out;
-  }();
+  }());
   unsigned where = 0;
   for (const Range& r : ranges)
     if (r.dev == dev && r.ino == ino && offset >= r.lo && offset < r.hi) where |= r.where;
