@@ -66,7 +66,9 @@ struct CacheEntry {
 };
 
 std::mutex g_mutex;
-std::map<std::pair<dev_t, ino_t>, CacheEntry> g_cache;
+// Never destroyed: probes fire and libraries load during exit, and its
+// free()s at exit would be the traced program's (uprobe-trace counts them).
+std::map<std::pair<dev_t, ino_t>, CacheEntry>& g_cache = *new std::map<std::pair<dev_t, ino_t>, CacheEntry>;
 
 /// Whether the dynamic linker has an object named `name` at `base` now.
 bool still_loaded(const std::string& name, std::uintptr_t base) {

@@ -241,42 +241,27 @@ int with_temporary_mask(const sigset_t* mask, Call call, Resume resume) {
   }
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------- thread start
 
-/// A thread start routine and its argument handed to a new thread whose view
-/// blocks SIGTRAP (a small fixed pool: the new thread may run before a
-/// sanitizer's thread set-up, where malloc/free are not safe).
-struct StartSlot {
-  std::atomic<int> state{0};  // 0 free, 1 in use
-  void* (*fn)(void*) = nullptr;
-  void* arg = nullptr;
-};
-constexpr int kStartSlots = 64;
-StartSlot g_start[kStartSlots];
-
-StartSlot* claim_start_slot() noexcept {
-  for (unsigned spin = 0;; ++spin) {
-    for (StartSlot& s : g_start) {
-      int expected = 0;
-      if (s.state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return &s;
-    }
-    arch::raw_syscall(SYS_sched_yield);  // 64 threads created and not started yet
-  }
+bool new_thread_view_blocked(const pthread_attr_t* attr) noexcept {
+  bool blocked = uprobe_view_blocked;
+  sigset_t m;
+  if (attr && real().attr_getsigmask && real().attr_getsigmask(attr, &m) == 0) blocked = has_sig(m, SIGTRAP);
+  return blocked;
 }
 
-UPROBE_NO_SANITIZE void* start_blocked(void* p) {
-  auto* slot = static_cast<StartSlot*>(p);
-  void* (*fn)(void*) = slot->fn;
-  void* arg = slot->arg;
-  slot->state.store(0, std::memory_order_release);
+UPROBE_NO_SANITIZE void take_blocked_view_in_new_thread() noexcept {
   // The view of the creating thread (or of pthread_attr_setsigmask_np()'s
   // set); glibc set the latter for real, before this ran.
   sigset_t trap;
   trap.__val[0] = sig_bit(SIGTRAP);
   raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
   uprobe_view_blocked = 1;
-  return fn(arg);
 }
+
+namespace {
 
 // ---------------------------------------------------------------- longjmp
 
@@ -813,24 +798,8 @@ UPROBE_INTERPOSED [[noreturn]] void __longjmp_chk(jmp_buf env, int val) noexcept
   __builtin_unreachable();
 }
 
-// ---------------------------------------------------------------- threads
-
-/// Interposed pthread_create(3): a thread created by one whose view blocks
-/// SIGTRAP, or with pthread_attr_setsigmask_np() blocking it, starts through
-/// start_blocked(), which takes it into the new thread's view.
-UPROBE_INTERPOSED int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) noexcept {
-  using namespace uprobe::detail;
-  bool blocked = uprobe_view_blocked;
-  sigset_t m;
-  if (attr && real().attr_getsigmask && real().attr_getsigmask(attr, &m) == 0) blocked = has_sig(m, SIGTRAP);
-  if (!blocked) return real().pthread_create(t, attr, fn, arg);
-  StartSlot* slot = claim_start_slot();
-  slot->fn = fn;
-  slot->arg = arg;
-  const int r = real().pthread_create(t, attr, start_blocked, slot);
-  if (r != 0) slot->state.store(0, std::memory_order_release);
-  return r;
-}
+// (pthread_create is interposed in thread_start.cpp: new_thread_view_blocked(),
+// take_blocked_view_in_new_thread().)
 
 }  // extern "C"
 

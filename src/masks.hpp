@@ -13,6 +13,7 @@
 // taken by sigwait()); a synchronous one (a foreign int3, a single-step
 // trap) kills the process, as the kernel does.
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -99,5 +100,15 @@ class HandlerView {
 /// takes over a SIGTRAP the main thread inherited blocked and installs the
 /// SIGTRAP handler: what libuprobe's load does (a constructor in masks.cpp).
 void init_masks() noexcept;
+
+/// Whether a thread created now by the calling thread starts with SIGTRAP in
+/// its view: the caller's view, or pthread_attr_setsigmask_np()'s set in
+/// `attr`. Used by the interposed pthread_create() (thread_start.cpp).
+bool new_thread_view_blocked(const pthread_attr_t* attr) noexcept;
+
+/// In the new thread, before its start routine: SIGTRAP unblocked for real,
+/// blocked in its view. Not instrumented (it runs before a sanitizer's
+/// thread set-up).
+void take_blocked_view_in_new_thread() noexcept;
 
 }  // namespace uprobe::detail

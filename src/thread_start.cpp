@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 
+#include "masks.hpp"
+#include "raw_syscall.hpp"
 #include "sanitize.hpp"
 #include "thread_state.hpp"
 
@@ -33,6 +35,7 @@ struct Handoff {
   StartFn fn;
   void* arg;
   int busy;
+  int view_blocked;  // the new thread starts with SIGTRAP in its view (masks.hpp)
 };
 constexpr unsigned kHandoffs = 256;  // threads starting at once; more start without the preparation
 Handoff g_handoff[kHandoffs];
@@ -57,7 +60,9 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
   auto* h = static_cast<Handoff*>(p);
   const StartFn fn = __atomic_load_n(&h->fn, __ATOMIC_RELAXED);
   void* const arg = __atomic_load_n(&h->arg, __ATOMIC_RELAXED);
+  const int view_blocked = __atomic_load_n(&h->view_blocked, __ATOMIC_RELAXED);
   __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+  if (view_blocked) take_blocked_view_in_new_thread();
   long tid;
   asm volatile("syscall" : "=a"(tid) : "a"(static_cast<long>(SYS_gettid)) : "rcx", "r11", "memory");
   t_state.tid = static_cast<pid_t>(tid);  // current_tid(): the filter's argument, the return stack's owner
@@ -70,14 +75,26 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
 }  // namespace uprobe::detail
 
 /// Interposed pthread_create(3): the same thread, started through
-/// prepared_start(). The program's start routine, argument, attributes and
+/// prepared_start(), which also gives it its signal-mask view (masks.cpp: a
+/// thread created by one whose view blocks SIGTRAP, or with
+/// pthread_attr_setsigmask_np() blocking it, has SIGTRAP blocked in its view
+/// only). The program's start routine, argument, attributes and
 /// result are untouched. Async-signal-safety and errors as glibc's.
 extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
                                                                      void* (*start)(void*), void* arg) {
   using namespace uprobe::detail;
   static const auto real = reinterpret_cast<CreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  const bool view_blocked = new_thread_view_blocked(attr);
   Handoff* h = claim_handoff();
+  // 256 threads created and not started yet: a new one whose view blocks
+  // SIGTRAP waits for a hand-off (it must start through prepared_start()),
+  // another one starts without the preparation (its first hit does it).
+  while (!h && view_blocked) {
+    uprobe::arch::raw_syscall(SYS_sched_yield);
+    h = claim_handoff();
+  }
   if (!h) return real(thread, attr, start, arg);
+  __atomic_store_n(&h->view_blocked, view_blocked ? 1 : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&h->fn, start, __ATOMIC_RELAXED);
   __atomic_store_n(&h->arg, arg, __ATOMIC_RELAXED);
   const int rc = real(thread, attr, prepared_start, h);  // its clone() publishes the hand-off to the thread
