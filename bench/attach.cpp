@@ -136,7 +136,7 @@ int child(const Options& o) {
   // What the attach left (after the clock stopped): the times include the
   // conversion of every entry that became a jump.
   std::map<std::string, int> modes;
-  for (const uprobe::ProbeConsumer& pc : pairs) ++modes[uprobe::probe_info(pc.probe).mode];
+  for (const uprobe::ProbeConsumer& pc : pairs) ++modes[uprobe::to_string(uprobe::probe_info(pc.probe).mode)];
   if (convert_after) {
     // configure(optimize on) converts the attached probes (one batch run of
     // the protocol for those whose sites are all int3).
@@ -147,7 +147,7 @@ int child(const Options& o) {
     uprobe::configure(cfg);
     std::printf("convert_ms %.3f\nconvert_cpu %.3f\n", ms_since(t0), cpu_ms() - c0);
     std::map<std::string, int> after;
-    for (const uprobe::ProbeConsumer& pc : pairs) ++after[uprobe::probe_info(pc.probe).mode];
+    for (const uprobe::ProbeConsumer& pc : pairs) ++after[uprobe::to_string(uprobe::probe_info(pc.probe).mode)];
     for (const auto& [mode, count] : after) std::printf("converted_%s %d\n", mode.c_str(), count);
   }
   c0 = cpu_ms();

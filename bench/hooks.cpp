@@ -89,7 +89,7 @@ class ProbeHook final : public Hook {
       base_ = uprobe::stats();  // the process's counters so far (--cycles runs several variants)
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
-      const std::string how = info.mode != "int3" ? info.mode : info.emulated ? "int3, emulated" : "int3, out of line";
+      const std::string how = info.mode != uprobe::ProbeMode::int3 ? uprobe::to_string(info.mode) : info.emulated ? "int3, emulated" : "int3, out of line";
       std::fprintf(text_out(), "Probe: %s+0x%" PRIx64 " (%p): '%s', %s%s\n", info.where.path.c_str(),
                    info.where.offset, address, info.instruction.c_str(), how.c_str(),
                    v.kind == Kind::uretprobe ? ", return probe" : "");

@@ -29,7 +29,7 @@ Error in_handler_error(const std::string& path, std::uint64_t offset) {
 PatchLock::PatchLock(Uprobe* up) noexcept : up_(up) { lock(up_); }
 PatchLock::~PatchLock() { unlock(up_); }
 void PatchLock::lock(Uprobe* up) noexcept {
-  while (up->patch_lock.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
+  while (up->patch_lock.test_and_set(std::memory_order_acquire)) arch::cpu_relax();
 }
 void PatchLock::unlock(Uprobe* up) noexcept { up->patch_lock.clear(std::memory_order_release); }
 

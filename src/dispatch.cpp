@@ -93,9 +93,6 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) 
   if (remove) try_unapply(up);
 }
 
-void handler_chain(Uprobe* up, Regs& regs) noexcept { chain(up, regs); }
-
-
 namespace {
 /// The uprobe of a stub whose descriptor names none (being rebuilt, or a copy
 /// read by the single-step path): the lookup by key.

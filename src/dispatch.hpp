@@ -7,13 +7,11 @@
 
 namespace uprobe::detail {
 
-/// Runs filters, entry handlers (with session cookies), Action::remove, and
-/// arms the return probe for the consumers that want the return. The caller
-/// holds the RCU read lock and has set the recursion guard. AS-safe.
-void handler_chain(Uprobe* up, Regs& regs) noexcept;
-
-/// handler_chain() behind the per-thread recursion guard: a hit while a
-/// handler of ours runs on this thread only counts a recursion miss.
+/// The kernel's handler_chain() behind the per-thread recursion guard: runs
+/// filters, entry handlers (with session cookies), Action::remove, and arms
+/// the return probe for the consumers that want the return; a hit while a
+/// handler of ours runs on this thread only counts a recursion miss. The
+/// caller holds the RCU read lock. AS-safe.
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
 
 /// The core's side of an optimized hit: counts it, finds the uprobe by the

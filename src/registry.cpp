@@ -252,11 +252,11 @@ ProbeInfo probe_state(const Uprobe* up) {
   bool optimized = false;
   if (ss)
     for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
-  info.mode = info.sites == 0 ? "pending"
-              : !optimized        ? "int3"
-              : arch::is_nop5(up->insn) ? "optimized-nop5"
-                                        : "optimized-entry";
-  if (info.mode == "optimized-entry") info.displaced = up->window.len;
+  info.mode = info.sites == 0             ? ProbeMode::pending
+              : !optimized                ? ProbeMode::int3
+              : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
+                                        : ProbeMode::optimized_entry;
+  if (info.mode == ProbeMode::optimized_entry) info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "arch.hpp"
 #include "sanitize.hpp"
 
 namespace uprobe::detail {
@@ -61,10 +62,7 @@ inline bool cas16(Head* addr, Head& expected, std::uint64_t ptr, std::uint64_t t
   // read-modify-write of the head it is (failed ones too: an over-approximation).
   __tsan_release(addr);
 #endif
-  asm volatile("lock cmpxchg16b %1"
-               : "=@ccz"(ok), "+m"(*addr), "+a"(expected.ptr), "+d"(expected.tag)
-               : "b"(ptr), "c"(tag)
-               : "memory");
+  ok = arch::compare_exchange_16(addr, expected.ptr, expected.tag, ptr, tag);
 #if UPROBE_TSAN
   __tsan_acquire(addr);
 #endif
@@ -447,7 +445,7 @@ std::size_t RiPool::reserve(std::size_t n) noexcept {
     std::uint32_t got = 0;
     const GrowResult r = grow(nullptr, 0, &got, true);
     if (r == GrowResult::no_room) break;
-    if (r == GrowResult::busy) __builtin_ia32_pause();
+    if (r == GrowResult::busy) arch::cpu_relax();
   }
   return capacity_.load(std::memory_order_relaxed);
 }
@@ -489,7 +487,7 @@ void* RiPool::get_slow() noexcept {
       break;
     }
     if (r == GrowResult::no_room || attempt >= kGrowRetries) break;
-    __builtin_ia32_pause();  // another thread (or the code we interrupted) is growing
+    arch::cpu_relax();  // another thread (or the code we interrupted) is growing
   }
   if (c != nullptr) release_cache(c);
   if (obj == nullptr) bump(stats()->misses);
@@ -585,7 +583,7 @@ void RiPool::bookkeeping_lock_slow() noexcept {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   for (;;) {
     if (g_bk_lock.exchange(1, std::memory_order_acquire) == 0) return;
-    while (g_bk_lock.load(std::memory_order_relaxed) != 0) __builtin_ia32_pause();
+    while (g_bk_lock.load(std::memory_order_relaxed) != 0) arch::cpu_relax();
   }
 }
 

@@ -153,8 +153,6 @@ class RiPool {
   /// (rings -> stack for freelist, stack -> rings for objpool) and the calling
   /// thread's cache is flushed when leaving objpool.
   void set_modes(RiPoolMode pool, RiLockMode lock) noexcept;
-  RiPoolMode pool_mode() const noexcept { return mode_.load(std::memory_order_relaxed); }
-  RiLockMode lock_mode() const noexcept { return lock_mode_.load(std::memory_order_relaxed); }
 
   /// An object of object_size() bytes, 64-byte aligned; nullptr when the pool
   /// is exhausted and cannot grow now (the caller counts a miss).

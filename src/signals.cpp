@@ -51,7 +51,7 @@ UPROBE_NO_SANITIZE int real_sigaction(int sig, const struct sigaction* act, stru
 }
 
 void set_program_action(const struct sigaction& act) noexcept {
-  while (g_program_write.test_and_set(std::memory_order_acquire)) __builtin_ia32_pause();
+  while (g_program_write.test_and_set(std::memory_order_acquire)) arch::cpu_relax();
   int next = 1 - g_program_idx.load(std::memory_order_relaxed);
   g_program[next] = act;
   g_program_idx.store(next, std::memory_order_release);
@@ -167,7 +167,7 @@ struct ActionLock {
     pid_t expected = 0;
     while (!g_action_owner[sig].compare_exchange_weak(expected, me, std::memory_order_acquire)) {
       expected = 0;
-      __builtin_ia32_pause();
+      arch::cpu_relax();
     }
     held = true;
   }

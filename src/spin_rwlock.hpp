@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "arch.hpp"
+
 namespace uprobe::detail {
 
 class SpinRwLock {
@@ -21,7 +23,7 @@ class SpinRwLock {
       if (!(s & kWriter) &&
           word_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed))
         return;
-      __builtin_ia32_pause();
+      arch::cpu_relax();
     }
   }
   void unlock_shared() noexcept { word_.fetch_sub(1, std::memory_order_release); }
@@ -30,7 +32,7 @@ class SpinRwLock {
       std::uint64_t expected = 0;
       if (word_.compare_exchange_weak(expected, kWriter, std::memory_order_acquire, std::memory_order_relaxed))
         return;
-      __builtin_ia32_pause();
+      arch::cpu_relax();
     }
   }
   void unlock() noexcept { word_.store(0, std::memory_order_release); }

@@ -71,8 +71,7 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
 
 UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
   if (new_thread || t_state.tid == 0) {
-    long tid;
-    asm volatile("syscall" : "=a"(tid) : "a"(static_cast<long>(SYS_gettid)) : "rcx", "r11", "memory");
+    const long tid = uprobe::arch::raw_syscall(SYS_gettid);
     t_state.tid = static_cast<pid_t>(tid);  // current_tid(): the filter's argument, the return stack's owner
   }
   // The registration's pthread_sigmask reaches masks.cpp, instrumented code:

@@ -75,6 +75,29 @@ struct OptSite {
 /// relaxed atomic loads. Async-signal-safe.
 inline void thread_counter_increment(std::uint64_t* c) noexcept { asm volatile("addq $1, %0" : "+m"(*c)); }
 
+/// The spin-wait hint (`pause`): a spinning reader or writer tells the CPU
+/// it waits, which saves power and frees the core's sibling. Async-signal-safe.
+inline void cpu_relax() noexcept { __builtin_ia32_pause(); }
+
+/// Atomic 16-byte compare-and-exchange (`lock cmpxchg16b`) of the 16-byte
+/// aligned pair {lo, hi} at `addr`: stores {new_lo, new_hi} when it holds
+/// {exp_lo, exp_hi} and returns true; otherwise loads the current pair into
+/// exp_lo/exp_hi (one atomic 16-byte read) and returns false. A full
+/// barrier. Lock-free, async-signal-safe. ThreadSanitizer does not see it:
+/// the caller annotates.
+inline bool compare_exchange_16(void* addr, std::uint64_t& exp_lo, std::uint64_t& exp_hi, std::uint64_t new_lo,
+                                std::uint64_t new_hi) noexcept {
+  bool ok;
+  struct Pair {
+    std::uint64_t lo, hi;
+  };
+  asm volatile("lock cmpxchg16b %1"
+               : "=@ccz"(ok), "+m"(*static_cast<Pair*>(addr)), "+a"(exp_lo), "+d"(exp_hi)
+               : "b"(new_lo), "c"(new_hi)
+               : "memory");
+  return ok;
+}
+
 /// What an optimized hit keeps from the stub's frame while the handlers run.
 struct OptFrameSaved {
   std::uint64_t rflags;    ///< rflags at the site

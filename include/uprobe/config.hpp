@@ -1,55 +1,29 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file config.hpp
-/// Runtime switches and statistics. The switches select the designs that the
-/// seed patches replaced, so that uprobe-bench can draw before/after curves;
-/// the defaults are the scalable designs.
+/// Runtime switches and statistics. Some switches select the designs that
+/// the seed patches replaced (their enums are in lab.hpp), so that
+/// uprobe-bench can draw before/after curves; the defaults are the scalable
+/// designs.
 
 #include <cstdint>
 
+#include "uprobe/lab.hpp"
+
 namespace uprobe {
-
-/// How a hit finds its uprobe (seed 000).
-enum class LookupMode : std::uint8_t {
-  speculative,  ///< sequence count + RCU VMA/probe lookup, locked fallback on change (default)
-  locked,       ///< every hit takes the global reader-writer lock (the mmap_lock analog)
-};
-
-/// How the probed instruction runs when it is not emulated.
-enum class XolMode : std::uint8_t {
-  jump_back,    ///< relocated copy followed by a jump back: no second trap (default)
-  single_step,  ///< kernel-faithful: set TF, run the copy, fix up on the second SIGTRAP (at the copy's end, at a
-                ///< ret's or jmp *'s target, after every iteration of a rep string instruction, after the jump
-                ///< back for a syscall)
-};
-
-/// How the SIGTRAP handler is installed (seed 001).
-enum class SignalMask : std::uint8_t {
-  nodefer,  ///< SA_NODEFER and an empty sa_mask: delivery and sigreturn leave the blocked mask alone (default)
-  defer,    ///< the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask.
-            ///< A lab setting (seed 001's "before"): with SIGTRAP blocked, an int3 probe hit from inside a
-            ///< handler (a consumer calling a probed function) is fatal, where nodefer counts a recursion miss.
-};
-
-/// Where return instances come from (seed 002).
-enum class RiPool : std::uint8_t {
-  objpool,   ///< per-thread cache backed by per-CPU rings: no shared write in the steady state (default)
-  freelist,  ///< one global lock-free LIFO: a CAS on a shared head on every get and put
-};
-
-/// Locking of return-instance bookkeeping (seed 004).
-enum class RiLock : std::uint8_t {
-  none,    ///< per-thread return stacks, no lock (default)
-  global,  ///< one process-wide lock around every push and pop of a return instance
-};
 
 /// Process-wide runtime configuration.
 struct Config {
   LookupMode lookup = LookupMode::speculative;
   XolMode xol = XolMode::jump_back;
   SignalMask signal_mask = SignalMask::nodefer;
-  /// Emulate simple instructions (nops, push, jmp, call, Jcc, ret, ...) in the
-  /// handler instead of running them out of line. Default true.
+  /// Emulate the instructions arch/ can emulate (nop, push of a register,
+  /// ret, ret imm16, jmp, call, Jcc, loop/jrcxz, indirect jmp and call) in
+  /// the int3 handler instead of running them out of line. Default true. With false,
+  /// every instruction that can run out of line does; those that cannot (a
+  /// direct jmp, call, Jcc or loop, an indirect call, a rip-relative indirect
+  /// jmp: the copy would branch from the slot) are still emulated. It does
+  /// not affect optimized (jump) sites.
   bool emulate = true;
   RiPool ri_pool = RiPool::objpool;
   RiLock ri_lock = RiLock::none;

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 
@@ -291,14 +292,37 @@ class Attachment {
   Consumer* consumer_ = nullptr;
 };
 
+/// How a probe's sites are patched now (ProbeInfo::mode). The kernel has
+/// int3 and, for nop5 sites, the optimized jump
+/// (arch/x86/kernel/uprobes.c: arch_uprobe_optimize()).
+enum class ProbeMode : std::uint8_t {
+  pending,          ///< no mapping of the file yet: nothing is written
+  int3,             ///< a breakpoint: each hit is a SIGTRAP (ProbeInfo::why_not_optimized says why)
+  optimized_nop5,   ///< a 5-byte nop became a jump to the probe's trampoline
+  optimized_entry,  ///< a function entry: the jump displaced its first instructions, which run relocated in a
+                    ///< window slot (ProbeInfo::displaced bytes)
+};
+
+/// The mode's name as the tools print it: "pending", "int3",
+/// "optimized-nop5", "optimized-entry" ("?" for a value outside the enum).
+/// Pure; async-signal-safe.
+constexpr const char* to_string(ProbeMode mode) noexcept {
+  switch (mode) {
+    case ProbeMode::pending: return "pending";
+    case ProbeMode::int3: return "int3";
+    case ProbeMode::optimized_nop5: return "optimized-nop5";
+    case ProbeMode::optimized_entry: return "optimized-entry";
+  }
+  return "?";
+}
+
+/// Prints to_string(mode). Not async-signal-safe (iostreams).
+inline std::ostream& operator<<(std::ostream& os, ProbeMode mode) { return os << to_string(mode); }
+
 /// Probe-site state, for tests and tools.
 struct ProbeInfo {
   FileOffset where;          ///< the probe key
-  /// "int3", "optimized-nop5" (a 5-byte nop became the jump),
-  /// "optimized-entry" (a function entry: the jump displaced its first
-  /// instructions, which run relocated in a window slot) or "pending" (no
-  /// mapping of the file yet).
-  std::string mode;
+  ProbeMode mode = ProbeMode::pending;  ///< how its sites are patched now
   /// Bytes displaced by an optimized entry's jump (the relocated window;
   /// 0 for nop5 and int3 probes or when the entry cannot be displaced).
   unsigned displaced = 0;

@@ -233,13 +233,13 @@ std::uint64_t expected_sum(int n) { return static_cast<std::uint64_t>(n) * (n + 
 struct Path {
   const char* name;
   Fn fn;
-  const char* mode;                        // probe_info().mode
+  uprobe::ProbeMode mode;                  // probe_info().mode
   std::uint64_t uprobe::Stats::*counter;  // the stats counter one entry hit on this path bumps
 };
-const Path kEmulated{"int3, emulated", asafe_emulated, "int3", &uprobe::Stats::emulated};
-const Path kXol{"int3, out of line", asafe_xol, "int3", &uprobe::Stats::out_of_line};
-const Path kOptimized{"optimized", asafe_nop5, "optimized-nop5", &uprobe::Stats::optimized};
-const Path kOptimizedEntry{"optimized entry", asafe_emulated, "optimized-entry", &uprobe::Stats::optimized};
+const Path kEmulated{"int3, emulated", asafe_emulated, uprobe::ProbeMode::int3, &uprobe::Stats::emulated};
+const Path kXol{"int3, out of line", asafe_xol, uprobe::ProbeMode::int3, &uprobe::Stats::out_of_line};
+const Path kOptimized{"optimized", asafe_nop5, uprobe::ProbeMode::optimized_nop5, &uprobe::Stats::optimized};
+const Path kOptimizedEntry{"optimized entry", asafe_emulated, uprobe::ProbeMode::optimized_entry, &uprobe::Stats::optimized};
 
 class Asafe : public ::testing::Test {
  protected:
@@ -261,7 +261,7 @@ void set_optimize(bool on) {
 
 void run_path(const Path& path, Audited& c, int n) {
   SCOPED_TRACE(path.name);
-  set_optimize(std::string(path.mode) != "int3");
+  set_optimize(path.mode != uprobe::ProbeMode::int3);
   uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(path.fn), c);
   EXPECT_EQ(uprobe::probe_info(p).mode, path.mode);
   const uprobe::Stats before = uprobe::stats();
@@ -389,14 +389,15 @@ TEST_F(Asafe, FilterOnTwoThreads) {
 TEST_F(Asafe, RemoveActionUnappliesOnTheHitPath) {
   struct Case {
     Fn fn;
-    const char* mode;
+    uprobe::ProbeMode mode;
     std::uint8_t first_byte;
   };
-  for (const Case& k : {Case{asafe_remove_int3, "int3", 0x55}, Case{asafe_remove_nop5, "optimized-nop5", 0x0f}}) {
+  for (const Case& k : {Case{asafe_remove_int3, uprobe::ProbeMode::int3, 0x55},
+                        Case{asafe_remove_nop5, uprobe::ProbeMode::optimized_nop5, 0x0f}}) {
     reset_record();
     Audited c(Callbacks::entry);
     c.remove_at = 3;
-    set_optimize(std::string(k.mode) != "int3");
+    set_optimize(k.mode != uprobe::ProbeMode::int3);
     uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(k.fn), c);
     EXPECT_EQ(uprobe::probe_info(p).mode, k.mode);
     std::uint64_t sum = 0;

@@ -4,18 +4,8 @@
  * (asafe_remove_*: a + 1), .globl with .type/.size (the runtime's
  * mid-instruction check reads the symbol table); the probe goes on the entry.
  */
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
 
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
-
+#include "fixtures.inc"
 /* push %rbp at the entry: an emulated instruction (int3 path). */
 FUNC asafe_emulated
         push    %rbp

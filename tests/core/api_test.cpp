@@ -52,7 +52,7 @@ TEST(Consumers, ThreeOnOneProbeThenUnregisterOne) {
   EXPECT_EQ(c3.hits.load(), 1000u);
   uprobe::unregister_uprobe(p2, c2);
   EXPECT_EQ(uprobe::probe_info(p1).consumers, 2u);
-  EXPECT_EQ(uprobe::probe_info(p1).mode, "optimized-nop5");
+  EXPECT_EQ(uprobe::probe_info(p1).mode, uprobe::ProbeMode::optimized_nop5);
   EXPECT_EQ(*static_cast<const std::uint8_t*>(fx_addr(fx_nop5)), 0xE9);
   for (std::uint64_t i = 0; i < 500; ++i) ASSERT_EQ(fx_nop5(i, 0), i + 2);
   EXPECT_EQ(c1.hits.load(), 1500u);

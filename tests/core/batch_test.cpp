@@ -124,7 +124,7 @@ TEST(Batch, ExactHitCountsOnEveryProbeThenDetachRestoresEveryByte) {
     const uprobe::ProbeInfo info = uprobe::probe_info(res[i].probe);
     EXPECT_EQ(info.sites, 1u) << i;
     EXPECT_EQ(info.consumers, 1u) << i;
-    EXPECT_EQ(info.mode, "int3") << i;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << i;
     EXPECT_EQ(*static_cast<const std::uint8_t*>(fx(i)), 0xCC) << i;
   }
   for (std::size_t i = 0; i < kFixtures; ++i) call(i, i % 7 + 1);

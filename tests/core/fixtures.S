@@ -10,28 +10,7 @@
  * Unless noted, a fixture is `uint64_t fn(uint64_t a /rdi/, uint64_t b /rsi/)`.
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
-
-        .macro SITE fn, label
-        .pushsection .rodata
-        .globl \fn\()_site
-        .type \fn\()_site, @object
-        .p2align 3
-\fn\()_site:
-        .quad \label - \fn
-        .size \fn\()_site, 8
-        .popsection
-        .endm
+#include "fixtures.inc"
 
 /* ===================================================================== */
 /* Emulated classes                                                      */

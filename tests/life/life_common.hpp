@@ -70,7 +70,9 @@ inline std::uint64_t addr(F* fn) {
 enum class Kind { int3, optimized };
 inline const char* kind_name(Kind k) { return k == Kind::int3 ? "int3" : "optimized"; }
 /// The probe_info() mode a site of this kind reports.
-inline const char* kind_mode(Kind k) { return k == Kind::int3 ? "int3" : "optimized-nop5"; }
+inline uprobe::ProbeMode kind_mode(Kind k) {
+  return k == Kind::int3 ? uprobe::ProbeMode::int3 : uprobe::ProbeMode::optimized_nop5;
+}
 
 /// Restores the configuration when it goes out of scope.
 struct ConfigGuard {

@@ -37,7 +37,7 @@ int main() {
   uprobe::configure(c);
   Counter hits;
   uprobe::Attachment a(vaddr(lf_add), hits);
-  if (uprobe::probe_info(a.probe()).mode != "int3") return 3;
+  if (uprobe::probe_info(a.probe()).mode != uprobe::ProbeMode::int3) return 3;
   for (std::uint64_t i = 0; i < 1000; ++i)
     if (lf_add(i, 2) != i + 2) return 4;
   return hits.hits.load() == 1000 ? 0 : 5;

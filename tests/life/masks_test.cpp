@@ -114,7 +114,7 @@ class Masks : public ::testing::Test {
   /// An int3 probe on lf_add counting into `c`.
   uprobe::Attachment attach_add(Counter& c) {
     uprobe::Attachment a(vaddr(lf_add), c);
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
     return a;
   }
 };

@@ -315,7 +315,7 @@ void handler_after_start(ChildReport& r) {
   static Session add, outer;
   add.adds = true;
   uprobe::Attachment aa(vaddr(lf_add), add), ao(vaddr(lf_outer), outer);
-  r.v[0] = uprobe::probe_info(aa.probe()).mode == (uprobe::configuration().optimize ? "optimized-nop5" : "int3");
+  r.v[0] = uprobe::probe_info(aa.probe()).mode == (uprobe::configuration().optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
   std::atomic<bool> stop{false}, installed{false};
   std::atomic<std::uint64_t> calls{0}, wrong{0}, foreign{0};
   std::thread worker([&] {

@@ -119,7 +119,7 @@ void check_region(Kind kind, uprobe::XolMode xol) {
       p(at(lf_step_run, lf_step_push_site), push), e(vaddr(lf_step_callee), callee);
   ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(kind));
   ASSERT_EQ(uprobe::probe_info(e.probe()).mode, kind_mode(kind));
-  ASSERT_EQ(uprobe::probe_info(b.probe()).mode, "int3");
+  ASSERT_EQ(uprobe::probe_info(b.probe()).mode, uprobe::ProbeMode::int3);
   ASSERT_FALSE(uprobe::probe_info(b.probe()).emulated) << "the imul runs out of line";
   ASSERT_TRUE(uprobe::probe_info(p.probe()).emulated) << "the push is emulated";
   const uprobe::Stats s0 = uprobe::stats();
@@ -243,7 +243,7 @@ void check_popf(uprobe::XolMode xol) {
   uprobe::configure(c);
   Counter on, off;
   uprobe::Attachment a(at(lf_step_run, lf_step_on_popf_site), on), b(at(lf_step_run, lf_step_off_popf_site), off);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
   for (int round = 0; round < 3; ++round) {
     g_log.n = 0;
     EXPECT_EQ(lf_step_run(5, 7), base.result);
@@ -283,9 +283,9 @@ void check_window(bool optimized) {
   Session s;
   s.adds = true;
   uprobe::Attachment a(vaddr(lf_win), s);
-  const std::string mode = uprobe::probe_info(a.probe()).mode;
-  if (optimized && mode != "optimized-entry") GTEST_SKIP() << "entry not optimized here: " << mode;
-  ASSERT_EQ(mode, optimized ? "optimized-entry" : "int3");
+  const uprobe::ProbeMode mode = uprobe::probe_info(a.probe()).mode;
+  if (optimized && mode != uprobe::ProbeMode::optimized_entry) GTEST_SKIP() << "entry not optimized here: " << mode;
+  ASSERT_EQ(mode, optimized ? uprobe::ProbeMode::optimized_entry : uprobe::ProbeMode::int3);
   for (int round = 0; round < 3; ++round) {
     g_log.n = 0;
     EXPECT_EQ(lf_step_win(20, 21), 42u);
@@ -321,7 +321,7 @@ void check_pushf(Kind kind, bool on_pushf, uprobe::XolMode xol) {
   uprobe::configure(c);
   Counter cnt;
   uprobe::Attachment a(on_pushf ? at(lf_pushf, lf_pushf_site) : vaddr(lf_pushf), cnt);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, on_pushf ? "int3" : kind_mode(kind));
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, on_pushf ? uprobe::ProbeMode::int3 : kind_mode(kind));
   for (int i = 0; i < 100; ++i) ASSERT_EQ(lf_pushf() & kTF, 0u) << "TF leaked into the program's pushf, call " << i;
   g_log.n = 0;
   const std::uint64_t stepped_probed = lf_step_pushf();

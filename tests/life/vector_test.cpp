@@ -124,7 +124,7 @@ TEST(VectorXol, MidSiteXmm0LiveOutOfLineAlignedRsp) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2";
   VecConsumer c(uprobe::Callbacks::entry);
   uprobe::Attachment a(at(lf_xmm_pushed, lf_xmm_pushed_site), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
   ASSERT_FALSE(uprobe::probe_info(a.probe()).emulated);
   alignas(16) std::uint64_t src[2], dst[2];
   for (std::uint64_t i = 0; i < 100; ++i) {

@@ -5,17 +5,7 @@
  * window is planned from the symbol.
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
+#include "fixtures.inc"
 
 /* push %rbp (1); mov (%rdi),%rax (3); nop; pop %rbp; ret: returns *a. The
  * load at +1 is inside the 5-byte window; a SIGSEGV there is handled with

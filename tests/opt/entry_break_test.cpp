@@ -125,7 +125,7 @@ bool wait_blocked(long tid) {
 
 std::string mode_of(const uprobe::Uprobe* p) {
   const uprobe::ProbeInfo i = uprobe::probe_info(p);
-  return i.mode + (i.why_not_optimized.empty() ? "" : " (" + i.why_not_optimized + ")");
+  return uprobe::to_string(i.mode) + (i.why_not_optimized.empty() ? "" : " (" + i.why_not_optimized + ")");
 }
 
 // --- A thread interrupted inside a window, its signal handler blocked -------
@@ -230,7 +230,7 @@ TEST(EntryBreak, IndirectJumpIntoTheWindow) {
     Counter c(addr(brk_indloop));
     uprobe::Attachment a(vaddr(brk_indloop), c);
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-    EXPECT_EQ(info.mode, "int3");
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
     EXPECT_NE(info.why_not_optimized.find("takes the address +0x2, inside the 5 bytes"), std::string::npos)
         << info.why_not_optimized;
   }
@@ -426,7 +426,7 @@ TEST(EntryBreak, LibcLibmLibstdcxxEntriesUnderLoad) {
     try {
       uprobe::Uprobe* p = uprobe::register_uprobe(t.path, t.offset, c);
       probes.push_back(p);
-      optimized += uprobe::probe_info(p).mode == "optimized-entry";
+      optimized += uprobe::probe_info(p).mode == uprobe::ProbeMode::optimized_entry;
     } catch (const uprobe::Error&) {
       // the trap path's own functions
     }
@@ -488,7 +488,7 @@ TEST(EntryBreak, ExceptionsThroughOptimizedEntries) {
   for (bool ret : {false, true}) {
     EntryRet outer(vaddr(brk_callthrow), ret), inner(vaddr(brk_thrower), ret);
     uprobe::Attachment a(vaddr(brk_callthrow), outer), b(vaddr(brk_thrower), inner);
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
     std::printf("brk_thrower (compiler output): %s\n", mode_of(b.probe()).c_str());
     int caught = 0, wrong = 0;
     for (std::uint64_t i = 0; i < 1000; ++i) {
@@ -531,7 +531,7 @@ __attribute__((noinline)) int call_or_jump(std::uint64_t i) {
 TEST(EntryBreak, LongjmpOutOfAnOptimizedEntry) {
   EntryRet c(vaddr(brk_longjmper), true);
   uprobe::Attachment a(vaddr(brk_longjmper), c);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
   int jumped = 0, wrong = 0;
   for (std::uint64_t i = 0; i < 300; ++i) {
     const int r = call_or_jump(i);
@@ -553,7 +553,7 @@ TEST(EntryBreak, LongjmpOutOfAnOptimizedEntry) {
 TEST(EntryBreak, RecursionFromSeveralThreads) {
   EntryRet c(vaddr(brk_fib), true);
   uprobe::Attachment a(vaddr(brk_fib), c);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
   std::atomic<int> wrong{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
@@ -598,7 +598,7 @@ TEST(EntryBreak, SignalHandlerCallsTheProbedFunction) {
     const uprobe::Stats s0 = uprobe::stats();
     Counter c(addr(brk_frame));
     uprobe::Attachment a(vaddr(brk_frame), c);
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
     std::atomic<bool> stop{false};
     const pthread_t main_thread = pthread_self();
     std::atomic<int> sent{0};
@@ -651,13 +651,13 @@ TEST(EntryBreak, ProbeInsideTheWindowIsHit) {
     if (entry_first) a = uprobe::Attachment(vaddr(brk_frame), entry);
     b = uprobe::Attachment(at(brk_frame, 1), inner);
     if (!entry_first) a = uprobe::Attachment(vaddr(brk_frame), entry);
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "int3") << mode_of(a.probe());
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3) << mode_of(a.probe());
     for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(brk_frame(i, 9), i + 9);
     EXPECT_EQ(entry.hits.load(), 100u) << "entry_first=" << entry_first;
     EXPECT_EQ(inner.hits.load(), 100u) << "entry_first=" << entry_first;
     EXPECT_EQ(entry.bad_ip.load() + inner.bad_ip.load(), 0u);
     b.detach();
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
     for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(brk_frame(i, 9), i + 9);
     EXPECT_EQ(entry.hits.load(), 200u);
   }
@@ -714,7 +714,7 @@ TEST(EntryBreak, InnerProbeStormWhileThreadsCall) {
   EXPECT_EQ(entry.hits.load(), calls.load() + 1000);
   EXPECT_EQ(entry.bad_ip.load() + in1.bad_ip.load() + in4.bad_ip.load() + entry2.bad_ip.load(), 0u);
   // Alone again: optimized again, and the bytes after the window are the file's.
-  EXPECT_EQ(uprobe::probe_info(ea.probe()).mode, "optimized-entry") << mode_of(ea.probe());
+  EXPECT_EQ(uprobe::probe_info(ea.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(ea.probe());
   EXPECT_EQ(hex_bytes(mem(at(brk_frame, 5), 6)), hex_bytes(file_bytes_at(at(brk_frame, 5), 6)));
   ea.detach();
   EXPECT_EQ(hex_bytes(mem(vaddr(brk_frame), 11)), hex_bytes(file_bytes_at(vaddr(brk_frame), 11)));
@@ -763,7 +763,7 @@ TEST(EntryBreak, OptimizeSwitchesToggledUnderLoad) {
 TEST(EntryBreak, ForkWhileEntriesAreOptimized) {
   Counter c(addr(brk_frame));
   uprobe::Attachment a(vaddr(brk_frame), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << mode_of(a.probe());
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << mode_of(a.probe());
   const auto parent_bytes = mem(vaddr(brk_frame), 8);
   for (int i = 0; i < 10; ++i) ASSERT_EQ(brk_frame(i, 1), i + 1u);
   const std::string r = in_child([&]() -> std::string {
@@ -785,7 +785,7 @@ TEST(EntryBreak, ForkWhileEntriesAreOptimized) {
   });
   EXPECT_EQ(r, "");
   EXPECT_EQ(mem(vaddr(brk_frame), 8), parent_bytes);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry");
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry);
   for (int i = 0; i < 10; ++i) ASSERT_EQ(brk_frame(i, 1), i + 1u);
   EXPECT_EQ(c.hits.load(), 20u);
 }

@@ -5,17 +5,7 @@
  * Every function has .type/.size: the window is planned from the symbol.
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
+#include "fixtures.inc"
 
         .section .rodata
         .p2align 3

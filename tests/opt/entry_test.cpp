@@ -83,7 +83,7 @@ void check_entry(const void* fn, std::size_t fn_len, unsigned displaced, const s
   const uprobe::Stats s0 = uprobe::stats();
   uprobe::Uprobe* p = uprobe::register_uprobe(fn, c);
   const uprobe::ProbeInfo info = uprobe::probe_info(p);
-  EXPECT_EQ(info.mode, "optimized-entry") << "why: " << info.why_not_optimized;
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_entry) << "why: " << info.why_not_optimized;
   EXPECT_EQ(info.displaced, displaced);
   EXPECT_EQ(check_jump_into_xol(fn), "");
   EXPECT_TRUE(rwx_mappings().empty());
@@ -169,7 +169,7 @@ TEST(Entry, EveryGeneralRegisterAndFlagsSurvive) {
     }
   } c;
   uprobe::Attachment a(vaddr(ent_leaf), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(a.probe()).why_not_optimized;
   for (std::uint64_t flags : {0x202ull, 0x2d7ull /* CF PF AF ZF SF */, 0xa03ull /* CF OF */}) {
     std::uint64_t in[17], out[17];
     for (int k = 0; k < 15; ++k) in[k] = 0x1111111111111111ull * (k + 1) ^ 0x0123456789abcdefull;
@@ -205,7 +205,7 @@ TEST(Entry, VectorArgumentsSurviveAFloatingPointConsumer) {
     }
   } c;
   uprobe::Attachment a(vaddr(ent_fadd), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(a.probe()).why_not_optimized;
   for (int i = 0; i < 1000; ++i) {
     const double x = i * 0.5 + 0.25, y = 1000.0 - i;
     ASSERT_EQ(ent_fadd(x, y), x + y) << i;
@@ -233,7 +233,7 @@ TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
     EntryCounter c(reinterpret_cast<std::uint64_t>(k.fn));
     uprobe::Attachment a(k.fn, c);
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-    EXPECT_EQ(info.mode, "int3") << k.why;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << k.why;
     EXPECT_NE(info.why_not_optimized.find(k.why), std::string::npos) << info.why_not_optimized;
     EXPECT_EQ(info.displaced, 0u);
     for (int i = 0; i < 10; ++i) EXPECT_EQ(k.run(), "") << k.why;
@@ -248,18 +248,18 @@ TEST(Entry, OptimizeEntriesSwitch) {
   uprobe::configure(cfg);
   EntryCounter c(addr(ent_frame));
   uprobe::Attachment a(vaddr(ent_frame), c);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
   EXPECT_NE(uprobe::probe_info(a.probe()).why_not_optimized.find("Config::optimize_entries"), std::string::npos);
   EXPECT_EQ(mem(vaddr(ent_frame), 1)[0], 0xcc);
   // The int3 path runs the whole window from its slot.
   for (int i = 0; i < 100; ++i) ASSERT_EQ(ent_frame(i, i), 3u * i);
   cfg.optimize_entries = true;
   uprobe::configure(cfg);  // converts attached probes
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry");
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(ent_frame(i, i), 3u * i);
   cfg.optimize_entries = false;
   uprobe::configure(cfg);  // back to int3
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "int3");
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(ent_frame(i, i), 3u * i);
   EXPECT_EQ(c.hits.load(), 300u);
 }
@@ -278,7 +278,7 @@ TEST(Entry, RunningThreadDefersTheConversion) {
   EntryCounter c(addr(ent_sub));
   uprobe::Attachment a(vaddr(ent_sub), c);
   uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  EXPECT_EQ(info.mode, "int3");
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
   EXPECT_NE(info.why_not_optimized.find("kept running for 2 ms"), std::string::npos) << info.why_not_optimized;
   EXPECT_EQ(mem(vaddr(ent_sub), 1)[0], 0xcc);
   for (int i = 0; i < 50; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
@@ -287,7 +287,7 @@ TEST(Entry, RunningThreadDefersTheConversion) {
   // The next attach retries, and now every other thread is observable.
   EntryCounter c2(addr(ent_sub));
   uprobe::Attachment a2(vaddr(ent_sub), c2);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(a.probe()).why_not_optimized;
   for (int i = 0; i < 50; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
   EXPECT_EQ(c.hits.load(), 100u);
   EXPECT_EQ(c2.hits.load(), 50u);
@@ -318,12 +318,12 @@ TEST(Entry, SampleSignalObservesARunningThread) {
     uprobe::Attachment a(vaddr(ent_sub), c);
     std::vector<std::unique_ptr<EntryCounter>> more;
     std::vector<uprobe::Attachment> extra;
-    for (int i = 0; i < 200 && uprobe::probe_info(a.probe()).mode != "optimized-entry"; ++i) {
+    for (int i = 0; i < 200 && uprobe::probe_info(a.probe()).mode != uprobe::ProbeMode::optimized_entry; ++i) {
       if (i >= 8) extra.clear();  // keep the consumer count small; each attach is one more try
       more.push_back(std::make_unique<EntryCounter>(addr(ent_sub)));
       extra.emplace_back(vaddr(ent_sub), *more.back());
     }
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(a.probe()).why_not_optimized;
     const std::uint64_t h = c.hits.load();
     while (c.hits.load() < h + 1000) {
     }
@@ -402,7 +402,7 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
   EntryCounter c(addr(ent_load));
   uprobe::Attachment a(vaddr(ent_load), c);
   uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  EXPECT_EQ(info.mode, "int3");
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
   EXPECT_NE(info.why_not_optimized.find("is stopped at " + hex(reinterpret_cast<std::uint64_t>(ent_load_fault))),
             std::string::npos)
       << "the reason should name the thread's address " << hex(reinterpret_cast<std::uint64_t>(ent_load_fault))
@@ -418,7 +418,7 @@ TEST(Entry, ThreadStoppedInsideTheWindowBlocksTheConversion) {
 
   EntryCounter c2(addr(ent_load));
   uprobe::Attachment a2(vaddr(ent_load), c2);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-entry") << uprobe::probe_info(a.probe()).why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(a.probe()).why_not_optimized;
   std::uint64_t x = 5;
   EXPECT_EQ(ent_load(&x), 5u);
   EXPECT_EQ(c.hits.load(), 1u);  // the thread that faulted entered before the probe
@@ -440,18 +440,18 @@ TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
   const auto res = uprobe::register_uprobes(reqs);
   ASSERT_TRUE(res[0] && res[1]);
   const uprobe::ProbeInfo load_info = uprobe::probe_info(res[0].probe);
-  EXPECT_EQ(load_info.mode, "int3");
+  EXPECT_EQ(load_info.mode, uprobe::ProbeMode::int3);
   EXPECT_NE(load_info.why_not_optimized.find("is stopped at " + hex(reinterpret_cast<std::uint64_t>(ent_load_fault))),
             std::string::npos)
       << load_info.why_not_optimized;
-  EXPECT_EQ(uprobe::probe_info(res[1].probe).mode, "optimized-entry") << uprobe::probe_info(res[1].probe).why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(res[1].probe).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(res[1].probe).why_not_optimized;
   for (int i = 0; i < 20; ++i) ASSERT_EQ(ent_sub(i, 1), i + 1u);
   EXPECT_EQ(on_sub.hits.load(), 20u);
 
   EXPECT_EQ(stopped.release(), 42u);
   EntryCounter again(addr(ent_load));
   uprobe::Attachment a2(vaddr(ent_load), again);
-  EXPECT_EQ(uprobe::probe_info(res[0].probe).mode, "optimized-entry") << uprobe::probe_info(res[0].probe).why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(res[0].probe).mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(res[0].probe).why_not_optimized;
   std::uint64_t x = 7;
   EXPECT_EQ(ent_load(&x), 7u);
   EXPECT_EQ(on_load.hits.load(), 1u);  // the faulted thread entered before the probe

@@ -9,32 +9,7 @@
  * Unless noted a fixture is `uint64_t fn(uint64_t a /rdi/, uint64_t b /rsi/)`.
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
-
-        .macro OFF fn, label, name
-        .pushsection .rodata
-        .globl \name
-        .type \name, @object
-        .p2align 3
-\name:
-        .quad \label - \fn
-        .size \name, 8
-        .popsection
-        .endm
-
-        .macro NOP5
-        .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
-        .endm
+#include "fixtures.inc"
 
 /* ===================================================================== */
 /* Basic sites                                                           */

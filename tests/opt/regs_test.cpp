@@ -108,7 +108,9 @@ std::string diff_state(Level l, const OptState& want, const OptState& got) {
       }
   if (l == Level::avx512)
     for (int k = 0; k < 8; ++k)
-      if (want.k[k] != got.k[k]) add("k" + std::to_string(k) + " " + hex(got.k[k]) + " want " + hex(want.k[k]));
+      if (want.k[k] != got.k[k])  // (append: GCC 12's false -Wrestrict on "literal" + std::string, PR 105329)
+        add(std::string("k").append(std::to_string(k)).append(" ").append(hex(got.k[k])).append(" want ").append(
+            hex(want.k[k])));
   if (n_diffs > 12) d += "(" + std::to_string(n_diffs - 12) + " more)";
   return d;
 }
@@ -251,7 +253,7 @@ void run_state_check(Level l, bool optimize, uprobe::Consumer& c, const std::fun
   if (also) extra = uprobe::Attachment(level_site_addr(l), *also);
   uprobe::Attachment a(level_site_addr(l), c);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  ASSERT_EQ(info.mode, optimize ? "optimized-nop5" : "int3") << info.why_not_optimized;
+  ASSERT_EQ(info.mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3) << info.why_not_optimized;
   if (optimize) {
     EXPECT_EQ(check_jump_into_xol(level_site_addr(l)), "");
   }
@@ -325,7 +327,7 @@ TEST(Vector, SaveFlagFollowsConsumerSet) {
 
   LyingClobberer liar;
   uprobe::Attachment a(level_site_addr(l), liar);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   fill_input(42);
   const OptState& unsaved = kVectorStateAlwaysSaved ? ref : clobbered;
   EXPECT_EQ(diff_state(l, unsaved, run_level(l)), "") << "only unused-state consumers: the state is not saved"
@@ -354,7 +356,7 @@ TEST(Fork, ParentConsumerChangeDoesNotReachChildStub) {
   ASSERT_NO_FATAL_FAILURE(check_fixture(l, ref));
   Clobberer c;
   uprobe::Uprobe* p = uprobe::register_uprobe(level_site_addr(l), c);
-  ASSERT_EQ(uprobe::probe_info(p).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(p).mode, uprobe::ProbeMode::optimized_nop5);
   fill_input(7);
   ASSERT_EQ(diff_state(l, ref, run_level(l)), "");
   int p2c[2], c2p[2];
@@ -404,7 +406,7 @@ TEST(Fork, ParentConsumerChangeDoesNotReachChildStub) {
 void check_fargs(uprobe::Consumer& c, const std::function<std::uint64_t()>& entries,
                  const std::function<std::uint64_t()>& returns, std::uint64_t want_returns) {
   uprobe::Attachment a(vaddr(opt_fargs), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   const uprobe::Stats s0 = uprobe::stats();
   int bad = 0;
   std::string first;
@@ -468,7 +470,7 @@ TEST(Regs, SeenAtOptimizedSite) {
   const Level l = Level::sse;
   IntRecorder c;
   uprobe::Attachment a(level_site_addr(l), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   for (int i = 0; i < 1000; ++i) {
     fill_input(static_cast<std::uint64_t>(i) + 99);
     const OptState out = run_level(l);
@@ -503,7 +505,7 @@ TEST(Regs, HandlerWritesRaxRdi) {
     set_optimize(optimize);
     Writer w;
     uprobe::Attachment a(at(opt_hw, opt_hw_site), w);
-    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
     const uprobe::Stats s0 = uprobe::stats();
     for (std::uint64_t i = 0; i < 1000; ++i) {
       w.a = i * 0x1234567 + 1;
@@ -544,7 +546,7 @@ TEST(Regs, GprAndFlagWrites) {
     want.rflags ^= 0x41;
     FlagWriter w;
     uprobe::Attachment a(level_site_addr(l), w);
-    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
     for (int i = 0; i < 100; ++i) {
       fill_input(5);
       ASSERT_EQ(diff_state(l, want, run_level(l)), "") << "call " << i;
@@ -572,7 +574,7 @@ TEST(Regs, RspWriteTakesEffect) {
     set_optimize(optimize);
     RspWriter w;
     uprobe::Attachment a(at(opt_rspw, opt_rspw_site), w);
-    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
     std::uint64_t ignored = 0;
     for (std::uint64_t i = 0; i < 100; ++i) {
       const std::uint64_t r = opt_rspw(1000 + i, 2000 + i);
@@ -602,7 +604,7 @@ TEST(Regs, RipWriteRedirects) {
     Redirector h;
     h.to = reinterpret_cast<std::uint64_t>(at(opt_redir, opt_redir_alt));
     uprobe::Attachment a(at(opt_redir, opt_redir_site), h);
-    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
     const uprobe::Stats s0 = uprobe::stats();
     for (std::uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(opt_redir(i * 3), i * 3 + 1000) << "call " << i;
     const uprobe::Stats d = stats_delta(s0, uprobe::stats());

@@ -42,7 +42,7 @@ TEST(Return, SessionThroughOptimizedEntryWithRecursion) {
   c.func = addr(opt_fact);
   uprobe::Attachment a(vaddr(opt_fact), c);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  ASSERT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+  ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
   EXPECT_EQ(check_jump_into_xol(vaddr(opt_fact)), "");
   const uprobe::Stats s0 = uprobe::stats();
   std::uint64_t invocations = 0;
@@ -87,7 +87,7 @@ TEST(Remove, EveryConsumerRemovesRestoresBytes) {
   const uprobe::Stats s0 = uprobe::stats();
   uprobe::Uprobe* p = uprobe::register_uprobe(site, a5);
   ASSERT_EQ(uprobe::register_uprobe(site, b10), p);
-  ASSERT_EQ(uprobe::probe_info(p).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(p).mode, uprobe::ProbeMode::optimized_nop5);
   for (std::uint64_t i = 1; i <= 20; ++i) {
     ASSERT_EQ(opt_remove(i), 3 * i + 1);
     if (i < 10) {
@@ -107,7 +107,7 @@ TEST(Remove, EveryConsumerRemovesRestoresBytes) {
   Counter c(addr(opt_remove));
   ASSERT_EQ(uprobe::register_uprobe(site, c), p);
   const uprobe::ProbeInfo info = uprobe::probe_info(p);
-  EXPECT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
   EXPECT_EQ(info.consumers, 3u);
   EXPECT_EQ(check_jump_into_xol(site), "");
   const uprobe::Stats s1 = uprobe::stats();
@@ -130,7 +130,7 @@ TEST(Remove, RemoveAtFirstHitThenUnregister) {
   const auto file = file_bytes_at(vaddr(opt_mid5), 16);
   RemoveAfter r1(1);
   uprobe::Uprobe* p = uprobe::register_uprobe(site, r1);
-  ASSERT_EQ(uprobe::probe_info(p).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(p).mode, uprobe::ProbeMode::optimized_nop5);
   for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(opt_mid5(i, 2), 2 * i - 2);
   EXPECT_EQ(r1.hits.load(), 1u);
   EXPECT_EQ(hex_bytes(mem(vaddr(opt_mid5), 16)), hex_bytes(file));

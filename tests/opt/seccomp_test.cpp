@@ -66,7 +66,7 @@ int install_filter() {
   uprobe::Uprobe* p = nullptr;
   try {
     p = uprobe::register_uprobe(vaddr(opt_secc), c);
-    if (uprobe::probe_info(p).mode != "optimized-nop5") ::_exit(3);
+    if (uprobe::probe_info(p).mode != uprobe::ProbeMode::optimized_nop5) ::_exit(3);
   } catch (...) {
     ::_exit(2);
   }

@@ -32,7 +32,7 @@ void check_optimized_site(const void* site, std::size_t fn_len, const void* fn,
   const uprobe::Stats s0 = uprobe::stats();
   uprobe::Uprobe* p = uprobe::register_uprobe(site, c);
   const uprobe::ProbeInfo info = uprobe::probe_info(p);
-  EXPECT_EQ(info.mode, "optimized-nop5") << "why: " << info.why_not_optimized;
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << "why: " << info.why_not_optimized;
   EXPECT_EQ(info.why_not_optimized, "");
   EXPECT_EQ(info.sites, 1u);
   EXPECT_EQ(info.consumers, 1u);
@@ -98,7 +98,7 @@ TEST(Sites, StubReusedByTheNextProbeAtTheSameSite) {
   const auto site_a = reinterpret_cast<std::uint64_t>(site);
   Counter a(site_a), b(site_a);
   uprobe::Uprobe* pa = uprobe::register_uprobe(site, a);
-  ASSERT_EQ(uprobe::probe_info(pa).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(pa).mode, uprobe::ProbeMode::optimized_nop5);
   const std::uint64_t stub = jump_target(site);
   ASSERT_NE(stub, 0u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(opt_entry5(1, 2), 5u);
@@ -106,7 +106,7 @@ TEST(Sites, StubReusedByTheNextProbeAtTheSameSite) {
   EXPECT_EQ(jump_target(site), 0u);
   for (int round = 0; round < 3; ++round) {
     uprobe::Uprobe* pb = uprobe::register_uprobe(site, b);
-    ASSERT_EQ(uprobe::probe_info(pb).mode, "optimized-nop5");
+    ASSERT_EQ(uprobe::probe_info(pb).mode, uprobe::ProbeMode::optimized_nop5);
     EXPECT_EQ(jump_target(site), stub) << "the stub was not reused";
     for (int i = 0; i < 5; ++i) EXPECT_EQ(opt_entry5(1, 2), 5u);
     uprobe::unregister_uprobe(pb, b);
@@ -145,7 +145,7 @@ TEST(Sites, AlignmentCheckOnAtSite) {
   const void* site = at(opt_ac5, opt_ac5_site);
   AcConsumer c;
   uprobe::Attachment a(site, c);
-  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5") << uprobe::probe_info(a.probe()).why_not_optimized;
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5) << uprobe::probe_info(a.probe()).why_not_optimized;
   for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_ac5(i), i + 0x40000);
   EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(c.ac_in_regs.load(), static_cast<std::uint64_t>(kCalls));
@@ -159,14 +159,14 @@ TEST(Sites, SameSiteByPathAndOffset) {
   uprobe::Attachment a1(vaddr(opt_entry5), c1);
   uprobe::Attachment a2(fo.path, fo.offset, c2);
   EXPECT_EQ(a1.probe(), a2.probe());
-  EXPECT_EQ(uprobe::probe_info(a1.probe()).mode, "optimized-nop5");
+  EXPECT_EQ(uprobe::probe_info(a1.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   EXPECT_EQ(uprobe::probe_info(a1.probe()).consumers, 2u);
   EXPECT_EQ(check_jump_into_xol(vaddr(opt_entry5)), "");
   for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_entry5(i, 1), i + 2);
   EXPECT_EQ(c1.hits.load(), static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(c2.hits.load(), static_cast<std::uint64_t>(kCalls));
   a2.detach();
-  EXPECT_EQ(uprobe::probe_info(a1.probe()).mode, "optimized-nop5");
+  EXPECT_EQ(uprobe::probe_info(a1.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   EXPECT_EQ(check_jump_into_xol(vaddr(opt_entry5)), "");
   a1.detach();
   EXPECT_EQ(hex_bytes(mem(vaddr(opt_entry5), 5)), hex_bytes(file_bytes_at(vaddr(opt_entry5), 5)));
@@ -187,8 +187,8 @@ TEST(Sites, HitInsideHandlerIsARecursionMiss) {
   Counter inner(addr(opt_entry5));
   uprobe::Attachment ai(vaddr(opt_entry5), inner);
   uprobe::Attachment ao(at(opt_mid5, opt_mid5_site), outer);
-  ASSERT_EQ(uprobe::probe_info(ai.probe()).mode, "optimized-nop5");
-  ASSERT_EQ(uprobe::probe_info(ao.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(ai.probe()).mode, uprobe::ProbeMode::optimized_nop5);
+  ASSERT_EQ(uprobe::probe_info(ao.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   const uprobe::Stats s0 = uprobe::stats();
   for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_mid5(i, 2), 2 * i - 2);
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
@@ -239,14 +239,14 @@ TEST(Sites, NopEncodings) {
     const uprobe::Stats s0 = uprobe::stats();
     uprobe::Uprobe* p = uprobe::register_uprobe(fn, c);
     const uprobe::ProbeInfo info = uprobe::probe_info(p);
-    std::printf("[ info ] %-42s -> mode %s, instruction `%s`, why \"%s\"\n", n.name, info.mode.c_str(),
+    std::printf("[ info ] %-42s -> mode %s, instruction `%s`, why \"%s\"\n", n.name, uprobe::to_string(info.mode),
                 info.instruction.c_str(), info.why_not_optimized.c_str());
     if (n.optimize) {
-      EXPECT_EQ(info.mode, "optimized-nop5") << "why: " << info.why_not_optimized;
+      EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << "why: " << info.why_not_optimized;
       EXPECT_EQ(info.why_not_optimized, "");
       EXPECT_EQ(check_jump_into_xol(fn), "");
     } else {
-      EXPECT_EQ(info.mode, "int3");
+      EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
       EXPECT_FALSE(info.instruction.empty());
       EXPECT_NE(info.why_not_optimized.find(info.instruction), std::string::npos)
           << "why_not_optimized does not name the instruction `" << info.instruction
@@ -285,7 +285,7 @@ TEST(Config, OptimizeOffKeepsNop5OnInt3) {
       const uprobe::Stats s0 = uprobe::stats();
       uprobe::Uprobe* p = uprobe::register_uprobe(site, c);
       const uprobe::ProbeInfo info = uprobe::probe_info(p);
-      EXPECT_EQ(info.mode, "int3");
+      EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
       EXPECT_NE(info.why_not_optimized.find("Config::optimize"), std::string::npos)
           << "why does not mention the switch: " << info.why_not_optimized;
       EXPECT_EQ(hex(mem(site, 1)[0]), "0xcc");
@@ -307,7 +307,7 @@ TEST(Config, OptimizeOffKeepsNop5OnInt3) {
       const uprobe::Stats s0 = uprobe::stats();
       uprobe::Uprobe* p = uprobe::register_uprobe(site, c);
       const uprobe::ProbeInfo info = uprobe::probe_info(p);
-      EXPECT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+      EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
       EXPECT_EQ(check_jump_into_xol(site), "");
       for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_mid5(i, 3), 3 * i - 3);
       const uprobe::Stats d = stats_delta(s0, uprobe::stats());
@@ -327,10 +327,10 @@ TEST(Config, SwitchingOffTakesEffectForAttachedProbes) {
   set_optimize(true);
   Counter c(addr(opt_entry5));
   uprobe::Attachment a(vaddr(opt_entry5), c);
-  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, "optimized-nop5");
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   set_optimize(false);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  EXPECT_EQ(info.mode, "int3") << "after configure(optimize = false) the attached probe still jumps: "
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << "after configure(optimize = false) the attached probe still jumps: "
                                << hex_bytes(mem(vaddr(opt_entry5), 5)) << ", why \"" << info.why_not_optimized
                                << "\"";
   const uprobe::Stats s0 = uprobe::stats();
@@ -367,7 +367,7 @@ TEST(RedZone, MarkersSurviveOptimizedAndInt3) {
     set_optimize(optimize);
     StackDirtier h;
     uprobe::Attachment a(at(opt_redzone, opt_redzone_site), h);
-    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? "optimized-nop5" : "int3");
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, optimize ? uprobe::ProbeMode::optimized_nop5 : uprobe::ProbeMode::int3);
     const uprobe::Stats s0 = uprobe::stats();
     for (std::uint64_t i = 0; i < kCalls; ++i) {
       const std::uint64_t x = 0x1111111111111111ull * (i % 15 + 1) + i, y = ~x * 3;

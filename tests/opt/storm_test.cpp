@@ -144,7 +144,7 @@ TEST(C10, StormOnSharedPage) {
         } else {
           att[i] = uprobe::register_uprobe(where, consumers[static_cast<std::size_t>(id)][i]);
           attaches.fetch_add(1);
-          if (uprobe::probe_info(att[i]).mode == "optimized-entry") entry_optimized.fetch_add(1);
+          if (uprobe::probe_info(att[i]).mode == uprobe::ProbeMode::optimized_entry) entry_optimized.fetch_add(1);
         }
       } catch (const std::exception& e) {
         if (errors.fetch_add(1) == 0) {
@@ -272,7 +272,7 @@ TEST(C10, BatchAttachAndDetachOfEverySiteOnTheSharedPage) {
     for (std::size_t i = 0; i < res.size(); ++i) {
       ASSERT_TRUE(res[i]) << "site " << i << ": " << res[i].error->what();
       pairs.push_back(uprobe::ProbeConsumer{res[i].probe, &counters[i]});
-      if (uprobe::probe_info(res[i].probe).mode.rfind("optimized", 0) == 0) ++optimized_seen;
+      if (std::string(uprobe::to_string(uprobe::probe_info(res[i].probe).mode)).rfind("optimized", 0) == 0) ++optimized_seen;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // hits beside, through every kind of site
     pause.store(true, std::memory_order_release);
@@ -337,7 +337,7 @@ TEST(C10, OptimizeSwitchConvertsAttachedSitesAsABatchAttachWould) {
   };
   auto modes = [&](const std::vector<uprobe::ProbeConsumer>& pairs) {
     std::vector<std::string> m;
-    for (const auto& pc : pairs) m.push_back(pc.probe ? uprobe::probe_info(pc.probe).mode : "-");
+    for (const auto& pc : pairs) m.push_back(pc.probe ? uprobe::to_string(uprobe::probe_info(pc.probe).mode) : "-");
     return m;
   };
   auto call_all = [&](std::vector<Counter>& counters) {

@@ -2,41 +2,13 @@
  * Assembly fixtures for the return-probe suites (tests/ret).
  *
  * Every function is .globl with .type/.size (the runtime's function-entry
- * check for return probes reads the symbol table). `SITE name, fn, label`
- * exports `name`, a .quad in .rodata holding `label - fn`, so tests can
- * compute exact return sites without global labels inside functions.
+ * check for return probes reads the symbol table). `OFF fn, label, name`
+ * (tests/support/fixtures.inc) exports `name`, a .quad in .rodata holding
+ * `label - fn`, so tests can compute exact return sites without global labels
+ * inside functions.
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        /* a function placed right after the previous one (no padding) */
-        .macro FUNC_NOALIGN name
-        .text
-        .globl \name
-        .type \name, @function
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
-
-        .macro SITE name, fn, label
-        .pushsection .rodata
-        .globl \name
-        .type \name, @object
-        .p2align 3
-\name:
-        .quad \label - \fn
-        .size \name, 8
-        .popsection
-        .endm
+#include "fixtures.inc"
 
         .data
         .p2align 3
@@ -73,8 +45,8 @@ FUNC rt_call
         add $1000, %rax
         ret
 ENDF rt_call
-SITE rt_call_ret_off, rt_call, .Lrt_call_ret
-SITE rt_call_alt_off, rt_call, .Lrt_call_alt
+OFF rt_call, .Lrt_call_ret, rt_call_ret_off
+OFF rt_call, .Lrt_call_alt, rt_call_alt_off
         .globl rt_call_pair
         .type rt_call_pair, @function
         .set rt_call_pair, rt_call
@@ -108,8 +80,8 @@ FUNC rt_fact
 1:      mov $1, %eax
         ret
 ENDF rt_fact
-SITE rt_fact_mid_off, rt_fact, .Lfact_mid
-SITE rt_fact_rs_off, rt_fact, .Lfact_rs
+OFF rt_fact, .Lfact_mid, rt_fact_mid_off
+OFF rt_fact, .Lfact_rs, rt_fact_rs_off
 
 /* fib(n) = n < 2 ? n : fib(n - 1) + fib(n - 2); first insn push %rbx
  * (emulated). Return sites rt_fib_rs1_off, rt_fib_rs2_off. */
@@ -135,8 +107,8 @@ FUNC rt_fib
         pop %rbx
         ret
 ENDF rt_fib
-SITE rt_fib_rs1_off, rt_fib, .Lfib_rs1
-SITE rt_fib_rs2_off, rt_fib, .Lfib_rs2
+OFF rt_fib, .Lfib_rs1, rt_fib_rs1_off
+OFF rt_fib, .Lfib_rs2, rt_fib_rs2_off
 
 /* sum(n) = n + sum(n - 1), sum(0) = 0: n + 1 nested invocations */
 FUNC rt_sum
@@ -231,9 +203,9 @@ FUNC rt_c05d
 .Lc05d_3:
         ret
 ENDF rt_c05d
-SITE rt_c05d_off1, rt_c05d, .Lc05d_1
-SITE rt_c05d_off2, rt_c05d, .Lc05d_2
-SITE rt_c05d_off3, rt_c05d, .Lc05d_3
+OFF rt_c05d, .Lc05d_1, rt_c05d_off1
+OFF rt_c05d, .Lc05d_2, rt_c05d_off2
+OFF rt_c05d, .Lc05d_3, rt_c05d_off3
 
 /* double rt_ret_double(int64 a) = 3.25 + a (movsd rip-relative first);
  * leaves (double)a in xmm1 */

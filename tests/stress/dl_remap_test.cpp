@@ -94,7 +94,7 @@ TEST(DlRemap, SiteOfAnUnmappedLibraryIsNotRead) {
     uprobe::Uprobe* p = uprobe::register_uprobe(loc.path, loc.offset, c);
     if (real_close(h) != 0) _exit(3);      // unmapped behind libuprobe's back
     const uprobe::ProbeInfo info = uprobe::probe_info(p);  // reads the site of the vanished mapping
-    if (info.mode != "int3") _exit(4);
+    if (info.mode != uprobe::ProbeMode::int3) _exit(4);
     uprobe::unregister_uprobe(p, c);  // drops the vanished site without a write
     _exit(0);
   }

@@ -275,7 +275,7 @@ TEST(LibcAll, EntryProbeOnEveryDynsymFunction) {
   // Modes, while attached.
   std::map<std::string, unsigned> modes;
   for (uprobe::Uprobe* p : probes)
-    if (p) ++modes[uprobe::probe_info(p).mode];
+    if (p) ++modes[uprobe::to_string(uprobe::probe_info(p).mode)];
 
   // Let the workload run with every probe in place, then the known counts.
   const std::uint64_t it0 = w.iterations.load();

@@ -2,32 +2,11 @@
  * Probed fixtures of uprobe-storm (tests/stress). Each is
  * `uint64_t fn(uint64_t x)`; its model is in storm.cpp (storm_model).
  * Every function is .globl with .type/.size (the runtime's mid-instruction
- * check reads the symbol table); `SITE fn, label, name` exports `name`, a
+ * check reads the symbol table); `OFF fn, label, name` exports `name`, a
  * .quad in .rodata holding `label - fn` (the probe offset).
  */
 
-        .macro FUNC name
-        .text
-        .globl \name
-        .type \name, @function
-        .p2align 4
-\name:
-        .endm
-
-        .macro ENDF name
-        .size \name, . - \name
-        .endm
-
-        .macro SITE fn, label, name
-        .pushsection .rodata
-        .globl \name
-        .type \name, @object
-        .p2align 3
-\name:
-        .quad \label - \fn
-        .size \name, 8
-        .popsection
-        .endm
+#include "fixtures.inc"
 
 /* 3x + 10. Entry `push %rbp` (emulated); `lea` (run out of line);
  * `add sym(%rip)` (run out of line with the rip-relative fixup). */
@@ -41,8 +20,8 @@ FUNC storm_mid
         pop %rbp
         ret
 ENDF storm_mid
-SITE storm_mid, .Lmid_lea, storm_mid_lea_site
-SITE storm_mid, .Lmid_rip, storm_mid_rip_site
+OFF storm_mid, .Lmid_lea, storm_mid_lea_site
+OFF storm_mid, .Lmid_rip, storm_mid_rip_site
 
 /* x + 5, with a 5-byte nop between real instructions (an optimized site). */
 FUNC storm_nop5
@@ -52,7 +31,7 @@ FUNC storm_nop5
         add $5, %rax
         ret
 ENDF storm_nop5
-SITE storm_nop5, .Lnop5, storm_nop5_site
+OFF storm_nop5, .Lnop5, storm_nop5_site
 
 /* 7x, entry `push %rbx`. */
 FUNC storm_entry

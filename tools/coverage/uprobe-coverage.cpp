@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
         uprobe::Uprobe* up = uprobe::register_uprobe(path, f.offset, c);
         attached.push_back(up);
         const uprobe::ProbeInfo info = uprobe::probe_info(up);
-        ++modes[info.mode];
-        if (info.mode == "int3" || info.mode == "pending") {
+        ++modes[uprobe::to_string(info.mode)];
+        if (info.mode == uprobe::ProbeMode::int3 || info.mode == uprobe::ProbeMode::pending) {
           auto& r = reasons[kind_of(info.why_not_optimized)];
           if (r.first++ == 0) r.second = f.name + ": " + info.why_not_optimized;
           details.push_back("  int3     " + f.name + ": " + info.why_not_optimized);

@@ -476,7 +476,7 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
 
 void note_mode(const uprobe::Uprobe* p) {
   try {
-    meta->modes[uprobe::probe_info(p).mode]++;
+    meta->modes[uprobe::to_string(uprobe::probe_info(p).mode)]++;
   } catch (...) {
   }
 }
@@ -502,7 +502,7 @@ std::map<std::size_t, std::vector<std::string>>* fatal_sites = nullptr;
 void note_fatal_site(const uprobe::Uprobe* p, const std::string& name, const std::set<std::size_t>& specs) {
   try {
     const uprobe::ProbeInfo info = uprobe::probe_info(p);
-    if (info.mode != "int3" || info.signals_blocked.empty()) return;
+    if (info.mode != uprobe::ProbeMode::int3 || info.signals_blocked.empty()) return;
     if (!fatal_sites) fatal_sites = new std::map<std::size_t, std::vector<std::string>>;
     for (std::size_t s : specs) (*fatal_sites)[s].push_back(name + " (" + info.signals_blocked + ")");
   } catch (...) {

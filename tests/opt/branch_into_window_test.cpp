@@ -69,7 +69,7 @@ TEST(C04, BranchIntoPatchWindowStaysInt3) {
       uprobe::Uprobe* p = uprobe::register_uprobe(fn, h);
       const uprobe::ProbeInfo info = uprobe::probe_info(p);
       const bool optimized = m.optimize && !c.into_window;
-      EXPECT_EQ(info.mode, optimized ? "optimized-entry" : "int3") << info.why_not_optimized;
+      EXPECT_EQ(info.mode, optimized ? uprobe::ProbeMode::optimized_entry : uprobe::ProbeMode::int3) << info.why_not_optimized;
       EXPECT_EQ(info.why_not_optimized.empty(), optimized);
       if (!m.optimize) {
         EXPECT_NE(info.why_not_optimized.find("Config::optimize"), std::string::npos) << info.why_not_optimized;

@@ -187,9 +187,9 @@ void semaphore_sequence(const Flavour& f) {
   EXPECT_EQ(info.sites, 1u);
   EXPECT_EQ(info.consumers, 1u);
   if (f.nop5) {
-    EXPECT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
   } else {
-    EXPECT_NE(info.mode, "pending");
+    EXPECT_NE(info.mode, uprobe::ProbeMode::pending);
   }
   std::int64_t s = run100(f, 2000, 1);
   want_c1 += s;
@@ -204,7 +204,7 @@ void semaphore_sequence(const Flavour& f) {
   info = uprobe::probe_info(up1);
   EXPECT_EQ(info.consumers, 2u);
   if (f.nop5) {
-    EXPECT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
   }
   s = run100(f, 3000, 1);
   want_c1 += s;
@@ -219,7 +219,7 @@ void semaphore_sequence(const Flavour& f) {
   info = uprobe::probe_info(up1);
   EXPECT_EQ(info.consumers, 1u);
   if (f.nop5) {
-    EXPECT_EQ(info.mode, "optimized-nop5") << info.why_not_optimized;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
   }
   s = run100(f, 4000, 1);
   want_c2 += s;
@@ -378,7 +378,7 @@ TEST(C07_Semaphore, DlopenedLibraryGetsItsCountWhenMapped) {
     c->rec.args = &c->p.args;
     c->up = uprobe::register_uprobe(c->p.path, c->p.offset, c->p.semaphore_offset, c->rec);
     auto info = uprobe::probe_info(c->up);
-    EXPECT_EQ(info.mode, "pending") << c->provider;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::pending) << c->provider;
     EXPECT_EQ(info.sites, 0u) << c->provider;
   }
 
@@ -401,7 +401,7 @@ TEST(C07_Semaphore, DlopenedLibraryGetsItsCountWhenMapped) {
       EXPECT_EQ(*sema, 1) << "semaphore of the fresh mapping";
       auto info = uprobe::probe_info(c->up);
       EXPECT_EQ(info.sites, 1u);
-      EXPECT_NE(info.mode, "pending");
+      EXPECT_NE(info.mode, uprobe::ProbeMode::pending);
       const std::uint64_t site = load_bias(reinterpret_cast<const void*>(fn)) + c->p.pc;
       c->rec.expected_rip = site;
       const std::int64_t side0 = *side;
@@ -432,7 +432,7 @@ TEST(C07_Semaphore, DlopenedLibraryGetsItsCountWhenMapped) {
     for (auto& c : cases)
       if (c->up) {
         auto info = uprobe::probe_info(c->up);
-        EXPECT_EQ(info.mode, "pending") << c->provider;
+        EXPECT_EQ(info.mode, uprobe::ProbeMode::pending) << c->provider;
         EXPECT_EQ(info.sites, 0u) << c->provider;
       }
   }
@@ -462,7 +462,7 @@ TEST(C11_PendingLibrary, LoadUnloadReuseReload) {
   uprobe::Uprobe* up = uprobe::register_uprobe(loc.path, loc.offset, rec);
   ASSERT_NE(up, nullptr);
   auto info = uprobe::probe_info(up);
-  EXPECT_EQ(info.mode, "pending");
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::pending);
   EXPECT_EQ(info.sites, 0u);
   EXPECT_EQ(info.consumers, 1u);
 
@@ -479,7 +479,7 @@ TEST(C11_PendingLibrary, LoadUnloadReuseReload) {
   EXPECT_EQ(mo->offset, loc.offset);
   info = uprobe::probe_info(up);
   EXPECT_EQ(info.sites, 1u);
-  EXPECT_NE(info.mode, "pending");
+  EXPECT_NE(info.mode, uprobe::ProbeMode::pending);
   EXPECT_NE(std::memcmp(foo1_p, orig.data(), std::min<std::size_t>(orig.size(), 5)), 0) << "no probe written at foo";
   auto text1 = mapping_at(a1);
   ASSERT_TRUE(text1.has_value());
@@ -491,7 +491,7 @@ TEST(C11_PendingLibrary, LoadUnloadReuseReload) {
   ASSERT_EQ(dlclose(h), 0) << dlerror();
   ASSERT_TRUE(mappings_of(lib).empty()) << "still mapped after dlclose:\n" << describe(mappings_of(lib));
   info = uprobe::probe_info(up);
-  EXPECT_EQ(info.mode, "pending");
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::pending);
   EXPECT_EQ(info.sites, 0u);
 
   // Something else at the old text: anonymous RW memory holding a pattern,
@@ -532,7 +532,7 @@ TEST(C11_PendingLibrary, LoadUnloadReuseReload) {
   EXPECT_EQ(up2, up);
   intact("registering a second consumer");
   info = uprobe::probe_info(up);
-  EXPECT_EQ(info.mode, "pending");
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::pending);
   EXPECT_EQ(info.sites, 0u);
   EXPECT_EQ(info.consumers, 2u);
   uprobe::unregister_uprobe(up, rec2);
@@ -552,7 +552,7 @@ TEST(C11_PendingLibrary, LoadUnloadReuseReload) {
   EXPECT_EQ(mo->offset, loc.offset);
   info = uprobe::probe_info(up);
   EXPECT_EQ(info.sites, 1u);
-  EXPECT_NE(info.mode, "pending");
+  EXPECT_NE(info.mode, uprobe::ProbeMode::pending);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(foo2(i + 100), (i + 100) * 3 + 1);
   ASSERT_EQ(rec.hits.load(), 20u);
   for (unsigned i = 10; i < 20; ++i) EXPECT_EQ(rec.rips[i], a2) << "hit #" << i;

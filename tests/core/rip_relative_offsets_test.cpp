@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Cases C-03 (rip-relative first instructions run out of line) and C-06
-// (offsets that are not instruction starts), as in /work/shared/cases/README.md.
+// (offsets that are not instruction starts); the cases are described in
+// tests/README.md.
 
 #include <cstring>
 

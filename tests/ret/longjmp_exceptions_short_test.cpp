@@ -3,7 +3,7 @@
 // through return-probed frames, backtraces), C-05 (entry and return probes on
 // functions too short for a patch), C-08 (two return consumers on one
 // function), and fixup_backtrace() on a frame-pointer walk. See
-// shared/cases/README.md.
+// tests/README.md.
 
 #include <dlfcn.h>
 #include <execinfo.h>

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file lab.hpp
+/// The "before" designs of the seed patches (../shared/seeds/, the kernel
+/// patches that made uprobes scale), kept behind Config switches so that
+/// uprobe-bench can draw each technique's before/after curve. Every enum's
+/// first value is the scalable design and the default; the other values
+/// model what the kernel did before the patch. A program has no reason to
+/// choose them: they are slower by design, and each says what it costs.
+/// Selected through Config (config.hpp) and configure().
+
+#include <cstdint>
+
+namespace uprobe {
+
+/// How a hit finds its uprobe. Models seed 000 (the kernel's speculative,
+/// mmap_lock-free uprobe lookup: find_active_uprobe_speculative()).
+enum class LookupMode : std::uint8_t {
+  speculative,  ///< sequence count + RCU VMA/probe lookup, locked fallback on change (default)
+  locked,       ///< before: every hit takes the global reader-writer lock (the mmap_lock analog)
+};
+
+/// How the probed instruction runs when it is neither emulated nor a window.
+/// single_step models the kernel's own design (arch/x86/kernel/uprobes.c:
+/// arch_uprobe_pre_xol() sets TF, arch_uprobe_post_xol() fixes up after the
+/// second trap): two signals per hit instead of one.
+enum class XolMode : std::uint8_t {
+  jump_back,    ///< relocated copy followed by a jump back: no second trap (default)
+  single_step,  ///< kernel-faithful: set TF, run the copy, fix up on the second SIGTRAP (at the copy's end, at a
+                ///< ret's or jmp *'s target, after every iteration of a rep string instruction, after the jump
+                ///< back for a syscall)
+};
+
+/// How the SIGTRAP handler is installed. Models seed 001.
+enum class SignalMask : std::uint8_t {
+  nodefer,  ///< SA_NODEFER and an empty sa_mask: delivery and sigreturn leave the blocked mask alone (default)
+  defer,    ///< before: the classic handler: SIGTRAP blocked during the handler, so every hit changes the mask.
+            ///< With SIGTRAP blocked, an int3 probe hit from inside a handler (a consumer calling a probed
+            ///< function) is fatal, where nodefer counts a recursion miss.
+};
+
+/// Where return instances come from. Models seed 002 (the kernel's switch
+/// from a global freelist to objpool for return_instances).
+enum class RiPool : std::uint8_t {
+  objpool,   ///< per-thread cache backed by per-CPU rings: no shared write in the steady state (default)
+  freelist,  ///< before: one global lock-free LIFO: a CAS on a shared head on every get and put
+};
+
+/// Locking of return-instance bookkeeping. Models seed 004 (per-task
+/// return_instance lists instead of a global lock).
+enum class RiLock : std::uint8_t {
+  none,    ///< per-thread return stacks, no lock (default)
+  global,  ///< before: one process-wide spinlock around every push and pop of a return instance.
+           ///< Re-entrancy hazard: it is the one lock on the return path a thread can hold when a signal
+           ///< arrives, and taking it again on the same thread would spin forever. libuprobe holds it only
+           ///< inside a hit, so a hit from a signal handler that interrupted the holder is a recursion miss
+           ///< (Stats::recursion_misses: its consumers do not run); nothing else takes it.
+};
+
+}  // namespace uprobe
