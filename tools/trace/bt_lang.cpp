@@ -332,10 +332,18 @@ class Parser {
     ExprP a = unary();
     for (;;) {
       if (eat_op("*", "=")) a = bin(EK::binary, "*", std::move(a), unary());
-      else if (eat_op("/", "=")) a = bin(EK::binary, "/", std::move(a), unary());
+      else if (!predicate_end() && eat_op("/", "=")) a = bin(EK::binary, "/", std::move(a), unary());
       else if (eat_op("%", "=")) a = bin(EK::binary, "%", std::move(a), unary());
       else return a;
     }
+  }
+  // A '/' followed by '{': the end of a predicate, not a division.
+  bool predicate_end() {
+    skip_ws();
+    if (peek() != '/') return false;
+    std::size_t k = 1;
+    while (std::isspace(static_cast<unsigned char>(peek(k)))) ++k;
+    return peek(k) == '{';
   }
   ExprP unary() {
     skip_ws();
@@ -571,6 +579,7 @@ class Compiler {
       md.key_words = std::max<std::uint32_t>(kw, 1);
       md.name = str(mi.name);
       md.lmin = mi.lmin, md.lmax = mi.lmax, md.lstep = mi.lstep;
+      md.value_signed = mi.value_signed ? 1 : 0;
       switch (mi.agg) {
         case Agg::count: case Agg::sum: md.value_words = 1; break;
         case Agg::hist: md.value_words = kHistBuckets; break;
@@ -717,6 +726,9 @@ class Compiler {
     } else {
       mi.agg = Agg::assign;
     }
+    if (mi.agg == Agg::assign) mi.value_signed = static_kind(v) == 2;
+    else if (mi.agg == Agg::sum || mi.agg == Agg::min || mi.agg == Agg::max)
+      mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
     for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
     for (const MapInfo& o : maps_) {
@@ -856,10 +868,10 @@ class Compiler {
         fail(e.kids[k]->pos, std::string("printf: %") + p.conv + " specifier expects a value of type " +
                                  (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
                                  " supplied)");
+      if (fd.nargs >= kMaxPrintfArgs) fail(e.pos, "printf: too many arguments");
       fd.arg_is_str[fd.nargs++] = is_s ? 1 : 0;
       args.push_back(n);
       ++k;
-      if (fd.nargs > kMaxArgs) fail(e.pos, "printf: too many arguments");
     }
     if (k < e.kids.size()) fail(e.pos, "printf: Too many arguments for format string (" +
                                            std::to_string(e.kids.size() - 1) + " supplied, " +
@@ -1100,7 +1112,7 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
     if (!lit.empty()) out.push_back({lit, 0, false}), lit.clear();
     std::string spec = "%";
     std::size_t j = i + 1;
-    while (j < fmt.size() && std::strchr("-+ #0", fmt[j])) spec += fmt[j++];
+    while (j < fmt.size() && std::strchr("-+ 0", fmt[j])) spec += fmt[j++];
     while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
     if (j < fmt.size() && fmt[j] == '.') {
       spec += fmt[j++];
@@ -1323,7 +1335,10 @@ std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
                  std::to_string(v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0) +
                  ", total " + std::to_string(static_cast<std::int64_t>(v[1])) + "\n";
           break;
-        default: out += head + std::to_string(static_cast<std::int64_t>(v[0])) + "\n"; break;
+        case Agg::count: out += head + std::to_string(v[0]) + "\n"; break;
+        default:
+          out += head + (m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0])) + "\n";
+          break;
       }
     }
     if ((m.agg == Agg::avg || m.agg == Agg::stats) && !rows.empty()) out += "\n";

@@ -35,10 +35,10 @@
 namespace uptrace::bt {
 
 inline constexpr std::uint64_t kBlobMagic = 0x316d76747470750aull;
-inline constexpr std::size_t kStrLen = 64;     ///< bytes of a string value (bpftrace's default strlen), NUL included
+inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL included (a `probe` string is PATH and more)
 inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
 inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
-inline constexpr unsigned kMaxArgs = 16;       ///< printf arguments / map key components
+inline constexpr unsigned kMaxArgs = 8;        ///< map key components
 inline constexpr unsigned kHistBuckets = 66;   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
 
 /// Expression nodes.
@@ -101,7 +101,8 @@ struct MapDesc {
   Agg agg;
   std::uint8_t nkeys = 0;
   std::uint8_t key_is_str[kMaxArgs] = {};  ///< per key component: 0 unsigned int, 1 string, 2 signed int
-  std::uint8_t pad[6] = {};
+  std::uint8_t value_signed = 0;   ///< sum/min/max/assign: the value prints signed
+  std::uint8_t pad[5] = {};
   std::uint32_t name = 0;          ///< strtab offset ("@name")
   std::uint32_t key_words = 0;     ///< words of an encoded key
   std::uint32_t value_words = 0;
@@ -112,10 +113,12 @@ struct MapDesc {
   std::uint32_t slot_words() const { return 1 + key_words + value_words; }
 };
 
+inline constexpr unsigned kMaxPrintfArgs = 16;  ///< printf arguments
+
 struct FmtDesc {
   std::uint32_t text = 0;  ///< strtab offset of the format string (bpftrace escapes resolved)
   std::uint32_t nargs = 0;
-  std::uint8_t arg_is_str[kMaxArgs] = {};
+  std::uint8_t arg_is_str[kMaxPrintfArgs] = {};
 };
 
 /// The area's header words (then the ring, then the map tables).

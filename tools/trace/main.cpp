@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <wordexp.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -829,10 +828,26 @@ again:
   }
   std::vector<std::string> cmd;
   if (have_cmd) {
-    wordexp_t we;
-    if (wordexp(cmd_text.c_str(), &we, WRDE_NOCMD) != 0 || we.we_wordc == 0) die("-c: cannot split '" + cmd_text + "' into words");
-    for (std::size_t i = 0; i < we.we_wordc; ++i) cmd.emplace_back(we.we_wordv[i]);
-    wordfree(&we);
+    // Words split at blanks, with '...' and "..." quoting, as a shell would
+    // (nothing is expanded: no globs, no variables), as bpftrace takes -c.
+    std::string w;
+    bool in_word = false;
+    char quote = 0;
+    for (char ch : cmd_text) {
+      if (quote) {
+        if (ch == quote) quote = 0;
+        else w += ch;
+      } else if (ch == '\'' || ch == '"') {
+        quote = ch, in_word = true;
+      } else if (ch == ' ' || ch == '\t' || ch == '\n') {
+        if (in_word) cmd.push_back(w), w.clear(), in_word = false;
+      } else {
+        w += ch, in_word = true;
+      }
+    }
+    if (quote) die("-c: unterminated quote in '" + cmd_text + "'");
+    if (in_word) cmd.push_back(w);
+    if (cmd.empty()) die("-c: no command in '" + cmd_text + "'");
     if (optind < argc) die("-c CMD and -- PROG ARGS: give the program once");
   } else {
     for (int i = optind; i < argc; ++i) cmd.emplace_back(argv[i]);
