@@ -41,6 +41,8 @@ struct Expr {
   std::vector<std::unique_ptr<Expr>> kids;  // map keys, call args, operands
   int bits = 64;
   bool sgn = true;  // cast
+  int call_end = 0;  // call: one past its ')'
+  Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end}; }
 };
 using ExprP = std::unique_ptr<Expr>;
 
@@ -178,9 +180,12 @@ class Parser {
       skip_ws();
       if (eat("}")) return out;
       if (eat(";")) continue;
+      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
       bool is_if = false;
       out.push_back(stmt(is_if));
       if (eat("}")) return out;
+      skip_ws();
+      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
       if (!is_if && !eat(";")) unexpected("}");
     }
   }
@@ -496,6 +501,7 @@ class Parser {
           while (eat(","));
           expect(")");
         }
+        e->call_end = line_ == ip.line ? col_ : ip.end;
         return e;
       }
       ExprP e = make(EK::builtin, ip);
@@ -652,7 +658,7 @@ class Compiler {
       if (num.empty() || *e || n <= 0) fail(pos, "interval probe must have unit of time: interval:s:N, interval:ms:N");
       std::int64_t mult = unit == "s" ? 1000000000ll : unit == "ms" ? 1000000ll : unit == "us" ? 1000ll : 0;
       if (unit == "hz") mult = -1;
-      if (mult == 0) fail(pos, "Invalid unit of time for interval probe: " + unit);
+      if (mult == 0) fail(pos, unit + " is not an accepted unit of time");
       interval_ns = mult < 0 ? 1000000000ll / n : n * mult;
       ap.kind = ProbeKind::interval;
       return ap;
@@ -675,8 +681,7 @@ class Compiler {
     }
     const std::string rest = colon == std::string::npos ? "" : t.substr(colon + 1);
     if (rest.empty() || rest.find(':') == std::string::npos)
-      fail(pos, canon + " probe type requires 2 arguments: " + canon + ":PATH:" +
-                    (ap.kind == ProbeKind::usdt ? "[PROVIDER:]NAME" : "FUNCTION"));
+      fail(pos, canon + " probe type requires 2 arguments");
     ap.spec = canon + ":" + rest;
     return ap;
   }
@@ -702,7 +707,7 @@ class Compiler {
       mi.agg = kAgg.at(v.name);
       const std::size_t want = v.name == "count" ? 0 : v.name == "lhist" ? 4 : 1;
       if (v.kids.size() != want)
-        fail(v.pos, v.name + "() requires " + (want == 0 ? "no arguments" : want == 1 ? "one argument" :
+        fail(v.call(), v.name + "() requires " + (want == 0 ? "no arguments" : want == 1 ? "one argument" :
                                                "four arguments") +
                         " (" + std::to_string(v.kids.size()) + " provided)");
       if (mi.agg == Agg::lhist) {
@@ -711,15 +716,15 @@ class Compiler {
         for (int k = 0; k < 3; ++k) {
           const Expr& a = *v.kids[static_cast<std::size_t>(k) + 1];
           bool neg = a.k == EK::unary && a.name == "-" && a.kids[0]->k == EK::num;
-          if (a.k != EK::num && !neg) fail(v.pos, std::string("lhist() ") + names[k] + " must be an integer literal");
+          if (a.k != EK::num && !neg) fail(v.call(), std::string("lhist() ") + names[k] + " must be an integer literal");
           vals[k] = neg ? -a.kids[0]->num : a.num;
         }
-        if (vals[0] < 0) fail(v.pos, "lhist() min must be non-negative (provided min " + std::to_string(vals[0]) + ")");
-        if (vals[0] > vals[1]) fail(v.pos, "lhist() min must be less than max (provided min " +
+        if (vals[0] < 0) fail(v.call(), "lhist() min must be non-negative (provided min " + std::to_string(vals[0]) + ")");
+        if (vals[0] > vals[1]) fail(v.call(), "lhist() min must be less than max (provided min " +
                                                std::to_string(vals[0]) + " and max " + std::to_string(vals[1]) + ")");
-        if (vals[2] <= 0) fail(v.pos, "lhist() step must be >= 1 (" + std::to_string(vals[2]) + " provided)");
+        if (vals[2] <= 0) fail(v.call(), "lhist() step must be >= 1 (" + std::to_string(vals[2]) + " provided)");
         if ((vals[1] - vals[0]) / vals[2] > 1000)
-          fail(v.pos, "lhist() too many buckets, must be <= 1000 (would need " +
+          fail(v.call(), "lhist() too many buckets, must be <= 1000 (would need " +
                           std::to_string((vals[1] - vals[0]) / vals[2]) + ")");
         mi.lmin = vals[0], mi.lmax = vals[1], mi.lstep = vals[2];
       }
@@ -737,8 +742,13 @@ class Compiler {
         fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                         std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
                         std::to_string(o.key_kinds.size()) + "]");
-      if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep)
-        fail(s.value->pos, "Type mismatch for " + mi.name + ": a map holds one kind of value");
+      if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep) {
+        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+        // (bpftrace 0.17's message, its missing quote included)
+        fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                               kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type '" +
+                               kNames[static_cast<int>(o.agg)]);
+      }
       return;
     }
     maps_.push_back(mi);
@@ -840,7 +850,7 @@ class Compiler {
           return push(st);
         }
         if (e.k == EK::call && is_agg_fn(e.name))
-          fail(e.pos, e.name + "() should be directly assigned to a map");
+          fail(e.call(), e.name + "() should be directly assigned to a map");
         st.op = StmtOp::expr;
         st.a = expr(e);
         return push(st);
@@ -850,7 +860,7 @@ class Compiler {
   }
 
   std::int32_t printf_stmt(const Expr& e) {
-    if (e.kids.empty() || e.kids[0]->k != EK::str) fail(e.pos, "printf() expects a string literal as first argument");
+    if (e.kids.empty() || e.kids[0]->k != EK::str) fail(e.call(), "printf() expects a string literal as first argument");
     std::vector<FmtPiece> pieces;
     std::string err;
     if (!parse_format(e.kids[0]->name, pieces, err)) fail(e.kids[0]->pos, "printf: " + err);
@@ -860,12 +870,16 @@ class Compiler {
     std::size_t k = 1;
     for (const FmtPiece& p : pieces) {
       if (!p.conv) continue;
-      if (k >= e.kids.size()) fail(e.pos, "printf: Not enough arguments for format string (" +
-                                              std::to_string(e.kids.size() - 1) + " supplied)");
+      if (k >= e.kids.size()) {
+        std::size_t want = 0;
+        for (const FmtPiece& q : pieces) want += q.conv != 0;
+        fail(e.call(), "printf: Not enough arguments for format string (" + std::to_string(e.kids.size() - 1) +
+                           " supplied, " + std::to_string(want) + " expected)");
+      }
       std::int32_t n = expr(*e.kids[k]);
       const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0;
       if ((p.conv == 's') != is_s)
-        fail(e.kids[k]->pos, std::string("printf: %") + p.conv + " specifier expects a value of type " +
+        fail(e.call(), std::string("printf: %") + (p.conv == 's' ? 's' : p.conv) + " specifier expects a value of type " +
                                  (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
                                  " supplied)");
       if (fd.nargs >= kMaxPrintfArgs) fail(e.pos, "printf: too many arguments");
@@ -873,7 +887,7 @@ class Compiler {
       args.push_back(n);
       ++k;
     }
-    if (k < e.kids.size()) fail(e.pos, "printf: Too many arguments for format string (" +
+    if (k < e.kids.size()) fail(e.call(), "printf: Too many arguments for format string (" +
                                            std::to_string(e.kids.size() - 1) + " supplied, " +
                                            std::to_string(k - 1) + " expected)");
     fmts_.push_back(fd);
@@ -1026,7 +1040,7 @@ class Compiler {
     if (n.size() == 4 && n.rfind("arg", 0) == 0 && std::isdigit(static_cast<unsigned char>(n[3]))) {
       const int k = n[3] - '0';
       if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::usdt)
-        fail(e.pos, "The " + n + " builtin can only be used with 'kprobe', 'uprobe' and 'usdt' probes");
+        fail(e.pos, "The " + n + " builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes");
       if (cur_kind_ == ProbeKind::usdt) fail(e.pos, "USDT arguments (" + n + ") are not supported by uprobe-trace yet");
       if (k > 5) fail(e.pos, n + " is not supported by uprobe-trace yet (arg0-arg5: the argument registers)");
       return leaf(Op::arg, false, false, k);
@@ -1067,7 +1081,7 @@ std::string error_text(const std::string& text, const std::string& name, const C
     const std::size_t end = text.find('\n', start);
     line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
   }
-  const int end = std::max(e.pos.end, e.pos.col + 1);
+  const int end = std::max(e.pos.end, e.pos.col);  // (zero width at the end of the text)
   std::string out = name + ":" + std::to_string(e.pos.line) + ":" + std::to_string(e.pos.col) + "-" +
                     std::to_string(end) + ": ERROR: " + e.msg + "\n" + line + "\n";
   out += std::string(static_cast<std::size_t>(e.pos.col - 1), ' ') +
