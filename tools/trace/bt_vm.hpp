@@ -230,6 +230,7 @@ class Vm {
   /// Runs probe `pi` (its predicate, then its body).
   void run_probe(std::uint32_t pi) noexcept {
     const ProbeDesc& pd = p_.probes[pi];
+    std::memset(vars_, 0, static_cast<std::size_t>(pd.nvars) * sizeof vars_[0]);  // (only those it uses)
     if (pd.pred >= 0) {
       Val v = eval(pd.pred);
       if (truth(v) == 0) return;
@@ -483,9 +484,11 @@ class Vm {
 
   const Program& p_;
   const HitContext& c_;
-  std::int64_t vars_[kMaxVars] = {};
-  std::uint64_t key_[kMaxArgs * kStrLen / 8] = {};
-  char comm_[17] = {};
+  // Not cleared as a whole at each hit: run_probe() clears the variables the
+  // probe uses, encode_key() the key words of its map.
+  std::int64_t vars_[kMaxVars];
+  std::uint64_t key_[kMaxArgs * kStrLen / 8];
+  char comm_[17];
   bool comm_ok_ = false;
 };
 
