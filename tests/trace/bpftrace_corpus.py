@@ -4,10 +4,11 @@
 expected outputs, bpftrace_expected/NAME.out) or with uprobe-trace (--check:
 compares with the expected outputs).
 
-  bpftrace_corpus.py FIXTURE            write bpftrace_expected/*.out with bpftrace
-  bpftrace_corpus.py FIXTURE --check UPROBE_TRACE
+  bpftrace_corpus.py FIXTURE USDT_FIXTURE          write bpftrace_expected/*.out with bpftrace
+  bpftrace_corpus.py FIXTURE USDT_FIXTURE --check UPROBE_TRACE
 
-FIXTURE is the built trace_bt_fixture. find runs over the tree the test makes
+FIXTURE is the built trace_bt_fixture, USDT_FIXTURE trace_fixture (its USDT probes).
+Run it while no test runs: bpftrace's kernel uprobes put int3s in every process running those files. find runs over the tree the test makes
 (make_tree below, as bpftrace_test.cpp's)."""
 import os, subprocess, sys, tempfile
 
@@ -42,17 +43,18 @@ def make_tree(root):
 
 def main():
     fixture = os.path.realpath(sys.argv[1])
-    check = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--check" else None
+    usdt_fixture = os.path.realpath(sys.argv[2])
+    check = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--check" else None
     tree = tempfile.mkdtemp(prefix="bt-tree.")
     make_tree(tree)
     bad = 0
     for e in entries():
-        prog = e["prog"].replace("@FIXTURE@", fixture)
-        cmd = fixture if e["cmd"] == "fixture" else e["cmd"].replace("@TREE@", tree)
+        prog = e["prog"].replace("@FIXTURE@", fixture).replace("@USDT_FIXTURE@", usdt_fixture)
+        cmd = fixture if e["cmd"] == "fixture" else e["cmd"].replace("@TREE@", tree).replace("@USDT_FIXTURE@", usdt_fixture)
         opts = e.get("opts", "").split()
         tool = [check] if check else ["bpftrace"]
         r = subprocess.run(tool + opts + ["-e", prog, "-c", cmd], capture_output=True, text=True, cwd=tree)
-        out = r.stdout.replace(fixture, "@FIXTURE@")
+        out = r.stdout.replace(usdt_fixture, "@USDT_FIXTURE@").replace(fixture, "@FIXTURE@")
         path = os.path.join(HERE, "bpftrace_expected", e["name"] + ".out")
         if check:
             want = open(path).read() if os.path.exists(path) else None

@@ -37,6 +37,7 @@ std::string real(const std::string& p) {
 }
 
 const std::string kFixture = real(TRACE_BT_FIXTURE);
+const std::string kUsdtFixture = real(TRACE_FIXTURE);
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -129,8 +130,10 @@ std::vector<std::string> command(const std::string& tool, const Entry& e, const 
   std::vector<std::string> a{tool};
   std::istringstream opts(e.opts);
   for (std::string o; opts >> o;) a.push_back(o);
-  a.insert(a.end(), {"-e", replace_all(e.prog, "@FIXTURE@", fixture), "-c",
-                     e.cmd == "fixture" ? fixture : replace_all(e.cmd, "@TREE@", tree)});
+  a.insert(a.end(), {"-e", replace_all(replace_all(e.prog, "@FIXTURE@", fixture), "@USDT_FIXTURE@", kUsdtFixture),
+                     "-c",
+                     e.cmd == "fixture" ? fixture
+                                        : replace_all(replace_all(e.cmd, "@TREE@", tree), "@USDT_FIXTURE@", kUsdtFixture)});
   return a;
 }
 
@@ -147,8 +150,9 @@ TEST(Bpftrace, CorpusOutputEqualsBpftraces) {
     ASSERT_FALSE(want.empty());
     const Result r = run(command(kTrace, e, tree));
     EXPECT_EQ(r.status, 0) << r.err;
-    EXPECT_EQ(replace_all(r.out, kFixture, "@FIXTURE@"), want) << r.err;
-    equal += replace_all(r.out, kFixture, "@FIXTURE@") == want;
+    const std::string got = replace_all(replace_all(r.out, kUsdtFixture, "@USDT_FIXTURE@"), kFixture, "@FIXTURE@");
+    EXPECT_EQ(got, want) << r.err;
+    equal += got == want;
   }
   EXPECT_EQ(equal, entries.size());
   remove_tree(tree);
@@ -316,6 +320,22 @@ TEST(Bpftrace, OutputFileProgramFileAndDashDash) {
   unlink(prog.c_str());
   unlink(out.c_str());
   rmdir(d.c_str());
+}
+
+// -c 'CMD' is split at blanks with quotes kept together and nothing expanded;
+// the exit status is the program's; without a program, BEGIN/END run alone.
+TEST(Bpftrace, CommandWordsExitStatusAndNoCommand) {
+  Result r = run({kTrace, "-e", "BEGIN { printf(\"x\\n\"); }", "-c", "/bin/sh -c 'echo \"a  *\"; exit 3'"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.out, "Attaching 1 probe...\nx\na  *\n\n\n");
+  r = run({kTrace, "-q", "-e", "BEGIN { printf(\"hello %d\\n\", 6 * 7); exit(); } END { printf(\"bye\\n\"); }"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "hello 42\nbye\n\n\n");
+  // A user-space probe needs a program to run in.
+  r = run({kTrace, "-e", "uprobe:" + kFixture + ":bt_add { @ = count(); }"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "uprobe-trace: uprobe, uretprobe and usdt probes need a program to trace: -c 'CMD' or -- PROG ARGS "
+                   "(uprobe-trace runs in the programs it starts, not system-wide)\n");
 }
 
 // Today's bare specs keep their meaning: counts on stderr, as before.

@@ -748,7 +748,9 @@ int run_bpftrace(const BtOptions& o) {
       terminated = true;
       if (g_child > 0) kill(g_child, SIGTERM);
     }
-    if (all_gone && (timers.empty() || child >= 0 || terminated)) break;
+    // With a program: until it and its descendants are gone. Without one
+    // (BEGIN, END, interval only): until exit() or Ctrl-C, as bpftrace.
+    if (all_gone && (child >= 0 || terminated)) break;
     std::uint64_t now = bt::now_ns();
     int timeout = 20;
     for (auto& [due, probe] : timers) {
