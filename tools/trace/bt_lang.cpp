@@ -73,7 +73,7 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 const std::set<std::string> kUnsupportedFns = {
-    "str", "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "print", "clear", "zero", "delete",
+    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "print", "clear", "zero", "delete",
     "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
@@ -770,6 +770,7 @@ class Compiler {
           return 0;
         return static_kind(*e.kids[0]) == 2 && static_kind(*e.kids[1]) == 2 ? 2 : 0;
       case EK::unary: return e.name == "-" ? 2 : 0;
+      case EK::call: return e.name == "str" ? 1 : 2;
       default: return 2;
     }
   }
@@ -964,6 +965,18 @@ class Compiler {
       case EK::call: {
         if (e.name == "printf" || e.name == "exit" || is_agg_fn(e.name))
           fail(e.pos, e.name + "() cannot be used in an expression");
+        if (e.name == "str") {
+          if (e.kids.empty() || e.kids.size() > 2)
+            fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
+          std::int32_t a = expr(*e.kids[0], depth + 1);
+          if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.kids[0]->pos, "str() expects an integer or a pointer");
+          std::int32_t b = e.kids.size() > 1 ? expr(*e.kids[1], depth + 1) : -1;
+          if (b >= 0 && nodes_[static_cast<std::size_t>(b)].is_str) fail(e.kids[1]->pos, "str() expects an integer length");
+          std::int32_t r = leaf(Op::str_read, true, false);
+          nodes_[static_cast<std::size_t>(r)].a = a;
+          nodes_[static_cast<std::size_t>(r)].b = b;
+          return r;
+        }
         if (kUnsupportedFns.count(e.name))
           fail(e.pos, e.name + "() is not supported by uprobe-trace yet");
         fail(e.pos, "Unknown function: " + e.name);

@@ -24,6 +24,7 @@
 /// compiler); it writes the calling thread's own area only.
 
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,7 +40,9 @@ inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL
 inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
 inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
 inline constexpr unsigned kMaxArgs = 8;        ///< map key components
-inline constexpr unsigned kHistBuckets = 66;   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
+inline constexpr unsigned kHistBuckets = 66;
+inline constexpr std::size_t kStrDefault = 64;  ///< str()'s size, NUL included (bpftrace's BPFTRACE_STRLEN)
+inline constexpr unsigned kStrSlots = 4;        ///< str() results alive at once in one expression   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
 
 /// Expression nodes.
 enum class Op : std::uint8_t {
@@ -54,6 +57,7 @@ enum class Op : std::uint8_t {
   land, lor, ///< && ||, children a b
   ternary,   ///< a ? b : c
   cast,      ///< a cast to imm bits (sub 1: signed)
+  str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
 };
 
 enum BinOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMod, kAnd, kOr, kXor, kShl, kShr, kEq, kNe, kLt, kLe, kGt, kGe };
@@ -277,6 +281,27 @@ class Vm {
     return comm_;
   }
 
+  // Copies the string at `addr` of this process (at most size - 1 bytes,
+  // then NUL) with process_vm_readv: an unmapped or unreadable address gives
+  // what it could read (bpftrace's str() of a bad pointer: ""), never a fault.
+  static void read_string(std::uint64_t addr, char* out, std::size_t size) noexcept {
+    std::memset(out, 0, kStrDefault);
+    const long pid = syscall(SYS_getpid);
+    std::size_t done = 0;
+    while (done + 1 < size) {
+      const std::uint64_t at = addr + done;
+      std::size_t chunk = 4096 - (at & 4095);  // one page at a time: a readable prefix is kept
+      if (chunk > size - 1 - done) chunk = size - 1 - done;
+      iovec local{out + done, chunk}, remote{reinterpret_cast<void*>(at), chunk};
+      const long got = syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) break;
+      if (std::memchr(out + done, 0, static_cast<std::size_t>(got))) return;
+      done += static_cast<std::size_t>(got);
+    }
+    out[done < size ? done : size - 1] = 0;
+    for (std::size_t i = done; i < kStrDefault; ++i) out[i] = 0;
+  }
+
   static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
 
   // Encodes a key (list `l`, `n` components) into key_.
@@ -315,6 +340,18 @@ class Vm {
         break;
       }
       case Op::comm: v.s = comm(); break;
+      case Op::str_read: {
+        const auto addr = static_cast<std::uint64_t>(eval(n.a).i);
+        std::size_t size = kStrDefault;
+        if (n.b >= 0) {
+          const std::int64_t l = eval(n.b).i;
+          size = l <= 0 ? 1 : l < static_cast<std::int64_t>(kStrDefault) ? static_cast<std::size_t>(l) + 1 : kStrDefault;
+        }
+        char* buf = scratch_[next_scratch_++ % kStrSlots];
+        read_string(addr, buf, size);
+        v.s = buf;
+        break;
+      }
       case Op::func: v.s = c_.func; break;
       case Op::probe: v.s = c_.probe; break;
       case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
@@ -490,6 +527,8 @@ class Vm {
   std::uint64_t key_[kMaxArgs * kStrLen / 8];
   char comm_[17];
   bool comm_ok_ = false;
+  char scratch_[kStrSlots][kStrDefault];
+  unsigned next_scratch_ = 0;
 };
 
 }  // namespace uptrace::bt
