@@ -570,7 +570,7 @@ class Compiler {
     }
     // Layout of a thread's area.
     BlobHeader h{};
-    h.ring_bytes = fmts_.empty() ? 0 : (std::uint64_t{1} << 18);
+    h.ring_bytes = fmts_.empty() ? 0 : (std::uint64_t{1} << 20);  // 1 MiB per thread that hits
     std::uint64_t off = kAreaHeaderWords + h.ring_bytes / 8;
     std::vector<MapDesc> mds;
     for (const MapInfo& mi : maps_) {
@@ -1169,9 +1169,11 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
 
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args) {
   const FmtDesc& fd = p.fmts[fmt];
-  std::vector<FmtPiece> pieces;
+  static std::map<const char*, std::vector<FmtPiece>> parsed;  // (the CLI's one program, one thread)
+  auto [it, fresh] = parsed.try_emplace(p.strtab + fd.text);
   std::string err;
-  parse_format(p.strtab + fd.text, pieces, err);
+  if (fresh) parse_format(p.strtab + fd.text, it->second, err);
+  const std::vector<FmtPiece>& pieces = it->second;
   std::string out;
   char buf[512];
   for (const FmtPiece& pc : pieces) {
@@ -1185,8 +1187,11 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
     int n = 0;
     if (pc.conv == 's') {
       char s[kStrLen + 1] = {};
-      std::memcpy(s, args, kStrLen);
-      args += kStrLen;
+      std::size_t j = 0;
+      while (j < kStrLen && args[j]) s[j] = static_cast<char>(args[j]), ++j;
+      do ++j;  // the NUL and the padding
+      while (j % 8);
+      args += j;
       n = std::snprintf(buf, sizeof buf, pc.text.c_str(), s);
     } else {
       std::int64_t v;

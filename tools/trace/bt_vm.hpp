@@ -135,7 +135,8 @@ enum AreaWord : std::size_t {
 };
 
 /// An event in the ring: a header, then (printf) one word per int argument
-/// and kStrLen bytes per string argument. kind kEvWrap: skip to the ring's start.
+/// and per string argument its bytes, NUL-terminated, padded with NULs to a
+/// multiple of 8 (at most kStrLen). kind kEvWrap: skip to the ring's start.
 struct EventHeader {
   std::uint32_t bytes;  ///< the whole event, a multiple of 8
   std::uint32_t kind;   ///< kEvPrintf, kEvWrap
@@ -475,6 +476,8 @@ class Vm {
 
   void emit(const Stmt& s) noexcept {
     const FmtDesc& f = p_.fmts[s.a];
+    // Room for the longest strings is checked; the event takes what its
+    // strings need (NUL-terminated, padded to 8 bytes).
     std::uint32_t bytes = sizeof(EventHeader);
     for (std::uint32_t k = 0; k < f.nargs; ++k) bytes += f.arg_is_str[k] ? kStrLen : 8;
     std::uint64_t* area = c_.area;
@@ -498,7 +501,6 @@ class Vm {
       pos = 0;
     }
     auto* e = reinterpret_cast<EventHeader*>(base + pos);
-    e->bytes = bytes;
     e->kind = kEvPrintf;
     e->ts = now_ns();
     e->fmt = static_cast<std::uint32_t>(s.a);
@@ -507,16 +509,21 @@ class Vm {
     for (std::uint32_t k = 0; k < f.nargs; ++k) {
       Val v = eval(p_.lists[s.b + static_cast<std::int32_t>(k)]);
       if (f.arg_is_str[k]) {
-        std::memset(out, 0, kStrLen);
         const char* src = v.s ? v.s : "";
-        for (std::size_t j = 0; j < kStrLen - 1 && src[j]; ++j) out[j] = static_cast<unsigned char>(src[j]);
-        out += kStrLen;
+        std::size_t j = 0;
+        for (; j < kStrLen - 1 && src[j]; ++j) out[j] = static_cast<unsigned char>(src[j]);
+        do out[j++] = 0;
+        while (j % 8);
+        out += j;
       } else {
         std::memcpy(out, &v.i, 8);
         out += 8;
       }
     }
-    __atomic_store_n(area + kRingHead, head + bytes, __ATOMIC_RELEASE);
+    const auto used = static_cast<std::uint32_t>(out - (base + pos));
+    // The rest of a wrap's room: a marker the reader skips (never less than 8 bytes).
+    e->bytes = used;
+    __atomic_store_n(area + kRingHead, head + used, __ATOMIC_RELEASE);
   }
 
   const Program& p_;

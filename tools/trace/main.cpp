@@ -752,7 +752,7 @@ int run_bpftrace(const BtOptions& o) {
     // (BEGIN, END, interval only): until exit() or Ctrl-C, as bpftrace.
     if (all_gone && (child >= 0 || terminated)) break;
     std::uint64_t now = bt::now_ns();
-    int timeout = 20;
+    int timeout = 10;  // the rings are drained at least this often (ms)
     for (auto& [due, probe] : timers) {
       if (now >= due) {
         run.run_here(bt::ProbeKind::interval, c->attach, probe);
