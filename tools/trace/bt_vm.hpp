@@ -369,7 +369,7 @@ class Vm {
       }
       case Op::unary: {
         Val a = eval(n.a);
-        v.i = n.sub == '-' ? -a.i : n.sub == '!' ? !truth(a) : ~a.i;
+        v.i = n.sub == '-' ? static_cast<std::int64_t>(0 - static_cast<std::uint64_t>(a.i)) : n.sub == '!' ? !truth(a) : ~a.i;
         break;
       }
       case Op::land: v.i = truth(eval(n.a)) && truth(eval(n.b)); break;
