@@ -73,7 +73,7 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 const std::set<std::string> kUnsupportedFns = {
-    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "print", "clear", "zero", "delete",
+    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "clear", "zero", "delete",
     "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
@@ -570,7 +570,10 @@ class Compiler {
     }
     // Layout of a thread's area.
     BlobHeader h{};
-    h.ring_bytes = fmts_.empty() ? 0 : (std::uint64_t{1} << 20);  // 1 MiB per thread that hits
+    const bool events = !fmts_.empty() || std::any_of(stmts_.begin(), stmts_.end(), [](const Stmt& st) {
+      return st.op == StmtOp::print_map;
+    });
+    h.ring_bytes = events ? (std::uint64_t{1} << 20) : 0;  // 1 MiB per thread that hits
     std::uint64_t off = kAreaHeaderWords + h.ring_bytes / 8;
     std::vector<MapDesc> mds;
     for (const MapInfo& mi : maps_) {
@@ -845,6 +848,15 @@ class Compiler {
       case SK::expr: {
         const Expr& e = *s.value;
         if (e.k == EK::call && e.name == "printf") return printf_stmt(e);
+        if (e.k == EK::call && e.name == "print") {
+          if (e.kids.size() != 1 || e.kids[0]->k != EK::map || !e.kids[0]->kids.empty())
+            fail(e.call(), "print() of a whole map (print(@name)) is all uprobe-trace supports yet");
+          std::int32_t mi = -1;
+          if (!find_map(e.kids[0]->name, mi)) fail(e.kids[0]->pos, "Undefined map: " + e.kids[0]->name);
+          st.op = StmtOp::print_map;
+          st.a = mi;
+          return push(st);
+        }
         if (e.k == EK::call && e.name == "exit") {
           if (!e.kids.empty()) fail(e.pos, "exit() takes no arguments");
           st.op = StmtOp::exit_;
@@ -1324,10 +1336,16 @@ std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
     return std::strcmp(p.strtab + p.maps[a].name, p.strtab + p.maps[b].name) < 0;
   });
   std::string out;
-  for (std::uint32_t mi : order) {
+  for (std::uint32_t mi : order) out += format_map(p, mi, maps[mi]);
+  return out;
+}
+
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
+  std::string out;
+  {
     const MapDesc& m = p.maps[mi];
     const std::string name = p.strtab + m.name;
-    MapData data = maps[mi];
+    MapData data = contents;
     if (data.empty() && m.nkeys == 0 && (m.agg == Agg::count || m.agg == Agg::sum))
       data[std::vector<std::uint64_t>(m.key_words, 0)] = std::vector<std::uint64_t>(m.value_words, 0);
     using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;

@@ -63,5 +63,7 @@ using MapData = std::map<std::vector<std::uint64_t>, std::vector<std::uint64_t>>
 void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into);
 /// Every map as bpftrace prints them at exit (in name order; `maps[i]`: map i).
 std::string format_maps(const Program& p, const std::vector<MapData>& maps);
+/// One map as bpftrace prints it (at exit, or for print(@map)).
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents);
 
 }  // namespace uptrace::bt

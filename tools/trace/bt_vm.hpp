@@ -81,6 +81,7 @@ enum class StmtOp : std::uint8_t {
   if_,       ///< cond a; then: list b count c; else: list d count e
   exit_,
   expr,      ///< evaluate a (no effect)
+  print_map, ///< print(@map a): an event; the CLI prints the map as it is when it reads the event
 };
 
 struct Stmt {
@@ -144,7 +145,7 @@ struct EventHeader {
   std::uint32_t fmt;
   std::uint32_t pad;
 };
-inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2;
+inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2, kEvPrint = 3;  ///< kEvPrint: fmt is the map
 
 struct BlobHeader {
   std::uint64_t magic = kBlobMagic;
@@ -436,6 +437,7 @@ class Vm {
           break;
         case StmtOp::map_agg: agg(s); break;
         case StmtOp::printf_: emit(s); break;
+        case StmtOp::print_map: emit(s, kEvPrint); break;
       }
     }
   }
@@ -474,8 +476,9 @@ class Vm {
     }
   }
 
-  void emit(const Stmt& s) noexcept {
-    const FmtDesc& f = p_.fmts[s.a];
+  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf) noexcept {
+    static constexpr FmtDesc kNoArgs{};
+    const FmtDesc& f = kind == kEvPrintf ? p_.fmts[s.a] : kNoArgs;
     // Room for the longest strings is checked; the event takes what its
     // strings need (NUL-terminated, padded to 8 bytes).
     std::uint32_t bytes = sizeof(EventHeader);
@@ -501,7 +504,7 @@ class Vm {
       pos = 0;
     }
     auto* e = reinterpret_cast<EventHeader*>(base + pos);
-    e->kind = kEvPrintf;
+    e->kind = kind;
     e->ts = now_ns();
     e->fmt = static_cast<std::uint32_t>(s.a);
     e->pad = 0;

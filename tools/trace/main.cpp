@@ -487,6 +487,8 @@ class BtRun {
         if (e->bytes == 0 || e->bytes > ring) break;
         if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts)
           evs.push_back({e->ts, evs.size(), bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1))});
+        else if (e->kind == bt::kEvPrint && e->fmt < p_.h->nmaps)
+          evs.push_back({e->ts, evs.size(), map_text(e->fmt)});
         tail += e->bytes;
       }
       __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
@@ -497,6 +499,14 @@ class BtRun {
     std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ts < b.ts; });
     for (const Ev& e : evs) std::fwrite(e.text.data(), 1, e.text.size(), out_);
     if (!evs.empty()) std::fflush(out_);
+  }
+
+  // print(@map): the map as it is now, merged.
+  std::string map_text(std::uint32_t m) {
+    bt::MapData data;
+    bt::merge_table(p_, m, own_.data(), data);
+    for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data);
+    return bt::format_map(p_, m, data);
   }
 
   // The maps merged over every thread of every process (and the CLI's own area).
