@@ -38,6 +38,9 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.ProbeHitWithSignalsBlocked trace.Trace.XzWorkersBlockEverySignalAndCallInt3ProbedMemcpy
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
+                     trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame
+                     trace.Bpftrace.OutputFileProgramFileAndDashDash trace.Bpftrace.BareSpecStillCounts
+                     trace.Bpftrace.CommandWordsExitStatusAndNoCommand trace.Bpftrace.NoPrintfEventLostOnFind
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()

@@ -316,7 +316,7 @@ TEST(Trace, ThreadsCountInTheirOwnSlots) {
   const long threads = 8, each = 20000;
   Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "threads", std::to_string(threads),
                                                         std::to_string(each)},
-                   {"-p"});
+                   {"--per-thread"});
   ASSERT_EQ(r.status, 0) << dump(r);
   const std::string key = "uprobe:" + fixture() + ":trace_fn";
   EXPECT_EQ(hits(r.report)[key], threads * each) << dump(r);
@@ -326,7 +326,7 @@ TEST(Trace, ThreadsCountInTheirOwnSlots) {
 }
 
 TEST(Trace, ForkedChildCountsSeparately) {
-  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fork", "100"}, {"-p"});
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fork", "100"}, {"--per-thread"});
   ASSERT_EQ(r.status, 0) << dump(r);
   EXPECT_EQ(r.out, "child_status=0\n");
   const std::string key = "uprobe:" + fixture() + ":trace_fn";
@@ -362,7 +362,7 @@ TEST(Trace, ExecIsFollowedUnlessNoFollow) {
 TEST(Trace, UnderscoreExitKeepsTheCounts) {
   // _exit() skips every destructor: the counts are in the counts file
   // already (the CLI's), so a child that leaves with _exit() keeps its 10.
-  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "lost", "10"}, {"-p"});
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "lost", "10"}, {"--per-thread"});
   ASSERT_EQ(r.status, 0) << dump(r);
   const std::string key = "uprobe:" + fixture() + ":trace_fn";
   EXPECT_EQ(hits(r.report)[key], 20) << dump(r);
@@ -461,7 +461,7 @@ TEST(Trace, DashScriptIsCounted) {
 // child of fork() before any atfork handler.
 TEST(Trace, ForkChildrenCountFromTheirFirstInstruction) {
   const std::string key = "uprobe:" + fixture() + ":trace_fn";
-  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "rawfork", "10"}, {"-p"});
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "rawfork", "10"}, {"--per-thread"});
   ASSERT_EQ(r.status, 0) << dump(r);
   EXPECT_EQ(r.out, "child_status=0\n");
   EXPECT_EQ(hits(r.report)[key], 30) << dump(r);
@@ -471,7 +471,7 @@ TEST(Trace, ForkChildrenCountFromTheirFirstInstruction) {
   std::sort(v.begin(), v.end());
   EXPECT_EQ(v, (std::vector<long>{10, 20})) << dump(r);
 
-  Result f = trace({"uprobe:libc:_Fork", "uretprobe:libc:_Fork"}, {kFixture, "fork", "1"}, {"-p"});
+  Result f = trace({"uprobe:libc:_Fork", "uretprobe:libc:_Fork"}, {kFixture, "fork", "1"}, {"--per-thread"});
   ASSERT_EQ(f.status, 0) << dump(f);
   auto h = hits(f.report);
   const std::string entry = libc_key(h, "uprobe", "_Fork"), ret = libc_key(h, "uretprobe", "_Fork");

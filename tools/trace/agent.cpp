@@ -61,6 +61,7 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
+#include "bt_vm.hpp"
 #include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
@@ -100,6 +101,9 @@ struct Counters {
   std::atomic<unsigned> nblocks{0};
   std::atomic<std::uint64_t*> blocks[kMaxBlocks];  // without the CLI: what the report reads
   std::atomic<std::uint64_t*> overflow{nullptr};   // shared by threads past kMaxBlocks: atomic adds
+  // A bpftrace program (bt_vm.hpp): its area in each block starts at word bt_area (0: no program).
+  bt::Program bt;
+  std::size_t bt_area = 0;
 };
 
 Counters* g = nullptr;  // published before counting is enabled; never freed
@@ -162,6 +166,7 @@ std::uint64_t* alloc_block(std::int64_t tid, bool shared) noexcept {
   b[counts::kBlockLayout] = g->layout;
   b[counts::kBlockWords] = g->block_words;
   b[counts::kBlockShared] = shared ? 1 : 0;
+  b[counts::kBlockBt] = g->bt_area;
   __atomic_store_n(&b[counts::kBlockMagicWord], counts::kBlockMagic, __ATOMIC_RELEASE);
   if (g->header) g->header->slots[slot].store(counts::slot_word(first, pages), std::memory_order_release);
   return b;
@@ -252,19 +257,52 @@ inline bool counting() noexcept {
   return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);
 }
 
+/// One probe block of a bpftrace program at one site: its index and the
+/// `probe` and `func` strings of the site (never freed).
+struct BtHit {
+  std::uint32_t probe;
+  const char* probe_name;
+  const char* func;
+};
+
+/// Runs the program's probe blocks `hits` for one hit. Async-signal-safe: the
+/// interpreter (bt_vm.hpp) writes the thread's own block only.
+void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret) noexcept {
+  if (hits.empty() || !g->header || g->header->bt_exit.load(std::memory_order_relaxed)) return;
+  std::uint64_t* b = my_block();
+  if (!b || b[counts::kBlockShared]) return unrecorded(hits.size());
+  std::uint64_t args[6];
+  for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
+  bt::HitContext ctx;
+  ctx.args = args;
+  ctx.retval = ret ? regs.ret() : 0;
+  ctx.start_ns = g->header->bt_start_ns;
+  ctx.area = b + g->bt_area;
+  ctx.exit_flag = reinterpret_cast<volatile std::uint64_t*>(&g->header->bt_exit);
+  for (const BtHit& h : hits) {
+    ctx.func = h.func;
+    ctx.probe = h.probe_name;
+    bt::Vm vm(g->bt, ctx);
+    vm.run_probe(h.probe);
+  }
+}
+
 /// A function site: entry counts, return counts, a latency histogram (any of
-/// them). Several specs may name one site (aliases, a glob and a name): each
+/// them), the probe blocks of a bpftrace program. Several specs may name one site (aliases, a glob and a name): each
 /// has its own key, all counted.
 class FnConsumer final : public uprobe::Consumer {
  public:
-  FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist)
-      : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist) {}
+  FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist,
+             std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets)
+      : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist),
+        bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)) {}
 
-  uprobe::Action handler(uprobe::Regs&) override {
+  uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) {
       setup_hit();
-      return rets_.empty() && hist_ < 0 ? uprobe::Action::keep : uprobe::Action::ignore;
+      return rets_.empty() && hist_ < 0 && bt_rets_.empty() ? uprobe::Action::keep : uprobe::Action::ignore;
     }
+    run_bt(bt_entries_, regs, false);
     if (std::uint64_t* b = my_block()) {
       for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));
     } else {
@@ -274,8 +312,10 @@ class FnConsumer final : public uprobe::Consumer {
     return uprobe::Action::keep;
   }
 
-  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+  void ret_handler(uprobe::Regs& regs, std::uint64_t) override {
     if (!counting()) return setup_hit();
+    run_bt(bt_rets_, regs, true);
+    if (rets_.empty() && hist_ < 0) return;
     std::uint64_t* b = my_block();
     if (!b) return unrecorded(rets_.size());
     for (long r : rets_) bump(b, kHeaderWords + static_cast<std::size_t>(r));
@@ -296,15 +336,18 @@ class FnConsumer final : public uprobe::Consumer {
 
   const std::vector<long> entries_, rets_;  // read-only once registered
   const long hist_;
+  const std::vector<BtHit> bt_entries_, bt_rets_;
   std::atomic<unsigned> setup_hits_{0};
 };
 
 /// A USDT probe (all its sites): a count.
 class CountConsumer final : public uprobe::Consumer {
  public:
-  explicit CountConsumer(long key) : key_(key) {}
-  uprobe::Action handler(uprobe::Regs&) override {
+  CountConsumer(long key, std::vector<BtHit> bt) : key_(key), bt_(std::move(bt)) {}
+  uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) return uprobe::Action::keep;
+    run_bt(bt_, regs, false);
+    if (key_ < 0) return uprobe::Action::keep;
     if (std::uint64_t* b = my_block()) bump(b, kHeaderWords + static_cast<std::size_t>(key_));
     else unrecorded(1);
     return uprobe::Action::keep;
@@ -312,6 +355,7 @@ class CountConsumer final : public uprobe::Consumer {
 
  private:
   long key_;
+  const std::vector<BtHit> bt_;
 };
 
 // ---------------------------------------------------------------- set-up (not signal context)
@@ -326,6 +370,23 @@ struct Meta {
   std::vector<std::string> notes;
 };
 Meta* meta = nullptr;  // never freed: other threads may still hit probes while the process exits
+
+// The bpftrace program (UPROBE_TRACE_PROGRAM: the CLI's compiled blob), read once; never freed.
+std::vector<unsigned char>* g_bt_blob = nullptr;
+bt::Program g_bt;
+
+void load_bt_program(const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  auto* blob = new std::vector<unsigned char>;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    blob->resize(static_cast<std::size_t>(st.st_size));
+    if (pread(fd, blob->data(), blob->size(), 0) != static_cast<ssize_t>(blob->size())) blob->clear();
+  }
+  close(fd);
+  if (!blob->empty() && g_bt.load(blob->data(), blob->size())) g_bt_blob = blob;
+}
 
 std::string self_exe() {
   char buf[PATH_MAX];
@@ -412,12 +473,15 @@ struct FnPlan {
   std::set<std::string> entry_keys, ret_keys;
   std::string hist_key;
   std::set<std::size_t> specs;  // indexes into meta->specs
+  std::vector<BtHit> bt_entries, bt_rets;
 };
 
 struct UsdtPlan {
   std::string key;
   std::vector<uprobe::usdt::Probe> sites;
   std::set<std::size_t> specs;  // indexes into meta->specs
+  std::vector<BtHit> bt;
+  bool count = true;  // a count key (not with a bpftrace program)
 };
 
 void add_message(SpecStatus& s, const std::string& m) {
@@ -489,6 +553,11 @@ void make_counters() {
   c->nhists = meta->hist_keys.size();
   c->hist_base = kHeaderWords + c->nkeys;
   c->block_words = block_words(c->nkeys, c->nhists);
+  if (g_bt_blob) {  // the program's area after the counters, cache-line aligned
+    c->bt = g_bt;
+    c->bt_area = (c->block_words + 7) & ~std::size_t{7};
+    c->block_words = c->bt_area + g_bt.h->area_words;
+  }
   c->block_bytes = (c->block_words * sizeof(std::uint64_t) + counts::kPage - 1) / counts::kPage * counts::kPage;
   for (auto& b : c->blocks) b.store(nullptr, std::memory_order_relaxed);
   g = c;
@@ -530,7 +599,15 @@ void warn_fatal_sites() {
 void attach(const std::vector<std::string>& texts) {
   std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
   std::map<std::string, UsdtPlan> usdts;
-  for (const std::string& text : texts) {
+  for (const std::string& line : texts) {
+    // "PROBE\tSPEC": an attach point of the bpftrace program's probe block PROBE.
+    long bt_probe = -1;
+    std::string text = line;
+    if (const auto tab = line.find('\t'); tab != std::string::npos) {
+      bt_probe = std::strtol(line.c_str(), nullptr, 10);
+      text = line.substr(tab + 1);
+      if (!g_bt_blob || bt_probe < 0 || static_cast<std::uint64_t>(bt_probe) >= g_bt.h->nprobes) continue;
+    }
     meta->specs.push_back({text, 0, ""});
     const std::size_t si = meta->specs.size() - 1;
     SpecStatus& st = meta->specs.back();
@@ -549,10 +626,14 @@ void attach(const std::vector<std::string>& texts) {
     try {
       if (spec->kind == Kind::usdt) {
         std::set<std::string> mine;  // keys this spec created (a probe has several sites)
+        std::set<std::string> bt_done;
         for (auto& p : uprobe::usdt::find(path + ":" + spec->what)) {
           std::string key = "usdt:" + p.path + ":" + p.provider + ":" + p.name;
           auto [it, fresh] = usdts.try_emplace(key);
-          if (fresh) it->second.key = key, mine.insert(key);
+          if (fresh) it->second.key = key, mine.insert(key), it->second.count = bt_probe < 0;
+          if (bt_probe < 0) it->second.count = true;
+          else if (bt_done.insert(key).second)
+            it->second.bt.push_back({static_cast<std::uint32_t>(bt_probe), strdup(key.c_str()), strdup(p.name.c_str())});
           it->second.specs.insert(si);
           if (mine.count(key)) it->second.sites.push_back(std::move(p));
         }
@@ -571,6 +652,13 @@ void attach(const std::vector<std::string>& texts) {
           f.path = loc.path, f.offset = loc.offset;
           if (f.name.empty()) f.name = what;
           f.specs.insert(si);
+          if (bt_probe >= 0) {
+            const std::string probe_name = std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what;
+            (spec->kind == Kind::uprobe ? f.bt_entries : f.bt_rets)
+                .push_back({static_cast<std::uint32_t>(bt_probe), strdup(probe_name.c_str()),
+                            strdup(display_symbol(loc.symbol).c_str())});
+            continue;
+          }
           (spec->kind == Kind::uprobe ? f.entry_keys : f.ret_keys)
               .insert(std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what);
           if (spec->kind == Kind::uretprobe || f.hist_key.empty()) f.hist_key = loc.path + ":" + what;
@@ -606,7 +694,7 @@ void attach(const std::vector<std::string>& texts) {
     pf.push_back(std::move(p));
   }
   std::vector<std::pair<UsdtPlan*, long>> pu;
-  for (auto& [k, u] : usdts) pu.emplace_back(&u, index_of(u.key));
+  for (auto& [k, u] : usdts) pu.emplace_back(&u, u.count ? index_of(u.key) : -1);
 
   make_counters();
 
@@ -631,13 +719,16 @@ void attach(const std::vector<std::string>& texts) {
   std::vector<uprobe::ProbeRequest> requests;
   std::vector<FnConsumer*> fn_consumers;  // request i < pf.size(): pf[i]'s
   for (auto& p : pf) {
-    CB cb = p.entries.empty() ? CB::ret : p.rets.empty() ? CB::entry : CB::entry_and_ret;
-    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist);  // never freed (see Meta)
+    const bool entry = !p.entries.empty() || !p.plan->bt_entries.empty();
+    const bool ret = !p.rets.empty() || !p.plan->bt_rets.empty();
+    CB cb = !entry ? CB::ret : !ret ? CB::entry : CB::entry_and_ret;
+    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist, p.plan->bt_entries,
+                             p.plan->bt_rets);  // never freed (see Meta)
     fn_consumers.push_back(c);
     requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
   }
   for (auto& [u, idx] : pu) {
-    auto* c = new CountConsumer(idx);  // never freed (see Meta)
+    auto* c = new CountConsumer(idx, u->bt);  // never freed (see Meta)
     for (const auto& site : u->sites)
       requests.push_back(uprobe::ProbeRequest::at(site.path, site.offset, *c, site.semaphore_offset));
   }
@@ -678,7 +769,7 @@ void attach(const std::vector<std::string>& texts) {
       if (results[i]) {
         note_mode(results[i].probe);
         for (std::size_t s : u->specs) meta->specs[s].attached++;
-        attached[static_cast<std::size_t>(idx)] = true;
+        if (idx >= 0) attached[static_cast<std::size_t>(idx)] = true;
         continue;
       }
       for (std::size_t s : u->specs) {
@@ -968,6 +1059,7 @@ __attribute__((constructor)) void agent_init() {
   if (!specs || !g_dependencies_ready) return;
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
+  if (const char* prog = getenv(kEnvProgram)) load_bt_program(prog);
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
@@ -976,7 +1068,8 @@ __attribute__((constructor)) void agent_init() {
     std::string orig = env_or(kEnvOrigPreload, "-");
     if (orig == "-") unsetenv("LD_PRELOAD");
     else setenv("LD_PRELOAD", orig.c_str(), 1);
-    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread}) unsetenv(v);
+    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram})
+      unsetenv(v);
   }
   pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
   try {

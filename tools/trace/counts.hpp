@@ -50,6 +50,7 @@ enum BlockWord : std::size_t {
   kBlockLayout = 3,     ///< the image's layout id (its record file)
   kBlockWords = 4,      ///< words in the block (kHeaderWords + keys + histograms * kBuckets)
   kBlockShared = 5,     ///< 1: several threads add here atomically
+  kBlockBt = 6,         ///< words from the block's start to its bpftrace-program area (bt_vm.hpp), 0: none
 };
 
 /// One process: an image that loaded the agent (after every exec too) or a
@@ -73,6 +74,10 @@ struct Header {
   /// extended in that process, the tables were full): counted here so that
   /// the CLI can say how many hits are missing from the report.
   alignas(64) std::atomic<std::uint64_t> unrecorded;
+  /// A bpftrace program's exit() was called (1): no probe runs its actions any more.
+  alignas(64) std::atomic<std::uint64_t> bt_exit;
+  /// CLOCK_MONOTONIC when the CLI started (ns): the program's `elapsed`.
+  std::uint64_t bt_start_ns;
   /// Block i: (first page << 24) | pages; 0 while not (or never) published.
   alignas(64) std::atomic<std::uint64_t> slots[kMaxSlots];
   Proc procs[kMaxProcs];

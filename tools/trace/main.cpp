@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -37,6 +38,7 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
+#include "bt_lang.hpp"
 #include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
@@ -53,12 +55,16 @@ namespace {
 using namespace uptrace;
 
 const char* const kUsage =
-    "usage: uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [-p] [--no-follow] [--] PROG [ARGS...]\n"
+    "usage: uprobe-trace [-q] [-o FILE] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "       uprobe-trace [-q] [-o FILE] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "       uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [--per-thread] [--no-follow] [--] PROG [ARGS...]\n"
     "       uprobe-trace -l PATH|SPEC [-v]\n"
     "\n"
-    "Runs PROG with libuprobe's agent preloaded and counts probe hits in it (no root, no ptrace, no eBPF);\n"
-    "at exit prints the counts and, for functions with both an entry and a return probe, a log2 latency\n"
-    "histogram, in bpftrace's format.\n"
+    "Runs PROG with libuprobe's agent preloaded (no root, no ptrace, no eBPF). With a bpftrace program\n"
+    "(bpftrace 0.17's language, user-space probes: tools/trace/README.md says what is supported), its\n"
+    "actions run in PROG at each hit and the output is bpftrace's. With bare SPECs, it counts probe hits\n"
+    "and, for functions with both an entry and a return probe, draws a log2 latency histogram; the\n"
+    "report (bpftrace's format) goes to standard error at exit.\n"
     "\n"
     "SPEC (bpftrace's spelling; PATH is a path, a library name such as `libc', or the program's name):\n"
     "  uprobe:PATH:SYM[+OFF]      function entry or an offset into it; SYM may be a glob (`str*'),\n"
@@ -67,14 +73,18 @@ const char* const kUsage =
     "  usdt:PATH:PROVIDER:NAME    a USDT probe at all its sites, semaphore set while attached; short form U:\n"
     "\n"
     "options:\n"
-    "  -e SPEC            a probe (repeatable)\n"
-    "  -o FILE            write the report to FILE (default: standard error)\n"
-    "  --format F         text (default) or json\n"
-    "  -p, --per-thread   also report counts per process and thread\n"
+    "  -e PROGRAM|SPEC    a bpftrace program, or a probe spec (repeatable)\n"
+    "  -c 'CMD'           the program to run, split into words at blanks ('...' and \"...\" quote)\n"
+    "  -q                 no \"Attaching N probes...\" line\n"
+    "  -o FILE            write the output (the report) to FILE (default: standard output for programs,\n"
+    "                     standard error for the report of SPECs)\n"
+    "  --format F         text (default) or json (SPECs)\n"
+    "  --per-thread       also report counts per process and thread (SPECs)\n"
     "  --no-follow        do not trace the programs PROG execs (forked children are always traced)\n"
     "  -l PATH|SPEC       list the probe-able functions and USDT probes of PATH (or those a SPEC matches)\n"
     "  -v                 with -l: USDT sites, semaphores and argument specs; when tracing: each\n"
     "                     process's probe sites by mode (int3, optimized-nop5, pending)\n"
+    "  -p PID             refused: uprobe-trace runs inside the programs it starts (no ptrace)\n"
     "  -h, --help         this text\n"
     "\n"
     "environment: UPROBE_TRACE_AGENT overrides the agent's path.\n";
@@ -336,6 +346,7 @@ int create_counts_file(const std::string& dir) {
   auto* h = static_cast<counts::Header*>(m);
   h->page_size = counts::kPage;
   h->next_page.store(counts::kHeaderPages);
+  h->bt_start_ns = bt::now_ns();
   h->magic = counts::kMagic;
   munmap(m, counts::kHeaderBytes);
   return fd;
@@ -422,25 +433,405 @@ void forward(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
+
+// ---------------------------------------------------------------- bpftrace programs
+
+// What a bpftrace program's run sees of the counts file: its header and
+// every block with a program area, mapped shared (the CLI consumes the
+// rings: it writes their tail words).
+class BtRun {
+ public:
+  BtRun(const bt::Program& p, std::FILE* out, int counts_fd) : p_(p), out_(out), fd_(counts_fd) {
+    void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (m == MAP_FAILED) die(std::string("counts file: mmap: ") + std::strerror(errno));
+    h_ = static_cast<counts::Header*>(m);
+    own_.assign(p_.h->area_words, 0);
+  }
+
+  counts::Header* header() { return h_; }
+
+  // Runs the BEGIN, END or interval probe blocks of `kind` here, in the CLI.
+  void run_here(bt::ProbeKind kind, const std::vector<bt::AttachPoint>& aps, std::uint32_t only = ~0u) {
+    for (const auto& ap : aps) {
+      if (ap.kind != kind || (only != ~0u && ap.probe != only)) continue;
+      if (h_->bt_exit.load() && kind != bt::ProbeKind::end) return;
+      bt::HitContext c;
+      c.probe = ap.spec.c_str();
+      c.start_ns = h_->bt_start_ns;
+      c.area = own_.data();
+      c.exit_flag = kind == bt::ProbeKind::end ? nullptr : reinterpret_cast<volatile std::uint64_t*>(&h_->bt_exit);
+      bt::Vm vm(p_, c);
+      vm.run_probe(ap.probe);
+    }
+    drain();
+  }
+
+  // Prints the printf events written since the last drain, in time order
+  // (each thread's in its own order).
+  void drain() {
+    map_new_blocks();
+    struct Ev {
+      std::uint64_t ts;
+      std::size_t seq;
+      std::string text;
+    };
+    std::vector<Ev> evs;
+    auto take = [&](std::uint64_t* area) {
+      if (!p_.h->ring_bytes) return;
+      const std::uint64_t ring = p_.h->ring_bytes;
+      const auto* base = reinterpret_cast<const unsigned char*>(area + bt::kAreaHeaderWords);
+      std::uint64_t tail = bt::load(area + bt::kRingTail);
+      const std::uint64_t head = __atomic_load_n(area + bt::kRingHead, __ATOMIC_ACQUIRE);
+      while (tail < head) {
+        const auto* e = reinterpret_cast<const bt::EventHeader*>(base + (tail & (ring - 1)));
+        if (e->bytes == 0 || e->bytes > ring) break;
+        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts)
+          evs.push_back({e->ts, evs.size(), bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1))});
+        else if (e->kind == bt::kEvPrint && e->fmt < p_.h->nmaps)
+          evs.push_back({e->ts, evs.size(), map_text(e->fmt)});
+        tail += e->bytes;
+      }
+      __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
+      lost_ += 0;
+    };
+    take(own_.data());
+    for (auto& b : blocks_) take(b.area);
+    std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ts < b.ts; });
+    for (const Ev& e : evs) std::fwrite(e.text.data(), 1, e.text.size(), out_);
+    if (!evs.empty()) std::fflush(out_);
+  }
+
+  // print(@map): the map as it is now, merged.
+  std::string map_text(std::uint32_t m) {
+    bt::MapData data;
+    bt::merge_table(p_, m, own_.data(), data);
+    for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data);
+    return bt::format_map(p_, m, data);
+  }
+
+  // The maps merged over every thread of every process (and the CLI's own area).
+  std::string maps() {
+    map_new_blocks();
+    std::vector<bt::MapData> data(p_.h->nmaps);
+    for (std::uint32_t m = 0; m < p_.h->nmaps; ++m) {
+      bt::merge_table(p_, m, own_.data(), data[m]);
+      for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data[m]);
+    }
+    return bt::format_maps(p_, data);
+  }
+
+  std::uint64_t lost_events() {
+    std::uint64_t n = 0;
+    for (auto& b : blocks_) n += bt::load(b.area + bt::kLostEvents);
+    return n;
+  }
+  std::uint64_t map_drops() {
+    std::uint64_t n = bt::load(own_.data() + bt::kMapDrops);
+    for (auto& b : blocks_) n += bt::load(b.area + bt::kMapDrops);
+    return n;
+  }
+
+ private:
+  void map_new_blocks() {
+    const std::uint64_t n = std::min<std::uint64_t>(h_->nslots.load(), counts::kMaxSlots);
+    for (; next_slot_ < n; ++next_slot_) {
+      const std::uint64_t w = h_->slots[next_slot_].load(std::memory_order_acquire);
+      if (w == 0) {  // handed out, not published yet: look again next time
+        if (pending_.insert(next_slot_).second) continue;
+        continue;
+      }
+      add_block(w);
+    }
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const std::uint64_t w = h_->slots[*it].load(std::memory_order_acquire);
+      if (w == 0) {
+        ++it;
+        continue;
+      }
+      add_block(w);
+      it = pending_.erase(it);
+    }
+  }
+  void add_block(std::uint64_t w) {
+    const std::size_t bytes = counts::slot_pages(w) * counts::kPage;
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                   static_cast<off_t>(counts::slot_first_page(w) * counts::kPage));
+    if (m == MAP_FAILED) return;
+    auto* b = static_cast<std::uint64_t*>(m);
+    const std::uint64_t area = b[counts::kBlockBt];
+    if (b[counts::kBlockMagicWord] != counts::kBlockMagic || area == 0 ||
+        (area + p_.h->area_words) * 8 > bytes) {
+      munmap(m, bytes);
+      return;
+    }
+    blocks_.push_back({b + area});
+  }
+
+  struct Block {
+    std::uint64_t* area;
+  };
+  const bt::Program& p_;
+  std::FILE* out_;
+  int fd_;
+  counts::Header* h_ = nullptr;
+  std::vector<std::uint64_t> own_;  // the CLI's area (BEGIN, END, interval)
+  std::vector<Block> blocks_;
+  std::uint64_t next_slot_ = 0;
+  std::set<std::uint64_t> pending_;
+  std::uint64_t lost_ = 0;
+};
+
+// Number of probes bpftrace would attach for a spec (its wildcard expansions).
+std::size_t expansions(const Spec& s, const std::string& prog_path) {
+  if (!has_glob(s.what)) return 1;
+  std::string file = resolve_here(s.binary, prog_path);
+  if (file.empty()) return 1;
+  try {
+    if (s.kind == Kind::usdt) {
+      std::set<std::string> names;
+      for (const auto& p : uprobe::usdt::find(file + ":" + s.what)) names.insert(p.provider + ":" + p.name);
+      return std::max<std::size_t>(names.size(), 1);
+    }
+    return std::max<std::size_t>(uprobe::resolve_location(file + ":" + s.what).size(), 1);
+  } catch (const uprobe::Error&) {
+    return 1;
+  }
+}
+
+struct BtOptions {
+  std::string text, name;  // the program and its name in errors ("stdin" for -e)
+  std::vector<std::string> cmd;  // the program to run (empty: none)
+  std::string out_file;
+  bool quiet = false, follow = true;
+};
+
+int run_bpftrace(const BtOptions& o) {
+  std::string err;
+  std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err);
+  if (!c) {
+    std::fputs(err.c_str(), stderr);
+    return 1;
+  }
+  const bt::Program& p = c->prog;
+  std::string prog_path;
+  if (!o.cmd.empty()) {
+    prog_path = find_program(o.cmd[0]);
+    if (prog_path.empty()) {
+      std::fprintf(stderr, "uprobe-trace: %s: command not found\n", o.cmd[0].c_str());
+      return 127;
+    }
+  }
+  std::string joined;  // "PROBE\tSPEC" lines for the agent
+  std::size_t nprobes = 0;
+  bool user_probes = false;
+  for (const auto& ap : c->attach) {
+    if (ap.kind == bt::ProbeKind::begin || ap.kind == bt::ProbeKind::end || ap.kind == bt::ProbeKind::interval) {
+      ++nprobes;
+      continue;
+    }
+    std::string perr;
+    auto s = parse_spec(ap.spec, perr);
+    if (!s) die(perr);
+    validate(*s, prog_path);
+    nprobes += expansions(*s, prog_path);
+    joined += std::to_string(ap.probe) + "\t" + ap.spec + "\n";
+    user_probes = true;
+  }
+  if (user_probes && o.cmd.empty())
+    die("uprobe, uretprobe and usdt probes need a program to trace: -c 'CMD' or -- PROG ARGS (uprobe-trace "
+        "runs in the programs it starts, not system-wide)");
+  std::FILE* out = stdout;
+  if (!o.out_file.empty()) {
+    out = std::fopen(o.out_file.c_str(), "we");
+    if (!out) die(o.out_file + ": " + std::strerror(errno));
+  }
+  std::string agent, libuprobe;
+  if (!o.cmd.empty()) {
+    agent = find_agent();
+    libuprobe = find_libuprobe();
+    for (const std::string& f : {agent, libuprobe})
+      if (f.find_first_of(": \t") != std::string::npos) die("cannot preload " + f + ": its path has ':' or a blank");
+  }
+  const char* tmp = getenv("TMPDIR");
+  std::string dir_tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/uprobe-trace.XXXXXX";
+  std::vector<char> dir_buf(dir_tmpl.begin(), dir_tmpl.end());
+  dir_buf.push_back(0);
+  if (!mkdtemp(dir_buf.data())) die("mkdtemp " + dir_tmpl + ": " + std::strerror(errno));
+  const std::string dir = dir_buf.data();
+  const int counts_fd = create_counts_file(dir);
+  const std::string prog_file = dir + "/program";
+  {
+    std::ofstream f(prog_file, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(c->blob.data()), static_cast<std::streamsize>(c->blob.size()));
+    if (!f) {
+      remove_tree(dir);
+      die(prog_file + ": cannot write");
+    }
+  }
+  BtRun run(p, out, counts_fd);
+  if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
+  std::fflush(out);
+  run.run_here(bt::ProbeKind::begin, c->attach);
+
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  struct sigaction dfl{}, ign{}, fwd{}, old_int{}, old_quit{};
+  dfl.sa_handler = SIG_DFL;
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = forward;
+  sigset_t waited, old_mask;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &waited, &old_mask);
+  sigaction(SIGINT, &dfl, &old_int);
+  sigaction(SIGQUIT, &ign, &old_quit);
+  sigaction(SIGTERM, &fwd, nullptr);
+  sigaction(SIGHUP, &fwd, nullptr);
+  const int sig_fd = signalfd(-1, &waited, SFD_CLOEXEC);
+  if (sig_fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
+
+  pid_t child = -1;
+  int exec_errno = 0;
+  if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
+    const char* orig = getenv("LD_PRELOAD");
+    std::string preload = (libuprobe.empty() ? "" : libuprobe + ":") + agent;
+    if (orig && *orig) preload += ":" + std::string(orig);
+    int exec_pipe[2];
+    if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
+    std::fflush(out);
+    child = fork();
+    if (child < 0) die(std::string("fork: ") + std::strerror(errno));
+    if (child == 0) {
+      close(exec_pipe[0]);
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGQUIT, &old_quit, nullptr);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      setenv(kEnvSpecs, joined.c_str(), 1);
+      setenv(kEnvOut, dir.c_str(), 1);
+      setenv(kEnvProgram, prog_file.c_str(), 1);
+      setenv(kEnvFollow, o.follow ? "1" : "0", 1);
+      setenv(kEnvOrigPreload, orig ? orig : "-", 1);
+      setenv("LD_PRELOAD", preload.c_str(), 1);
+      std::vector<char*> args;
+      for (const auto& a : o.cmd) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      const int e = errno;
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", o.cmd[0].c_str(), std::strerror(e));
+      if (write(exec_pipe[1], &e, sizeof e) < 0) {
+      }
+      _exit(e == ENOENT ? 127 : 126);
+    }
+    close(exec_pipe[1]);
+    while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
+    }
+    close(exec_pipe[0]);
+    g_child = child;
+  }
+  // Interval probes: the next time each fires.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> timers;  // (due ns, probe)
+  for (const auto& ap : c->attach)
+    if (ap.kind == bt::ProbeKind::interval)
+      timers.emplace_back(bt::now_ns() + static_cast<std::uint64_t>(p.probes[ap.probe].interval_ns), ap.probe);
+  int status = 0, main_status = 0;
+  bool terminated = false;
+  unsigned interrupts = 0;
+  for (;;) {
+    bool all_gone = false;
+    for (;;) {
+      const pid_t w = waitpid(-1, &status, WNOHANG);
+      if (w > 0) {
+        if (w == child) {
+          main_status = status;
+          g_child = 0;
+        }
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      all_gone = w < 0;
+      break;
+    }
+    run.drain();
+    if (run.header()->bt_exit.load() && !terminated) {  // exit(): the program is stopped, as bpftrace stops its child
+      terminated = true;
+      if (g_child > 0) kill(g_child, SIGTERM);
+    }
+    // With a program: until it and its descendants are gone. Without one
+    // (BEGIN, END, interval only): until exit() or Ctrl-C, as bpftrace.
+    if (all_gone && (child >= 0 || terminated)) break;
+    std::uint64_t now = bt::now_ns();
+    int timeout = 10;  // the rings are drained at least this often (ms)
+    for (auto& [due, probe] : timers) {
+      if (now >= due) {
+        run.run_here(bt::ProbeKind::interval, c->attach, probe);
+        due += static_cast<std::uint64_t>(p.probes[probe].interval_ns);
+        now = bt::now_ns();
+      }
+      timeout = std::min<int>(timeout, static_cast<int>((due > now ? due - now : 0) / 1000000) + 1);
+    }
+    pollfd pfd{sig_fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout) > 0) {
+      signalfd_siginfo si;
+      const ssize_t n = read(sig_fd, &si, sizeof si);
+      if (n == static_cast<ssize_t>(sizeof si) && si.ssi_signo == SIGINT) {
+        if (child < 0 || ++interrupts >= 2) break;
+      }
+    }
+  }
+  close(sig_fd);
+  run.drain();
+  run.run_here(bt::ProbeKind::end, c->attach);
+  std::string text = "\n\n" + run.maps();
+  std::fwrite(text.data(), 1, text.size(), out);
+  const bool flushed = std::fflush(out) == 0;
+  if (out != stdout) std::fclose(out);
+  if (!flushed) die(o.out_file.empty() ? "standard output: cannot write" : o.out_file + ": cannot write");
+  if (const std::uint64_t lost = run.lost_events())
+    std::fprintf(stderr, "uprobe-trace: WARNING: Lost %llu events (a thread's printf ring was full)\n",
+                 static_cast<unsigned long long>(lost));
+  if (const std::uint64_t drops = run.map_drops())
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu map updates dropped (a thread's map table was full)\n",
+                 static_cast<unsigned long long>(drops));
+  if (run.header()->unrecorded.load())
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not run (no block of their own for them)\n",
+                 static_cast<unsigned long long>(run.header()->unrecorded.load()));
+  close(counts_fd);
+  remove_tree(dir);
+  if (exec_errno != 0) return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;
+  if (terminated || child < 0) return 0;
+  if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
+  if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> spec_texts;
-  std::string out_file, format = "text", list_arg;
-  bool per_thread = false, follow = true, verbose = false, do_list = false;
-  enum { kFormat = 1000, kNoFollow };
+  std::string out_file, format = "text", list_arg, program_file, cmd_text;
+  bool per_thread = false, follow = true, verbose = false, do_list = false, quiet = false, have_cmd = false;
+  enum { kFormat = 1000, kNoFollow, kPerThread };
   static const option longopts[] = {{"format", required_argument, nullptr, kFormat},
-                                    {"per-thread", no_argument, nullptr, 'p'},
+                                    {"per-thread", no_argument, nullptr, kPerThread},
                                     {"no-follow", no_argument, nullptr, kNoFollow},
                                     {"help", no_argument, nullptr, 'h'},
                                     {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+e:o:l:pvh", longopts, nullptr)) != -1) {
+again:
+  while ((c = getopt_long(argc, argv, "+e:o:l:p:c:qvh", longopts, nullptr)) != -1) {
     switch (c) {
       case 'e': spec_texts.emplace_back(optarg); break;
       case 'o': out_file = optarg; break;
       case 'l': list_arg = optarg, do_list = true; break;
-      case 'p': per_thread = true; break;
+      case 'p':
+        die("-p PID: uprobe-trace cannot attach to a running process (it runs inside the programs it starts, "
+            "through LD_PRELOAD, without ptrace): start the program under it instead, with -c 'CMD' or -- PROG "
+            "ARGS (per-thread counts: --per-thread)");
+      case 'c': cmd_text = optarg, have_cmd = true; break;
+      case 'q': quiet = true; break;
+      case kPerThread: per_thread = true; break;
       case 'v': verbose = true; break;
       case kFormat: format = optarg; break;
       case kNoFollow: follow = false; break;
@@ -449,14 +840,71 @@ int main(int argc, char** argv) {
     }
   }
   if (do_list) return list(list_arg, verbose);
+  // bpftrace's `uprobe-trace [options] FILE`: with no -e, the first operand
+  // is the program file (options may follow it).
+  if (spec_texts.empty() && program_file.empty() && optind < argc && std::string(argv[optind - 1]) != "--") {
+    program_file = argv[optind++];
+    goto again;
+  }
+  std::vector<std::string> cmd;
+  if (have_cmd) {
+    // Words split at blanks, with '...' and "..." quoting, as a shell would
+    // (nothing is expanded: no globs, no variables), as bpftrace takes -c.
+    std::string w;
+    bool in_word = false;
+    char quote = 0;
+    for (char ch : cmd_text) {
+      if (quote) {
+        if (ch == quote) quote = 0;
+        else w += ch;
+      } else if (ch == '\'' || ch == '"') {
+        quote = ch, in_word = true;
+      } else if (ch == ' ' || ch == '\t' || ch == '\n') {
+        if (in_word) cmd.push_back(w), w.clear(), in_word = false;
+      } else {
+        w += ch, in_word = true;
+      }
+    }
+    if (quote) die("-c: unterminated quote in '" + cmd_text + "'");
+    if (in_word) cmd.push_back(w);
+    if (cmd.empty()) die("-c: no command in '" + cmd_text + "'");
+    if (optind < argc) die("-c CMD and -- PROG ARGS: give the program once");
+  } else {
+    for (int i = optind; i < argc; ++i) cmd.emplace_back(argv[i]);
+  }
+  const bool bare = program_file.empty() && !spec_texts.empty() &&
+                    std::all_of(spec_texts.begin(), spec_texts.end(), [](const std::string& t) { return bt::is_bare_spec(t); });
+  if (!bare && (!program_file.empty() || !spec_texts.empty())) {
+    BtOptions o;
+    if (!program_file.empty()) {
+      if (!spec_texts.empty()) die("-e PROGRAM and a program file: give one");
+      std::ifstream f(program_file, std::ios::binary);
+      if (!f) die(program_file + ": " + std::strerror(errno));
+      std::stringstream ss;
+      ss << f.rdbuf();
+      o.text = ss.str(), o.name = program_file;
+    } else {
+      if (spec_texts.size() > 1) die("-e: one bpftrace program (several probes go in it, as in bpftrace)");
+      o.text = spec_texts[0], o.name = "stdin";
+    }
+    o.cmd = cmd;
+    o.out_file = out_file;
+    o.quiet = quiet;
+    o.follow = follow;
+    if (format != "text") die("--format json is not supported with a bpftrace program yet");
+    return run_bpftrace(o);
+  }
   if (format != "text" && format != "json") die("--format: text or json");
-  if (optind >= argc) {
+  std::vector<char*> cmd_argv;
+  for (auto& a : cmd) cmd_argv.push_back(a.data());
+  cmd_argv.push_back(nullptr);
+  if (cmd.empty()) {
     std::fputs(kUsage, stderr);
     return 2;
   }
   if (spec_texts.empty()) die("no probes: give at least one -e SPEC");
 
-  const std::string prog = argv[optind];
+  const std::string prog = cmd[0];
   if (prog.find('/') != std::string::npos) {  // what execvp would say, before anything runs (a shell's 126/127)
     struct stat st;
     if (stat(prog.c_str(), &st) != 0) {
@@ -553,7 +1001,7 @@ int main(int argc, char** argv) {
     setenv(kEnvFollow, follow ? "1" : "0", 1);
     setenv(kEnvOrigPreload, orig ? orig : "-", 1);
     setenv("LD_PRELOAD", preload.c_str(), 1);
-    execvp(argv[optind], argv + optind);
+    execvp(cmd_argv[0], cmd_argv.data());
     const int err = errno;
     std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(err));
     if (write(exec_pipe[1], &err, sizeof err) < 0) {

@@ -41,6 +41,8 @@ inline constexpr const char* kEnvOut = "UPROBE_TRACE_OUT";
 inline constexpr const char* kEnvFormat = "UPROBE_TRACE_FORMAT";        ///< text|json (report to stderr only)
 inline constexpr const char* kEnvFollow = "UPROBE_TRACE_FOLLOW";        ///< "0": --no-follow
 inline constexpr const char* kEnvOrigPreload = "UPROBE_TRACE_ORIG_PRELOAD";  ///< LD_PRELOAD before ours ("-": unset)
+/// The compiled bpftrace program (bt_vm.hpp) in the CLI's directory; the specs are then "PROBE\tSPEC" lines.
+inline constexpr const char* kEnvProgram = "UPROBE_TRACE_PROGRAM";
 inline constexpr const char* kEnvPerThread = "UPROBE_TRACE_PER_THREAD";  ///< "1": per-thread counts (stderr report)
 
 /// Splits on `sep`, dropping empty pieces.

@@ -1,0 +1,1399 @@
+// SPDX-License-Identifier: MIT
+// bpftrace's language for uprobe-trace: lexer, parser, checks, compiler to
+// the compact form (bt_vm.hpp), and the CLI's printing of printf events and
+// maps, byte for byte as bpftrace 0.17 prints them.
+
+#include "bt_lang.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace uptrace::bt {
+
+namespace {
+
+struct Pos {
+  int line = 1, col = 1, end = 2;  // end: one past the last column
+};
+
+struct CompileError {
+  Pos pos;
+  std::string msg;
+};
+
+[[noreturn]] void fail(Pos p, const std::string& m) { throw CompileError{p, m}; }
+
+// ---------------------------------------------------------------- AST
+
+enum class EK { num, str, builtin, var, map, call, unary, binary, land, lor, ternary, cast };
+
+struct Expr {
+  EK k;
+  Pos pos;
+  std::string name;  // builtin / var / map / call name; str: the text; unary/binary: the operator
+  std::int64_t num = 0;
+  std::vector<std::unique_ptr<Expr>> kids;  // map keys, call args, operands
+  int bits = 64;
+  bool sgn = true;  // cast
+  int call_end = 0;  // call: one past its ')'
+  Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end}; }
+};
+using ExprP = std::unique_ptr<Expr>;
+
+enum class SK { var_assign, map_assign, expr, if_ };
+
+struct StmtA {
+  SK k;
+  Pos pos;
+  ExprP target;  // $var or @map
+  ExprP value;   // or the expression / condition
+  std::vector<std::unique_ptr<StmtA>> then_, else_;
+};
+using StmtP = std::unique_ptr<StmtA>;
+
+struct ProbeA {
+  struct Point {
+    std::string text;
+    Pos pos;
+  };
+  std::vector<Point> points;
+  ExprP pred;
+  std::vector<StmtP> body;
+};
+
+// ---------------------------------------------------------------- lexer + parser
+
+bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+const std::set<std::string> kUnsupportedFns = {
+    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "clear", "zero", "delete",
+    "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
+    "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
+const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
+                                                     "cgroup", "args", "ctx", "sarg0", "sarg1", "sarg2", "jiffies",
+                                                     "numaid"};
+
+class Parser {
+ public:
+  explicit Parser(const std::string& s) : s_(s) {}
+
+  std::vector<ProbeA> program() {
+    std::vector<ProbeA> out;
+    skip_ws();
+    if (at_end()) fail(here(0), "syntax error, unexpected end of file");
+    while (!at_end()) {
+      out.push_back(probe());
+      skip_ws();
+    }
+    return out;
+  }
+
+ private:
+  // ---- characters
+  bool at_end() const { return i_ >= s_.size(); }
+  char peek(std::size_t o = 0) const { return i_ + o < s_.size() ? s_[i_ + o] : '\0'; }
+  Pos here(std::size_t len) const { return Pos{line_, col_, col_ + static_cast<int>(std::max<std::size_t>(len, 1))}; }
+  void adv(std::size_t n = 1) {
+    for (std::size_t k = 0; k < n && i_ < s_.size(); ++k, ++i_) {
+      if (s_[i_] == '\n') ++line_, col_ = 1;
+      else ++col_;
+    }
+  }
+  void skip_ws() {
+    for (;;) {
+      if (std::isspace(static_cast<unsigned char>(peek()))) adv();
+      else if (peek() == '/' && peek(1) == '/') {
+        while (!at_end() && peek() != '\n') adv();
+      } else if (peek() == '/' && peek(1) == '*') {
+        adv(2);
+        while (!at_end() && !(peek() == '*' && peek(1) == '/')) adv();
+        adv(2);
+      } else return;
+    }
+  }
+  bool eat(const char* t) {
+    skip_ws();
+    const std::size_t n = std::strlen(t);
+    if (s_.compare(i_, n, t) != 0) return false;
+    if (ident_start(t[0]) && ident_char(peek(n))) return false;
+    adv(n);
+    return true;
+  }
+  [[noreturn]] void unexpected(const char* expecting = nullptr) {
+    skip_ws();
+    std::string m = "syntax error, unexpected ";
+    std::size_t len = 1;
+    if (at_end()) m += "end of file";
+    else if (ident_start(peek())) {
+      while (ident_char(peek(len))) ++len;
+      m += s_.substr(i_, len);
+    } else m += std::string(1, peek());
+    if (expecting) m += std::string(", expecting ") + expecting;
+    fail(here(at_end() ? 0 : len), m);
+  }
+  void expect(const char* t) {
+    if (!eat(t)) unexpected(t);
+  }
+
+  // ---- probes
+  ProbeA probe() {
+    ProbeA p;
+    for (;;) {
+      skip_ws();
+      Pos pos = here(0);
+      std::string t;
+      while (!at_end() && !std::isspace(static_cast<unsigned char>(peek())) && peek() != ',' && peek() != '{')
+        t += peek(), adv();
+      if (t.empty()) unexpected();
+      pos.end = pos.col + static_cast<int>(t.size());
+      p.points.push_back({t, pos});
+      skip_ws();
+      if (peek() == ',') {
+        adv();
+        continue;
+      }
+      break;
+    }
+    skip_ws();
+    if (peek() == '/') {
+      adv();
+      p.pred = expr();
+      skip_ws();
+      if (peek() != '/') unexpected("/");
+      adv();
+    }
+    p.body = block();
+    return p;
+  }
+
+  std::vector<StmtP> block() {
+    expect("{");
+    std::vector<StmtP> out;
+    for (;;) {
+      skip_ws();
+      if (eat("}")) return out;
+      if (eat(";")) continue;
+      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      bool is_if = false;
+      out.push_back(stmt(is_if));
+      if (eat("}")) return out;
+      skip_ws();
+      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      if (!is_if && !eat(";")) unexpected("}");
+    }
+  }
+
+  StmtP stmt(bool& is_if) {
+    skip_ws();
+    auto st = std::make_unique<StmtA>();
+    st->pos = here(0);
+    if (eat("if")) {
+      is_if = true;
+      st->k = SK::if_;
+      expect("(");
+      st->value = expr();
+      expect(")");
+      st->then_ = block();
+      if (eat("else")) {
+        skip_ws();
+        if (s_.compare(i_, 2, "if") == 0 && !ident_char(peek(2))) {
+          bool dummy = false;
+          st->else_.push_back(stmt(dummy));
+        } else {
+          st->else_ = block();
+        }
+      }
+      return st;
+    }
+    for (const char* kw : {"unroll", "while", "for", "return"})
+      if (s_.compare(i_, std::strlen(kw), kw) == 0 && !ident_char(peek(std::strlen(kw))))
+        fail(here(std::strlen(kw)), std::string("'") + kw + "' is not supported by uprobe-trace yet");
+    ExprP e = expr();
+    skip_ws();
+    if ((e->k == EK::var || e->k == EK::map) && peek() == '=' && peek(1) != '=') {
+      adv();
+      st->k = e->k == EK::var ? SK::var_assign : SK::map_assign;
+      st->target = std::move(e);
+      st->value = expr();
+      return st;
+    }
+    for (const char* op : {"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
+      if (s_.compare(i_, std::strlen(op), op) == 0)
+        fail(here(std::strlen(op)), std::string("the ") + op + " operator is not supported by uprobe-trace yet");
+    st->k = SK::expr;
+    st->value = std::move(e);
+    return st;
+  }
+
+  // ---- expressions (C precedence)
+  ExprP make(EK k, Pos p) {
+    auto e = std::make_unique<Expr>();
+    e->k = k;
+    e->pos = p;
+    return e;
+  }
+  ExprP bin(EK k, const std::string& op, ExprP a, ExprP b) {
+    Pos p = a->pos;
+    p.end = b->pos.line == p.line ? std::max(b->pos.end, p.end) : p.end;
+    ExprP e = make(k, p);
+    e->name = op;
+    e->kids.push_back(std::move(a));
+    e->kids.push_back(std::move(b));
+    return e;
+  }
+
+  ExprP expr() { return ternary(); }
+  ExprP ternary() {
+    ExprP c = lor();
+    skip_ws();
+    if (peek() == '?') {
+      adv();
+      ExprP a = expr();
+      expect(":");
+      ExprP b = ternary();
+      ExprP e = make(EK::ternary, c->pos);
+      e->kids.push_back(std::move(c));
+      e->kids.push_back(std::move(a));
+      e->kids.push_back(std::move(b));
+      return e;
+    }
+    return c;
+  }
+  ExprP lor() {
+    ExprP a = land();
+    while (eat("||")) a = bin(EK::lor, "||", std::move(a), land());
+    return a;
+  }
+  ExprP land() {
+    ExprP a = bor();
+    while (eat("&&")) a = bin(EK::land, "&&", std::move(a), bor());
+    return a;
+  }
+  bool eat_op(const char* op, const char* not_followed) {
+    skip_ws();
+    const std::size_t n = std::strlen(op);
+    if (s_.compare(i_, n, op) != 0) return false;
+    if (not_followed && std::strchr(not_followed, peek(n))) return false;
+    adv(n);
+    return true;
+  }
+  ExprP bor() {
+    ExprP a = bxor();
+    while (eat_op("|", "|=")) a = bin(EK::binary, "|", std::move(a), bxor());
+    return a;
+  }
+  ExprP bxor() {
+    ExprP a = band();
+    while (eat_op("^", "=")) a = bin(EK::binary, "^", std::move(a), band());
+    return a;
+  }
+  ExprP band() {
+    ExprP a = equality();
+    while (eat_op("&", "&=")) a = bin(EK::binary, "&", std::move(a), equality());
+    return a;
+  }
+  ExprP equality() {
+    ExprP a = relational();
+    for (;;) {
+      if (eat_op("==", nullptr)) a = bin(EK::binary, "==", std::move(a), relational());
+      else if (eat_op("!=", nullptr)) a = bin(EK::binary, "!=", std::move(a), relational());
+      else return a;
+    }
+  }
+  ExprP relational() {
+    ExprP a = shift();
+    for (;;) {
+      if (eat_op("<=", nullptr)) a = bin(EK::binary, "<=", std::move(a), shift());
+      else if (eat_op(">=", nullptr)) a = bin(EK::binary, ">=", std::move(a), shift());
+      else if (eat_op("<", "<")) a = bin(EK::binary, "<", std::move(a), shift());
+      else if (eat_op(">", ">")) a = bin(EK::binary, ">", std::move(a), shift());
+      else return a;
+    }
+  }
+  ExprP shift() {
+    ExprP a = additive();
+    for (;;) {
+      if (eat_op("<<", "=")) a = bin(EK::binary, "<<", std::move(a), additive());
+      else if (eat_op(">>", "=")) a = bin(EK::binary, ">>", std::move(a), additive());
+      else return a;
+    }
+  }
+  ExprP additive() {
+    ExprP a = mult();
+    for (;;) {
+      if (eat_op("+", "+=")) a = bin(EK::binary, "+", std::move(a), mult());
+      else if (eat_op("-", "-=>")) a = bin(EK::binary, "-", std::move(a), mult());
+      else return a;
+    }
+  }
+  ExprP mult() {
+    ExprP a = unary();
+    for (;;) {
+      if (eat_op("*", "=")) a = bin(EK::binary, "*", std::move(a), unary());
+      else if (!predicate_end() && eat_op("/", "=")) a = bin(EK::binary, "/", std::move(a), unary());
+      else if (eat_op("%", "=")) a = bin(EK::binary, "%", std::move(a), unary());
+      else return a;
+    }
+  }
+  // A '/' followed by '{': the end of a predicate, not a division.
+  bool predicate_end() {
+    skip_ws();
+    if (peek() != '/') return false;
+    std::size_t k = 1;
+    while (std::isspace(static_cast<unsigned char>(peek(k)))) ++k;
+    return peek(k) == '{';
+  }
+  ExprP unary() {
+    skip_ws();
+    Pos p = here(1);
+    for (char op : {'!', '~', '-'}) {
+      if (peek() == op && !(op == '-' && peek(1) == '-')) {
+        adv();
+        ExprP e = make(EK::unary, p);
+        e->name = std::string(1, op);
+        e->kids.push_back(unary());
+        return e;
+      }
+    }
+    if (peek() == '*' || peek() == '&') fail(p, std::string("the unary ") + peek() +
+                                                    " operator (pointer dereference/address) is not supported by "
+                                                    "uprobe-trace yet");
+    if (peek() == '(') {  // a cast?
+      std::size_t save = i_;
+      int sl = line_, sc = col_;
+      adv();
+      skip_ws();
+      std::size_t n = 0;
+      while (ident_char(peek(n))) ++n;
+      const std::string t = s_.substr(i_, n);
+      static const std::map<std::string, std::pair<int, bool>> kTypes = {
+          {"int8", {8, true}},   {"int16", {16, true}},   {"int32", {32, true}},   {"int64", {64, true}},
+          {"uint8", {8, false}}, {"uint16", {16, false}}, {"uint32", {32, false}}, {"uint64", {64, false}}};
+      if (t == "struct" || t == "union" || t == "enum")
+        fail(here(n), "casts to " + t + " types are not supported by uprobe-trace yet");
+      auto ty = kTypes.find(t);
+      if (ty != kTypes.end()) {
+        adv(n);
+        skip_ws();
+        if (peek() == '*') fail(here(1), "pointer casts are not supported by uprobe-trace yet");
+        if (peek() == ')') {
+          adv();
+          ExprP e = make(EK::cast, p);
+          e->bits = ty->second.first;
+          e->sgn = ty->second.second;
+          e->kids.push_back(unary());
+          return e;
+        }
+      }
+      i_ = save, line_ = sl, col_ = sc;
+    }
+    return postfix();
+  }
+  ExprP postfix() {
+    ExprP e = primary();
+    skip_ws();
+    if (peek() == '.' || (peek() == '-' && peek(1) == '>'))
+      fail(here(peek() == '.' ? 1 : 2), std::string("struct member access (") + (peek() == '.' ? "." : "->") +
+                                            ") is not supported by uprobe-trace yet");
+    if (peek() == '[' && e->k != EK::map) fail(here(1), "array indexing is not supported by uprobe-trace yet");
+    return e;
+  }
+  ExprP primary() {
+    skip_ws();
+    Pos p = here(1);
+    char c = peek();
+    if (c == '(') {
+      adv();
+      ExprP e = expr();
+      expect(")");
+      return e;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      std::size_t n = 0;
+      while (std::isalnum(static_cast<unsigned char>(peek(n)))) ++n;
+      const std::string t = s_.substr(i_, n);
+      ExprP e = make(EK::num, here(n));
+      char* endp = nullptr;
+      errno = 0;
+      unsigned long long v = std::strtoull(t.c_str(), &endp, 0);
+      if (*endp || errno) fail(here(n), "Invalid integer: " + t);
+      e->num = static_cast<std::int64_t>(v);
+      adv(n);
+      return e;
+    }
+    if (c == '"') {
+      ExprP e = make(EK::str, p);
+      adv();
+      std::string v;
+      while (!at_end() && peek() != '"') {
+        char ch = peek();
+        if (ch == '\n') fail(p, "unterminated string");
+        if (ch == '\\') {
+          adv();
+          char esc = peek();
+          switch (esc) {
+            case 'n': v += '\n'; break;
+            case 't': v += '\t'; break;
+            case 'r': v += '\r'; break;
+            case '\\': v += '\\'; break;
+            case '"': v += '"'; break;
+            case '\'': v += '\''; break;
+            default: fail(here(2), std::string("invalid escape character '\\") + esc + "'");
+          }
+          adv();
+          continue;
+        }
+        v += ch;
+        adv();
+      }
+      if (at_end()) fail(p, "unterminated string");
+      adv();
+      e->pos.end = col_;
+      e->name = v;
+      return e;
+    }
+    if (c == '$') {
+      std::size_t n = 1;
+      while (ident_char(peek(n))) ++n;
+      ExprP e = make(EK::var, here(n));
+      e->name = s_.substr(i_, n);
+      if (n == 1 || std::isdigit(static_cast<unsigned char>(e->name[1])))
+        fail(here(n), "positional parameters ($1, $#) are not supported by uprobe-trace yet");
+      adv(n);
+      return e;
+    }
+    if (c == '@') {
+      std::size_t n = 1;
+      while (ident_char(peek(n))) ++n;
+      ExprP e = make(EK::map, here(n));
+      e->name = s_.substr(i_, n);
+      adv(n);
+      if (peek() == '[') {
+        adv();
+        if (!eat("]")) {
+          do e->kids.push_back(expr());
+          while (eat(","));
+          expect("]");
+        }
+      }
+      return e;
+    }
+    if (ident_start(c)) {
+      std::size_t n = 0;
+      while (ident_char(peek(n))) ++n;
+      const std::string id = s_.substr(i_, n);
+      Pos ip = here(n);
+      adv(n);
+      skip_ws();
+      if (peek() == '(') {
+        adv();
+        ExprP e = make(EK::call, ip);
+        e->name = id;
+        if (!eat(")")) {
+          do e->kids.push_back(expr());
+          while (eat(","));
+          expect(")");
+        }
+        e->call_end = line_ == ip.line ? col_ : ip.end;
+        return e;
+      }
+      ExprP e = make(EK::builtin, ip);
+      e->name = id;
+      return e;
+    }
+    unexpected();
+  }
+
+  const std::string& s_;
+  std::size_t i_ = 0;
+  int line_ = 1, col_ = 1;
+};
+
+// ---------------------------------------------------------------- compiler
+
+struct MapInfo {
+  std::string name;
+  Agg agg;
+  std::vector<std::uint8_t> key_kinds;  // 0 unsigned, 1 string, 2 signed
+  std::int64_t lmin = 0, lmax = 0, lstep = 1;
+  bool value_signed = true;
+  Pos pos;
+};
+
+bool is_agg_fn(const std::string& n) {
+  return n == "count" || n == "sum" || n == "avg" || n == "min" || n == "max" || n == "stats" || n == "hist" ||
+         n == "lhist";
+}
+
+class Compiler {
+ public:
+  Compiled run(std::vector<ProbeA>& probes) {
+    Compiled out;
+    strtab_.push_back('\0');
+    // Maps: first definition wins (in source order), uses must agree.
+    for (auto& p : probes)
+      for (auto& s : p.body) define_maps(*s);
+    for (std::size_t pi = 0; pi < probes.size(); ++pi) {
+      ProbeA& pa = probes[pi];
+      ProbeDesc pd{};
+      bool first_kind = true;
+      for (auto& pt : pa.points) {
+        AttachPoint ap = attach_point(pt.text, pt.pos, static_cast<std::uint32_t>(pi), pd.interval_ns);
+        if (first_kind) pd.kind = ap.kind, first_kind = false;
+        else if ((ap.kind == ProbeKind::uretprobe) != (pd.kind == ProbeKind::uretprobe) &&
+                 (ap.kind == ProbeKind::uretprobe || pd.kind == ProbeKind::uretprobe))
+          has_mixed_ret_ = true;
+        if (ap.kind == ProbeKind::uretprobe) any_ret_ = true;
+        out.attach.push_back(ap);
+      }
+      cur_kind_ = pd.kind;
+      cur_ret_ = any_ret_;
+      any_ret_ = false;
+      vars_.clear();
+      if (pa.pred) {
+        pd.pred = expr(*pa.pred);
+        if (nodes_[static_cast<std::size_t>(pd.pred)].is_str) fail(pa.pred->pos, "Invalid type for predicate: string");
+      }
+      std::vector<std::int32_t> body;
+      for (auto& s : pa.body) body.push_back(stmt(*s));
+      pd.body = list(body);
+      pd.nbody = static_cast<std::int32_t>(body.size());
+      pd.nvars = static_cast<std::int32_t>(vars_.size());
+      probes_.push_back(pd);
+    }
+    // Layout of a thread's area.
+    BlobHeader h{};
+    const bool events = !fmts_.empty() || std::any_of(stmts_.begin(), stmts_.end(), [](const Stmt& st) {
+      return st.op == StmtOp::print_map;
+    });
+    h.ring_bytes = events ? (std::uint64_t{1} << 20) : 0;  // 1 MiB per thread that hits
+    std::uint64_t off = kAreaHeaderWords + h.ring_bytes / 8;
+    std::vector<MapDesc> mds;
+    for (const MapInfo& mi : maps_) {
+      MapDesc md{};
+      md.agg = mi.agg;
+      md.nkeys = static_cast<std::uint8_t>(mi.key_kinds.size());
+      std::uint32_t kw = 0;
+      for (std::size_t k = 0; k < mi.key_kinds.size(); ++k) {
+        md.key_is_str[k] = mi.key_kinds[k];
+        kw += mi.key_kinds[k] == 1 ? kStrLen / 8 : 1;
+      }
+      md.key_words = std::max<std::uint32_t>(kw, 1);
+      md.name = str(mi.name);
+      md.lmin = mi.lmin, md.lmax = mi.lmax, md.lstep = mi.lstep;
+      md.value_signed = mi.value_signed ? 1 : 0;
+      switch (mi.agg) {
+        case Agg::count: case Agg::sum: md.value_words = 1; break;
+        case Agg::hist: md.value_words = kHistBuckets; break;
+        case Agg::lhist: md.value_words = static_cast<std::uint32_t>((mi.lmax - mi.lmin) / mi.lstep + 2); break;
+        default: md.value_words = 2; break;
+      }
+      if (mi.key_kinds.empty()) {
+        md.nslots = 1;
+      } else {
+        md.nslots = 64;
+        while (md.nslots < 4096 && std::uint64_t{md.nslots} * 2 * md.slot_words() * 8 <= (std::uint64_t{1} << 18))
+          md.nslots *= 2;
+      }
+      md.offset = off;
+      off += std::uint64_t{md.nslots} * md.slot_words();
+      mds.push_back(md);
+    }
+    h.area_words = off;
+    h.nnodes = static_cast<std::uint32_t>(nodes_.size());
+    h.nstmts = static_cast<std::uint32_t>(stmts_.size());
+    h.nlists = static_cast<std::uint32_t>(lists_.size());
+    h.nprobes = static_cast<std::uint32_t>(probes_.size());
+    h.nmaps = static_cast<std::uint32_t>(mds.size());
+    h.nfmts = static_cast<std::uint32_t>(fmts_.size());
+    h.strtab = static_cast<std::uint32_t>(strtab_.size());
+    auto& b = out.blob;
+    auto put = [&](const void* p, std::size_t n) {
+      const auto* c = static_cast<const unsigned char*>(p);
+      b.insert(b.end(), c, c + n);
+      b.resize((b.size() + 7) & ~std::size_t{7}, 0);
+    };
+    put(&h, sizeof h);
+    put(nodes_.data(), nodes_.size() * sizeof(Node));
+    put(stmts_.data(), stmts_.size() * sizeof(Stmt));
+    put(lists_.data(), lists_.size() * sizeof(std::int32_t));
+    put(probes_.data(), probes_.size() * sizeof(ProbeDesc));
+    put(mds.data(), mds.size() * sizeof(MapDesc));
+    put(fmts_.data(), fmts_.size() * sizeof(FmtDesc));
+    put(strtab_.data(), strtab_.size());
+    out.prog.load(out.blob.data(), out.blob.size());
+    return out;
+  }
+
+ private:
+  std::uint32_t str(const std::string& s) {
+    const auto off = static_cast<std::uint32_t>(strtab_.size());
+    strtab_.insert(strtab_.end(), s.begin(), s.end());
+    strtab_.push_back('\0');
+    return off;
+  }
+  std::int32_t list(const std::vector<std::int32_t>& v) {
+    const auto at = static_cast<std::int32_t>(lists_.size());
+    lists_.insert(lists_.end(), v.begin(), v.end());
+    return at;
+  }
+
+  AttachPoint attach_point(const std::string& t, Pos pos, std::uint32_t pi, std::int64_t& interval_ns) {
+    AttachPoint ap{ProbeKind::uprobe, "", pi};
+    if (t == "BEGIN") return ap.kind = ProbeKind::begin, ap;
+    if (t == "END") return ap.kind = ProbeKind::end, ap;
+    const auto colon = t.find(':');
+    const std::string type = t.substr(0, colon);
+    if (type == "interval" || type == "i") {
+      // interval:s:N, interval:ms:N (also us, hz)
+      const auto c2 = colon == std::string::npos ? std::string::npos : t.find(':', colon + 1);
+      const std::string unit = c2 == std::string::npos ? "" : t.substr(colon + 1, c2 - colon - 1);
+      const std::string num = c2 == std::string::npos ? "" : t.substr(c2 + 1);
+      char* e = nullptr;
+      const long long n = num.empty() ? 0 : std::strtoll(num.c_str(), &e, 10);
+      if (num.empty() || *e || n <= 0) fail(pos, "interval probe must have unit of time: interval:s:N, interval:ms:N");
+      std::int64_t mult = unit == "s" ? 1000000000ll : unit == "ms" ? 1000000ll : unit == "us" ? 1000ll : 0;
+      if (unit == "hz") mult = -1;
+      if (mult == 0) fail(pos, unit + " is not an accepted unit of time");
+      interval_ns = mult < 0 ? 1000000000ll / n : n * mult;
+      ap.kind = ProbeKind::interval;
+      return ap;
+    }
+    std::string canon;
+    if (type == "uprobe" || type == "u") ap.kind = ProbeKind::uprobe, canon = "uprobe";
+    else if (type == "uretprobe" || type == "ur") ap.kind = ProbeKind::uretprobe, canon = "uretprobe";
+    else if (type == "usdt" || type == "U") ap.kind = ProbeKind::usdt, canon = "usdt";
+    else if (colon == std::string::npos && std::all_of(t.begin(), t.end(), ident_char))
+      fail(pos, "Invalid probe type: " + t);
+    else {
+      static const std::set<std::string> kKernel = {"kprobe", "k", "kretprobe", "kr", "kfunc", "f", "kretfunc",
+                                                    "fr", "tracepoint", "t", "rawtracepoint", "rt", "software",
+                                                    "s", "hardware", "h", "profile", "p", "watchpoint", "w",
+                                                    "asyncwatchpoint", "aw", "iter", "it"};
+      if (kKernel.count(type))
+        fail(pos, type + " probes are not supported by uprobe-trace: it runs in the traced program, in user "
+                         "space (uprobe, uretprobe, usdt, BEGIN, END, interval)");
+      fail(pos, "Invalid probe type: " + type);
+    }
+    const std::string rest = colon == std::string::npos ? "" : t.substr(colon + 1);
+    if (rest.empty() || rest.find(':') == std::string::npos)
+      fail(pos, canon + " probe type requires 2 arguments");
+    ap.spec = canon + ":" + rest;
+    return ap;
+  }
+
+  // ---- maps
+  void define_maps(StmtA& s) {
+    if (s.k == SK::if_) {
+      for (auto& t : s.then_) define_maps(*t);
+      for (auto& t : s.else_) define_maps(*t);
+      return;
+    }
+    if (s.k != SK::map_assign) return;
+    Expr& m = *s.target;
+    Expr& v = *s.value;
+    MapInfo mi;
+    mi.name = m.name;
+    mi.pos = m.pos;
+    if (v.k == EK::call && is_agg_fn(v.name)) {
+      static const std::map<std::string, Agg> kAgg = {{"count", Agg::count}, {"sum", Agg::sum},
+                                                      {"avg", Agg::avg},     {"min", Agg::min},
+                                                      {"max", Agg::max},     {"stats", Agg::stats},
+                                                      {"hist", Agg::hist},   {"lhist", Agg::lhist}};
+      mi.agg = kAgg.at(v.name);
+      const std::size_t want = v.name == "count" ? 0 : v.name == "lhist" ? 4 : 1;
+      if (v.kids.size() != want)
+        fail(v.call(), v.name + "() requires " + (want == 0 ? "no arguments" : want == 1 ? "one argument" :
+                                               "four arguments") +
+                        " (" + std::to_string(v.kids.size()) + " provided)");
+      if (mi.agg == Agg::lhist) {
+        std::int64_t vals[3];
+        const char* names[3] = {"min", "max", "step"};
+        for (int k = 0; k < 3; ++k) {
+          const Expr& a = *v.kids[static_cast<std::size_t>(k) + 1];
+          bool neg = a.k == EK::unary && a.name == "-" && a.kids[0]->k == EK::num;
+          if (a.k != EK::num && !neg) fail(v.call(), std::string("lhist() ") + names[k] + " must be an integer literal");
+          vals[k] = neg ? -a.kids[0]->num : a.num;
+        }
+        if (vals[0] < 0) fail(v.call(), "lhist() min must be non-negative (provided min " + std::to_string(vals[0]) + ")");
+        if (vals[0] > vals[1]) fail(v.call(), "lhist() min must be less than max (provided min " +
+                                               std::to_string(vals[0]) + " and max " + std::to_string(vals[1]) + ")");
+        if (vals[2] <= 0) fail(v.call(), "lhist() step must be >= 1 (" + std::to_string(vals[2]) + " provided)");
+        if ((vals[1] - vals[0]) / vals[2] > 1000)
+          fail(v.call(), "lhist() too many buckets, must be <= 1000 (would need " +
+                          std::to_string((vals[1] - vals[0]) / vals[2]) + ")");
+        mi.lmin = vals[0], mi.lmax = vals[1], mi.lstep = vals[2];
+      }
+    } else {
+      mi.agg = Agg::assign;
+    }
+    if (mi.agg == Agg::assign) mi.value_signed = static_kind(v) == 2;
+    else if (mi.agg == Agg::sum || mi.agg == Agg::min || mi.agg == Agg::max)
+      mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
+    for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
+    if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
+    for (const MapInfo& o : maps_) {
+      if (o.name != mi.name) continue;
+      if (o.key_kinds.size() != mi.key_kinds.size())
+        fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
+                        std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
+                        std::to_string(o.key_kinds.size()) + "]");
+      if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep) {
+        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+        // (bpftrace 0.17's message, its missing quote included)
+        fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                               kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type '" +
+                               kNames[static_cast<int>(o.agg)]);
+      }
+      return;
+    }
+    maps_.push_back(mi);
+  }
+
+  // The type of an expression before compiling it: 1 string, 2 signed int, 0 unsigned int.
+  std::uint8_t static_kind(const Expr& e) {
+    switch (e.k) {
+      case EK::str: return 1;
+      case EK::builtin:
+        if (e.name == "comm" || e.name == "func" || e.name == "probe") return 1;
+        if (e.name.rfind("arg", 0) == 0 || e.name == "retval" || e.name == "nsecs" || e.name == "elapsed") return 0;
+        return 0;
+      case EK::ternary: return static_kind(*e.kids[1]);
+      case EK::cast: return e.sgn ? 2 : 0;
+      case EK::num: return 2;
+      case EK::binary:
+        if (e.name == "==" || e.name == "!=" || e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=")
+          return 0;
+        return static_kind(*e.kids[0]) == 2 && static_kind(*e.kids[1]) == 2 ? 2 : 0;
+      case EK::unary: return e.name == "-" ? 2 : 0;
+      case EK::call: return e.name == "str" ? 1 : 2;
+      default: return 2;
+    }
+  }
+
+  const MapInfo* find_map(const std::string& n, std::int32_t& idx) {
+    for (std::size_t i = 0; i < maps_.size(); ++i)
+      if (maps_[i].name == n) return idx = static_cast<std::int32_t>(i), &maps_[i];
+    return nullptr;
+  }
+
+  std::int32_t key_list(const Expr& m, const MapInfo& mi) {
+    if (m.kids.size() != mi.key_kinds.size())
+      fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
+                      std::to_string(m.kids.size()) + "] when map expects arguments: [" +
+                      std::to_string(mi.key_kinds.size()) + "]");
+    std::vector<std::int32_t> ks;
+    for (std::size_t k = 0; k < m.kids.size(); ++k) {
+      std::int32_t n = expr(*m.kids[k]);
+      if ((nodes_[static_cast<std::size_t>(n)].is_str != 0) != (mi.key_kinds[k] == 1))
+        fail(m.kids[k]->pos, "Argument mismatch for " + mi.name + ": key " + std::to_string(k) +
+                                 " is a " + (mi.key_kinds[k] == 1 ? "string" : "integer") + " elsewhere");
+      ks.push_back(n);
+    }
+    return list(ks);
+  }
+
+  // ---- statements
+  std::int32_t push(const Stmt& s) {
+    stmts_.push_back(s);
+    return static_cast<std::int32_t>(stmts_.size() - 1);
+  }
+
+  std::int32_t stmt(StmtA& s) {
+    Stmt st{};
+    switch (s.k) {
+      case SK::if_: {
+        st.op = StmtOp::if_;
+        st.a = expr(*s.value);
+        std::vector<std::int32_t> t, e;
+        for (auto& x : s.then_) t.push_back(stmt(*x));
+        for (auto& x : s.else_) e.push_back(stmt(*x));
+        st.b = list(t), st.c = static_cast<std::int32_t>(t.size());
+        st.d = list(e), st.e = static_cast<std::int32_t>(e.size());
+        return push(st);
+      }
+      case SK::var_assign: {
+        st.op = StmtOp::set_var;
+        st.b = expr(*s.value);
+        if (nodes_[static_cast<std::size_t>(st.b)].is_str)
+          fail(s.value->pos, "string $variables are not supported by uprobe-trace yet");
+        st.a = var_slot(s.target->name, s.target->pos, true);
+        return push(st);
+      }
+      case SK::map_assign: {
+        std::int32_t mi = -1;
+        const MapInfo* m = find_map(s.target->name, mi);
+        st.op = StmtOp::map_agg;
+        st.a = mi;
+        st.b = key_list(*s.target, *m);
+        st.c = static_cast<std::int32_t>(s.target->kids.size());
+        const Expr& v = *s.value;
+        if (m->agg == Agg::assign) {
+          st.d = expr(v);
+          if (nodes_[static_cast<std::size_t>(st.d)].is_str)
+            fail(v.pos, "maps of strings are not supported by uprobe-trace yet");
+        } else if (!v.kids.empty()) {
+          st.d = expr(*v.kids[0]);
+          if (nodes_[static_cast<std::size_t>(st.d)].is_str) fail(v.kids[0]->pos, v.name + "() expects an integer");
+        }
+        return push(st);
+      }
+      case SK::expr: {
+        const Expr& e = *s.value;
+        if (e.k == EK::call && e.name == "printf") return printf_stmt(e);
+        if (e.k == EK::call && e.name == "print") {
+          if (e.kids.size() != 1 || e.kids[0]->k != EK::map || !e.kids[0]->kids.empty())
+            fail(e.call(), "print() of a whole map (print(@name)) is all uprobe-trace supports yet");
+          std::int32_t mi = -1;
+          if (!find_map(e.kids[0]->name, mi)) fail(e.kids[0]->pos, "Undefined map: " + e.kids[0]->name);
+          st.op = StmtOp::print_map;
+          st.a = mi;
+          return push(st);
+        }
+        if (e.k == EK::call && e.name == "exit") {
+          if (!e.kids.empty()) fail(e.pos, "exit() takes no arguments");
+          st.op = StmtOp::exit_;
+          return push(st);
+        }
+        if (e.k == EK::call && is_agg_fn(e.name))
+          fail(e.call(), e.name + "() should be directly assigned to a map");
+        st.op = StmtOp::expr;
+        st.a = expr(e);
+        return push(st);
+      }
+    }
+    return -1;
+  }
+
+  std::int32_t printf_stmt(const Expr& e) {
+    if (e.kids.empty() || e.kids[0]->k != EK::str) fail(e.call(), "printf() expects a string literal as first argument");
+    std::vector<FmtPiece> pieces;
+    std::string err;
+    if (!parse_format(e.kids[0]->name, pieces, err)) fail(e.kids[0]->pos, "printf: " + err);
+    FmtDesc fd{};
+    fd.text = str(e.kids[0]->name);
+    std::vector<std::int32_t> args;
+    std::size_t k = 1;
+    for (const FmtPiece& p : pieces) {
+      if (!p.conv) continue;
+      if (k >= e.kids.size()) {
+        std::size_t want = 0;
+        for (const FmtPiece& q : pieces) want += q.conv != 0;
+        fail(e.call(), "printf: Not enough arguments for format string (" + std::to_string(e.kids.size() - 1) +
+                           " supplied, " + std::to_string(want) + " expected)");
+      }
+      std::int32_t n = expr(*e.kids[k]);
+      const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0;
+      if ((p.conv == 's') != is_s)
+        fail(e.call(), std::string("printf: %") + (p.conv == 's' ? 's' : p.conv) + " specifier expects a value of type " +
+                                 (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
+                                 " supplied)");
+      if (fd.nargs >= kMaxPrintfArgs) fail(e.pos, "printf: too many arguments");
+      fd.arg_is_str[fd.nargs++] = is_s ? 1 : 0;
+      args.push_back(n);
+      ++k;
+    }
+    if (k < e.kids.size()) fail(e.call(), "printf: Too many arguments for format string (" +
+                                           std::to_string(e.kids.size() - 1) + " supplied, " +
+                                           std::to_string(k - 1) + " expected)");
+    fmts_.push_back(fd);
+    Stmt st{};
+    st.op = StmtOp::printf_;
+    st.a = static_cast<std::int32_t>(fmts_.size() - 1);
+    st.b = list(args);
+    st.c = static_cast<std::int32_t>(args.size());
+    return push(st);
+  }
+
+  std::int32_t var_slot(const std::string& name, Pos pos, bool define) {
+    auto it = vars_.find(name);
+    if (it != vars_.end()) return it->second;
+    if (!define) fail(pos, "Undefined or undeclared variable: " + name);
+    if (vars_.size() >= kMaxVars) fail(pos, "too many $variables");
+    const auto slot = static_cast<std::int32_t>(vars_.size());
+    vars_[name] = slot;
+    return slot;
+  }
+
+  // ---- expressions
+  std::int32_t node(Node n) {
+    nodes_.push_back(n);
+    return static_cast<std::int32_t>(nodes_.size() - 1);
+  }
+  bool signed_node(std::int32_t n) const { return node_signed_[static_cast<std::size_t>(n)]; }
+
+  std::int32_t expr(const Expr& e, unsigned depth = 0) {
+    if (depth > kMaxDepth - 8) fail(e.pos, "expression nested too deeply");
+    std::int32_t r = expr_inner(e, depth);
+    return r;
+  }
+
+  std::int32_t leaf(Op op, bool is_str, bool sgn, std::int64_t imm = 0) {
+    Node n{};
+    n.op = op;
+    n.is_str = is_str;
+    n.imm = imm;
+    std::int32_t r = node(n);
+    node_signed_.resize(nodes_.size());
+    node_signed_[static_cast<std::size_t>(r)] = sgn;
+    return r;
+  }
+
+  std::int32_t expr_inner(const Expr& e, unsigned depth) {
+    switch (e.k) {
+      case EK::num: return leaf(Op::num, false, true, e.num);
+      case EK::str: {
+        std::int32_t r = leaf(Op::str, true, false);
+        nodes_[static_cast<std::size_t>(r)].a = static_cast<std::int32_t>(str(e.name));
+        return r;
+      }
+      case EK::builtin: return builtin(e);
+      case EK::var: {
+        std::int32_t slot = var_slot(e.name, e.pos, false);
+        std::int32_t r = leaf(Op::var, false, true);
+        nodes_[static_cast<std::size_t>(r)].a = slot;
+        return r;
+      }
+      case EK::map: {
+        std::int32_t mi = -1;
+        const MapInfo* m = find_map(e.name, mi);
+        if (!m) fail(e.pos, "Undefined map: " + e.name);
+        if (m->agg == Agg::hist || m->agg == Agg::lhist || m->agg == Agg::stats)
+          fail(e.pos, "reading a " + std::string(m->agg == Agg::stats ? "stats()" : "histogram") +
+                          " map in an expression is not supported");
+        const std::int32_t keys = key_list(e, *m);
+        std::int32_t r = leaf(Op::map_read, false, true);
+        Node& n = nodes_[static_cast<std::size_t>(r)];
+        n.a = mi, n.b = keys, n.c = static_cast<std::int32_t>(e.kids.size());
+        return r;
+      }
+      case EK::call: {
+        if (e.name == "printf" || e.name == "exit" || is_agg_fn(e.name))
+          fail(e.pos, e.name + "() cannot be used in an expression");
+        if (e.name == "str") {
+          if (e.kids.empty() || e.kids.size() > 2)
+            fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
+          std::int32_t a = expr(*e.kids[0], depth + 1);
+          if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.kids[0]->pos, "str() expects an integer or a pointer");
+          std::int32_t b = e.kids.size() > 1 ? expr(*e.kids[1], depth + 1) : -1;
+          if (b >= 0 && nodes_[static_cast<std::size_t>(b)].is_str) fail(e.kids[1]->pos, "str() expects an integer length");
+          std::int32_t r = leaf(Op::str_read, true, false);
+          nodes_[static_cast<std::size_t>(r)].a = a;
+          nodes_[static_cast<std::size_t>(r)].b = b;
+          return r;
+        }
+        if (kUnsupportedFns.count(e.name))
+          fail(e.pos, e.name + "() is not supported by uprobe-trace yet");
+        fail(e.pos, "Unknown function: " + e.name);
+      }
+      case EK::unary: {
+        std::int32_t a = expr(*e.kids[0], depth + 1);
+        if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Invalid type for unary " + e.name + ": string");
+        std::int32_t r = leaf(Op::unary, false, e.name == "-" ? true : signed_node(a));
+        Node& n = nodes_[static_cast<std::size_t>(r)];
+        n.sub = static_cast<std::uint8_t>(e.name[0]);
+        n.a = a;
+        return r;
+      }
+      case EK::land:
+      case EK::lor: {
+        std::int32_t a = expr(*e.kids[0], depth + 1), b = expr(*e.kids[1], depth + 1);
+        std::int32_t r = leaf(e.k == EK::land ? Op::land : Op::lor, false, true);
+        nodes_[static_cast<std::size_t>(r)].a = a;
+        nodes_[static_cast<std::size_t>(r)].b = b;
+        return r;
+      }
+      case EK::ternary: {
+        std::int32_t c = expr(*e.kids[0], depth + 1), a = expr(*e.kids[1], depth + 1),
+                     b = expr(*e.kids[2], depth + 1);
+        const bool sa = nodes_[static_cast<std::size_t>(a)].is_str, sb = nodes_[static_cast<std::size_t>(b)].is_str;
+        if (sa != sb) fail(e.pos, "Ternary operator must return the same type: have '" +
+                                      std::string(sa ? "string" : "integer") + "' and '" +
+                                      (sb ? "string" : "integer") + "'");
+        std::int32_t r = leaf(Op::ternary, sa, signed_node(a) && signed_node(b));
+        Node& n = nodes_[static_cast<std::size_t>(r)];
+        n.a = c, n.b = a, n.c = b;
+        return r;
+      }
+      case EK::cast: {
+        std::int32_t a = expr(*e.kids[0], depth + 1);
+        if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Cannot cast from string to integer");
+        std::int32_t r = leaf(Op::cast, false, e.sgn, e.bits);
+        Node& n = nodes_[static_cast<std::size_t>(r)];
+        n.a = a;
+        n.sub = e.sgn ? 1 : 0;
+        return r;
+      }
+      case EK::binary: {
+        std::int32_t a = expr(*e.kids[0], depth + 1), b = expr(*e.kids[1], depth + 1);
+        const bool sa = nodes_[static_cast<std::size_t>(a)].is_str, sb = nodes_[static_cast<std::size_t>(b)].is_str;
+        static const std::map<std::string, BinOp> kOps = {
+            {"+", kAdd}, {"-", kSub}, {"*", kMul}, {"/", kDiv}, {"%", kMod}, {"&", kAnd}, {"|", kOr}, {"^", kXor},
+            {"<<", kShl}, {">>", kShr}, {"==", kEq}, {"!=", kNe}, {"<", kLt}, {"<=", kLe}, {">", kGt}, {">=", kGe}};
+        const BinOp op = kOps.at(e.name);
+        if (sa || sb) {
+          if (sa != sb) fail(e.pos, "Type mismatch for '" + e.name + "': comparing '" +
+                                        std::string(sa ? "string" : "integer") + "' with '" +
+                                        (sb ? "string" : "integer") + "'");
+          if (op != kEq && op != kNe) fail(e.pos, "The " + e.name + " operator can not be used on strings");
+        }
+        const bool sgn = signed_node(a) && signed_node(b);
+        const bool cmp = op >= kEq;
+        std::int32_t r = leaf(Op::binary, false, cmp ? false : sgn, sgn ? 1 : 0);
+        Node& n = nodes_[static_cast<std::size_t>(r)];
+        n.sub = op;
+        n.a = a, n.b = b;
+        return r;
+      }
+    }
+    return -1;
+  }
+
+  std::int32_t builtin(const Expr& e) {
+    const std::string& n = e.name;
+    static const std::map<std::string, Op> kOps = {
+        {"retval", Op::retval}, {"pid", Op::pid},     {"tid", Op::tid},     {"uid", Op::uid},
+        {"comm", Op::comm},     {"func", Op::func},   {"probe", Op::probe}, {"nsecs", Op::nsecs},
+        {"elapsed", Op::elapsed}, {"cpu", Op::cpu}};
+    if (n.size() == 4 && n.rfind("arg", 0) == 0 && std::isdigit(static_cast<unsigned char>(n[3]))) {
+      const int k = n[3] - '0';
+      if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::usdt)
+        fail(e.pos, "The " + n + " builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes");
+      if (cur_kind_ == ProbeKind::usdt) fail(e.pos, "USDT arguments (" + n + ") are not supported by uprobe-trace yet");
+      if (k > 5) fail(e.pos, n + " is not supported by uprobe-trace yet (arg0-arg5: the argument registers)");
+      return leaf(Op::arg, false, false, k);
+    }
+    auto it = kOps.find(n);
+    if (it == kOps.end()) {
+      if (kUnsupportedBuiltins.count(n)) fail(e.pos, n + " is not supported by uprobe-trace yet");
+      fail(e.pos, "Unknown identifier: '" + n + "'");
+    }
+    if (it->second == Op::retval && cur_kind_ != ProbeKind::uretprobe)
+      fail(e.pos, "The retval builtin can only be used with 'kretprobe' and 'uretprobe' probes");
+    const bool is_str = it->second == Op::comm || it->second == Op::func || it->second == Op::probe;
+    return leaf(it->second, is_str, false);
+  }
+
+  std::vector<MapInfo> maps_;
+  std::vector<Node> nodes_;
+  std::vector<bool> node_signed_;
+  std::vector<Stmt> stmts_;
+  std::vector<std::int32_t> lists_;
+  std::vector<ProbeDesc> probes_;
+  std::vector<FmtDesc> fmts_;
+  std::vector<char> strtab_;
+  std::map<std::string, std::int32_t> vars_;
+  ProbeKind cur_kind_ = ProbeKind::uprobe;
+  bool cur_ret_ = false, any_ret_ = false, has_mixed_ret_ = false;
+};
+
+std::string error_text(const std::string& text, const std::string& name, const CompileError& e) {
+  // The line, and ~ under the construct (bpftrace's shape).
+  std::size_t start = 0;
+  for (int l = 1; l < e.pos.line && start != std::string::npos; ++l) {
+    start = text.find('\n', start);
+    if (start != std::string::npos) ++start;
+  }
+  std::string line;
+  if (start != std::string::npos && start <= text.size()) {
+    const std::size_t end = text.find('\n', start);
+    line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  }
+  const int end = std::max(e.pos.end, e.pos.col);  // (zero width at the end of the text)
+  std::string out = name + ":" + std::to_string(e.pos.line) + ":" + std::to_string(e.pos.col) + "-" +
+                    std::to_string(end) + ": ERROR: " + e.msg + "\n" + line + "\n";
+  out += std::string(static_cast<std::size_t>(e.pos.col - 1), ' ') +
+         std::string(static_cast<std::size_t>(end - e.pos.col), '~') + "\n";
+  return out;
+}
+
+}  // namespace
+
+bool is_bare_spec(const std::string& text) {
+  if (text.find_first_of("{}/ \t\n") != std::string::npos) return text.find('{') == std::string::npos &&
+                                                                     text.find_first_of(" \t\n") == std::string::npos;
+  return true;
+}
+
+std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error) {
+  try {
+    Parser p(text);
+    std::vector<ProbeA> probes = p.program();
+    Compiler c;
+    return c.run(probes);
+  } catch (const CompileError& e) {
+    error = error_text(text, name, e);
+    return std::nullopt;
+  }
+}
+
+// ---------------------------------------------------------------- printf
+
+bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& error) {
+  std::string lit;
+  for (std::size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      lit += fmt[i];
+      continue;
+    }
+    if (i + 1 < fmt.size() && fmt[i + 1] == '%') {
+      lit += "%%";
+      ++i;
+      continue;
+    }
+    if (!lit.empty()) out.push_back({lit, 0, false}), lit.clear();
+    std::string spec = "%";
+    std::size_t j = i + 1;
+    while (j < fmt.size() && std::strchr("-+ 0", fmt[j])) spec += fmt[j++];
+    while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
+    if (j < fmt.size() && fmt[j] == '.') {
+      spec += fmt[j++];
+      while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
+    }
+    bool wide = false;
+    while (j < fmt.size() && (fmt[j] == 'l' || fmt[j] == 'h' || fmt[j] == 'z' || fmt[j] == 'j')) {
+      if (fmt[j] == 'l' || fmt[j] == 'z' || fmt[j] == 'j') wide = true;
+      ++j;
+    }
+    if (j >= fmt.size()) {
+      error = "Invalid format string: incomplete conversion at the end";
+      return false;
+    }
+    const char conv = fmt[j];
+    if (!std::strchr("diuxXocsp", conv)) {
+      error = std::string("%") + conv + " is not a supported format conversion";
+      return false;
+    }
+    spec += conv;
+    out.push_back({spec, conv, wide});
+    i = j;
+  }
+  if (!lit.empty()) out.push_back({lit, 0, false});
+  return true;
+}
+
+std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args) {
+  const FmtDesc& fd = p.fmts[fmt];
+  static std::map<const char*, std::vector<FmtPiece>> parsed;  // (the CLI's one program, one thread)
+  auto [it, fresh] = parsed.try_emplace(p.strtab + fd.text);
+  std::string err;
+  if (fresh) parse_format(p.strtab + fd.text, it->second, err);
+  const std::vector<FmtPiece>& pieces = it->second;
+  std::string out;
+  char buf[512];
+  for (const FmtPiece& pc : pieces) {
+    if (!pc.conv) {
+      for (std::size_t i = 0; i < pc.text.size(); ++i) {
+        out += pc.text[i];
+        if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') ++i;
+      }
+      continue;
+    }
+    int n = 0;
+    if (pc.conv == 's') {
+      char s[kStrLen + 1] = {};
+      std::size_t j = 0;
+      while (j < kStrLen && args[j]) s[j] = static_cast<char>(args[j]), ++j;
+      do ++j;  // the NUL and the padding
+      while (j % 8);
+      args += j;
+      n = std::snprintf(buf, sizeof buf, pc.text.c_str(), s);
+    } else {
+      std::int64_t v;
+      std::memcpy(&v, args, 8);
+      args += 8;
+      if (pc.conv == 'p') {
+        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), reinterpret_cast<void*>(v));
+      } else if (pc.wide || pc.conv == 'c') {
+        std::string spec = pc.text;
+        if (pc.conv != 'c') spec.insert(spec.size() - 1, "ll");
+        if (pc.conv == 'c') n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<int>(v));
+        else n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<long long>(v));
+      } else {
+        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), static_cast<int>(v));
+      }
+    }
+    if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- maps
+
+void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into) {
+  const MapDesc& m = p.maps[mi];
+  const std::uint64_t* table = area + m.offset;
+  const std::uint32_t sw = m.slot_words();
+  for (std::uint32_t i = 0; i < m.nslots; ++i) {
+    const std::uint64_t* s = table + std::uint64_t{i} * sw;
+    if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != 1) continue;
+    std::vector<std::uint64_t> key(s + 1, s + 1 + m.key_words);
+    std::vector<std::uint64_t> val(m.value_words);
+    for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+    auto [it, fresh] = into.try_emplace(key, val);
+    if (fresh) continue;
+    std::vector<std::uint64_t>& o = it->second;
+    switch (m.agg) {
+      case Agg::count: case Agg::sum: case Agg::hist: case Agg::lhist: case Agg::avg: case Agg::stats:
+        for (std::uint32_t k = 0; k < m.value_words; ++k) o[k] += val[k];
+        break;
+      case Agg::min:
+      case Agg::max:
+        if (val[1] && (!o[1] || (m.agg == Agg::min ? static_cast<std::int64_t>(val[0]) < static_cast<std::int64_t>(o[0])
+                                                   : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
+          o = val;
+        break;
+      case Agg::assign:
+        if (val[1] > o[1]) o = val;
+        break;
+    }
+  }
+}
+
+namespace {
+
+std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
+  if (m.nkeys == 0) return "";
+  std::string out = "[";
+  const auto* b = reinterpret_cast<const unsigned char*>(key.data());
+  for (unsigned k = 0; k < m.nkeys; ++k) {
+    if (k) out += ", ";
+    if (m.key_is_str[k] == 1) {
+      char s[kStrLen + 1] = {};
+      std::memcpy(s, b, kStrLen);
+      out += s;
+      b += kStrLen;
+    } else {
+      std::int64_t v;
+      std::memcpy(&v, b, 8);
+      out += m.key_is_str[k] == 2 ? std::to_string(v) : std::to_string(static_cast<std::uint64_t>(v));
+      b += 8;
+    }
+  }
+  return out + "]";
+}
+
+// bpftrace's hist bucket labels: 1K, 2M, ...
+std::string size_label(std::uint64_t v) {
+  static const char* const kSuffix[] = {"", "K", "M", "G", "T", "P", "E"};
+  int i = 0;
+  while (v >= 1024 && v % 1024 == 0 && i < 6) v /= 1024, ++i;
+  return std::to_string(v) + kSuffix[i];
+}
+
+std::string bar_line(const std::string& label, std::uint64_t n, std::uint64_t max) {
+  char buf[256];
+  const std::size_t w = max ? static_cast<std::size_t>(n * 52 / max) : 0;
+  std::snprintf(buf, sizeof buf, "%-16s%8" PRIu64 " |%s%s|\n", label.c_str(), n, std::string(w, '@').c_str(),
+                std::string(52 - w, ' ').c_str());
+  return buf;
+}
+
+std::string hist_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  // Rows from the first to the last non-empty bucket.
+  std::size_t first = v.size(), last = 0;
+  std::uint64_t max = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i]) first = std::min(first, i), last = i, max = std::max(max, v[i]);
+  if (first == v.size()) return "";
+  std::string out;
+  for (std::size_t i = first; i <= last; ++i) {
+    std::string label;
+    if (m.agg == Agg::hist) {
+      if (i == 0) label = "(..., 0)";
+      else if (i == 1) label = "[0]";
+      else if (i == 2) label = "[1]";
+      else {
+        const std::uint64_t lo = std::uint64_t{1} << (i - 2);
+        label = "[" + size_label(lo) + ", " + size_label(lo * 2) + ")";
+      }
+    } else {
+      if (i == 0) label = "(..., " + std::to_string(m.lmin) + ")";
+      else if (i == v.size() - 1) label = "[" + std::to_string(m.lmax) + ", ...)";
+      else {
+        const std::int64_t lo = m.lmin + static_cast<std::int64_t>(i - 1) * m.lstep;
+        label = "[" + std::to_string(lo) + ", " + std::to_string(lo + m.lstep) + ")";
+      }
+    }
+    out += bar_line(label, v[i], max);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
+  std::vector<std::uint32_t> order(p.h->nmaps);
+  for (std::uint32_t i = 0; i < p.h->nmaps; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return std::strcmp(p.strtab + p.maps[a].name, p.strtab + p.maps[b].name) < 0;
+  });
+  std::string out;
+  for (std::uint32_t mi : order) out += format_map(p, mi, maps[mi]);
+  return out;
+}
+
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
+  std::string out;
+  {
+    const MapDesc& m = p.maps[mi];
+    const std::string name = p.strtab + m.name;
+    MapData data = contents;
+    if (data.empty() && m.nkeys == 0 && (m.agg == Agg::count || m.agg == Agg::sum))
+      data[std::vector<std::uint64_t>(m.key_words, 0)] = std::vector<std::uint64_t>(m.value_words, 0);
+    using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+    std::vector<Row> rows(data.begin(), data.end());
+    auto sort_by = [&](auto f) {
+      std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return f(a.second) < f(b.second); });
+    };
+    switch (m.agg) {
+      case Agg::count: case Agg::sum: case Agg::min: case Agg::max: case Agg::assign:
+        sort_by([](const std::vector<std::uint64_t>& v) { return static_cast<std::int64_t>(v[0]); });
+        break;
+      case Agg::avg: case Agg::stats:
+        sort_by([](const std::vector<std::uint64_t>& v) {
+          return v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0;
+        });
+        break;
+      case Agg::hist: case Agg::lhist:
+        sort_by([](const std::vector<std::uint64_t>& v) {
+          std::uint64_t t = 0;
+          for (auto x : v) t += x;
+          return t;
+        });
+        break;
+    }
+    for (const Row& r : rows) {
+      const std::string head = name + key_text(m, r.first) + ": ";
+      const std::vector<std::uint64_t>& v = r.second;
+      switch (m.agg) {
+        case Agg::hist:
+        case Agg::lhist: out += head + "\n" + hist_text(m, v) + "\n"; break;
+        case Agg::avg:
+          out += head + std::to_string(v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0) +
+                 "\n";
+          break;
+        case Agg::stats:
+          out += head + "count " + std::to_string(v[0]) + ", average " +
+                 std::to_string(v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0) +
+                 ", total " + std::to_string(static_cast<std::int64_t>(v[1])) + "\n";
+          break;
+        case Agg::count: out += head + std::to_string(v[0]) + "\n"; break;
+        default:
+          out += head + (m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0])) + "\n";
+          break;
+      }
+    }
+    if ((m.agg == Agg::avg || m.agg == Agg::stats) && !rows.empty()) out += "\n";
+  }
+  return out;
+}
+
+}  // namespace uptrace::bt

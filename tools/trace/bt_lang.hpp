@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file bt_lang.hpp
+/// bpftrace's language (0.17, the user-space subset) for uprobe-trace: the
+/// CLI parses and checks a program here and compiles it into the compact
+/// form the agent interprets at each hit (bt_vm.hpp). Not async-signal-safe
+/// (allocates); CLI only. Errors come in bpftrace's shape:
+///   stdin:LINE:COL-COLEND: ERROR: MESSAGE
+///   <the source line>
+///   <~~~ under the construct>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bt_vm.hpp"
+
+namespace uptrace::bt {
+
+/// A probe's attach point as the agent gets it.
+struct AttachPoint {
+  ProbeKind kind;
+  std::string spec;      ///< uprobe:PATH:SYM, uretprobe:..., usdt:... (canonical spelling); "" for BEGIN/END/interval
+  std::uint32_t probe;   ///< index of its probe block
+};
+
+/// A compiled program.
+struct Compiled {
+  std::vector<unsigned char> blob;   ///< the compact form (bt_vm.hpp)
+  Program prog;                      ///< points into blob
+  std::vector<AttachPoint> attach;   ///< in source order
+};
+
+/// Parses, checks and compiles `text` (`name`: "stdin" for -e, else the file's
+/// path, for error messages). nullopt with `error` set (the three lines of
+/// bpftrace's error shape, newline-terminated) when the program is not
+/// valid or uses what uprobe-trace does not support yet.
+std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error);
+
+/// True when `text` is a bare probe spec (today's `-e uprobe:libc:malloc`:
+/// no action block), not a program.
+bool is_bare_spec(const std::string& text);
+
+/// One piece of a printf format: literal text, or a conversion (spec is
+/// what goes to snprintf, without the length modifiers; `wide` is l/ll).
+struct FmtPiece {
+  std::string text;  ///< literal text, or the conversion without length modifier ("%-5d")
+  char conv = 0;     ///< 0: literal; d i u x X o c s p
+  bool wide = false; ///< l or ll: 64 bits
+};
+/// Splits a printf format; false (with `error`) on a conversion bpftrace refuses.
+bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& error);
+
+/// The text printf prints for one event's argument bytes (`args`: per
+/// FmtDesc, 8 bytes per int and kStrLen per string).
+std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args);
+
+/// One map's merged contents: encoded key words -> merged value words.
+using MapData = std::map<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+/// Merges the table of map `mi` found in a thread's `area` into `into`.
+void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into);
+/// Every map as bpftrace prints them at exit (in name order; `maps[i]`: map i).
+std::string format_maps(const Program& p, const std::vector<MapData>& maps);
+/// One map as bpftrace prints it (at exit, or for print(@map)).
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents);
+
+}  // namespace uptrace::bt

@@ -1,0 +1,544 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file bt_vm.hpp
+/// The compact form of a bpftrace program (compiled by the CLI, bt_lang.hpp)
+/// and its interpreter, which the agent runs at each probe hit and the CLI
+/// runs for BEGIN, END and interval probes. Internal to uprobe-trace (CLI and
+/// agent of one build).
+///
+/// The program is one flat blob of plain arrays (BlobHeader, then nodes,
+/// statements, lists, probes, maps, formats, strings): the CLI writes it to
+/// DIR/program, the agent reads it once at start-up, and nothing in it is
+/// changed afterwards. Expressions are a flat tree (Node children are
+/// indexes), statement blocks are ranges of the `lists` array.
+///
+/// Each thread's block in the counts file (counts.hpp) carries an area for
+/// the program (word kBlockBt of the block header: its first word): a
+/// single-producer ring of printf events the CLI drains while the program
+/// runs, and one open-addressing table per map, which the CLI merges over
+/// every thread and process when it prints the maps.
+///
+/// run_probe() is async-signal-safe: no allocation, no lock, no libc call
+/// but clock_gettime (vDSO), prctl(PR_GET_NAME) and getuid/getpid/gettid
+/// system calls; its recursion is bounded by kMaxDepth (checked by the
+/// compiler); it writes the calling thread's own area only.
+
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace uptrace::bt {
+
+inline constexpr std::uint64_t kBlobMagic = 0x316d76747470750aull;
+inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL included (a `probe` string is PATH and more)
+inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
+inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
+inline constexpr unsigned kMaxArgs = 8;        ///< map key components
+inline constexpr unsigned kHistBuckets = 66;
+inline constexpr std::size_t kStrDefault = 64;  ///< str()'s size, NUL included (bpftrace's BPFTRACE_STRLEN)
+inline constexpr unsigned kStrSlots = 4;        ///< str() results alive at once in one expression   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
+
+/// Expression nodes.
+enum class Op : std::uint8_t {
+  num,       ///< imm
+  str,       ///< string literal at strtab offset a
+  arg,       ///< argN, N = imm
+  retval, pid, tid, uid, comm, func, probe, nsecs, elapsed, cpu,
+  var,       ///< $variable slot a
+  map_read,  ///< map a, key list b (count c)
+  unary,     ///< sub: '-', '!', '~'
+  binary,    ///< sub: BinOp, children a b; imm 1: signed
+  land, lor, ///< && ||, children a b
+  ternary,   ///< a ? b : c
+  cast,      ///< a cast to imm bits (sub 1: signed)
+  str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
+};
+
+enum BinOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMod, kAnd, kOr, kXor, kShl, kShr, kEq, kNe, kLt, kLe, kGt, kGe };
+
+struct Node {
+  Op op;
+  std::uint8_t sub = 0;
+  std::uint8_t is_str = 0;  ///< the value is a string (kStrLen bytes)
+  std::uint8_t pad = 0;
+  std::int32_t a = -1, b = -1, c = -1;
+  std::int64_t imm = 0;
+};
+
+/// Aggregations and map stores.
+enum class Agg : std::uint8_t { count, sum, avg, min, max, stats, hist, lhist, assign };
+
+enum class StmtOp : std::uint8_t {
+  set_var,   ///< $var a = expr b
+  map_agg,   ///< map a [keys: list b, count c] (agg of the map) with value expr d (or none)
+  printf_,   ///< format a, args: list b, count c
+  if_,       ///< cond a; then: list b count c; else: list d count e
+  exit_,
+  expr,      ///< evaluate a (no effect)
+  print_map, ///< print(@map a): an event; the CLI prints the map as it is when it reads the event
+};
+
+struct Stmt {
+  StmtOp op;
+  std::uint8_t pad[3] = {};
+  std::int32_t a = -1, b = -1, c = 0, d = -1, e = 0;
+};
+
+enum class ProbeKind : std::uint8_t { uprobe, uretprobe, usdt, begin, end, interval };
+
+/// One probe block (all its attach points share it).
+struct ProbeDesc {
+  ProbeKind kind;
+  std::uint8_t pad[3] = {};
+  std::int32_t pred = -1;        ///< predicate expr, -1: none
+  std::int32_t body = 0, nbody = 0;  ///< statements: list range
+  std::int32_t nvars = 0;
+  std::int64_t interval_ns = 0;
+};
+
+struct MapDesc {
+  Agg agg;
+  std::uint8_t nkeys = 0;
+  std::uint8_t key_is_str[kMaxArgs] = {};  ///< per key component: 0 unsigned int, 1 string, 2 signed int
+  std::uint8_t value_signed = 0;   ///< sum/min/max/assign: the value prints signed
+  std::uint8_t pad[5] = {};
+  std::uint32_t name = 0;          ///< strtab offset ("@name")
+  std::uint32_t key_words = 0;     ///< words of an encoded key
+  std::uint32_t value_words = 0;
+  std::uint32_t nslots = 0;        ///< power of two
+  std::uint64_t offset = 0;        ///< words from the area's start to its table
+  std::int64_t lmin = 0, lmax = 0, lstep = 1;  ///< lhist
+  /// Words of one slot: state, key, value.
+  std::uint32_t slot_words() const { return 1 + key_words + value_words; }
+};
+
+inline constexpr unsigned kMaxPrintfArgs = 16;  ///< printf arguments
+
+struct FmtDesc {
+  std::uint32_t text = 0;  ///< strtab offset of the format string (bpftrace escapes resolved)
+  std::uint32_t nargs = 0;
+  std::uint8_t arg_is_str[kMaxPrintfArgs] = {};
+};
+
+/// The area's header words (then the ring, then the map tables).
+enum AreaWord : std::size_t {
+  kRingHead = 0,   ///< bytes ever written (the writer's; release store)
+  kRingTail = 1,   ///< bytes ever consumed (the CLI's)
+  kLostEvents = 2, ///< printf events dropped: the ring was full
+  kMapDrops = 3,   ///< map updates dropped: the table was full
+  kAreaHeaderWords = 8,
+};
+
+/// An event in the ring: a header, then (printf) one word per int argument
+/// and per string argument its bytes, NUL-terminated, padded with NULs to a
+/// multiple of 8 (at most kStrLen). kind kEvWrap: skip to the ring's start.
+struct EventHeader {
+  std::uint32_t bytes;  ///< the whole event, a multiple of 8
+  std::uint32_t kind;   ///< kEvPrintf, kEvWrap
+  std::uint64_t ts;     ///< CLOCK_MONOTONIC ns
+  std::uint32_t fmt;
+  std::uint32_t pad;
+};
+inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2, kEvPrint = 3;  ///< kEvPrint: fmt is the map
+
+struct BlobHeader {
+  std::uint64_t magic = kBlobMagic;
+  std::uint32_t nnodes = 0, nstmts = 0, nlists = 0, nprobes = 0, nmaps = 0, nfmts = 0, strtab = 0, pad = 0;
+  std::uint64_t ring_bytes = 0;  ///< power of two
+  std::uint64_t area_words = 0;  ///< header + ring + tables
+};
+
+/// A loaded program (pointers into the blob).
+struct Program {
+  const BlobHeader* h = nullptr;
+  const Node* nodes = nullptr;
+  const Stmt* stmts = nullptr;
+  const std::int32_t* lists = nullptr;
+  const ProbeDesc* probes = nullptr;
+  const MapDesc* maps = nullptr;
+  const FmtDesc* fmts = nullptr;
+  const char* strtab = nullptr;
+
+  /// Points into `blob` (which must outlive this); false when it is not a program of this build.
+  bool load(const void* blob, std::size_t size) {
+    if (size < sizeof(BlobHeader)) return false;
+    auto* p = static_cast<const char*>(blob);
+    h = reinterpret_cast<const BlobHeader*>(p);
+    if (h->magic != kBlobMagic) return false;
+    std::size_t off = sizeof(BlobHeader);
+    auto take = [&](std::size_t n, std::size_t each) {
+      const char* r = p + off;
+      off += (n * each + 7) & ~std::size_t{7};
+      return r;
+    };
+    nodes = reinterpret_cast<const Node*>(take(h->nnodes, sizeof(Node)));
+    stmts = reinterpret_cast<const Stmt*>(take(h->nstmts, sizeof(Stmt)));
+    lists = reinterpret_cast<const std::int32_t*>(take(h->nlists, sizeof(std::int32_t)));
+    probes = reinterpret_cast<const ProbeDesc*>(take(h->nprobes, sizeof(ProbeDesc)));
+    maps = reinterpret_cast<const MapDesc*>(take(h->nmaps, sizeof(MapDesc)));
+    fmts = reinterpret_cast<const FmtDesc*>(take(h->nfmts, sizeof(FmtDesc)));
+    strtab = take(h->strtab, 1);
+    return off <= size;
+  }
+};
+
+/// What a hit knows (filled by the caller).
+struct HitContext {
+  const std::uint64_t* args = nullptr;  ///< arg0..arg5 (nullptr: all 0)
+  std::uint64_t retval = 0;
+  const char* func = "";   ///< NUL-terminated
+  const char* probe = "";  ///< NUL-terminated
+  std::uint64_t start_ns = 0;  ///< for `elapsed`
+  std::uint64_t* area = nullptr;  ///< the thread's area (kAreaHeaderWords, ring, tables)
+  volatile std::uint64_t* exit_flag = nullptr;  ///< exit() sets it to 1
+};
+
+inline std::uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+/// bpftrace's hist() bucket of a value.
+inline unsigned hist_bucket(std::int64_t v) noexcept {
+  if (v < 0) return 0;
+  if (v == 0) return 1;
+  return static_cast<unsigned>(63 - __builtin_clzll(static_cast<std::uint64_t>(v))) + 2;
+}
+
+/// lhist() bucket: 0 below min, 1 + (v - min) / step, the last one at or above max.
+inline std::size_t lhist_bucket(const MapDesc& m, std::int64_t v) noexcept {
+  if (v < m.lmin) return 0;
+  if (v >= m.lmax) return m.value_words - 1;
+  return 1 + static_cast<std::size_t>((v - m.lmin) / m.lstep);
+}
+
+inline std::uint64_t hash_words(const std::uint64_t* k, std::size_t n) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ k[i]) * 0x100000001b3ull, h ^= h >> 29;
+  return h;
+}
+
+inline std::uint64_t load(const std::uint64_t* w) noexcept { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+inline void store(std::uint64_t* w, std::uint64_t v) noexcept { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
+
+/// The interpreter of one hit. Async-signal-safe (see the file comment).
+class Vm {
+ public:
+  Vm(const Program& p, const HitContext& c) noexcept : p_(p), c_(c) {}
+
+  /// Runs probe `pi` (its predicate, then its body).
+  void run_probe(std::uint32_t pi) noexcept {
+    const ProbeDesc& pd = p_.probes[pi];
+    std::memset(vars_, 0, static_cast<std::size_t>(pd.nvars) * sizeof vars_[0]);  // (only those it uses)
+    if (pd.pred >= 0) {
+      Val v = eval(pd.pred);
+      if (truth(v) == 0) return;
+    }
+    exec(pd.body, pd.nbody);
+  }
+
+  /// Finds a map's table slot for a key in `area` (nullptr: absent, or
+  /// full when `insert`). Also used by the CLI to read tables.
+  static std::uint64_t* slot(const MapDesc& m, std::uint64_t* area, const std::uint64_t* key, bool insert) noexcept {
+    std::uint64_t* table = area + m.offset;
+    const std::uint32_t sw = m.slot_words();
+    const std::uint64_t mask = m.nslots - 1;
+    std::uint64_t i = hash_words(key, m.key_words) & mask;
+    for (std::uint32_t n = 0; n < m.nslots; ++n, i = (i + 1) & mask) {
+      std::uint64_t* s = table + i * sw;
+      if (load(s) == 0) {
+        if (!insert) return nullptr;
+        for (std::uint32_t k = 0; k < m.key_words; ++k) store(s + 1 + k, key[k]);
+        __atomic_store_n(s, 1, __ATOMIC_RELEASE);
+        return s;
+      }
+      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) return s;
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Val {
+    std::int64_t i = 0;
+    const char* s = nullptr;  ///< a string (up to kStrLen bytes, NUL-terminated or not)
+  };
+
+  static std::int64_t truth(const Val& v) noexcept { return v.s ? 1 : v.i; }
+
+  const char* literal(std::int32_t off) const noexcept { return p_.strtab + off; }
+
+  const char* comm() noexcept {
+    if (!comm_ok_) {
+      std::memset(comm_, 0, sizeof comm_);
+      prctl(PR_GET_NAME, comm_, 0, 0, 0);
+      comm_ok_ = true;
+    }
+    return comm_;
+  }
+
+  // Copies the string at `addr` of this process (at most size - 1 bytes,
+  // then NUL) with process_vm_readv: an unmapped or unreadable address gives
+  // what it could read (bpftrace's str() of a bad pointer: ""), never a fault.
+  static void read_string(std::uint64_t addr, char* out, std::size_t size) noexcept {
+    std::memset(out, 0, kStrDefault);
+    const long pid = syscall(SYS_getpid);
+    std::size_t done = 0;
+    while (done + 1 < size) {
+      const std::uint64_t at = addr + done;
+      std::size_t chunk = 4096 - (at & 4095);  // one page at a time: a readable prefix is kept
+      if (chunk > size - 1 - done) chunk = size - 1 - done;
+      iovec local{out + done, chunk}, remote{reinterpret_cast<void*>(at), chunk};
+      const long got = syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) break;
+      if (std::memchr(out + done, 0, static_cast<std::size_t>(got))) return;
+      done += static_cast<std::size_t>(got);
+    }
+    out[done < size ? done : size - 1] = 0;
+    for (std::size_t i = done; i < kStrDefault; ++i) out[i] = 0;
+  }
+
+  static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
+
+  // Encodes a key (list `l`, `n` components) into key_.
+  void encode_key(const MapDesc& m, std::int32_t l, std::int32_t n) noexcept {
+    std::memset(key_, 0, m.key_words * 8);
+    char* out = reinterpret_cast<char*>(key_);
+    for (std::int32_t k = 0; k < n; ++k) {
+      Val v = eval(p_.lists[l + k]);
+      if (m.key_is_str[k] == 1) {
+        const char* s = v.s ? v.s : "";
+        for (std::size_t j = 0; j < kStrLen - 1 && s[j]; ++j) out[j] = s[j];
+        out += kStrLen;
+      } else {
+        std::memcpy(out, &v.i, 8);
+        out += 8;
+      }
+    }
+    if (n == 0) key_[0] = 0;
+  }
+
+  Val eval(std::int32_t ni) noexcept {
+    const Node& n = p_.nodes[ni];
+    Val v;
+    switch (n.op) {
+      case Op::num: v.i = n.imm; break;
+      case Op::str: v.s = literal(n.a); break;
+      case Op::arg: v.i = c_.args ? static_cast<std::int64_t>(c_.args[n.imm]) : 0; break;
+      case Op::retval: v.i = static_cast<std::int64_t>(c_.retval); break;
+      case Op::pid: v.i = syscall(SYS_getpid); break;
+      case Op::tid: v.i = syscall(SYS_gettid); break;
+      case Op::uid: v.i = syscall(SYS_getuid); break;
+      case Op::cpu: {
+        unsigned cpu = 0;
+        syscall(SYS_getcpu, &cpu, nullptr, nullptr);
+        v.i = cpu;
+        break;
+      }
+      case Op::comm: v.s = comm(); break;
+      case Op::str_read: {
+        const auto addr = static_cast<std::uint64_t>(eval(n.a).i);
+        std::size_t size = kStrDefault;
+        if (n.b >= 0) {
+          const std::int64_t l = eval(n.b).i;
+          size = l <= 0 ? 1 : l < static_cast<std::int64_t>(kStrDefault) ? static_cast<std::size_t>(l) + 1 : kStrDefault;
+        }
+        char* buf = scratch_[next_scratch_++ % kStrSlots];
+        read_string(addr, buf, size);
+        v.s = buf;
+        break;
+      }
+      case Op::func: v.s = c_.func; break;
+      case Op::probe: v.s = c_.probe; break;
+      case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
+      case Op::elapsed: v.i = static_cast<std::int64_t>(now_ns() - c_.start_ns); break;
+      case Op::var: v.i = vars_[n.a]; break;
+      case Op::map_read: {
+        const MapDesc& m = p_.maps[n.a];
+        encode_key(m, n.b, n.c);
+        if (const std::uint64_t* s = slot(m, c_.area, key_, false)) {
+          const std::uint64_t* val = s + 1 + m.key_words;
+          v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
+        }
+        break;
+      }
+      case Op::unary: {
+        Val a = eval(n.a);
+        v.i = n.sub == '-' ? static_cast<std::int64_t>(0 - static_cast<std::uint64_t>(a.i)) : n.sub == '!' ? !truth(a) : ~a.i;
+        break;
+      }
+      case Op::land: v.i = truth(eval(n.a)) && truth(eval(n.b)); break;
+      case Op::lor: v.i = truth(eval(n.a)) || truth(eval(n.b)); break;
+      case Op::ternary: v = truth(eval(n.a)) ? eval(n.b) : eval(n.c); break;
+      case Op::cast: {
+        std::int64_t x = eval(n.a).i;
+        switch (n.imm) {
+          case 8: x = n.sub ? static_cast<std::int8_t>(x) : static_cast<std::uint8_t>(x); break;
+          case 16: x = n.sub ? static_cast<std::int16_t>(x) : static_cast<std::uint16_t>(x); break;
+          case 32: x = n.sub ? static_cast<std::int32_t>(x) : static_cast<std::uint32_t>(x); break;
+          default: break;
+        }
+        v.i = x;
+        break;
+      }
+      case Op::binary: {
+        Val a = eval(n.a), b = eval(n.b);
+        if (a.s || b.s) {  // strings: == and != only (the compiler checks)
+          const bool eq = a.s && b.s && str_eq(a.s, b.s);
+          v.i = n.sub == kEq ? eq : !eq;
+          break;
+        }
+        const std::int64_t x = a.i, y = b.i;
+        const auto ux = static_cast<std::uint64_t>(x), uy = static_cast<std::uint64_t>(y);
+        const bool sgn = n.imm != 0;  // both operands signed (the compiler's)
+        switch (n.sub) {
+          case kAdd: v.i = static_cast<std::int64_t>(ux + uy); break;
+          case kSub: v.i = static_cast<std::int64_t>(ux - uy); break;
+          case kMul: v.i = static_cast<std::int64_t>(ux * uy); break;
+          case kDiv: v.i = y == 0 ? 0 : sgn ? (y == -1 ? static_cast<std::int64_t>(0 - ux) : x / y)
+                                            : static_cast<std::int64_t>(ux / uy); break;
+          case kMod: v.i = y == 0 ? 0 : sgn ? (y == -1 ? 0 : x % y) : static_cast<std::int64_t>(ux % uy); break;
+          case kAnd: v.i = x & y; break;
+          case kOr: v.i = x | y; break;
+          case kXor: v.i = x ^ y; break;
+          case kShl: v.i = static_cast<std::int64_t>(ux << (uy & 63)); break;
+          case kShr: v.i = sgn ? x >> (uy & 63) : static_cast<std::int64_t>(ux >> (uy & 63)); break;
+          case kEq: v.i = x == y; break;
+          case kNe: v.i = x != y; break;
+          case kLt: v.i = sgn ? x < y : ux < uy; break;
+          case kLe: v.i = sgn ? x <= y : ux <= uy; break;
+          case kGt: v.i = sgn ? x > y : ux > uy; break;
+          case kGe: v.i = sgn ? x >= y : ux >= uy; break;
+          default: break;
+        }
+        break;
+      }
+    }
+    return v;
+  }
+
+  void exec(std::int32_t l, std::int32_t n) noexcept {
+    for (std::int32_t k = 0; k < n; ++k) {
+      if (c_.exit_flag && *c_.exit_flag) return;
+      const Stmt& s = p_.stmts[p_.lists[l + k]];
+      switch (s.op) {
+        case StmtOp::set_var: vars_[s.a] = eval(s.b).i; break;
+        case StmtOp::expr: eval(s.a); break;
+        case StmtOp::exit_: if (c_.exit_flag) *c_.exit_flag = 1; return;
+        case StmtOp::if_:
+          if (truth(eval(s.a))) exec(s.b, s.c);
+          else if (s.e) exec(s.d, s.e);
+          break;
+        case StmtOp::map_agg: agg(s); break;
+        case StmtOp::printf_: emit(s); break;
+        case StmtOp::print_map: emit(s, kEvPrint); break;
+      }
+    }
+  }
+
+  void agg(const Stmt& s) noexcept {
+    const MapDesc& m = p_.maps[s.a];
+    const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
+    encode_key(m, s.b, s.c);
+    std::uint64_t* sl = slot(m, c_.area, key_, true);
+    if (!sl) {
+      store(c_.area + kMapDrops, load(c_.area + kMapDrops) + 1);
+      return;
+    }
+    std::uint64_t* v = sl + 1 + m.key_words;
+    const auto ux = static_cast<std::uint64_t>(x);
+    switch (m.agg) {
+      case Agg::count: store(v, load(v) + 1); break;
+      case Agg::sum: store(v, load(v) + ux); break;
+      case Agg::avg:
+      case Agg::stats: store(v + 1, load(v + 1) + ux), store(v, load(v) + 1); break;
+      case Agg::min:
+        if (!load(v + 1) || x < static_cast<std::int64_t>(load(v))) store(v, ux);
+        store(v + 1, 1);
+        break;
+      case Agg::max:
+        if (!load(v + 1) || x > static_cast<std::int64_t>(load(v))) store(v, ux);
+        store(v + 1, 1);
+        break;
+      case Agg::hist: store(v + hist_bucket(x), load(v + hist_bucket(x)) + 1); break;
+      case Agg::lhist: {
+        const std::size_t b = lhist_bucket(m, x);
+        store(v + b, load(v + b) + 1);
+        break;
+      }
+      case Agg::assign: store(v, ux), store(v + 1, now_ns()); break;
+    }
+  }
+
+  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf) noexcept {
+    static constexpr FmtDesc kNoArgs{};
+    const FmtDesc& f = kind == kEvPrintf ? p_.fmts[s.a] : kNoArgs;
+    // Room for the longest strings is checked; the event takes what its
+    // strings need (NUL-terminated, padded to 8 bytes).
+    std::uint32_t bytes = sizeof(EventHeader);
+    for (std::uint32_t k = 0; k < f.nargs; ++k) bytes += f.arg_is_str[k] ? kStrLen : 8;
+    std::uint64_t* area = c_.area;
+    const std::uint64_t ring = p_.h->ring_bytes;
+    auto* base = reinterpret_cast<unsigned char*>(area + kAreaHeaderWords);
+    std::uint64_t head = load(area + kRingHead);
+    const std::uint64_t tail = __atomic_load_n(area + kRingTail, __ATOMIC_ACQUIRE);
+    std::uint64_t pos = head & (ring - 1);
+    std::uint64_t need = bytes + ((ring - pos < bytes) ? ring - pos : 0);
+    if (head + need - tail > ring) {
+      store(area + kLostEvents, load(area + kLostEvents) + 1);
+      return;
+    }
+    if (ring - pos < bytes) {  // no room before the end: a wrap marker, then from the start
+      if (ring - pos >= sizeof(std::uint64_t)) {
+        auto* w = reinterpret_cast<EventHeader*>(base + pos);
+        w->bytes = static_cast<std::uint32_t>(ring - pos);
+        w->kind = kEvWrap;
+      }
+      head += ring - pos;
+      pos = 0;
+    }
+    auto* e = reinterpret_cast<EventHeader*>(base + pos);
+    e->kind = kind;
+    e->ts = now_ns();
+    e->fmt = static_cast<std::uint32_t>(s.a);
+    e->pad = 0;
+    unsigned char* out = base + pos + sizeof(EventHeader);
+    for (std::uint32_t k = 0; k < f.nargs; ++k) {
+      Val v = eval(p_.lists[s.b + static_cast<std::int32_t>(k)]);
+      if (f.arg_is_str[k]) {
+        const char* src = v.s ? v.s : "";
+        std::size_t j = 0;
+        for (; j < kStrLen - 1 && src[j]; ++j) out[j] = static_cast<unsigned char>(src[j]);
+        do out[j++] = 0;
+        while (j % 8);
+        out += j;
+      } else {
+        std::memcpy(out, &v.i, 8);
+        out += 8;
+      }
+    }
+    const auto used = static_cast<std::uint32_t>(out - (base + pos));
+    // The rest of a wrap's room: a marker the reader skips (never less than 8 bytes).
+    e->bytes = used;
+    __atomic_store_n(area + kRingHead, head + used, __ATOMIC_RELEASE);
+  }
+
+  const Program& p_;
+  const HitContext& c_;
+  // Not cleared as a whole at each hit: run_probe() clears the variables the
+  // probe uses, encode_key() the key words of its map.
+  std::int64_t vars_[kMaxVars];
+  std::uint64_t key_[kMaxArgs * kStrLen / 8];
+  char comm_[17];
+  bool comm_ok_ = false;
+  char scratch_[kStrSlots][kStrDefault];
+  unsigned next_scratch_ = 0;
+};
+
+}  // namespace uptrace::bt
