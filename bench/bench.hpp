@@ -49,10 +49,22 @@ inline void count_hit() noexcept {
 }
 std::uint64_t sum_counters(int producers) noexcept;
 
-// ---- consumers.cpp: the counting consumers of uprobe-* and uretprobe-*
-// (general-purpose registers only; they declare the vector state unused).
-uprobe::Consumer& counting_consumer();
-uprobe::Consumer& ret_counting_consumer();
+// ---- The counting consumers of uprobe-* and uretprobe-* (--consumer).
+/// plain: an ordinary consumer, compiled with the project's normal flags, that
+/// does not call set_vector_state_unused() and does floating-point work (a
+/// double) on every hit (plain_consumers.cpp): what a user's consumer costs.
+/// gpr: general-purpose registers only (consumers.cpp, -mgeneral-regs-only),
+/// declaring set_vector_state_unused() truthfully: the floor of a hit, as the
+/// kernel bench's BPF programs (which never touch the FPU).
+enum class ConsumerKind { plain, gpr };
+/// "plain" or "gpr".
+const char* consumer_name(ConsumerKind k) noexcept;
+/// One line saying what the consumer of kind `k` does.
+const char* consumer_description(ConsumerKind k) noexcept;
+uprobe::Consumer& gpr_consumer();
+uprobe::Consumer& gpr_ret_consumer();
+uprobe::Consumer& plain_consumer();
+uprobe::Consumer& plain_ret_consumer();
 
 /// Where human-readable text goes: stdout, or stderr when stdout carries
 /// --format csv|json.
@@ -137,6 +149,7 @@ struct Options {
   bool attach_no_single = false;  // --attach-no-single: no one-by-one register_uprobe() rows
   int kernel_count = 0;         // --kernel-count N: kernel probes in --attach-libc (default: all)
   bool cycles = false;          // --cycles: TSC ticks per call, minimum over batches (cycles.cpp)
+  ConsumerKind consumer = ConsumerKind::plain;  // --consumer=plain|gpr: the uprobe-*/uretprobe-* consumers
   /// True when the run has more than one point (or asked for a sweep,
   /// comparison, kernel rows or repeats): it then runs each point in a child.
   bool lab() const noexcept;
