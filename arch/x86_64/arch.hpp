@@ -45,6 +45,57 @@ struct RetFrame {
 };
 static_assert(sizeof(RetFrame) == 168 && __builtin_offsetof(RetFrame, ret_slot) == 160);
 
+/// What libuprobe preserves around callbacks that may use vector and x87
+/// registers (consumers that did not declare set_vector_state_unused()) on
+/// the paths where the kernel saves nothing (optimized hits, the return
+/// trampoline; the int3 path has the kernel's signal frame). Beyond the
+/// general registers and rflags, which every path saves:
+enum class SaveMode : std::uint8_t {
+  none = 0,  ///< nothing: every consumer declared it uses no vector or x87 state
+  /// A function entry: every vector register (xmm/ymm/zmm0-31, k0-7), the
+  /// MXCSR and the x87 control word. By the SysV ABI only xmm0-7 (the
+  /// arguments) and the control bits are live there, but a caller in the
+  /// same translation unit that sees the callee's code may keep values in
+  /// caller-saved registers across the call (GCC's -fipa-ra, on at -O2), and
+  /// all of them cost a few ticks more than the eight. The x87 stack is empty
+  /// at a call (no compiler keeps a value there across one).
+  entry = 1,
+  /// A return (the return trampoline): the same, plus st0/st1 (a long double
+  /// or complex long double return value), set aside so that the callbacks
+  /// find the empty x87 stack the ABI promises them.
+  ret = 2,
+  /// Any other site: everything, the x87 state included when it is in use.
+  full = 3,
+};
+
+/// How call_preserving() chooses the width of its moves.
+enum class PreserveStrategy : std::uint8_t {
+  /// The width the CPU says is in use (XINUSE, xgetbv(1)): no 512-bit
+  /// instruction while no zmm state is in use, vzeroupper when the upper
+  /// halves were clean. The default where xgetbv(1) exists, but on AMD.
+  in_use,
+  /// The widest registers the CPU has, without asking (xgetbv(1) costs more
+  /// than moving all 32 zmm registers on AMD Zen 4, which has no AVX-512
+  /// clock penalty and no SSE/AVX transition). The default on AMD.
+  wide,
+};
+
+/// Runs fn(ctx) with the state `mode` names preserved (restored exactly as
+/// it was before the call, whatever fn does with it), fn starting with the
+/// default floating-point environment (MXCSR 0x1f80, x87 control word
+/// 0x37f) and, at a return, an empty x87 stack. Must be called before
+/// anything touched a vector or x87 register (its callers are compiled with
+/// -mgeneral-regs-only). Uses about 2.7 KiB of stack besides fn's.
+/// Async-signal-safe: no system call, no allocation, no lock.
+void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept;
+
+/// The strategy call_preserving() uses. Thread-safe.
+PreserveStrategy preserve_strategy() noexcept;
+/// For tests (both strategies on one machine): sets it; false (unchanged)
+/// for in_use on a CPU without xgetbv(1). Thread-safe; takes effect for the
+/// next call_preserving().
+bool set_preserve_strategy(PreserveStrategy s) noexcept;
+
 /// jmp rel32, the optimized form of a probe site.
 inline constexpr std::uint8_t kJumpOpcode = 0xE9;
 inline constexpr std::size_t kJumpLen = 5;
