@@ -49,22 +49,29 @@ __attribute__((noinline)) void arm_return(Uprobe* up, const Regs& regs, std::uin
 }
 }  // namespace
 
-/// The consumer chain (the kernel's handler_chain()): filters, entry
-/// handlers with their session cookies, Action::remove, and the return
-/// instance for the consumers that want the return. Inlined into both hit
-/// paths' callers in this file (one call level less per optimized hit).
-static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) noexcept {
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
-  if (!cs) return;
+namespace {
+
+/// One run of the consumer loop: its inputs, and what it leaves to do after.
+struct ChainRun {
+  Uprobe* up;
+  Regs* regs;
+  const ConsumerSet* cs;
+  ReturnInstance* ri;  ///< the return instance to arm, if any consumer wants the return
+  bool remove;         ///< every consumer said Action::remove
+};
+
+/// The consumers of one hit (the kernel's handler_chain() loop): filters,
+/// entry handlers with their session cookies, Action::remove, and the
+/// return instance for the consumers that want the return.
+static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noexcept {
   ThreadState& ts = t_state;
-  const std::uint64_t func = regs.rip;
-  bool remove = !cs->regs.empty();
+  bool remove = !c.cs->regs.empty();
   ReturnInstance* ri = nullptr;
   bool ri_failed = false;
-  for (Registration* r : cs->regs) {
+  for (Registration* r : c.cs->regs) {
     if (r->removed.load(std::memory_order_relaxed)) continue;
-    Consumer* c = r->consumer;
-    if (!c->filter(current_tid())) {
+    Consumer* con = r->consumer;
+    if (!con->filter(current_tid())) {
       remove = false;
       continue;
     }
@@ -72,7 +79,7 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) 
     Action rc = Action::keep;
     if (r->has_entry) {
       ts.cookie = &cookie;
-      rc = c->handler(regs);
+      rc = con->handler(*c.regs);
       ts.cookie = nullptr;
     }
     if (rc == Action::remove)
@@ -89,11 +96,39 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) 
     else
       count(stat_block().return_misses);
   }
-  if (ri) arm_return(up, regs, func, ri);
-  if (remove) try_unapply(up);
+  c.ri = ri;
+  c.remove = remove;
 }
 
-void handler_chain(Uprobe* up, Regs& regs) noexcept { chain(up, regs); }
+/// run_consumers() inside arch::call_preserving().
+void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c)); }
+
+}  // namespace
+
+arch::SaveMode effective_save(arch::SaveMode m) noexcept {
+  return m != arch::SaveMode::none && g_hot.full_state.load(std::memory_order_relaxed) ? arch::SaveMode::full : m;
+}
+
+/// The consumer chain (the kernel's handler_chain()): the consumers, with
+/// the vector and x87 state they may clobber preserved around them unless
+/// the kernel saved it (`kernel_saved`: the int3 path, in its signal frame),
+/// then the return probe armed and Action::remove applied. Inlined into both
+/// hit paths' callers in this file (one call level less per optimized hit).
+static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  if (!cs) return;
+  const std::uint64_t func = regs.rip;
+  ChainRun c{up, &regs, cs, nullptr, false};
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
+  if (save != arch::SaveMode::none)
+    arch::call_preserving(save, run_consumers_preserving, &c);
+  else
+    run_consumers(c);
+  if (c.ri) arm_return(up, regs, func, c.ri);
+  if (c.remove) try_unapply(up);
+}
+
+void handler_chain(Uprobe* up, Regs& regs) noexcept { chain(up, regs, true); }
 
 
 namespace {
@@ -108,28 +143,28 @@ __attribute__((noinline)) Uprobe* find_by_key(const arch::OptSite& site) noexcep
 }  // namespace
 
 namespace {
-static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site,
-                                                                           Regs& regs) noexcept {
+static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site, Regs& regs,
+                                                                           bool kernel_saved) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
   uprobe_rcu_read_lock();
   // The stub's owner is valid inside this read-side section: the registry
-  // clears it before the uprobe's grace period (forget_stub_owner()).
+  // clears it before the uprobe's grace period (forget_references()).
   Uprobe* up = reinterpret_cast<Uprobe*>(__atomic_load_n(&site.owner, __ATOMIC_ACQUIRE));
 #if UPROBE_TSAN
   // The owner was written through the XOL alias (sites.cpp, after
   // tsan_publish_stub()): acquire after the load, which may see a stub rebuilt
   // for the next probe at this site while this thread was inside it.
-  __tsan_acquire(const_cast<std::uint32_t*>(&site.needs_vector));
+  __tsan_acquire(const_cast<std::uint64_t*>(&site.owner));
 #endif
   if (__builtin_expect(up == nullptr, 0)) up = find_by_key(site);
   if (up) {
     ThreadState& ts = t_state;
     if (ts.depth == 0) {
       ts.depth = 1;
-      chain(up, regs);
+      chain(up, regs, kernel_saved);
       ts.depth = 0;
     } else {
       count(st.recursion_misses);
@@ -140,13 +175,15 @@ static inline __attribute__((always_inline)) void optimized_hit_inline(const arc
 }
 }  // namespace
 
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept { optimized_hit_inline(site, regs); }
+void optimized_hit(const arch::OptSite& site, Regs& regs, bool kernel_saved) noexcept {
+  optimized_hit_inline(site, regs, kernel_saved);
+}
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) {
     ts.depth = 1;
-    chain(up, regs);
+    chain(up, regs, true);
     ts.depth = 0;
   } else {
     count(stat_block().recursion_misses);
@@ -180,7 +217,7 @@ __attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
   Regs regs;
   copy_regs_words(&regs, frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs);
+  detail::optimized_hit_inline(*site, regs, false);
   arch::opt_frame_leave(frame, regs, *site, saved);  // the target slot is above the 18 words
   copy_regs_words(frame, &regs);
 }
@@ -195,6 +232,6 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64
     return opt_hit_misaligned(frame, site);
   Regs& regs = *reinterpret_cast<Regs*>(frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs);
+  detail::optimized_hit_inline(*site, regs, false);
   arch::opt_frame_leave(frame, regs, *site, saved);
 }

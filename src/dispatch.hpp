@@ -8,8 +8,9 @@
 namespace uprobe::detail {
 
 /// Runs filters, entry handlers (with session cookies), Action::remove, and
-/// arms the return probe for the consumers that want the return. The caller
-/// holds the RCU read lock and has set the recursion guard. AS-safe.
+/// arms the return probe for the consumers that want the return, in signal
+/// context (the kernel saved the vector state: none is saved here). The
+/// caller holds the RCU read lock and has set the recursion guard. AS-safe.
 void handler_chain(Uprobe* up, Regs& regs) noexcept;
 
 /// handler_chain() behind the per-thread recursion guard: a hit while a
@@ -17,10 +18,16 @@ void handler_chain(Uprobe* up, Regs& regs) noexcept;
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
 
 /// The core's side of an optimized hit: counts it, finds the uprobe by the
-/// stub's key and runs the guarded handler chain on `regs` (rip = the site).
-/// Called by the stub's C entry and, for a program single-stepping into a
-/// stub, by the SIGTRAP handler. Async-signal-safe.
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept;
+/// stub's key and runs the guarded handler chain on `regs` (rip = the site),
+/// preserving around the consumers what they need (ConsumerSet::entry_save)
+/// unless `kernel_saved` (the SIGTRAP handler, for a program single-stepping
+/// into a stub: the signal frame holds the state). Called by the stub's C
+/// entry and by that SIGTRAP path. Async-signal-safe.
+void optimized_hit(const arch::OptSite& site, Regs& regs, bool kernel_saved) noexcept;
+
+/// `m`, or SaveMode::full where it is not none and Config::site_state is
+/// SiteState::full. Async-signal-safe.
+arch::SaveMode effective_save(arch::SaveMode m) noexcept;
 
 }  // namespace uprobe::detail
 

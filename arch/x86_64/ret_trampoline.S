@@ -2,19 +2,23 @@
 /*
  * The return trampoline (the kernel's uretprobe trampoline page, as our own
  * code): a function with a pending return probe returns here instead of to
- * its caller. It saves every GPR, rflags and xmm0/xmm1 (the return values and
- * everything else the caller may still need), calls uprobe_ret_dispatch(frame)
- * which pops the return instance(s), runs the ret_handlers and returns the
- * address to continue at; then everything is restored and a `ret` through the
- * old return-address slot continues there, with rsp exactly as the returning
- * function left it. No signal, no syscall. rflags.AC (alignment check) and DF
- * are cleared by the first instructions, before any access that alignment
- * checking could fault on (xmm0/xmm1 are stored at rsp % 16 == 8, and AMD
- * raises #AC for that 16-byte store when AC is on); the ret_handlers run with
- * both off, and the saved rflags, AC and DF included, are restored.
+ * its caller. It saves every GPR and rflags as a uprobe::Regs, in place, and
+ * xmm0/xmm1 (return_xmm()), calls uprobe_ret_entry(frame) which pops the
+ * return instance(s), runs the ret_handlers on that Regs (preserving the
+ * vector and x87 state a return makes live around those that use it) and
+ * puts the address to continue at in the return slot; then everything is
+ * restored and a `ret` through the old return-address slot continues there,
+ * with rsp exactly as the returning function left it. No signal, no
+ * syscall. rflags.AC (alignment check) and DF are cleared by the first
+ * instructions, before any access that alignment checking could fault on
+ * (xmm0/xmm1 are stored at rsp % 16 == 8, and AMD raises #AC for that
+ * 16-byte store when AC is on); the ret_handlers run with both off, and the
+ * saved rflags, AC and DF included, are restored.
  *
- * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
- * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
+ * Frame (low to high; arch::RetFrame): xmm0, xmm1, then a uprobe::Regs:
+ * r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi, rip (filled in
+ * by the dispatch), rflags, rsp (filled in by the dispatch: the stack
+ * pointer after the return), then the return slot.
  *
  * The area below rsp is free: the returning function's frame is gone and a
  * caller cannot keep red-zone data live across its own call.
@@ -47,15 +51,17 @@ uprobe_ret_trampoline_begin:
 uprobe_ret_trampoline:
 	.cfi_def_cfa rsp, 0
 	.cfi_offset rip, -8
-	lea	-8(%rsp), %rsp		/* the return slot; lea leaves the flags as returned */
-	.cfi_adjust_cfa_offset 8
-	pushfq				/* the returning code's rflags, restored by the last popfq */
+	lea	-16(%rsp), %rsp		/* the return slot (reused) and Regs.rsp; lea keeps the flags */
+	.cfi_adjust_cfa_offset 16
+	pushfq				/* Regs.rflags: the returning code's, restored by the last popfq */
 	.cfi_adjust_cfa_offset 8
 	pushfq				/* AC and DF off before any other access: with AC on, */
 	.cfi_adjust_cfa_offset 8
 	andl	$~0x40400, (%rsp)	/* a 16-byte store at rsp % 16 == 8 raises #AC on AMD */
 	popfq				/* (the two pushfq are 8-byte stores at 8-byte aligned */
 	.cfi_adjust_cfa_offset -8	/* addresses: no CPU checks them stricter) */
+	lea	-8(%rsp), %rsp		/* Regs.rip */
+	.cfi_adjust_cfa_offset 8
 	push	%rdi
 	.cfi_adjust_cfa_offset 8
 	push	%rsi
@@ -92,7 +98,7 @@ uprobe_ret_trampoline:
 	push	%r15
 	.cfi_adjust_cfa_offset 8
 	.cfi_rel_offset r15, 0
-	sub	$32, %rsp
+	lea	-32(%rsp), %rsp
 	.cfi_adjust_cfa_offset 32
 	movdqu	%xmm0, 0(%rsp)
 	movdqu	%xmm1, 16(%rsp)
@@ -100,13 +106,12 @@ uprobe_ret_trampoline:
 	.cfi_def_cfa_register rbx
 	and	$-16, %rsp
 	mov	%rbx, %rdi
-	call	uprobe_ret_dispatch
+	call	uprobe_ret_entry
 	mov	%rbx, %rsp
 	.cfi_def_cfa_register rsp
-	mov	%rax, 160(%rsp)
 	movdqu	0(%rsp), %xmm0
 	movdqu	16(%rsp), %xmm1
-	add	$32, %rsp
+	lea	32(%rsp), %rsp
 	.cfi_adjust_cfa_offset -32
 	pop	%r15
 	.cfi_adjust_cfa_offset -8
@@ -138,7 +143,11 @@ uprobe_ret_trampoline:
 	.cfi_adjust_cfa_offset -8
 	pop	%rdi
 	.cfi_adjust_cfa_offset -8
+	lea	8(%rsp), %rsp		/* Regs.rip: the dispatch put the continuation in the return slot */
+	.cfi_adjust_cfa_offset -8
 	popfq
+	.cfi_adjust_cfa_offset -8
+	lea	8(%rsp), %rsp		/* Regs.rsp */
 	.cfi_adjust_cfa_offset -8
 	ret
 	.cfi_endproc
