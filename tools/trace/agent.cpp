@@ -258,7 +258,9 @@ inline bool counting() noexcept {
 class FnConsumer final : public uprobe::Consumer {
  public:
   FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist)
-      : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist) {}
+      : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist) {
+    set_vector_state_unused();  // it counts in general registers: no vector or x87 state to save
+  }
 
   uprobe::Action handler(uprobe::Regs&) override {
     if (!counting()) {
@@ -302,7 +304,7 @@ class FnConsumer final : public uprobe::Consumer {
 /// A USDT probe (all its sites): a count.
 class CountConsumer final : public uprobe::Consumer {
  public:
-  explicit CountConsumer(long key) : key_(key) {}
+  explicit CountConsumer(long key) : key_(key) { set_vector_state_unused(); }  // as FnConsumer
   uprobe::Action handler(uprobe::Regs&) override {
     if (!counting()) return uprobe::Action::keep;
     if (std::uint64_t* b = my_block()) bump(b, kHeaderWords + static_cast<std::size_t>(key_));
