@@ -5,6 +5,7 @@
 /// of the bench itself, tests/bench/, which link the uprobe_bench_core library).
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -24,6 +25,7 @@ void uprobe_target_nop();
 void uprobe_target_push();
 void uprobe_target_ret();
 void uprobe_target_nop5();
+void uprobe_target_nop5_mid();
 void sigtrap_floor_target();
 void uprobe_target_entry();
 void trampoline_floor_target();
@@ -168,9 +170,14 @@ enum class Kind { count_call, count_syscall, sigtrap, trampoline, uprobe, uretpr
 struct Variant {
   const char* name;
   Kind kind;
-  void (*target)();  // the function the hook is put on (sigtrap, uprobe, kernel variants)
+  void (*target)();  // the function called; the hook is put on it (sigtrap, uprobe, kernel variants)
   void (*loop)();    // the producer's hot loop: runs until stop_flag is set
+  std::size_t site_offset = 0;  // where in `target` the probe goes (0: its entry)
 };
+/// The probe address of a variant: target + site_offset.
+inline const void* probe_site(const Variant& v) noexcept {
+  return reinterpret_cast<const char*>(v.target) + v.site_offset;
+}
 
 const std::vector<Variant>& variants();
 const Variant* find_variant(const std::string& name);

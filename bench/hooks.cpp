@@ -86,7 +86,7 @@ class ProbeHook final : public Hook {
         std::fprintf(text_out(), "Note: this libuprobe ignores %s (uprobe::configuration() reports otherwise)\n",
                      ignored.c_str());
       kind_ = v.kind;
-      const void* address = reinterpret_cast<const void*>(v.target);
+      const void* address = probe_site(v);
       base_ = uprobe::stats();  // the process's counters so far (--cycles runs several variants)
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
@@ -150,7 +150,7 @@ class KernelHook final : public Hook {
  public:
   bool install(const Variant& v, std::string& error, bool& skipped) {
     kernel::Location& where = where_;
-    if (!kernel::locate(reinterpret_cast<const void*>(v.target), where, error)) return false;
+    if (!kernel::locate(probe_site(v), where, error)) return false;
     fd_ = kernel::open_uprobe(where, v.kind == Kind::kernel_uretprobe, error);
     if (fd_ < 0) {
       skipped = true;  // not permitted / not supported here: not a failure of the bench

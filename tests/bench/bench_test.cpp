@@ -149,8 +149,8 @@ TEST(Options, ModesAndDefaults) {
   EXPECT_EQ(o.variants.size(), 10u);  // kernel-u(ret)probe-{nop,push,ret,nop5,entry}
 
   ASSERT_TRUE(parse({"uprobe-*"}, o));
-  EXPECT_EQ(o.variants,
-            (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5", "uprobe-entry"}));
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5",
+                                                  "uprobe-entry", "uprobe-nop5-mid"}));
 
   ASSERT_TRUE(parse({"--sweep-producers", "1,2"}, o));  // the older spelling implies --sweep
   EXPECT_TRUE(o.sweep);
