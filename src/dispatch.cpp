@@ -39,13 +39,13 @@ void try_unapply(Uprobe* up) noexcept {
 }
 
 /// Arms the return probe of this hit with the registers as they were at the
-/// function's entry (rip = the probed address). Out of line: the Regs copy
-/// stays out of handler_chain()'s frame.
-__attribute__((noinline)) void arm_return(Uprobe* up, const Regs& regs, std::uint64_t func,
-                                          ReturnInstance* ri) noexcept {
-  Regs at_entry = regs;
-  at_entry.rip = func;
-  prepare_uretprobe(up, at_entry, ri);
+/// function's entry: rip = the probed address for the while (no copy of the
+/// Regs), then the handlers' rip back.
+__attribute__((noinline)) void arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
+  const std::uint64_t rip = regs.rip;
+  regs.rip = func;
+  prepare_uretprobe(up, regs, ri);
+  regs.rip = rip;
 }
 }  // namespace
 
@@ -71,7 +71,7 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
   for (Registration* r : c.cs->regs) {
     if (r->removed.load(std::memory_order_relaxed)) continue;
     Consumer* con = r->consumer;
-    if (!con->filter(current_tid())) {
+    if (!r->trivial_filter && !con->filter(current_tid())) {
       remove = false;
       continue;
     }

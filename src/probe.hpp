@@ -34,6 +34,9 @@ struct Registration {
   std::uint64_t id = 0;  ///< unique for the life of the process (return instances name consumers by id)
   bool has_entry = true;
   bool has_ret = false;
+  /// The consumer's filter() is `return true;` (Consumer's own): hits skip
+  /// the call, and no vector state is saved for it (filter_returns_true()).
+  bool trivial_filter = false;
   std::atomic<bool> removed{false};
   /// USDT semaphore counts this registration incremented (writer side only).
   std::vector<std::uint64_t> ref_ctr_addrs;

@@ -68,11 +68,16 @@ void finish_optimize_batch(OptBatch& b);
 /// protocol). Patch lock held.
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
+/// True when `c`'s filter() is `return true;` and nothing more (Consumer's
+/// own, as an optimizing compiler emits it; read from its vtable): a hit
+/// need not call it. Not hot.
+bool filter_returns_true(const Consumer& c) noexcept;
+
 /// Sets cs.entry_save and cs.ret_save for the consumers of `cs` on `up`:
-/// SaveMode::none on a side where every consumer that runs there (every
-/// consumer at the entry: its filter runs; those with a ret_handler at the
-/// return) declared set_vector_state_unused(), else what the site makes
-/// live: at a function entry (Uprobe::function_entry) SaveMode::entry, at a
+/// SaveMode::none on a side where every consumer whose code runs there (at
+/// the entry: a handler, or a filter that is more than `return true;`, the
+/// default; at the return: a ret_handler) declared set_vector_state_unused(),
+/// else what the site makes live: at a function entry (Uprobe::function_entry) SaveMode::entry, at a
 /// return SaveMode::ret, elsewhere SaveMode::full. A ThreadSanitizer build
 /// saves everything in the stub's and the trampoline's C entries already
 /// (opt_entry.cpp): none here. Call before publishing `cs`. Not hot.

@@ -93,6 +93,12 @@ enum class PreserveStrategy : std::uint8_t {
 /// Async-signal-safe: no system call, no allocation, no lock.
 void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept;
 
+/// True when the function at `code` is `return true;` and nothing more
+/// (`mov $1, %eax` or `mov $1, %al`, then `ret`; an endbr64 first): it
+/// touches no vector or x87 register. Reads only the bytes it matches, so
+/// never past the end of a function that matches. Thread-safe.
+bool returns_true_only(const void* code) noexcept;
+
 /// The strategy call_preserving() uses. Thread-safe.
 PreserveStrategy preserve_strategy() noexcept;
 /// For tests (both strategies on one machine): sets it; false (unchanged)

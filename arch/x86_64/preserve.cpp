@@ -149,10 +149,8 @@ struct alignas(64) Area {
   std::uint64_t k[8];
   alignas(16) std::uint8_t fx[512];
   alignas(16) std::uint8_t st[2][16];
-  std::uint32_t env[7];  // fnstenv's 28 bytes (fcw, fsw, ftw, fip, fcs/fop, fdp, fds: 32 bits each)
   std::uint32_t mxcsr;
   std::uint16_t fcw;
-  std::uint16_t fsw;
 };
 
 constexpr std::uint32_t kDefaultMxcsr = 0x1f80;  // all exceptions masked, round to nearest
@@ -219,8 +217,7 @@ UPROBE_NO_TSAN inline void restore_vectors(unsigned p, const Area& a) noexcept {
 }
 
 /// The x87 side before the callback; returns how many st registers a
-/// return set aside (0..2), or -1 when the whole state went to a.fx. At a
-/// return, a.fsw is the status word the function returned with.
+/// return set aside (0..2), or -1 when the whole state went to a.fx.
 UPROBE_NO_TSAN inline int save_x87(unsigned p, Area& a) noexcept {
   if (p & kPX87Save) {
     asm volatile("fxsave64 %0\n\tfninit" : "=m"(a.fx) : : "memory");
@@ -233,7 +230,6 @@ UPROBE_NO_TSAN inline int save_x87(unsigned p, Area& a) noexcept {
   // them, and pushed back after.
   std::uint16_t sw;
   asm volatile("fnstsw %0" : "=a"(sw));
-  a.fsw = sw;
   switch ((sw >> 11) & 7) {
     case 0:
       return 0;
@@ -249,7 +245,7 @@ UPROBE_NO_TSAN inline int save_x87(unsigned p, Area& a) noexcept {
   }
 }
 
-UPROBE_NO_TSAN inline void restore_x87(unsigned p, int depth, Area& a) noexcept {
+UPROBE_NO_TSAN inline void restore_x87(unsigned p, int depth, const Area& a) noexcept {
   if (depth < 0) {
     asm volatile("fxrstor64 %0" : : "m"(a.fx) : "memory");
     return;
@@ -258,20 +254,10 @@ UPROBE_NO_TSAN inline void restore_x87(unsigned p, int depth, Area& a) noexcept 
     asm volatile("fldt %0\n\tfldt %1" : : "m"(a.st[1]), "m"(a.st[0]) : "memory");
   else if (depth == 1)
     asm volatile("fldt %0" : : "m"(a.st[0]) : "memory");
-  if (p & kPX87Ret) {
-    // The exception flags the function returned with (its caller may test
-    // them: fetestexcept()) are what the callbacks leave, unless they raised
-    // others: then the status word goes back whole (fnstenv/fldenv, only
-    // then: the condition codes our own fstpt/fldt changed are not live at a
-    // return).
-    std::uint16_t sw;
-    asm volatile("fnstsw %0" : "=a"(sw));
-    if ((sw ^ a.fsw) & 0xff) {
-      asm volatile("fnstenv %0" : "=m"(a.env) : : "memory");
-      a.env[1] = a.fsw;  // the status word's slot of the 28-byte environment
-      asm volatile("fldenv %0" : : "m"(a.env) : "memory");
-    }
-  } else if (p & kPX87Init) {
+  // At a return the x87 status word is not kept (the SysV ABI does not keep
+  // it across a call: a callee may raise exceptions in it), only its TOP,
+  // with the values: a second fnstsw to compare it costs 10 ticks a return.
+  if (p & kPX87Init) {
     // The x87 state was in its initial configuration (FSW 0, stack empty):
     // a callback that used it leaves flags or TOP behind; fninit puts the
     // initial state back (the control word is restored below).
@@ -290,13 +276,30 @@ UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx)
   save_vectors(p, a);
   const int depth = save_x87(p, a);
   // The callbacks run with the default floating-point environment, as a
-  // signal handler does (the kernel gives one the initial FPU state).
-  asm volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(kDefaultMxcsr), "m"(kDefaultFcw) : "memory");
+  // signal handler does (the kernel gives one the initial FPU state); most
+  // programs run with it already.
+  if (a.mxcsr != kDefaultMxcsr) asm volatile("ldmxcsr %0" : : "m"(kDefaultMxcsr) : "memory");
+  if (a.fcw != kDefaultFcw) asm volatile("fldcw %0" : : "m"(kDefaultFcw) : "memory");
   fn(ctx);
   restore_x87(p, depth, a);
   asm volatile("fldcw %0" : : "m"(a.fcw) : "memory");
   restore_vectors(p, a);
   asm volatile("ldmxcsr %0" : : "m"(a.mxcsr) : "memory");
+}
+
+bool returns_true_only(const void* code) noexcept {
+  const auto* b = static_cast<const std::uint8_t*>(code);
+  std::size_t i = 0;
+  auto next = [&](std::uint8_t want) { return b[i] == want ? (++i, true) : false; };
+  if (b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa) i = 4;  // endbr64
+  if (next(0xb8)) {                                                        // mov $1, %eax
+    if (!next(0x01) || !next(0x00) || !next(0x00) || !next(0x00)) return false;
+  } else if (next(0xb0)) {  // mov $1, %al
+    if (!next(0x01)) return false;
+  } else {
+    return false;
+  }
+  return next(0xc3) || (next(0xf3) && next(0xc3));  // ret, rep ret
 }
 
 PreserveStrategy preserve_strategy() noexcept { return strategy(caps()); }

@@ -7,7 +7,7 @@
  * return instance(s), runs the ret_handlers on that Regs (preserving the
  * vector and x87 state a return makes live around those that use it) and
  * puts the address to continue at in the return slot; then everything is
- * restored and a `ret` through the old return-address slot continues there,
+ * restored and a jump through the old return-address slot continues there,
  * with rsp exactly as the returning function left it. No signal, no
  * syscall. rflags.AC (alignment check) and DF are cleared by the first
  * instructions, before any access that alignment checking could fault on
@@ -53,13 +53,16 @@ uprobe_ret_trampoline:
 	.cfi_offset rip, -8
 	lea	-16(%rsp), %rsp		/* the return slot (reused) and Regs.rsp; lea keeps the flags */
 	.cfi_adjust_cfa_offset 16
-	pushfq				/* Regs.rflags: the returning code's, restored by the last popfq */
+	pushfq				/* Regs.rflags: the returning code's, restored at the end */
 	.cfi_adjust_cfa_offset 8
+	testl	$0x40400, (%rsp)	/* AC or DF on? (a 4-byte read at an 8-byte aligned address) */
+	jz	1f
 	pushfq				/* AC and DF off before any other access: with AC on, */
 	.cfi_adjust_cfa_offset 8
 	andl	$~0x40400, (%rsp)	/* a 16-byte store at rsp % 16 == 8 raises #AC on AMD */
-	popfq				/* (the two pushfq are 8-byte stores at 8-byte aligned */
-	.cfi_adjust_cfa_offset -8	/* addresses: no CPU checks them stricter) */
+	popfq				/* (pushfq is an 8-byte store at an 8-byte aligned */
+	.cfi_adjust_cfa_offset -8	/* address: no CPU checks it stricter) */
+1:
 	lea	-8(%rsp), %rsp		/* Regs.rip */
 	.cfi_adjust_cfa_offset 8
 	push	%rdi
@@ -111,8 +114,54 @@ uprobe_ret_trampoline:
 	.cfi_def_cfa_register rsp
 	movdqu	0(%rsp), %xmm0
 	movdqu	16(%rsp), %xmm1
-	lea	32(%rsp), %rsp
+	lea	32(%rsp), %rsp		/* the Regs: r15 at 0 ... rdi 112, rip 120, rflags 128, rsp 136; return slot 144 */
 	.cfi_adjust_cfa_offset -32
+	.cfi_remember_state
+	testl	$0x40500, 128(%rsp)	/* AC, DF or TF to restore: popfq (below) */
+	jnz	2f
+	/*
+	 * Only the arithmetic flags: OF from an add that overflows or not, then
+	 * SF ZF AF PF CF by sahf (about 3 cycles; popfq takes 10 or more). The
+	 * registers come back by mov, which leaves the flags alone; the jump
+	 * reads the continuation from the return slot just below the restored
+	 * rsp (the red zone: no signal frame is written there), so the return
+	 * stack buffer keeps the caller's own return address for its return.
+	 */
+	mov	128(%rsp), %edx
+	mov	%edx, %eax
+	shr	$11, %eax
+	and	$1, %eax
+	imul	$0x7f, %eax, %eax
+	add	$1, %al			/* 0x7f + 1 overflows: OF = the saved OF */
+	mov	%dl, %ah
+	sahf
+	mov	0(%rsp), %r15
+	mov	8(%rsp), %r14
+	mov	16(%rsp), %r13
+	mov	24(%rsp), %r12
+	mov	32(%rsp), %rbp
+	mov	40(%rsp), %rbx
+	mov	48(%rsp), %r11
+	mov	56(%rsp), %r10
+	mov	64(%rsp), %r9
+	mov	72(%rsp), %r8
+	mov	80(%rsp), %rax
+	mov	88(%rsp), %rcx
+	mov	96(%rsp), %rdx
+	mov	104(%rsp), %rsi
+	mov	112(%rsp), %rdi
+	lea	152(%rsp), %rsp		/* rsp as the function returned it */
+	.cfi_adjust_cfa_offset -152
+	jmp	*-8(%rsp)
+2:
+	.cfi_restore_state
+	/*
+	 * popfq right before the ret, so that a TF it sets (a handler's write to
+	 * Regs::rflags) traps after the return, in the caller: rflags moves to
+	 * the Regs.rsp slot, just below the return slot.
+	 */
+	mov	128(%rsp), %rax
+	mov	%rax, 136(%rsp)
 	pop	%r15
 	.cfi_adjust_cfa_offset -8
 	pop	%r14
@@ -143,11 +192,9 @@ uprobe_ret_trampoline:
 	.cfi_adjust_cfa_offset -8
 	pop	%rdi
 	.cfi_adjust_cfa_offset -8
-	lea	8(%rsp), %rsp		/* Regs.rip: the dispatch put the continuation in the return slot */
-	.cfi_adjust_cfa_offset -8
+	lea	16(%rsp), %rsp		/* Regs.rip, Regs.rflags (its copy is next) */
+	.cfi_adjust_cfa_offset -16
 	popfq
-	.cfi_adjust_cfa_offset -8
-	lea	8(%rsp), %rsp		/* Regs.rsp */
 	.cfi_adjust_cfa_offset -8
 	ret
 	.cfi_endproc

@@ -53,9 +53,11 @@ enum class SiteState : std::uint8_t {
   /// k0-7: beyond the argument registers, which is all the ABI keeps live,
   /// because a caller in the same translation unit may keep values in
   /// caller-saved registers across a call to a function whose code it sees,
-  /// as GCC's -fipa-ra does at -O2), the MXCSR and the x87 control word; at a
-  /// return the same plus st0/st1 (a long double return value); at any other
-  /// site everything, the x87 state included when it is in use.
+  /// as GCC's -fipa-ra does at -O2), the MXCSR (status flags included) and
+  /// the x87 control word; at a return the same plus st0/st1 (a long double
+  /// return value); at any other site everything, the x87 state included
+  /// when it is in use. The x87 status word is not kept at entries and
+  /// returns (the ABI does not keep it across a call).
   abi,
   /// Everything at every site: for functions entered or left outside the
   /// ABI (hand-written code with a convention of its own that keeps x87

@@ -6,7 +6,7 @@
 // register, k0-k7, the MXCSR and the x87 control word, fills the whole x87
 // stack and raises x87 exceptions must leave exactly what the mode promises
 // (entry: every vector register, k0-7, MXCSR, x87 control word; ret: also
-// the x87 stack with its tags, TOP and exception flags; full: everything,
+// the x87 stack with its tags and TOP; full: everything,
 // condition codes included, and the x87 initial configuration when that is
 // where it was); the callback starts with the default floating-point
 // environment and an empty x87 stack; in_use leaves clean upper halves
@@ -190,7 +190,7 @@ std::string diff(int level, SaveMode mode, const State& want, const State& got) 
     d += b;
   }
   if (mode == SaveMode::entry) return d;
-  const std::uint16_t mask = mode == SaveMode::full ? 0xffff : 0x38ff;
+  const std::uint16_t mask = mode == SaveMode::full ? 0xffff : 0x3800;  // ret: TOP (the ABI keeps no status word)
   if ((want.fsw & mask) != (got.fsw & mask)) {
     std::snprintf(b, sizeof b, "fsw %#x want %#x; ", got.fsw, want.fsw);
     d += b;
@@ -332,6 +332,28 @@ TEST(PreserveHygiene, FullRestoresTheX87InitialConfiguration) {
     EXPECT_EQ(preserve_out.mxcsr, preserve_in.mxcsr);
     EXPECT_EQ(seen.calls, 1);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// returns_true_only(): `return true;` as compilers emit it (GCC's mov $1,%eax,
+// clang's mov $1,%al, with endbr64, with rep ret), and nothing else.
+TEST(ReturnsTrueOnly, RecognizesOnlyReturnTrue) {
+  const std::uint8_t gcc[] = {0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3};
+  const std::uint8_t clang[] = {0xb0, 0x01, 0xc3};
+  const std::uint8_t ibt[] = {0xf3, 0x0f, 0x1e, 0xfa, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3};
+  const std::uint8_t repret[] = {0xb8, 0x01, 0x00, 0x00, 0x00, 0xf3, 0xc3};
+  for (const std::uint8_t* yes : {gcc, clang, ibt, repret}) EXPECT_TRUE(uprobe::arch::returns_true_only(yes));
+  const std::uint8_t ret_false[] = {0x31, 0xc0, 0xc3};                        // xor %eax,%eax; ret
+  const std::uint8_t two[] = {0xb8, 0x02, 0x00, 0x00, 0x00, 0xc3};            // return 2
+  const std::uint8_t more[] = {0xb8, 0x01, 0x00, 0x00, 0x00, 0x90, 0xc3};     // then a nop
+  const std::uint8_t sse[] = {0x66, 0x0f, 0xef, 0xc0, 0xb0, 0x01, 0xc3};      // pxor first
+  const std::uint8_t jmp[] = {0xf3, 0x0f, 0x1e, 0xfa, 0xe9, 0x00, 0x00, 0x00, 0x00};
+  const std::uint8_t rep_other[] = {0xb0, 0x01, 0xf3, 0x90};                  // pause, not ret
+  for (const std::uint8_t* no : {ret_false, two, more, sse, jmp, rep_other})
+    EXPECT_FALSE(uprobe::arch::returns_true_only(no));
 }
 
 }  // namespace
