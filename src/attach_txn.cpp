@@ -220,7 +220,7 @@ std::unique_ptr<Registration> make_registration(Consumer& c) {
   reg->id = next_id();
   reg->has_entry = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::entry);
   reg->has_ret = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::ret);
-  reg->trivial_filter = filter_returns_true(c);
+  reg->trivial_filter = trivial_filter(c);
   return reg;
 }
 

@@ -56,9 +56,35 @@ struct ChainRun {
   Uprobe* up;
   Regs* regs;
   const ConsumerSet* cs;
+  bool saved;          ///< the vector state is saved (or the kernel saved it) around this run
   ReturnInstance* ri;  ///< the return instance to arm, if any consumer wants the return
   bool remove;         ///< every consumer said Action::remove
 };
+
+struct FilterCall {
+  Consumer* consumer;
+  bool pass;
+};
+
+void filter_preserving(void* p) {
+  auto* f = static_cast<FilterCall*>(p);
+  f->pass = f->consumer->filter(current_tid());
+}
+
+/// Whether `r`'s consumer takes this hit: its filter() is called unless it
+/// is still the `return true;` seen at registration. A consumer whose class
+/// changed since (registered from a base-class constructor) may have a
+/// filter of its own now, which the save decided at registration did not
+/// count: it runs with the state saved around it.
+static inline __attribute__((always_inline)) bool filter_passes(const ChainRun& c, const Registration& r,
+                                                                Consumer* con) noexcept {
+  const void* code = filter_code(*con);
+  if (__builtin_expect(code == r.trivial_filter, 1)) return true;
+  if (!r.trivial_filter || c.saved || con->vector_state_unused()) return con->filter(current_tid());
+  FilterCall f{con, true};
+  arch::call_preserving(c.up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full, filter_preserving, &f);
+  return f.pass;
+}
 
 /// The consumers of one hit (the kernel's handler_chain() loop): filters,
 /// entry handlers with their session cookies, Action::remove, and the
@@ -71,7 +97,7 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
   for (Registration* r : c.cs->regs) {
     if (r->removed.load(std::memory_order_relaxed)) continue;
     Consumer* con = r->consumer;
-    if (!r->trivial_filter && !con->filter(current_tid())) {
+    if (!filter_passes(c, *r, con)) {
       remove = false;
       continue;
     }
@@ -118,8 +144,8 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, 
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   if (!cs) return;
   const std::uint64_t func = regs.rip;
-  ChainRun c{up, &regs, cs, nullptr, false};
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
+  ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
   if (save != arch::SaveMode::none)
     arch::call_preserving(save, run_consumers_preserving, &c);
   else

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <boost/intrusive/set.hpp>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,13 +35,33 @@ struct Registration {
   std::uint64_t id = 0;  ///< unique for the life of the process (return instances name consumers by id)
   bool has_entry = true;
   bool has_ret = false;
-  /// The consumer's filter() is `return true;` (Consumer's own): hits skip
-  /// the call, and no vector state is saved for it (filter_returns_true()).
-  bool trivial_filter = false;
+  /// The code of the consumer's filter() when it is `return true;` and nothing
+  /// more (Consumer's own, as compilers emit it; see trivial_filter() in
+  /// sites.hpp), else nullptr. A hit whose consumer still has that filter
+  /// (filter_code()) skips the call, and no vector state is saved for it.
+  const void* trivial_filter = nullptr;
   std::atomic<bool> removed{false};
   /// USDT semaphore counts this registration incremented (writer side only).
   std::vector<std::uint64_t> ref_ctr_addrs;
 };
+
+/// The code of `c`'s filter(), read from its vtable (Itanium C++ ABI 2.3: a
+/// pointer to a virtual member function is 1 + the byte offset of its slot;
+/// the vtable pointer is the object's first word). Async-signal-safe.
+inline const void* filter_code(const Consumer& c) noexcept {
+  bool (Consumer::*pmf)(pid_t) = &Consumer::filter;
+  struct {
+    std::uintptr_t ptr;
+    std::ptrdiff_t adj;
+  } rep;
+  static_assert(sizeof pmf == sizeof rep);
+  __builtin_memcpy(&rep, &pmf, sizeof rep);
+  const char* vtable;
+  __builtin_memcpy(&vtable, &c, sizeof vtable);
+  const void* fn;
+  __builtin_memcpy(&fn, vtable + (rep.ptr - 1), sizeof fn);
+  return fn;
+}
 
 /// Immutable consumer chain (replaced, never edited, once published).
 struct ConsumerSet {

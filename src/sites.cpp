@@ -367,32 +367,9 @@ void finish_optimize_batch(OptBatch& b) {
   sync_cores();
 }
 
-namespace {
-
-/// The code of `c`'s filter(): the function its vtable holds (Itanium C++
-/// ABI, 2.3: a pointer to a virtual member function is 1 + the byte offset of
-/// its vtable slot; the vtable pointer is the object's first word).
-const void* filter_code(const Consumer& c) noexcept {
-  bool (Consumer::*pmf)(pid_t) = &Consumer::filter;
-  struct {
-    std::uintptr_t ptr;
-    std::ptrdiff_t adj;
-  } rep;
-  static_assert(sizeof pmf == sizeof rep);
-  std::memcpy(&rep, &pmf, sizeof rep);
-  if (!(rep.ptr & 1)) return nullptr;  // not a virtual function: cannot be
-  const char* vtable;
-  std::memcpy(&vtable, &c, sizeof vtable);
-  const void* fn;
-  std::memcpy(&fn, vtable + (rep.ptr - 1), sizeof fn);
-  return fn;
-}
-
-}  // namespace
-
-bool filter_returns_true(const Consumer& c) noexcept {
+const void* trivial_filter(const Consumer& c) noexcept {
   const void* f = filter_code(c);
-  return f && arch::returns_true_only(f);
+  return arch::returns_true_only(f) ? f : nullptr;
 }
 
 void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
@@ -400,7 +377,7 @@ void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
   if (UPROBE_TSAN) return;  // saved before any instrumented code runs (opt_entry.cpp)
   for (const Registration* r : cs.regs) {
     if (r->consumer->vector_state_unused()) continue;
-    if (r->has_entry || !r->trivial_filter)  // some code of the consumer's runs at the entry
+    if (r->has_entry || !r->trivial_filter)  // some code of the consumer's runs at the entry (see run_consumers())
       cs.entry_save = up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full;
     if (r->has_ret) cs.ret_save = arch::SaveMode::ret;
   }

@@ -68,10 +68,10 @@ void finish_optimize_batch(OptBatch& b);
 /// protocol). Patch lock held.
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
-/// True when `c`'s filter() is `return true;` and nothing more (Consumer's
-/// own, as an optimizing compiler emits it; read from its vtable): a hit
-/// need not call it. Not hot.
-bool filter_returns_true(const Consumer& c) noexcept;
+/// The code of `c`'s filter() when it is `return true;` and nothing more
+/// (Consumer's own, as an optimizing compiler emits it; filter_code()): a
+/// hit need not call it. nullptr otherwise. Not hot.
+const void* trivial_filter(const Consumer& c) noexcept;
 
 /// Sets cs.entry_save and cs.ret_save for the consumers of `cs` on `up`:
 /// SaveMode::none on a side where every consumer whose code runs there (at

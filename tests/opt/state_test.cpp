@@ -417,6 +417,48 @@ TEST_P(State, EntryFilterOfAReturnOnlyConsumer) {
   c.expect_clean(2 * kRounds);  // the filter's and the ret_handler's work
 }
 
+/// Registers itself from its constructor, when its class is still this one
+/// (filter() = Consumer's `return true;`), a class derived from it has a
+/// filter of its own.
+struct RegistersInConstructor : StateConsumer {
+  explicit RegistersInConstructor(const void* at) : StateConsumer(uprobe::Callbacks::ret) {
+    attachment = uprobe::Attachment(at, *this);
+  }
+  uprobe::Attachment attachment;
+};
+struct LateFilter : RegistersInConstructor {
+  explicit LateFilter(const void* at) : RegistersInConstructor(at) {}
+  ~LateFilter() override { attachment.detach(); }
+  std::atomic<std::uint64_t> filtered{0};
+  bool filter(pid_t) override {
+    work();
+    return filtered.fetch_add(1) % 2 == 0;
+  }
+};
+
+// A consumer registered before its construction finished: the filter it has
+// by the time of the hits is called (every other hit filtered out), and the
+// entry is preserved around it though the registration saw the trivial one.
+TEST_P(State, FilterOfAClassDerivedAfterRegistration) {
+  LateFilter c(vaddr(kEntryFn[idx(l)]));
+  ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, "optimized-entry"));
+  const uprobe::Stats s0 = uprobe::stats();
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + 29, 0, false);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, What{});
+    const std::string d2 = diff(l, state_in, state_after, What{});
+    if (!d2.empty()) d += "after the return: " + d2;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.filtered.load(), static_cast<std::uint64_t>(kRounds));
+  EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(kRounds / 2));
+  c.expect_clean(kRounds + kRounds / 2);  // every filter call, every other ret_handler
+}
+
 // A return: the caller gets back exactly what the function left, in every
 // vector register (xmm0/xmm1, ymm0, zmm0 return values and the rest), k0-k7,
 // the MXCSR, the x87 control word, and st0/st1 (0, 1 or 2 x87 values: a
