@@ -7,17 +7,17 @@
 // Measured on the development machine (AMD Zen 4, AVX-512; TSC ticks for a
 // save + restore around an empty call): every zmm0-31 and k0-7 by plain
 // moves 27, zmm0-7 only 18, xsavec/xrstor of the components in use 275-300,
-// fxsave/fxrstor 155, xgetbv(1) alone 29, stmxcsr 9, fnstsw 9. So the state
+// fxsave/fxrstor 155, xgetbv(1) alone 29, stmxcsr 9, fnstsw 10, popfq 10. So the state
 // is moved by hand, never by xsave: at a function entry or a return all the
 // vector registers cost a few ticks more than the argument registers, which
 // also covers callers that keep values in caller-saved registers across a
 // call (below). How wide the moves are:
-//  - kInUse (every CPU but AMD's): the width the CPU says is in use (XINUSE,
+//  - PreserveStrategy::in_use (every CPU but AMD's): the width the CPU says is in use (XINUSE,
 //    xgetbv(1)): 512-bit moves only when zmm state is in use (a 512-bit
 //    instruction can lower the clock of an Intel core for milliseconds), and
 //    vzeroupper before the restore when the upper halves were clean (dirty
 //    upper state makes Intel's SSE code slower, or pay a transition).
-//  - kWide (AMD): the widest registers the CPU has, always; no xgetbv (AMD
+//  - PreserveStrategy::wide (AMD): the widest registers the CPU has, always; no xgetbv (AMD
 //    has neither the AVX-512 clock penalty nor the SSE/AVX transition).
 // Any site that is not a function entry or return reads XINUSE whatever the
 // strategy: the x87 state is saved (fxsave64) only when it is in use.
