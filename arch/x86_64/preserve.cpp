@@ -117,6 +117,24 @@ UPROBE_NO_TSAN unsigned xinuse() noexcept {
   return lo;
 }
 
+/// The plan of each mode when it needs no XINUSE (0 when it does), kept
+/// for the strategy in force: a hit at an entry or a return on AMD reads
+/// its plan in one load.
+std::atomic<unsigned> g_fixed_plan[4];
+
+UPROBE_NO_TSAN unsigned plan_for(SaveMode mode) noexcept;
+
+UPROBE_NO_TSAN void refresh_fixed_plans() noexcept {
+  g_fixed_plan[0].store(0, std::memory_order_relaxed);
+  for (SaveMode m : {SaveMode::entry, SaveMode::ret, SaveMode::full}) {
+    const unsigned c = caps();
+    const bool needs_xinuse = (m == SaveMode::full || strategy(c) == PreserveStrategy::in_use) && (c & kCXgetbv1);
+    g_fixed_plan[static_cast<int>(m)].store(needs_xinuse ? 0 : plan_for(m), std::memory_order_relaxed);
+  }
+}
+
+[[maybe_unused]] const bool g_plans_early = (refresh_fixed_plans(), true);
+
 UPROBE_NO_TSAN unsigned plan_for(SaveMode mode) noexcept {
   const unsigned c = caps();
   const bool full = mode == SaveMode::full;
@@ -271,7 +289,8 @@ UPROBE_NO_TSAN inline void restore_x87(unsigned p, int depth, const Area& a) noe
 
 UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept {
   Area a;
-  const unsigned p = plan_for(mode);
+  unsigned p = g_fixed_plan[static_cast<int>(mode) & 3].load(std::memory_order_relaxed);
+  if (!p) p = plan_for(mode);
   asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(a.mxcsr), "=m"(a.fcw) : : "memory");
   save_vectors(p, a);
   const int depth = save_x87(p, a);
@@ -307,6 +326,7 @@ PreserveStrategy preserve_strategy() noexcept { return strategy(caps()); }
 bool set_preserve_strategy(PreserveStrategy s) noexcept {
   if (s == PreserveStrategy::in_use && !(caps() & kCXgetbv1)) return false;
   g_strategy.store(static_cast<int>(s), std::memory_order_relaxed);
+  refresh_fixed_plans();
   return true;
 }
 
