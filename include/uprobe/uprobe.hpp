@@ -119,7 +119,7 @@ class Consumer {
   /// the site makes live is preserved around it (Config::site_state: at a
   /// function entry every vector register, the MXCSR and the x87 control
   /// word, at a return the same plus the x87 return values, elsewhere
-  /// everything; about 10-20 ns per hit here, against ~170 ns for an
+  /// everything; about 16 ns per hit here, against ~160 ns for an
   /// xsave), and its callbacks start with the default floating-point
   /// environment (MXCSR 0x1f80, x87 control word 0x37f), as in a signal
   /// handler. Call it in the constructor, before registering. Ignored (the
