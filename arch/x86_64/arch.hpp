@@ -86,8 +86,9 @@ enum class PreserveStrategy : std::uint8_t {
 
 /// Runs fn(ctx) with the state `mode` names preserved (restored exactly as
 /// it was before the call, whatever fn does with it), fn starting with the
-/// default floating-point environment (MXCSR 0x1f80, x87 control word
-/// 0x37f) and, at a return, an empty x87 stack. Must be called before
+/// default floating-point controls (MXCSR control bits 0x1f80, its status
+/// flags as they were; x87 control word 0x37f) and, at a return, an empty
+/// x87 stack. Must be called before
 /// anything touched a vector or x87 register (its callers are compiled with
 /// -mgeneral-regs-only). Uses about 2.7 KiB of stack besides fn's.
 /// Async-signal-safe: no system call, no allocation, no lock.

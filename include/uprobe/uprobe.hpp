@@ -121,8 +121,8 @@ class Consumer {
   /// word, at a return the same plus the x87 return values, elsewhere
   /// everything; about 16 ns per hit here, against ~160 ns for an
   /// xsave), and its callbacks start with the default floating-point
-  /// environment (MXCSR 0x1f80, x87 control word 0x37f), as in a signal
-  /// handler. Call it in the constructor, before registering. Ignored (the
+  /// controls (MXCSR control bits 0x1f80, x87 control word 0x37f), as in a
+  /// signal handler. Call it in the constructor, before registering. Ignored (the
   /// state is always saved) when libuprobe is built with ThreadSanitizer,
   /// whose runtime, called on every memory access of the instrumented code,
   /// uses SSE registers.

@@ -270,7 +270,7 @@ struct StateConsumer : uprobe::Consumer {
 
   void work() {
     const Env e = read_env();
-    if (e.mxcsr != 0x1f80 || e.fcw != 0x037f || e.tags != 0 || ((e.fsw >> 11) & 7) != 0) {
+    if ((e.mxcsr & ~0x3fu) != 0x1f80 || e.fcw != 0x037f || e.tags != 0 || ((e.fsw >> 11) & 7) != 0) {
       if (bad_env.fetch_add(1) == 0) {
         char b[128];
         std::snprintf(b, sizeof b, "mxcsr %#x fcw %#x fsw %#x tags %#x", e.mxcsr, e.fcw, e.fsw, e.tags);
