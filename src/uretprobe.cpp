@@ -305,18 +305,25 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
 
 using namespace uprobe::detail;
 
-/// Called by the return trampoline (through arch's uprobe_ret_entry()) with
-/// its saved frame. The kernel's handle_trampoline().
-extern "C" __attribute__((visibility("hidden"))) void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
-  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(f) + offsetof(uprobe::arch::RetFrame, ret_slot) + 8;
-  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(f) % alignof(uprobe::arch::RetFrame) == 0, 1))
-    return ret_dispatch(f, sp, false);
-  // Returned to with rsp not 8-byte aligned (hand-written code): the handlers
-  // get an aligned copy (a misaligned Regs is undefined behaviour).
+namespace {
+/// uprobe_ret_dispatch() for a frame not 8-byte aligned (returned to with
+/// such an rsp by hand-written code): the handlers get an aligned copy (a
+/// misaligned Regs is undefined behaviour).
+__attribute__((noinline, cold)) void ret_dispatch_misaligned(uprobe::arch::RetFrame* f, std::uint64_t sp) noexcept {
   uprobe::arch::RetFrame copy;
   std::memcpy(&copy, f, sizeof copy);
   ret_dispatch(&copy, sp, false);
   std::memcpy(f, &copy, sizeof copy);
+}
+}  // namespace
+
+/// Called by the return trampoline (through arch's uprobe_ret_entry()) with
+/// its saved frame. The kernel's handle_trampoline().
+extern "C" __attribute__((visibility("hidden"))) void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
+  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(f) + offsetof(uprobe::arch::RetFrame, ret_slot) + 8;
+  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(f) % alignof(uprobe::arch::RetFrame) != 0, 0))
+    return ret_dispatch_misaligned(f, sp);
+  ret_dispatch(f, sp, false);  // a tail call
 }
 
 namespace uprobe::detail {

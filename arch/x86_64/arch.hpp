@@ -56,13 +56,18 @@ static_assert(sizeof(RetFrame) == 184 && __builtin_offsetof(RetFrame, regs) == 3
 /// general registers and rflags, which every path saves:
 enum class SaveMode : std::uint8_t {
   none = 0,  ///< nothing: every consumer declared it uses no vector or x87 state
-  /// A function entry: every vector register (xmm/ymm/zmm0-31, k0-7), the
-  /// MXCSR and the x87 control word. By the SysV ABI only xmm0-7 (the
-  /// arguments) and the control bits are live there, but a caller in the
-  /// same translation unit that sees the callee's code may keep values in
-  /// caller-saved registers across the call (GCC's -fipa-ra, on at -O2), and
-  /// all of them cost a few ticks more than the eight. The x87 stack is empty
-  /// at a call (no compiler keeps a value there across one).
+  /// A function entry: xmm/ymm/zmm0-15 (at the width in use), the MXCSR and
+  /// the x87 control word. By the SysV ABI only xmm0-7 (the arguments) and
+  /// the control bits are live there, but a caller in the same translation
+  /// unit that sees the callee's code may keep values in caller-saved
+  /// registers across the call (GCC's -fipa-ra, on at -O2; GCC 12 keeps a
+  /// double in xmm0/xmm1 across a call to a static leaf), and the sixteen
+  /// cost a few ticks more than the eight. Not zmm16-31 and k0-7 (13 ticks
+  /// more here, a third of the save): a compiler reaches them only in
+  /// AVX-512 code, for a seventeenth vector value or a mask, and keeps one
+  /// across a call only with -fipa-ra: Config::site_state = SiteState::full
+  /// covers such callers. The x87 stack is empty at a call (no compiler
+  /// keeps a value there across one).
   entry = 1,
   /// A return (the return trampoline): the same, plus st0/st1 (a long double
   /// or complex long double return value), set aside so that the callbacks

@@ -8,10 +8,11 @@
 // save + restore around an empty call): every zmm0-31 and k0-7 by plain
 // moves 27, zmm0-7 only 18, xsavec/xrstor of the components in use 275-300,
 // fxsave/fxrstor 155, xgetbv(1) alone 29, stmxcsr 9, fnstsw 10, popfq 10. So the state
-// is moved by hand, never by xsave: at a function entry or a return all the
-// vector registers cost a few ticks more than the argument registers, which
+// is moved by hand, never by xsave: at a function entry or a return
+// zmm0-15 cost a few ticks more than the argument registers zmm0-7, which
 // also covers callers that keep values in caller-saved registers across a
-// call (below). How wide the moves are:
+// call (arch.hpp, SaveMode::entry); zmm16-31 and k0-7 would cost 13 more.
+// How wide the moves are:
 //  - PreserveStrategy::in_use (every CPU but AMD's): the width the CPU says is in use (XINUSE,
 //    xgetbv(1)): 512-bit moves only when zmm state is in use (a 512-bit
 //    instruction can lower the clock of an Intel core for milliseconds), and
@@ -146,9 +147,9 @@ UPROBE_NO_TSAN unsigned plan_for(SaveMode mode) noexcept {
       p |= kPZmm;
     else
       p |= (u & kYmm ? kPYmm : kPXmm) | (c & kCAvx ? kPVzeroupper : 0);
-    if (c & kCAvx512) {
-      p |= u & kHi16Zmm ? kPHi16 : full ? kPZeroHi16 : 0;
-      p |= u & kOpmask ? k : full ? kPZeroK : 0;
+    if ((c & kCAvx512) && full) {  // zmm16-31 and k0-7 at an entry or return: see SaveMode::entry
+      p |= u & kHi16Zmm ? kPHi16 : kPZeroHi16;
+      p |= u & kOpmask ? k : kPZeroK;
     }
     if (full) p |= u & kX87 ? kPX87Save : kPX87Init;
     if (mode == SaveMode::ret) p |= kPX87Ret;
@@ -156,7 +157,7 @@ UPROBE_NO_TSAN unsigned plan_for(SaveMode mode) noexcept {
   }
   // The widest registers there are (and, without XINUSE, the whole x87 state
   // at a site that is not an entry or a return).
-  const unsigned wide = c & kCAvx512 ? kPZmm | kPHi16 | k : c & kCAvx ? kPYmm : kPXmm;
+  const unsigned wide = c & kCAvx512 ? kPZmm | (full ? kPHi16 | k : 0) : c & kCAvx ? kPYmm : kPXmm;
   return wide | (full ? kPX87Save : mode == SaveMode::ret ? kPX87Ret : 0);
 }
 
@@ -292,8 +293,8 @@ UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx)
   unsigned p = g_fixed_plan[static_cast<int>(mode) & 3].load(std::memory_order_relaxed);
   if (!p) p = plan_for(mode);
   asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(a.mxcsr), "=m"(a.fcw) : : "memory");
+  const int depth = save_x87(p, a);  // (its fnstsw then waits for none of the vector stores)
   save_vectors(p, a);
-  const int depth = save_x87(p, a);
   // The callbacks run with the default floating-point controls, as a signal
   // handler does (the kernel gives one the initial FPU state); most programs
   // run with them already. The status flags stay as they are: loading a

@@ -49,19 +49,22 @@ enum class RiLock : std::uint8_t {
 /// on the int3 path, and nothing does it for these unless libuprobe does.
 enum class SiteState : std::uint8_t {
   /// What the site makes live, by the SysV ABI (default): at the entry of a
-  /// function the symbol table sizes, every vector register (xmm/ymm/zmm0-31,
-  /// k0-7: beyond the argument registers, which is all the ABI keeps live,
+  /// function the symbol table sizes, xmm/ymm/zmm0-15 at the width in use
+  /// (beyond the argument registers xmm0-7, which is all the ABI keeps live,
   /// because a caller in the same translation unit may keep values in
   /// caller-saved registers across a call to a function whose code it sees,
   /// as GCC's -fipa-ra does at -O2), the MXCSR (status flags included) and
   /// the x87 control word; at a return the same plus st0/st1 (a long double
   /// return value); at any other site everything, the x87 state included
-  /// when it is in use. The x87 status word is not kept at entries and
-  /// returns (the ABI does not keep it across a call).
+  /// when it is in use. Not kept at entries and returns: the x87 status word
+  /// (the ABI does not keep it across a call), zmm16-31 and k0-7 (only code
+  /// built for AVX-512 uses them, and keeps a value there across a call only
+  /// with -fipa-ra and a seventeenth vector value or a mask).
   abi,
   /// Everything at every site: for functions entered or left outside the
   /// ABI (hand-written code with a convention of its own that keeps x87
-  /// values or the x87 status word live across a call).
+  /// values or the x87 status word live across a call) and for AVX-512
+  /// callers that keep values in zmm16-31 or k0-7 across a call.
   full,
 };
 
