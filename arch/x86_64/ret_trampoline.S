@@ -129,10 +129,8 @@ uprobe_ret_trampoline:
 	 */
 	mov	128(%rsp), %edx
 	mov	%edx, %eax
-	shr	$11, %eax
-	and	$1, %eax
-	imul	$0x7f, %eax, %eax
-	add	$1, %al			/* 0x7f + 1 overflows: OF = the saved OF */
+	shl	$20, %eax		/* OF to bit 31, DF (0 here) to bit 30 */
+	add	%eax, %eax		/* overflows iff bit 31 != bit 30: OF = the saved OF */
 	mov	%dl, %ah
 	sahf
 	mov	0(%rsp), %r15
