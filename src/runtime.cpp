@@ -138,9 +138,10 @@ void after_fork_child() {
 void start_runtime(Registry& r) {
   // The calling thread is ready for hits (RCU reader, cached thread id), as
   // a thread created through pthread_create() is from its start: its hits
-  // make no system call of ours (README, "System calls of a hit").
-  urcu_bp_register_thread();
-  (void)current_tid();
+  // make no system call of ours (README, "System calls of a hit"). (Also
+  // what brings thread_start.o, with the pthread_create interposer, into a
+  // program linked with libuprobe.a.)
+  prepare_thread_for_hits(false);
   if (r.started) return;
   sigemptyset(&g_sigtrap_only);
   sigaddset(&g_sigtrap_only, SIGTRAP);

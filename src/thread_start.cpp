@@ -63,14 +63,23 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
   const int view_blocked = __atomic_load_n(&h->view_blocked, __ATOMIC_RELAXED);
   __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
   if (view_blocked) take_blocked_view_in_new_thread();
-  long tid;
-  asm volatile("syscall" : "=a"(tid) : "a"(static_cast<long>(SYS_gettid)) : "rcx", "r11", "memory");
-  t_state.tid = static_cast<pid_t>(tid);  // current_tid(): the filter's argument, the return stack's owner
-  urcu_bp_register_thread();              // the hits' read-side sections need no registration
+  prepare_thread_for_hits(true);
   return fn(arg);
 }
 
 }  // namespace
+
+UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
+  if (new_thread || t_state.tid == 0) {
+    long tid;
+    asm volatile("syscall" : "=a"(tid) : "a"(static_cast<long>(SYS_gettid)) : "rcx", "r11", "memory");
+    t_state.tid = static_cast<pid_t>(tid);  // current_tid(): the filter's argument, the return stack's owner
+  }
+  // The registration's pthread_sigmask reaches masks.cpp, instrumented code:
+  // under ThreadSanitizer not before TSan's own start routine has run (a new
+  // thread then registers at its first hit).
+  if (!(UPROBE_TSAN && new_thread)) urcu_bp_register_thread();  // the hits' read sections need no registration
+}
 
 }  // namespace uprobe::detail
 

@@ -128,6 +128,15 @@ inline pid_t current_tid() noexcept {
   return __builtin_expect(t != 0, 1) ? t : fetch_current_tid();
 }
 
+/// Makes the calling thread ready for hits: caches its thread id and
+/// registers it as liburcu-bp reader, so that its hits make no system call
+/// of ours (thread_start.cpp). `new_thread`: called by the first code of a
+/// thread the interposed pthread_create() started, before a sanitizer's own
+/// thread set-up (not instrumented; in ThreadSanitizer builds the
+/// registration is then left to the first hit). Not async-signal-safe (the
+/// registration takes liburcu-bp's registry mutex).
+void prepare_thread_for_hits(bool new_thread) noexcept;
+
 /// Forgets cached per-thread values in the child of fork().
 void thread_state_after_fork_child() noexcept;
 

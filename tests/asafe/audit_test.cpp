@@ -327,20 +327,54 @@ TEST_F(Asafe, SessionWithIgnore) {
   }
 }
 
+/// Runs `body` on a thread created by glibc's own pthread_create, not the
+/// one libuprobe interposes: a thread libuprobe did not prepare (as one that
+/// existed before libuprobe was loaded), whose first hit does the per-thread
+/// set-up on the hot path.
+template <typename F>
+void on_unprepared_thread(F body) {
+  using CreateFn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  auto create = reinterpret_cast<CreateFn>(dlvsym(libc, "pthread_create", "GLIBC_2.34"));
+  if (!create) create = reinterpret_cast<CreateFn>(dlvsym(libc, "pthread_create", "GLIBC_2.2.5"));
+  ASSERT_NE(create, nullptr);
+  ASSERT_NE(reinterpret_cast<void*>(create), reinterpret_cast<void*>(&pthread_create)) << "libc's, not libuprobe's";
+  pthread_t t;
+  ASSERT_EQ(create(
+                &t, nullptr,
+                [](void* p) -> void* {
+                  (*static_cast<F*>(p))();
+                  return nullptr;
+                },
+                &body),
+            0);
+  ASSERT_EQ(pthread_join(t, nullptr), 0);
+  dlclose(libc);
+}
+
 TEST_F(Asafe, FilterOnTwoThreads) {
   for (const Path* path : {&kXol, &kOptimized}) {
     reset_record();
     Audited c(Callbacks::entry_and_ret);
     c.only_tid = gettid();
     uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(path->fn), c);
-    std::uint64_t other = 0, first_locks = 0, later_locks = 0;
-    std::thread t([&] {
+    std::uint64_t other = 0, first_locks = 0, later_locks = 0, prepared_other = 0, prepared_locks = 1;
+    on_unprepared_thread([&] {
       other = call_n(path->fn, 1);  // a fresh thread: liburcu-bp registers it on this hit
       first_locks = asafe_thread_urcu_locks;
       other += call_n(path->fn, 29) - (29 + 1);  // i = 1..29 again: drop the sum's overlap below
       later_locks = asafe_thread_urcu_locks - first_locks;
     });
+    // A thread from the interposed pthread_create() registered before its
+    // code ran: none of its hits takes liburcu-bp's registry lock.
+    std::thread t([&] {
+      prepared_other = call_n(path->fn, 30);
+      prepared_locks = asafe_thread_urcu_locks;
+    });
     t.join();
+    EXPECT_EQ(prepared_other, expected_sum(30)) << path->name;
+    EXPECT_EQ(prepared_locks, 0u) << path->name;
     EXPECT_EQ(call_n(path->fn, 20), expected_sum(20)) << path->name;
     uprobe::unregister_uprobe(p, c);
     EXPECT_EQ(other, 2 + expected_sum(29) - 30) << path->name;
@@ -376,8 +410,9 @@ TEST_F(Asafe, RemoveActionUnappliesOnTheHitPath) {
 }
 
 /// A thread's first hit does the per-thread set-up on the hot path (RCU reader
-/// registration, statistics block, gettid, return stack): still no allocation
-/// and no lock outside the consumer.
+/// registration, statistics block, gettid) when libuprobe did not prepare the
+/// thread: still no allocation and no lock outside the consumer. A thread from
+/// the interposed pthread_create() needs none of it (round 1).
 TEST_F(Asafe, FirstHitsOnFreshThreads) {
   Audited entry(Callbacks::entry), ret(Callbacks::ret), session(Callbacks::entry_and_ret);
   uprobe::Uprobe* p1 = uprobe::register_uprobe(reinterpret_cast<const void*>(&asafe_emulated), entry);
@@ -385,11 +420,12 @@ TEST_F(Asafe, FirstHitsOnFreshThreads) {
   uprobe::Uprobe* p3 = uprobe::register_uprobe(reinterpret_cast<const void*>(&asafe_nop5), session);
   constexpr int kThreads = 4;
   std::vector<std::uint64_t> sums(kThreads * 3);
-  std::atomic<int> later_locks{0};
+  std::atomic<int> later_locks{0}, prepared_locks{0};
   for (int round = 0; round < 2; ++round) {
+    const bool prepared = round == 1;
     std::vector<std::thread> ts;
-    for (int t = 0; t < kThreads; ++t)
-      ts.emplace_back([&sums, &later_locks, t] {
+    for (int t = 0; t < kThreads; ++t) {
+      auto body = [&sums, &later_locks, &prepared_locks, prepared, t] {
         // Each thread's first probe hit is on a different path.
         const Fn order[3][3] = {{asafe_emulated, asafe_xol, asafe_nop5},
                                 {asafe_xol, asafe_nop5, asafe_emulated},
@@ -399,13 +435,22 @@ TEST_F(Asafe, FirstHitsOnFreshThreads) {
           sums[t * 3 + k] = call_n(order[t % 3][k], 10);
           if (k == 0) first_locks = asafe_thread_urcu_locks;
         }
-        // liburcu-bp's registration: in the first 10 hits, none after.
-        if (first_locks == 0 || asafe_thread_urcu_locks != first_locks) later_locks.fetch_add(1);
-      });
+        if (prepared) {
+          if (asafe_thread_urcu_locks != 0) prepared_locks.fetch_add(1);
+        } else if (first_locks == 0 || asafe_thread_urcu_locks != first_locks) {
+          later_locks.fetch_add(1);  // liburcu-bp's registration: in the first 10 hits, none after
+        }
+      };
+      if (prepared)
+        ts.emplace_back(body);
+      else
+        ts.emplace_back([body] { on_unprepared_thread(body); });  // (its creator is a prepared thread)
+    }
     for (auto& t : ts) t.join();
     for (std::uint64_t s : sums) EXPECT_EQ(s, expected_sum(10));
   }
   EXPECT_EQ(later_locks, 0);
+  EXPECT_EQ(prepared_locks, 0);
   uprobe::unregister_uprobe(p1, entry);
   uprobe::unregister_uprobe(p2, ret);
   uprobe::unregister_uprobe(p3, session);

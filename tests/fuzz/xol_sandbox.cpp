@@ -57,6 +57,25 @@ asm(".text\n"
 
 constexpr unsigned long kSaRestorer = 0x04000000;
 
+// The handler's entry: rflags.AC off before any compiled code runs. The
+// kernel delivers a signal with the interrupted code's AC (only DF, RF and
+// TF are cleared), and a variant that sets AC (the `popf_ac' seed) would then
+// fault in the handler on AMD, which checks the alignment of movdqu and
+// friends under AC (Intel does not): the nested SIGBUS was recorded as the
+// next variant's result. pushfq is an 8-byte store at the 8-byte aligned
+// entry rsp; the frame's rflags (what record() compares) keep AC.
+extern "C" void xolfuzz_on_signal(int, siginfo_t*, void*);
+extern "C" void xolfuzz_on_signal_entry(int, siginfo_t*, void*);
+asm(".text\n"
+    ".globl xolfuzz_on_signal_entry\n"
+    ".type xolfuzz_on_signal_entry,@function\n"
+    "xolfuzz_on_signal_entry:\n"
+    "  pushfq\n"
+    "  andl $~0x40000, (%rsp)\n"
+    "  popfq\n"
+    "  jmp xolfuzz_on_signal\n"
+    ".size xolfuzz_on_signal_entry, .-xolfuzz_on_signal_entry\n");
+
 const Plan* g_plan = nullptr;
 Result* g_results = nullptr;
 int g_variant = 0;
@@ -168,7 +187,11 @@ void begin_variant(ucontext_t* uc) {
   g_stage = Stage::running;
 }
 
-void on_signal(int sig, siginfo_t* si, void* ctx) {
+}  // namespace
+}  // namespace xolfuzz
+
+extern "C" void xolfuzz_on_signal(int sig, siginfo_t* si, void* ctx) {
+  using namespace xolfuzz;
   auto* uc = static_cast<ucontext_t*>(ctx);
   if (g_stage == Stage::start) {
     if (sig != SIGTRAP) die(9);
@@ -184,6 +207,9 @@ void on_signal(int sig, siginfo_t* si, void* ctx) {
   reset_memory();
   begin_variant(uc);
 }
+
+namespace xolfuzz {
+namespace {
 
 [[noreturn]] void child(const Plan& plan, Result* results, int first) {
   g_plan = &plan;
@@ -208,7 +234,7 @@ void on_signal(int sig, siginfo_t* si, void* ctx) {
   ss.ss_size = kAltSize;
   if (raw(SYS_sigaltstack, reinterpret_cast<long>(&ss), 0) != 0) die(4);
   KernelSigaction ka{};
-  ka.handler = on_signal;
+  ka.handler = xolfuzz_on_signal_entry;
   ka.flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | kSaRestorer;
   ka.restorer = xolfuzz_restore_rt;
   ka.mask = 0;
