@@ -15,7 +15,9 @@
 // register, k0-k7, the MXCSR and the x87 control word, fills the whole x87
 // stack and raises exceptions; it checks that it ran with the default
 // floating-point controls and an empty x87 stack. After each hit every value
-// the site keeps is exact.
+// the site keeps is exact. A session consumer (entry and return) too.
+// opt_state_other runs the optimized half again with call_preserving()'s
+// other strategy forced (AMD's on other CPUs, the others' on AMD).
 
 #include <immintrin.h>
 
@@ -25,6 +27,10 @@
 #include <functional>
 
 #include "opt_common.hpp"
+
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+#include "arch.hpp"  // opt_state_other (linked with libuprobe.a): the strategy the CPU does not choose
+#endif
 
 using namespace opttest;
 
@@ -327,8 +333,27 @@ class State : public ::testing::TestWithParam<std::tuple<Level, bool>> {
   void SetUp() override {
     std::tie(l, optimize) = GetParam();
     if (!cpu_has(l)) GTEST_SKIP() << level_name(l) << " not supported by this CPU";
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+    // The other vendor's way of saving (in_use: XINUSE-sized moves and
+    // vzeroupper, every CPU but AMD's; wide: the widest moves, AMD's).
+    using uprobe::arch::PreserveStrategy;
+    const PreserveStrategy other = uprobe::arch::preserve_strategy() == PreserveStrategy::wide
+                                       ? PreserveStrategy::in_use
+                                       : PreserveStrategy::wide;
+    saved_strategy = uprobe::arch::preserve_strategy();
+    if (!uprobe::arch::set_preserve_strategy(other)) GTEST_SKIP() << "in_use needs xgetbv(1)";
+    restore_strategy = true;
+    ASSERT_EQ(uprobe::arch::preserve_strategy(), other);
+#endif
     set_optimize(optimize);
   }
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+  bool restore_strategy = false;
+  uprobe::arch::PreserveStrategy saved_strategy = uprobe::arch::PreserveStrategy::wide;
+  void TearDown() override {
+    if (restore_strategy) uprobe::arch::set_preserve_strategy(saved_strategy);
+  }
+#endif
   void expect_mode(const uprobe::Attachment& a, const char* optimized_mode) {
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
     ASSERT_EQ(info.mode, optimize ? optimized_mode : "int3") << info.why_not_optimized;
@@ -504,6 +529,65 @@ TEST_P(State, ReturnVectorsAndLongDoubleValues) {
   EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(kRounds));
 }
 
+/// A session consumer (Callbacks::entry_and_ret): hostile at the entry and
+/// at the return, its cookie carried from one to the other.
+struct SessionConsumer : StateConsumer {
+  SessionConsumer() : StateConsumer(uprobe::Callbacks::entry_and_ret) {}
+  std::atomic<std::uint64_t> entries{0}, returns{0}, bad_cookie{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    uprobe::session_cookie() = 0x5e5510000ull + entries.fetch_add(1);
+    work();
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    if (uprobe::session_cookie() != 0x5e5510000ull + returns.fetch_add(1)) bad_cookie.fetch_add(1);
+    work();
+  }
+};
+
+// A session consumer at a function entry and its return: the function sees
+// what its caller loaded (xmm/ymm/zmm0-15, MXCSR, x87 control word) and the
+// caller gets it back; at a function returning vector and long double values
+// the caller gets them back exactly (kRet); every cookie round-trips.
+TEST_P(State, SessionConsumerEntryAndReturn) {
+  std::vector<AbiState> ref(kRounds);
+  auto ret_input = [](int i) {
+    fill_input(static_cast<std::uint64_t>(i) + 41, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
+  };
+  for (int i = 0; i < kRounds; ++i) {
+    ret_input(i);
+    kCallRet[idx(l)]();
+    ref[static_cast<std::size_t>(i)] = state_after;
+    ASSERT_EQ(diff(l, state_in, state_after, kAll), "") << "unprobed run, round " << i;
+  }
+  SessionConsumer c;
+  uprobe::Attachment e(vaddr(kEntryFn[idx(l)]), c);
+  uprobe::Attachment r(vaddr(kRetFn[idx(l)]), c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(e, "optimized-entry"));
+  ASSERT_NO_FATAL_FAILURE(expect_mode(r, "optimized-entry"));
+  const uprobe::Stats s0 = uprobe::stats();
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + 37, 0, false);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, kEntry);
+    const std::string d2 = diff(l, state_in, state_after, kEntry);
+    if (!d2.empty()) d += "after the return: " + d2;
+    ret_input(i);
+    kCallRet[idx(l)]();
+    const std::string d3 = diff(l, ref[static_cast<std::size_t>(i)], state_after, kRet);
+    if (!d3.empty()) d += "returned values (" + std::to_string(state_in.depth) + " x87 values): " + d3;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.entries.load(), static_cast<std::uint64_t>(2 * kRounds));
+  EXPECT_EQ(c.returns.load(), static_cast<std::uint64_t>(2 * kRounds));
+  EXPECT_EQ(c.bad_cookie.load(), 0u);
+  c.expect_clean(4 * kRounds);
+  EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(2 * kRounds));
+}
+
 // A mid-function nop5: everything, the whole x87 status word (condition
 // codes too) and stack included, and the x87 state left in its initial
 // configuration when that is where it was (depth 0, default control word).
@@ -540,7 +624,11 @@ TEST_P(State, MidFunctionEverything) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, State,
                          ::testing::Combine(::testing::Values(Level::sse, Level::avx, Level::avx512),
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+                                            ::testing::Values(true)),  // the int3 path saves nothing
+#else
                                             ::testing::Values(true, false)),
+#endif
                          [](const ::testing::TestParamInfo<std::tuple<Level, bool>>& i) {
                            return std::string(level_name(std::get<0>(i.param))) +
                                   (std::get<1>(i.param) ? "_optimized" : "_int3");
