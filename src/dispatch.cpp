@@ -131,10 +131,6 @@ void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c
 
 }  // namespace
 
-arch::SaveMode effective_save(arch::SaveMode m) noexcept {
-  return m != arch::SaveMode::none && g_hot.full_state.load(std::memory_order_relaxed) ? arch::SaveMode::full : m;
-}
-
 /// The consumer chain (the kernel's handler_chain()): the consumers, with
 /// the vector and x87 state they may clobber preserved around them unless
 /// the kernel saved it (`kernel_saved`: the int3 path, in its signal frame),

@@ -4,6 +4,7 @@
 
 #include "arch.hpp"
 #include "probe.hpp"
+#include "runtime.hpp"
 
 namespace uprobe::detail {
 
@@ -26,8 +27,10 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept;
 void optimized_hit(const arch::OptSite& site, Regs& regs, bool kernel_saved) noexcept;
 
 /// `m`, or SaveMode::full where it is not none and Config::site_state is
-/// SiteState::full. Async-signal-safe.
-arch::SaveMode effective_save(arch::SaveMode m) noexcept;
+/// SiteState::full. Async-signal-safe. Inline: both hit paths read it per hit.
+inline arch::SaveMode effective_save(arch::SaveMode m) noexcept {
+  return m != arch::SaveMode::none && g_hot.full_state.load(std::memory_order_relaxed) ? arch::SaveMode::full : m;
+}
 
 }  // namespace uprobe::detail
 
