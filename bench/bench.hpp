@@ -5,6 +5,7 @@
 /// of the bench itself, tests/bench/, which link the uprobe_bench_core library).
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -24,6 +25,7 @@ void uprobe_target_nop();
 void uprobe_target_push();
 void uprobe_target_ret();
 void uprobe_target_nop5();
+void uprobe_target_nop5_mid();
 void sigtrap_floor_target();
 void uprobe_target_entry();
 void trampoline_floor_target();
@@ -49,10 +51,22 @@ inline void count_hit() noexcept {
 }
 std::uint64_t sum_counters(int producers) noexcept;
 
-// ---- consumers.cpp: the counting consumers of uprobe-* and uretprobe-*
-// (general-purpose registers only; they declare the vector state unused).
-uprobe::Consumer& counting_consumer();
-uprobe::Consumer& ret_counting_consumer();
+// ---- The counting consumers of uprobe-* and uretprobe-* (--consumer).
+/// plain: an ordinary consumer, compiled with the project's normal flags, that
+/// does not call set_vector_state_unused() and does floating-point work (a
+/// double) on every hit (plain_consumers.cpp): what a user's consumer costs.
+/// gpr: general-purpose registers only (consumers.cpp, -mgeneral-regs-only),
+/// declaring set_vector_state_unused() truthfully: the floor of a hit, as the
+/// kernel bench's BPF programs (which never touch the FPU).
+enum class ConsumerKind { plain, gpr };
+/// "plain" or "gpr".
+const char* consumer_name(ConsumerKind k) noexcept;
+/// One line saying what the consumer of kind `k` does.
+const char* consumer_description(ConsumerKind k) noexcept;
+uprobe::Consumer& gpr_consumer();
+uprobe::Consumer& gpr_ret_consumer();
+uprobe::Consumer& plain_consumer();
+uprobe::Consumer& plain_ret_consumer();
 
 /// Where human-readable text goes: stdout, or stderr when stdout carries
 /// --format csv|json.
@@ -137,6 +151,7 @@ struct Options {
   bool attach_no_single = false;  // --attach-no-single: no one-by-one register_uprobe() rows
   int kernel_count = 0;         // --kernel-count N: kernel probes in --attach-libc (default: all)
   bool cycles = false;          // --cycles: TSC ticks per call, minimum over batches (cycles.cpp)
+  ConsumerKind consumer = ConsumerKind::plain;  // --consumer=plain|gpr: the uprobe-*/uretprobe-* consumers
   /// True when the run has more than one point (or asked for a sweep,
   /// comparison, kernel rows or repeats): it then runs each point in a child.
   bool lab() const noexcept;
@@ -155,9 +170,14 @@ enum class Kind { count_call, count_syscall, sigtrap, trampoline, uprobe, uretpr
 struct Variant {
   const char* name;
   Kind kind;
-  void (*target)();  // the function the hook is put on (sigtrap, uprobe, kernel variants)
+  void (*target)();  // the function called; the hook is put on it (sigtrap, uprobe, kernel variants)
   void (*loop)();    // the producer's hot loop: runs until stop_flag is set
+  std::size_t site_offset = 0;  // where in `target` the probe goes (0: its entry)
 };
+/// The probe address of a variant: target + site_offset.
+inline const void* probe_site(const Variant& v) noexcept {
+  return reinterpret_cast<const char*>(v.target) + v.site_offset;
+}
 
 const std::vector<Variant>& variants();
 const Variant* find_variant(const std::string& name);

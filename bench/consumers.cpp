@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The consumers of the uprobe-* and uretprobe-* variants. They only count, in
-// general-purpose registers: this file is compiled with -mgeneral-regs-only,
-// so they declare set_vector_state_unused() truthfully and an optimized hit
-// skips the xsave/xrstor of the vector state (the kernel bench's BPF programs
-// do not touch the FPU either).
+// The gpr consumers of the uprobe-* and uretprobe-* variants (--consumer=gpr).
+// They only count, in general-purpose registers: this file is compiled with
+// -mgeneral-regs-only, so they declare set_vector_state_unused() truthfully
+// and an optimized hit or a return saves no vector or x87 state at all (the
+// kernel bench's BPF programs do not touch the FPU either). The default
+// consumers (--consumer=plain) are in plain_consumers.cpp.
 
 #include "bench.hpp"
 #include "uprobe/uprobe.hpp"
@@ -39,13 +40,13 @@ class RetCountingConsumer final : public uprobe::Consumer {
 
 }  // namespace
 
-uprobe::Consumer& counting_consumer() {
+uprobe::Consumer& gpr_consumer() {
   static CountingConsumer c;
   return c;
 }
 
 #if defined(UPROBE_HAS_URETPROBE)
-uprobe::Consumer& ret_counting_consumer() {
+uprobe::Consumer& gpr_ret_consumer() {
   static RetCountingConsumer c;
   return c;
 }

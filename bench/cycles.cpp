@@ -74,6 +74,7 @@ int run_cycles(const Options& o) {
   bool failed = false;
   std::fprintf(text_out(), "uprobe-bench --cycles: %zu variant(s), %d round(s) of %d batches of %d calls, one thread\n",
                o.variants.size(), rounds, batches, kBatch);
+  std::fprintf(text_out(), "Consumer (uprobe-*/uretprobe-*): %s\n", consumer_description(o.consumer));
   for (int r = 0; r < rounds; ++r) {
     for (const std::string& name : o.variants) {
       const Variant& v = *find_variant(name);
@@ -115,8 +116,10 @@ int run_cycles(const Options& o) {
     return static_cast<double>(*it->second.best) / kBatch;
   };
   const std::optional<double> floor = per_call("trampoline-floor");
-  std::fprintf(text_out(), "\nCost per call (TSC %.3f GHz; minimum over batches; ratios: floor / variant, kernel / variant)\n",
-               per_ns);
+  std::fprintf(text_out(),
+               "\nCost per call (TSC %.3f GHz; minimum over batches; ratios: floor / variant, kernel / variant;"
+               " --consumer=%s)\n",
+               per_ns, consumer_name(o.consumer));
   std::fprintf(text_out(), "%-22s %10s %9s %12s %11s\n", "variant", "ticks", "ns", "floor/this", "kernel/this");
   for (const std::string& name : o.variants) {
     const Row& row = rows[name];

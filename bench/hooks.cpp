@@ -67,8 +67,8 @@ class SigtrapHook final : public Hook {
   bool installed_ = false;
 };
 
-// ---- uprobe-* / uretprobe-*: the counting consumers live in consumers.cpp
-// (compiled with -mgeneral-regs-only, so they declare the vector state unused).
+// ---- uprobe-* / uretprobe-*: the counting consumers (--consumer) live in
+// plain_consumers.cpp (plain, the default) and consumers.cpp (gpr).
 
 class ProbeHook final : public Hook {
  public:
@@ -80,12 +80,13 @@ class ProbeHook final : public Hook {
       const uprobe::Config effective = uprobe::configuration();
       config = describe(effective);
       std::fprintf(text_out(), "Config: %s\n", config.c_str());
+      std::fprintf(text_out(), "Consumer: %s\n", consumer_description(o.consumer));
       const std::string ignored = ignored_switches(o.switches, effective);
       if (!ignored.empty())
         std::fprintf(text_out(), "Note: this libuprobe ignores %s (uprobe::configuration() reports otherwise)\n",
                      ignored.c_str());
       kind_ = v.kind;
-      const void* address = reinterpret_cast<const void*>(v.target);
+      const void* address = probe_site(v);
       base_ = uprobe::stats();  // the process's counters so far (--cycles runs several variants)
       probe_ = uprobe::register_uprobe(address, consumer_);
       const uprobe::ProbeInfo info = uprobe::probe_info(probe_);
@@ -149,7 +150,7 @@ class KernelHook final : public Hook {
  public:
   bool install(const Variant& v, std::string& error, bool& skipped) {
     kernel::Location& where = where_;
-    if (!kernel::locate(reinterpret_cast<const void*>(v.target), where, error)) return false;
+    if (!kernel::locate(probe_site(v), where, error)) return false;
     fd_ = kernel::open_uprobe(where, v.kind == Kind::kernel_uretprobe, error);
     if (fd_ < 0) {
       skipped = true;  // not permitted / not supported here: not a failure of the bench
@@ -200,12 +201,13 @@ std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o, std::stri
       return h->install(error) ? std::move(h) : nullptr;
     }
     case Kind::uprobe: {
-      auto h = std::make_unique<ProbeHook>(counting_consumer());
+      auto h = std::make_unique<ProbeHook>(o.consumer == ConsumerKind::gpr ? gpr_consumer() : plain_consumer());
       return h->install(v, o, error) ? std::move(h) : nullptr;
     }
     case Kind::uretprobe: {
 #if defined(UPROBE_HAS_URETPROBE)
-      auto h = std::make_unique<ProbeHook>(ret_counting_consumer());
+      auto h = std::make_unique<ProbeHook>(o.consumer == ConsumerKind::gpr ? gpr_ret_consumer()
+                                                                           : plain_ret_consumer());
       return h->install(v, o, error) ? std::move(h) : nullptr;
 #else
       skipped = true;

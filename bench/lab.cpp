@@ -46,6 +46,7 @@ RunOutcome run_in_child(const Options& o, const Variant& v, int producers, const
                                    "-w", std::to_string(o.warmup), "-d", std::to_string(o.duration),
                                    "--result-fd", std::to_string(child_end)};
   if (o.affinity) args.push_back("-a");
+  args.push_back(std::string("--consumer=") + consumer_name(o.consumer));
   for (const std::string& a : switch_args(sw)) args.push_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -236,6 +237,7 @@ int run_lab(const Options& o, std::vector<Ratio>* ratios) {
   if (o.repeat > 1) std::fprintf(out, " --repeat %d", o.repeat);
   if (cmp) std::fprintf(out, ", --compare %s (%s)", cmp->name.c_str(), cmp->seed.c_str());
   else if (!o.switches.empty()) std::fprintf(out, ",%s", describe(o.switches).c_str());
+  std::fprintf(out, ", --consumer=%s", consumer_name(o.consumer));
   std::fprintf(out, "; %zu run(s), about %.1f min\n\n", runs,
                static_cast<double>(runs) * (o.warmup + o.duration + 0.3) / 60.0);
 

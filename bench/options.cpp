@@ -60,6 +60,12 @@ void usage(FILE* out) {
       "                        given), then one table of all before/after pairs; with -o F.csv\n"
       "                        each switch's data goes to F-SWITCH.csv\n"
       "\n"
+      "Consumer of the uprobe-*/uretprobe-* variants (printed as 'Consumer:' by every run):\n"
+      "  --consumer=plain|gpr  plain (default): an ordinary consumer, normal compiler flags, a double\n"
+      "                        computed per hit, no set_vector_state_unused(): libuprobe preserves\n"
+      "                        what the site makes live around it; gpr: general registers only,\n"
+      "                        declares set_vector_state_unused() (no vector state saved)\n"
+      "\n"
       "Attach and detach latency:\n"
       "  --attach-libc N       attach entry probes to N libc .dynsym functions in one batch\n"
       "                        (register_uprobes) and detach them (unregister_uprobes), then one by\n"
@@ -218,7 +224,7 @@ bool parse_options(int argc, char** argv, Options& o) {
     opt_list = 256, opt_sweep, opt_variants, opt_config, opt_result_fd, opt_lookup, opt_xol, opt_signal_mask,
     opt_emulate, opt_no_emulate, opt_ri_pool, opt_ri_lock, opt_optimize, opt_no_optimize, opt_compare,
     opt_kernel, opt_format, opt_sweep_variants, opt_attach_libc, opt_attach_child, opt_attach_skip, opt_cycles,
-    opt_attach_no_single, opt_kernel_count,
+    opt_attach_no_single, opt_kernel_count, opt_consumer,
   };
   static const option longopts[] = {
       {"producers", required_argument, nullptr, 'p'},
@@ -254,6 +260,7 @@ bool parse_options(int argc, char** argv, Options& o) {
       {"attach-skip", required_argument, nullptr, opt_attach_skip},  // internal: offsets the round skips
       {"attach-no-single", no_argument, nullptr, opt_attach_no_single},
       {"kernel-count", required_argument, nullptr, opt_kernel_count},
+      {"consumer", required_argument, nullptr, opt_consumer},
       {nullptr, 0, nullptr, 0},
   };
   for (int i = 0; i < argc; ++i) {
@@ -270,6 +277,7 @@ bool parse_options(int argc, char** argv, Options& o) {
   int c;
   std::string throughput_only;  // options that only the throughput runs read (--attach-libc refuses them)
   bool format_given = false;    // --format given explicitly
+  bool consumer_given = false;  // --consumer given explicitly
   while ((c = getopt_long(argc, argv, "p:aw:d:r:qo:h", longopts, nullptr)) != -1) {
     switch (c) {
       case 'P': case 'p': case 'a': case 'w': case 'd': case opt_cycles:
@@ -391,6 +399,14 @@ bool parse_options(int argc, char** argv, Options& o) {
       case opt_kernel_count:
         if (!parse_int(optarg, 1, 100000, o.kernel_count)) return fail("bad --kernel-count (1..100000)");
         break;
+      case opt_consumer: {
+        const std::string k = optarg;
+        if (k == "plain") o.consumer = ConsumerKind::plain;
+        else if (k == "gpr") o.consumer = ConsumerKind::gpr;
+        else return fail("bad --consumer '" + k + "' (plain, gpr)");
+        consumer_given = true;
+        break;
+      }
       case opt_result_fd:
         if (!parse_int(optarg, 0, 1 << 20, o.result_fd)) return fail("bad --result-fd");
         break;
@@ -412,6 +428,8 @@ bool parse_options(int argc, char** argv, Options& o) {
   if (o.attach_libc > 0) {
     if (!patterns.empty() || !o.compare.empty() || o.sweep)
       return fail("--attach-libc takes no variant, --compare or --sweep");
+    if (consumer_given)
+      return fail("--consumer applies to the uprobe-*/uretprobe-* variants, not to --attach-libc");
     if (!throughput_only.empty())
       return fail("--attach-libc times attach and detach, not hits: " + throughput_only +
                   " does not apply (it takes -r, --kernel, --format, -o and the runtime switches)");

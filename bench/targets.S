@@ -32,6 +32,17 @@ TARGET(uprobe_target_nop5)
 	ret
 END(uprobe_target_nop5)
 
+// A nop5 inside a function, after its first instruction (uprobe-nop5-mid,
+// probed at +1): a mid-function site, as a USDT probe is.
+TARGET(uprobe_target_nop5_mid)
+	push %rbp
+	.cfi_adjust_cfa_offset 8
+	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00	// nopl 0x0(%rax,%rax,1)
+	pop %rbp
+	.cfi_adjust_cfa_offset -8
+	ret
+END(uprobe_target_nop5_mid)
+
 // A frame-pointer prologue: the optimized-entry target (the jump displaces
 // push %rbp; mov %rsp,%rbp; pop %rbp, 5 bytes, relocated in a window slot).
 TARGET(uprobe_target_entry)

@@ -61,6 +61,9 @@ const std::vector<Variant>& variants() {
       {"trampoline-floor", Kind::trampoline, trampoline_floor_target, call_loop<trampoline_floor_target>},
       {"uprobe-nop5", Kind::uprobe, uprobe_target_nop5, call_loop<uprobe_target_nop5>},
       {"uprobe-entry", Kind::uprobe, uprobe_target_entry, call_loop<uprobe_target_entry>},
+      // A nop5 inside a function (as a USDT probe): no ABI boundary, so an
+      // ordinary consumer gets the full vector/x87 state saved around it.
+      {"uprobe-nop5-mid", Kind::uprobe, uprobe_target_nop5_mid, call_loop<uprobe_target_nop5_mid>, 1},
       {"uretprobe-nop", Kind::uretprobe, uprobe_target_nop, call_loop<uprobe_target_nop>},
       {"uretprobe-push", Kind::uretprobe, uprobe_target_push, call_loop<uprobe_target_push>},
       {"uretprobe-ret", Kind::uretprobe, uprobe_target_ret, call_loop<uprobe_target_ret>},

@@ -6,6 +6,20 @@
 # says why for each); the Makefile targets exclude them with `ctest -LE`.
 set(UPROBE_SANITIZE "" CACHE STRING
     "Comma-separated -fsanitize= list for the whole build (address,undefined | thread); empty = none")
+# The options of the code that must not touch a vector or x87 register (what
+# the optimized path and the return trampoline run before the state is saved,
+# and the consumers that declare set_vector_state_unused()): general registers
+# only, and under UBSan no vptr checks either. A vptr check whose type cache
+# misses (the first member call on an object of a class) calls the UBSan
+# runtime, __ubsan_handle_dynamic_type_cache_miss, compiled with SSE: it
+# clobbered a program's xmm0 at the first hit (opt.Levels/State.
+# FilterOfAClassDerivedAfterRegistration under make test-asan). The other
+# checks' handlers abort, and ASan's stack_malloc is off (the Makefile's
+# detect_stack_use_after_return=0).
+set(UPROBE_GPR_ONLY_OPTIONS -mgeneral-regs-only)
+if(UPROBE_SANITIZE MATCHES "undefined")
+  list(APPEND UPROBE_GPR_ONLY_OPTIONS -fno-sanitize=vptr)
+endif()
 if(UPROBE_SANITIZE STREQUAL "")
   return()
 endif()

@@ -220,6 +220,7 @@ std::unique_ptr<Registration> make_registration(Consumer& c) {
   reg->id = next_id();
   reg->has_entry = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::entry);
   reg->has_ret = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::ret);
+  reg->trivial_filter = trivial_filter(c);
   return reg;
 }
 
@@ -435,13 +436,12 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   // first: its jump overwrote the bytes this probe needs.
   refresh_windows_around(r_, key, &key, nullptr);
   writing();
-  auto up = std::make_unique<Uprobe>();
+  auto up = std::make_unique<Uprobe>(next_id());
   up->key = key;
-  up->id = next_id();
   up->ref_ctr_offset = q.ref_ctr_offset;
   up->path = path;
   try {
-    analyze_target(t, offset, up->insn, &up->window, &up->window_why);
+    analyze_target(t, offset, up->insn, &up->window, &up->window_why, &up->function_entry);
     up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
     up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
   } catch (...) {
@@ -466,6 +466,7 @@ void Transaction::add_to_published(Uprobe* up, std::unique_ptr<Registration> reg
   auto cs = std::make_unique<ConsumerSet>(*old);
   Registration* raw = reg.release();
   cs->regs.push_back(raw);
+  save_modes(up, *cs);
   ConsumerSet* added = cs.release();
   up->consumers.store(added, std::memory_order_release);
   try {
@@ -475,7 +476,6 @@ void Transaction::add_to_published(Uprobe* up, std::unique_ptr<Registration> reg
       apply_sites(up, ss);  // restores what it wrote before it throws
       up->applied = true;
     }
-    refresh_stub_flags(up, ss);
     optimize_sites(up, ss, vmas.vmas());
   } catch (...) {
     up->consumers.store(const_cast<ConsumerSet*>(old), std::memory_order_release);
@@ -504,7 +504,9 @@ void Transaction::commit_adds() {
   if (fresh_.empty()) return;
   const VmaSnapshot& vmas = snapshot();
 
-  // 1. One publication: from here on a hit at any new site finds its probe.
+  // 1. One publication: from here on a hit at any new site finds its probe
+  //    (with its consumer set complete: what it saves is known now).
+  for (const Fresh& f : fresh_) save_modes(f.up, *f.up->consumers.load(std::memory_order_relaxed));
   publish_probes(r_);
 
   // 2. The breakpoints of the new probes; then their optimized jumps, all
@@ -542,7 +544,7 @@ void Transaction::commit_adds() {
         adds_[i].path = up->path;
         adds_[i].offset = up->key.offset;
       }
-      forget_stub_owner(up);
+      forget_references(up);
       r_.tree.erase(r_.tree.iterator_to(*up));
       dropped_keys.push_back(up->key);
       r_.deferred.emplace_back([up] {
@@ -593,8 +595,6 @@ void Transaction::commit_removals() {
   garbage.regs.reserve(n);
   garbage.sets.reserve(n);
   garbage.probes.reserve(n);
-  std::vector<Uprobe*> kept;  // probes that keep consumers: stub flags to refresh
-  kept.reserve(n);
   std::vector<Registration*> remaining;
   remaining.reserve(16);
   const ExecIndex exec(*vmas);
@@ -647,8 +647,9 @@ void Transaction::commit_removals() {
       PatchLock::lock(up);
       garbage.probes.push_back(up);
     } else {
-      up->consumers.store(new ConsumerSet{remaining}, std::memory_order_release);
-      kept.push_back(up);
+      auto* cs = new ConsumerSet{remaining};
+      save_modes(up, *cs);
+      up->consumers.store(cs, std::memory_order_release);
     }
   }
   restore_sites_batch(garbage.probes);
@@ -656,12 +657,8 @@ void Transaction::commit_removals() {
     up->applied = false;
     PatchLock::unlock(up);
   }
-  for (Uprobe* up : kept) {
-    PatchLock guard(up);
-    refresh_stub_flags(up, *up->sites.load(std::memory_order_relaxed));
-  }
   for (Uprobe* up : garbage.probes) {
-    forget_stub_owner(up);
+    forget_references(up);
     r_.tree.erase(r_.tree.iterator_to(*up));
   }
   if (!garbage.probes.empty()) {

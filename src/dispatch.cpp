@@ -39,32 +39,65 @@ void try_unapply(Uprobe* up) noexcept {
 }
 
 /// Arms the return probe of this hit with the registers as they were at the
-/// function's entry (rip = the probed address). Out of line: the Regs copy
-/// stays out of handler_chain()'s frame.
-__attribute__((noinline)) void arm_return(Uprobe* up, const Regs& regs, std::uint64_t func,
-                                          ReturnInstance* ri) noexcept {
-  Regs at_entry = regs;
-  at_entry.rip = func;
-  prepare_uretprobe(up, at_entry, ri);
+/// function's entry: rip = the probed address for the while (no copy of the
+/// Regs), then the handlers' rip back.
+__attribute__((noinline)) void arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
+  const std::uint64_t rip = regs.rip;
+  regs.rip = func;
+  prepare_uretprobe(up, regs, ri);
+  regs.rip = rip;
 }
 }  // namespace
 
-/// The consumer chain (the kernel's handler_chain()): filters, entry
-/// handlers with their session cookies, Action::remove, and the return
-/// instance for the consumers that want the return. Inlined into both hit
-/// paths' callers in this file (one call level less per optimized hit).
-static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) noexcept {
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
-  if (!cs) return;
+namespace {
+
+/// One run of the consumer loop: its inputs, and what it leaves to do after.
+struct ChainRun {
+  Uprobe* up;
+  Regs* regs;
+  const ConsumerSet* cs;
+  bool saved;          ///< the vector state is saved (or the kernel saved it) around this run
+  ReturnInstance* ri;  ///< the return instance to arm, if any consumer wants the return
+  bool remove;         ///< every consumer said Action::remove
+};
+
+struct FilterCall {
+  Consumer* consumer;
+  bool pass;
+};
+
+void filter_preserving(void* p) {
+  auto* f = static_cast<FilterCall*>(p);
+  f->pass = f->consumer->filter(current_tid());
+}
+
+/// Whether `r`'s consumer takes this hit: its filter() is called unless it
+/// is still the `return true;` seen at registration. A consumer whose class
+/// changed since (registered from a base-class constructor) may have a
+/// filter of its own now, which the save decided at registration did not
+/// count: it runs with the state saved around it.
+static inline __attribute__((always_inline)) bool filter_passes(const ChainRun& c, const Registration& r,
+                                                                Consumer* con) noexcept {
+  const void* code = filter_code(*con);
+  if (__builtin_expect(code == r.trivial_filter, 1)) return true;
+  if (!r.trivial_filter || c.saved || con->vector_state_unused()) return con->filter(current_tid());
+  FilterCall f{con, true};
+  arch::call_preserving(c.up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full, filter_preserving, &f);
+  return f.pass;
+}
+
+/// The consumers of one hit (the kernel's handler_chain() loop): filters,
+/// entry handlers with their session cookies, Action::remove, and the
+/// return instance for the consumers that want the return.
+static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noexcept {
   ThreadState& ts = t_state;
-  const std::uint64_t func = regs.rip;
-  bool remove = !cs->regs.empty();
+  bool remove = !c.cs->regs.empty();
   ReturnInstance* ri = nullptr;
   bool ri_failed = false;
-  for (Registration* r : cs->regs) {
+  for (Registration* r : c.cs->regs) {
     if (r->removed.load(std::memory_order_relaxed)) continue;
-    Consumer* c = r->consumer;
-    if (!c->filter(current_tid())) {
+    Consumer* con = r->consumer;
+    if (!filter_passes(c, *r, con)) {
       remove = false;
       continue;
     }
@@ -72,7 +105,7 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) 
     Action rc = Action::keep;
     if (r->has_entry) {
       ts.cookie = &cookie;
-      rc = c->handler(regs);
+      rc = con->handler(*c.regs);
       ts.cookie = nullptr;
     }
     if (rc == Action::remove)
@@ -89,8 +122,32 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs) 
     else
       count(stat_block().return_misses);
   }
-  if (ri) arm_return(up, regs, func, ri);
-  if (remove) try_unapply(up);
+  c.ri = ri;
+  c.remove = remove;
+}
+
+/// run_consumers() inside arch::call_preserving().
+void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c)); }
+
+}  // namespace
+
+/// The consumer chain (the kernel's handler_chain()): the consumers, with
+/// the vector and x87 state they may clobber preserved around them unless
+/// the kernel saved it (`kernel_saved`: the int3 path, in its signal frame),
+/// then the return probe armed and Action::remove applied. Inlined into both
+/// hit paths' callers in this file (one call level less per optimized hit).
+static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  if (!cs) return;
+  const std::uint64_t func = regs.rip;
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
+  ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
+  if (save != arch::SaveMode::none)
+    arch::call_preserving(save, run_consumers_preserving, &c);
+  else
+    run_consumers(c);
+  if (c.ri) arm_return(up, regs, func, c.ri);
+  if (c.remove) try_unapply(up);
 }
 
 namespace {
@@ -105,28 +162,28 @@ __attribute__((noinline)) Uprobe* find_by_key(const arch::OptSite& site) noexcep
 }  // namespace
 
 namespace {
-static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site,
-                                                                           Regs& regs) noexcept {
+static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site, Regs& regs,
+                                                                           bool kernel_saved) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
   uprobe_rcu_read_lock();
   // The stub's owner is valid inside this read-side section: the registry
-  // clears it before the uprobe's grace period (forget_stub_owner()).
+  // clears it before the uprobe's grace period (forget_references()).
   Uprobe* up = reinterpret_cast<Uprobe*>(__atomic_load_n(&site.owner, __ATOMIC_ACQUIRE));
 #if UPROBE_TSAN
   // The owner was written through the XOL alias (sites.cpp, after
   // tsan_publish_stub()): acquire after the load, which may see a stub rebuilt
   // for the next probe at this site while this thread was inside it.
-  __tsan_acquire(const_cast<std::uint32_t*>(&site.needs_vector));
+  __tsan_acquire(const_cast<std::uint64_t*>(&site.owner));
 #endif
   if (__builtin_expect(up == nullptr, 0)) up = find_by_key(site);
   if (up) {
     ThreadState& ts = t_state;
     if (ts.depth == 0) {
       ts.depth = 1;
-      chain(up, regs);
+      chain(up, regs, kernel_saved);
       ts.depth = 0;
     } else {
       count(st.recursion_misses);
@@ -137,13 +194,15 @@ static inline __attribute__((always_inline)) void optimized_hit_inline(const arc
 }
 }  // namespace
 
-void optimized_hit(const arch::OptSite& site, Regs& regs) noexcept { optimized_hit_inline(site, regs); }
+void optimized_hit(const arch::OptSite& site, Regs& regs, bool kernel_saved) noexcept {
+  optimized_hit_inline(site, regs, kernel_saved);
+}
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) {
     ts.depth = 1;
-    chain(up, regs);
+    chain(up, regs, true);
     ts.depth = 0;
   } else {
     count(stat_block().recursion_misses);
@@ -177,7 +236,7 @@ __attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
   Regs regs;
   copy_regs_words(&regs, frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs);
+  detail::optimized_hit_inline(*site, regs, false);
   arch::opt_frame_leave(frame, regs, *site, saved);  // the target slot is above the 18 words
   copy_regs_words(frame, &regs);
 }
@@ -192,6 +251,6 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64
     return opt_hit_misaligned(frame, site);
   Regs& regs = *reinterpret_cast<Regs*>(frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs);
+  detail::optimized_hit_inline(*site, regs, false);
   arch::opt_frame_leave(frame, regs, *site, saved);
 }

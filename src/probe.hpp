@@ -10,6 +10,7 @@
 #include <atomic>
 #include <boost/intrusive/set.hpp>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,14 +35,45 @@ struct Registration {
   std::uint64_t id = 0;  ///< unique for the life of the process (return instances name consumers by id)
   bool has_entry = true;
   bool has_ret = false;
+  /// The code of the consumer's filter() when it is `return true;` and nothing
+  /// more (Consumer's own, as compilers emit it; see trivial_filter() in
+  /// sites.hpp), else nullptr. A hit whose consumer still has that filter
+  /// (filter_code()) skips the call, and no vector state is saved for it.
+  const void* trivial_filter = nullptr;
   std::atomic<bool> removed{false};
   /// USDT semaphore counts this registration incremented (writer side only).
   std::vector<std::uint64_t> ref_ctr_addrs;
 };
 
+/// The code of `c`'s filter(), read from its vtable (Itanium C++ ABI 2.3: a
+/// pointer to a virtual member function is 1 + the byte offset of its slot;
+/// the vtable pointer is the object's first word). Async-signal-safe.
+inline const void* filter_code(const Consumer& c) noexcept {
+  bool (Consumer::*pmf)(pid_t) = &Consumer::filter;
+  struct {
+    std::uintptr_t ptr;
+    std::ptrdiff_t adj;
+  } rep;
+  static_assert(sizeof pmf == sizeof rep);
+  __builtin_memcpy(&rep, &pmf, sizeof rep);
+  const char* vtable;
+  __builtin_memcpy(&vtable, &c, sizeof vtable);
+  const void* fn;
+  __builtin_memcpy(&fn, vtable + (rep.ptr - 1), sizeof fn);
+  return fn;
+}
+
 /// Immutable consumer chain (replaced, never edited, once published).
 struct ConsumerSet {
   std::vector<Registration*> regs;
+  /// What the optimized path preserves around the filters and handlers
+  /// (entry side) and the return trampoline around the ret_handlers, beyond
+  /// the general registers: SaveMode::none when every consumer that runs
+  /// there declared set_vector_state_unused(), else what the site makes live
+  /// (save_modes(), sites.cpp). Set before the set is published. The int3
+  /// path needs none: the kernel saved everything in the signal frame.
+  arch::SaveMode entry_save = arch::SaveMode::none;
+  arch::SaveMode ret_save = arch::SaveMode::none;
 };
 
 /// A place where the breakpoint is written: the runtime address of the probed
@@ -75,14 +107,47 @@ struct SiteSet {
   }
 };
 
+/// The name a return instance gives its uprobe: an instance is pending for
+/// as long as its function runs, across any number of RCU grace periods, so
+/// it cannot hold the Uprobe itself. Handles are allocated by the registry
+/// and never freed (reused once the uprobe they named is gone): `up` names
+/// the live uprobe, and is cleared before the uprobe's grace period (with
+/// the stubs' owners: forget_references()), so a reader inside a read-side
+/// critical section that loads it non-null may use it until the section
+/// ends. Readers also compare the uprobe's id with the one they recorded
+/// (the handle may name a newer uprobe by then).
+struct ProbeHandle {
+  std::atomic<Uprobe*> up{nullptr};
+  ProbeHandle* next_free = nullptr;  ///< registry side (probe_handle_release())
+};
+
+/// A handle naming `up` (registry mutex held). Throws std::bad_alloc.
+ProbeHandle* probe_handle_acquire(Uprobe* up);
+/// Gives a handle back once no reader can load the uprobe it named any more
+/// (after its grace period; registry mutex held).
+void probe_handle_release(ProbeHandle* h) noexcept;
+
 }  // namespace uprobe::detail
 
 namespace uprobe {
 
 class Uprobe : public boost::intrusive::set_base_hook<> {
  public:
+  /// Created and destroyed by the registry (its mutex held): the destructor
+  /// runs after the uprobe's grace period. `id` is set before the handle
+  /// names this uprobe.
+  explicit Uprobe(std::uint64_t unique_id) : id(unique_id), handle(detail::probe_handle_acquire(this)) {}
+  ~Uprobe() { detail::probe_handle_release(handle); }
+  Uprobe(const Uprobe&) = delete;
+  Uprobe& operator=(const Uprobe&) = delete;
+
   detail::ProbeKey key;
-  std::uint64_t id = 0;  ///< unique for the life of the process (return instances name probes by key + id)
+  const std::uint64_t id;  ///< unique for the life of the process (return instances name probes by handle + id)
+  /// What return instances hold to find this uprobe again (see ProbeHandle).
+  detail::ProbeHandle* const handle;
+  /// The offset is the entry of a function the symbol table sizes: an ABI
+  /// boundary (SaveMode::entry) rather than any other site (SaveMode::full).
+  bool function_entry = false;
   std::uint64_t ref_ctr_offset = 0;  ///< file offset of the USDT semaphore, 0 = none
   std::string path;
   arch::Insn insn;

@@ -15,6 +15,7 @@
 #include <elf.h>
 
 #include <exception>
+#include <mutex>
 #include <optional>
 
 #include "uprobe/batch.hpp"
@@ -46,7 +47,50 @@ Error as_error(const std::exception_ptr& e, const std::string& path, std::uint64
   }
 }
 
+/// The handles (ProbeHandle), in blocks that are never freed: a return
+/// instance pending since before a uprobe went away may still read one.
+struct HandlePool {
+  std::mutex mutex;
+  ProbeHandle* free = nullptr;
+  std::size_t used = 0;  // of the newest block
+  ProbeHandle* block = nullptr;
+  static constexpr std::size_t kBlock = 256;
+};
+
+HandlePool& handle_pool() {
+  static auto* p = new HandlePool;  // never destroyed: threads may still return through it at exit
+  return *p;
+}
+
 }  // namespace
+
+ProbeHandle* probe_handle_acquire(Uprobe* up) {
+  HandlePool& p = handle_pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  ProbeHandle* h = p.free;
+  if (h) {
+    p.free = h->next_free;
+    h->next_free = nullptr;
+  } else {
+    if (!p.block || p.used == HandlePool::kBlock) {
+      p.block = new ProbeHandle[HandlePool::kBlock];
+      p.used = 0;
+    }
+    h = &p.block[p.used++];
+  }
+  h->up.store(up, std::memory_order_release);
+  return h;
+}
+
+void probe_handle_release(ProbeHandle* h) noexcept {
+  if (!h) return;
+  HandlePool& p = handle_pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  h->up.store(nullptr, std::memory_order_relaxed);
+  h->next_free = p.free;
+  p.free = h;
+}
+
 }  // namespace uprobe::detail
 
 namespace uprobe {

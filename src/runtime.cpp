@@ -169,6 +169,7 @@ void configure(const Config& c) {
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);
   g_hot.emulate.store(c.emulate, std::memory_order_relaxed);
+  g_hot.full_state.store(c.site_state == SiteState::full, std::memory_order_relaxed);
   bool changed = g_hot.signal_mask_for_install != c.signal_mask;
   g_hot.signal_mask_for_install = c.signal_mask;
   if (r.started && changed) install_trap_handler(c.signal_mask);
@@ -194,6 +195,7 @@ Config configuration() {
   c.lookup = g_hot.lookup.load(std::memory_order_relaxed);
   c.xol = g_hot.xol.load(std::memory_order_relaxed);
   c.emulate = g_hot.emulate.load(std::memory_order_relaxed);
+  c.site_state = g_hot.full_state.load(std::memory_order_relaxed) ? SiteState::full : SiteState::abi;
   c.signal_mask = g_hot.signal_mask_for_install;
   c.ri_pool = g_hot.ri_pool_for_install;
   c.ri_lock = g_hot.ri_lock_for_install;

@@ -32,6 +32,9 @@ struct HotState {
   std::atomic<bool> emulate{true};
   std::atomic<bool> optimize{true};
   std::atomic<bool> optimize_entries{true};
+  /// Config::site_state == SiteState::full: every save the optimized paths
+  /// make is SaveMode::full (effective_save()).
+  std::atomic<bool> full_state{false};
   /// Written under the registry mutex only; not read on the trap path.
   SignalMask signal_mask_for_install = SignalMask::nodefer;
   uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;

@@ -52,32 +52,18 @@ std::pmr::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
 /// same address (uprobe_opt_entry). No-op otherwise.
 void tsan_publish_stub(std::uint64_t stub) noexcept {
 #if UPROBE_TSAN
-  __tsan_release(reinterpret_cast<void*>(stub + arch::opt_stub_flag_offset()));
+  __tsan_release(reinterpret_cast<void*>(stub + arch::opt_stub_owner_offset()));
 #else
   (void)stub;
 #endif
 }
 
-/// Whether the stub saves vector/x87 state around the handlers: unless every
-/// consumer declared set_vector_state_unused(). Always in ThreadSanitizer
-/// builds: there every memory access of the dispatch path and of the
-/// consumers calls into the TSan runtime, which uses SSE registers, so no
-/// consumer can keep that promise.
-bool needs_vector(const Uprobe* up) {
-  if (UPROBE_TSAN) return true;
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
-  if (!cs) return false;
-  for (const Registration* r : cs->regs)
-    if (!r->consumer->vector_state_unused()) return true;
-  return false;
-}
-
 /// Builds the stub of site `s` of `up` (its OptSite: where it continues, the
-/// key, the vector flag, the owner) in XOL memory within reach of the site,
+/// key, the owner) in XOL memory within reach of the site,
 /// writes it and records it for the site address. Returns the stub, or 0
 /// when there is no memory in reach or the write failed (the site stays
 /// int3). Registry mutex held.
-std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>& vmas, bool entry, bool vector) {
+std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>& vmas, bool entry) {
   std::string why;
   const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
   if (!stub) return 0;
@@ -88,7 +74,6 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
   desc.key[0] = up->key.dev;
   desc.key[1] = up->key.ino;
   desc.key[2] = up->key.offset;
-  desc.needs_vector = vector;
   desc.owner = reinterpret_cast<std::uint64_t>(up);
   const std::size_t n = arch::build_opt_stub(stub, desc, code);
   tsan_publish_stub(stub);
@@ -245,7 +230,6 @@ std::uint64_t stub_of(std::uint64_t addr) {
 
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas) {
   if (!optimizable(up)) return;
-  const bool vector = needs_vector(up);
   const bool entry = !arch::is_nop5(up->insn);
   std::vector<const Site*> todo;
   std::vector<AddrRange> windows;
@@ -279,7 +263,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
   }
   for (const Site* sp : todo) {
     const Site& s = *sp;
-    const std::uint64_t stub = write_stub(up, s, vmas, entry, vector);
+    const std::uint64_t stub = write_stub(up, s, vmas, entry);
     if (!stub) continue;  // stays int3
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
@@ -299,11 +283,10 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
   if (want > stubs().bucket_count() * stubs().max_load_factor()) stubs().reserve(want);
   for (Uprobe* up : ups) {
     if (!optimizable(up)) continue;
-    const bool vector = needs_vector(up);
     const bool entry = !arch::is_nop5(up->insn);
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
       if (entry && !s.window_xol) continue;
-      const std::uint64_t stub = write_stub(up, s, vmas, entry, vector);  // unused until the jump is written
+      const std::uint64_t stub = write_stub(up, s, vmas, entry);  // unused until the jump is written
       if (!stub) continue;                                               // stays int3
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
     }
@@ -384,16 +367,19 @@ void finish_optimize_batch(OptBatch& b) {
   sync_cores();
 }
 
-void refresh_stub_flags(Uprobe* up, const SiteSet& ss) {
-  const bool vector = needs_vector(up);
-  for (const Site& s : ss.sites) {
-    auto it = stubs().find(s.addr);
-    if (it == stubs().end()) continue;
-    std::uint64_t flag_addr = it->second + arch::opt_stub_flag_offset();
-    std::uint32_t v = vector;
-    std::string why;
-    tsan_publish_stub(it->second);
-    xol_area().write_code(flag_addr, reinterpret_cast<const std::uint8_t*>(&v), sizeof v, why);
+const void* trivial_filter(const Consumer& c) noexcept {
+  const void* f = filter_code(c);
+  return arch::returns_true_only(f) ? f : nullptr;
+}
+
+void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
+  cs.entry_save = cs.ret_save = arch::SaveMode::none;
+  if (UPROBE_TSAN) return;  // saved before any instrumented code runs (opt_entry.cpp)
+  for (const Registration* r : cs.regs) {
+    if (r->consumer->vector_state_unused()) continue;
+    if (r->has_entry || !r->trivial_filter)  // some code of the consumer's runs at the entry (see run_consumers())
+      cs.entry_save = up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full;
+    if (r->has_ret) cs.ret_save = arch::SaveMode::ret;
   }
 }
 
@@ -409,9 +395,10 @@ void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr) {
   xol_area().write_code(field, reinterpret_cast<const std::uint8_t*>(&zero), sizeof zero, why);
 }
 
-void forget_stub_owner(const Uprobe* up) {
+void forget_references(const Uprobe* up) {
   if (const SiteSet* ss = up->sites.load(std::memory_order_relaxed))
     for (const Site& s : ss->sites) forget_stub_owner_at(up, s.addr);
+  up->handle->up.store(nullptr, std::memory_order_release);
 }
 
 }  // namespace uprobe::detail

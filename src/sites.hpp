@@ -68,17 +68,29 @@ void finish_optimize_batch(OptBatch& b);
 /// protocol). Patch lock held.
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept;
 
-/// Rewrites the stubs' "save vector state" flag after the consumer set
-/// changed. Registry mutex held.
-void refresh_stub_flags(Uprobe* up, const SiteSet& ss);
+/// The code of `c`'s filter() when it is `return true;` and nothing more
+/// (Consumer's own, as an optimizing compiler emits it; filter_code()): a
+/// hit need not call it. nullptr otherwise. Not hot.
+const void* trivial_filter(const Consumer& c) noexcept;
 
-/// Clears OptSite::owner in the stubs that name `up`, so that an optimized
-/// hit no longer reaches it without the lookup by key. Called under the
-/// registry mutex when `up` leaves the probe tree, before its grace period
-/// (the hit reads the owner under the RCU read lock). Not hot.
-void forget_stub_owner(const Uprobe* up);
+/// Sets cs.entry_save and cs.ret_save for the consumers of `cs` on `up`:
+/// SaveMode::none on a side where every consumer whose code runs there (at
+/// the entry: a handler, or a filter that is more than `return true;`, the
+/// default; at the return: a ret_handler) declared set_vector_state_unused(),
+/// else what the site makes live: at a function entry (Uprobe::function_entry) SaveMode::entry, at a
+/// return SaveMode::ret, elsewhere SaveMode::full. A ThreadSanitizer build
+/// saves everything in the stub's and the trampoline's C entries already
+/// (opt_entry.cpp): none here. Call before publishing `cs`. Not hot.
+void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept;
 
-/// forget_stub_owner() for the stub of one address (a site `up` drops when
+/// Clears the references to `up` that outlive it: OptSite::owner in the
+/// stubs that name it (an optimized hit then looks the key up) and its
+/// ProbeHandle (a pending return instance then finds no uprobe). Called under
+/// the registry mutex when `up` leaves the probe tree, before its grace
+/// period (hits read both under the RCU read lock). Not hot.
+void forget_references(const Uprobe* up);
+
+/// Clears OptSite::owner in the stub of one address (a site `up` drops when
 /// its mapping goes away). Not hot.
 void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr);
 

@@ -150,7 +150,7 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = desc.site;
-  optimized_hit(desc, regs);
+  optimized_hit(desc, regs, true);
   StepTaken taken = StepTaken::deliver;
   if (regs.rip == desc.site) {
     regs.rip = desc.resume;
@@ -174,8 +174,8 @@ bool stepped_into_return(ucontext_t* uc) noexcept {
   if (!t_state.rstack.top) return false;
   arch::RetFrame f;
   arch::ret_frame_from_ucontext(uc, f);
-  const std::uint64_t target = ret_dispatch(&f, arch::ucontext_sp(uc));
-  arch::ret_frame_to_ucontext(f, target, uc);
+  ret_dispatch(&f, arch::ucontext_sp(uc), true);
+  arch::ret_frame_to_ucontext(f, uc);
   return true;
 }
 

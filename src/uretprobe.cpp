@@ -19,11 +19,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "arch.hpp"
+#include "dispatch.hpp"
 #include "ri_pool.hpp"
 #include "runtime.hpp"
 #include "thread_state.hpp"
@@ -174,25 +176,46 @@ bool alive_at_ret(const ReturnInstance* ri, std::uint64_t sp) noexcept {
   return sp <= ri->stack || different_stacks(sp, ri->stack);
 }
 
+/// One instance's ret_handlers: their inputs.
+struct RetRun {
+  ReturnInstance* ri;
+  Regs* regs;
+  const ConsumerSet* cs;
+};
+
 /// handle_uretprobe_chain(): the ret_handlers of one instance.
-void run_ret_handlers(ReturnInstance* ri, Regs& regs) noexcept {
-  const ProbeTable* probes = g_hot.probes.load(std::memory_order_acquire);
-  Uprobe* up = probes ? probes->find(ri->key) : nullptr;
-  if (!up || up->id != ri->uprobe_id) return;  // unregistered meanwhile
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+static inline __attribute__((always_inline)) void run_ret_consumers(const RetRun& c) noexcept {
   ThreadState& ts = t_state;
-  for (std::uint32_t i = 0; i < ri->nconsumers; ++i) {
-    ReturnConsumer& rc = ri->consumers[i];
-    for (Registration* r : cs->regs) {
+  for (std::uint32_t i = 0; i < c.ri->nconsumers; ++i) {
+    ReturnConsumer& rc = c.ri->consumers[i];
+    for (Registration* r : c.cs->regs) {
       if (r->id != rc.id) continue;
       if (r->has_ret) {
         ts.cookie = &rc.cookie;
-        r->consumer->ret_handler(regs, ri->func);
+        r->consumer->ret_handler(*c.regs, c.ri->func);
         ts.cookie = nullptr;
       }
       break;
     }
   }
+}
+
+/// run_ret_consumers() inside arch::call_preserving().
+void run_ret_consumers_preserving(void* c) { run_ret_consumers(*static_cast<const RetRun*>(c)); }
+
+/// The ret_handlers of one instance, with what they may clobber preserved
+/// unless the kernel saved it. The instance names its uprobe: no lookup.
+void run_ret_handlers(ReturnInstance* ri, Regs& regs, bool kernel_saved) noexcept {
+  // Cleared before the uprobe's grace period (forget_references()): non-null
+  // here, inside the read-side section, it stays valid until the section ends.
+  Uprobe* up = ri->handle ? ri->handle->up.load(std::memory_order_acquire) : nullptr;
+  if (!up || up->id != ri->uprobe_id) return;  // unregistered meanwhile
+  const RetRun c{ri, &regs, up->consumers.load(std::memory_order_acquire)};
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(c.cs->ret_save);
+  if (save != arch::SaveMode::none)
+    arch::call_preserving(save, run_ret_consumers_preserving, const_cast<RetRun*>(&c));
+  else
+    run_ret_consumers(c);
 }
 
 }  // namespace
@@ -264,7 +287,7 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
       put(ri);
       return;
     }
-    ri->key = up->key;
+    ri->handle = up->handle;
     ri->uprobe_id = up->id;
     ri->func = regs.rip;
     ri->orig_ret = orig;
@@ -282,26 +305,39 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
 
 using namespace uprobe::detail;
 
-/// Called by the return trampoline with its saved frame; returns where to
-/// continue. The kernel's handle_trampoline().
-extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
-  return uprobe::detail::ret_dispatch(f, reinterpret_cast<std::uint64_t>(&f->ret_slot) + 8);
+namespace {
+/// uprobe_ret_dispatch() for a frame not 8-byte aligned (returned to with
+/// such an rsp by hand-written code): the handlers get an aligned copy (a
+/// misaligned Regs is undefined behaviour).
+__attribute__((noinline, cold)) void ret_dispatch_misaligned(uprobe::arch::RetFrame* f, std::uint64_t sp) noexcept {
+  uprobe::arch::RetFrame copy;
+  std::memcpy(&copy, f, sizeof copy);
+  ret_dispatch(&copy, sp, false);
+  std::memcpy(f, &copy, sizeof copy);
+}
+}  // namespace
+
+/// Called by the return trampoline (through arch's uprobe_ret_entry()) with
+/// its saved frame. The kernel's handle_trampoline().
+extern "C" __attribute__((visibility("hidden"))) void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
+  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(f) + offsetof(uprobe::arch::RetFrame, ret_slot) + 8;
+  if (__builtin_expect(reinterpret_cast<std::uintptr_t>(f) % alignof(uprobe::arch::RetFrame) != 0, 0))
+    return ret_dispatch_misaligned(f, sp);
+  ret_dispatch(f, sp, false);  // a tail call
 }
 
 namespace uprobe::detail {
 
-std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
+void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexcept {
   HotPathScope hot;
   ThreadState& ts = t_state;
   StatBlock& st = stat_block();
   ReturnStack* rs = &ts.rstack;
   if (!rs->top) fatal("return trampoline reached with no pending return instance");
 
-  uprobe::Regs regs;
-  std::memcpy(&regs, f->gpr, sizeof f->gpr);
-  regs.rflags = f->rflags;
+  uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
   regs.rsp = sp;
-  std::uint64_t target = 0;
+  const std::uint64_t flags = regs.rflags;
   uprobe_rcu_read_lock();
   for (;;) {
     if (!rs->top) fatal("return trampoline: every pending return instance was stale");
@@ -313,7 +349,7 @@ std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
     // The chain returning now is valid if the instance below it is still
     // alive; otherwise longjmp skipped the chain: drop it and look again.
     bool valid = !bottom->next || alive_at_ret(bottom->next, sp);
-    target = top->orig_ret;
+    const std::uint64_t target = top->orig_ret;
     f->ret_slot = target;  // unwinding from a ret_handler sees the real caller
     regs.rip = target;
     for (bool last = false; !last;) {
@@ -326,7 +362,7 @@ std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
       if (valid && ts.depth == 0) {
         ts.depth = 1;
         ts.xmm = f->xmm0;
-        run_ret_handlers(ri, regs);
+        run_ret_handlers(ri, regs, kernel_saved);
         ts.xmm = nullptr;
         ts.depth = 0;
         count(st.return_hits);
@@ -340,9 +376,8 @@ std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept {
     if (valid) break;
   }
   uprobe_rcu_read_unlock();
-  std::memcpy(f->gpr, &regs, sizeof f->gpr);
-  f->rflags = (f->rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
-  return regs.rip;
+  regs.rflags = (flags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  f->ret_slot = regs.rip;
 }
 
 }  // namespace uprobe::detail

@@ -31,8 +31,8 @@ struct alignas(64) ReturnInstance {
   /// The RiPool's link word (see ri_pool.hpp): never read or written here.
   std::uint64_t pool_link;
   ReturnInstance* next = nullptr;  ///< the next older pending instance of the thread (ReturnStack)
-  ProbeKey key;                 ///< the uprobe, found again at return time
-  std::uint64_t uprobe_id = 0;  ///< ... and checked to be the same one
+  ProbeHandle* handle = nullptr;  ///< the uprobe, found again at return time without a lookup
+  std::uint64_t uprobe_id = 0;    ///< ... and checked to be the same one
   std::uint64_t func = 0;       ///< probed address
   std::uint64_t orig_ret = 0;   ///< the real return address
   std::uint64_t stack = 0;      ///< address of the return-address slot (rsp at entry)
@@ -55,11 +55,14 @@ void ri_free(ReturnInstance* ri) noexcept;
 void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
 
 /// The kernel's handle_trampoline(): pops the returning invocation's return
-/// instance(s), runs the ret_handlers on the registers in `f` and returns the
-/// address to continue at. `sp` is the stack pointer after the return (the
-/// trampoline passes &f->ret_slot + 8; the SIGTRAP handler, for a program
-/// single-stepping into the trampoline, the ucontext's). AS-safe.
-std::uint64_t ret_dispatch(arch::RetFrame* f, std::uint64_t sp) noexcept;
+/// instance(s), runs the ret_handlers on f->regs (rip = the real return
+/// address, rsp = `sp`), preserving the vector and x87 state around those
+/// that may use it (ConsumerSet::ret_save) unless `kernel_saved`, and puts
+/// the address to continue at in f->ret_slot. `sp` is the stack pointer
+/// after the return (the trampoline's frame: &f->ret_slot + 8; the SIGTRAP
+/// handler, for a program single-stepping into the trampoline: the
+/// ucontext's, with `kernel_saved`). AS-safe.
+void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexcept;
 
 /// In a fork child: release pool locks a vanished thread may have held.
 void uretprobe_after_fork_child() noexcept;

@@ -99,7 +99,7 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
 }
 
 void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window,
-                    std::string* window_why) {
+                    std::string* window_why, bool* function_entry) {
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   if (!info) throw Error(Errc::not_executable, t.path, offset, why);
@@ -116,6 +116,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   // Inside a known function, the offset must be an instruction start of a
   // linear sweep from the function's entry.
   const FuncSym* fn = info->enclosing_function(offset);
+  if (function_entry) *function_entry = fn && fn->file_offset == offset;
   if (fn && offset != fn->file_offset) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(fn->size, 1u << 20));
     std::vector<std::uint8_t> code(want);

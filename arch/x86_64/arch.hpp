@@ -35,15 +35,82 @@ void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
 namespace uprobe::arch {
 
 /// Layout of the frame the return trampoline saves, passed to
-/// uprobe_ret_dispatch(): gpr[] in uprobe::Regs order (r15 .. rdi).
+/// uprobe_ret_entry(): xmm0/xmm1 (return_xmm()), then the registers as a
+/// uprobe::Regs in place (the ret_handlers get this one, no copy): its rip
+/// and rsp are left for the dispatch to fill in (the continuation, the stack
+/// pointer after the return), then the slot the final `ret` takes its target
+/// from.
 struct RetFrame {
   std::uint8_t xmm0[16];
   std::uint8_t xmm1[16];
-  std::uint64_t gpr[15];
-  std::uint64_t rflags;
-  std::uint64_t ret_slot;  ///< where the final `ret` takes its target from; sp after return = &ret_slot + 1
+  Regs regs;
+  std::uint64_t ret_slot;  ///< sp after return = &ret_slot + 1
 };
-static_assert(sizeof(RetFrame) == 168 && __builtin_offsetof(RetFrame, ret_slot) == 160);
+static_assert(sizeof(RetFrame) == 184 && __builtin_offsetof(RetFrame, regs) == 32 &&
+              __builtin_offsetof(RetFrame, ret_slot) == 176);
+
+/// What libuprobe preserves around callbacks that may use vector and x87
+/// registers (consumers that did not declare set_vector_state_unused()) on
+/// the paths where the kernel saves nothing (optimized hits, the return
+/// trampoline; the int3 path has the kernel's signal frame). Beyond the
+/// general registers and rflags, which every path saves:
+enum class SaveMode : std::uint8_t {
+  none = 0,  ///< nothing: every consumer declared it uses no vector or x87 state
+  /// A function entry: xmm/ymm/zmm0-15 (at the width in use), the MXCSR and
+  /// the x87 control word. By the SysV ABI only xmm0-7 (the arguments) and
+  /// the control bits are live there, but a caller in the same translation
+  /// unit that sees the callee's code may keep values in caller-saved
+  /// registers across the call (GCC's -fipa-ra, on at -O2; GCC 12 keeps a
+  /// double in xmm0/xmm1 across a call to a static leaf), and the sixteen
+  /// cost a few ticks more than the eight. Not zmm16-31 and k0-7 (13 ticks
+  /// more here, a third of the save): a compiler reaches them only in
+  /// AVX-512 code, for a seventeenth vector value or a mask, and keeps one
+  /// across a call only with -fipa-ra: Config::site_state = SiteState::full
+  /// covers such callers. The x87 stack is empty at a call (no compiler
+  /// keeps a value there across one).
+  entry = 1,
+  /// A return (the return trampoline): the same, plus st0/st1 (a long double
+  /// or complex long double return value), set aside so that the callbacks
+  /// find the empty x87 stack the ABI promises them.
+  ret = 2,
+  /// Any other site: everything, the x87 state included when it is in use.
+  full = 3,
+};
+
+/// How call_preserving() chooses the width of its moves.
+enum class PreserveStrategy : std::uint8_t {
+  /// The width the CPU says is in use (XINUSE, xgetbv(1)): no 512-bit
+  /// instruction while no zmm state is in use, vzeroupper when the upper
+  /// halves were clean. The default where xgetbv(1) exists, but on AMD.
+  in_use,
+  /// The widest registers the CPU has, without asking (xgetbv(1) costs more
+  /// than moving all 32 zmm registers on AMD Zen 4, which has no AVX-512
+  /// clock penalty and no SSE/AVX transition). The default on AMD.
+  wide,
+};
+
+/// Runs fn(ctx) with the state `mode` names preserved (restored exactly as
+/// it was before the call, whatever fn does with it), fn starting with the
+/// default floating-point controls (MXCSR control bits 0x1f80, its status
+/// flags as they were; x87 control word 0x37f) and, at a return, an empty
+/// x87 stack. Must be called before
+/// anything touched a vector or x87 register (its callers are compiled with
+/// -mgeneral-regs-only). Uses about 2.7 KiB of stack besides fn's.
+/// Async-signal-safe: no system call, no allocation, no lock.
+void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept;
+
+/// True when the function at `code` is `return true;` and nothing more
+/// (`mov $1, %eax` or `mov $1, %al`, then `ret`; an endbr64 first): it
+/// touches no vector or x87 register. Reads only the bytes it matches, so
+/// never past the end of a function that matches. Thread-safe.
+bool returns_true_only(const void* code) noexcept;
+
+/// The strategy call_preserving() uses. Thread-safe.
+PreserveStrategy preserve_strategy() noexcept;
+/// For tests (both strategies on one machine): sets it; false (unchanged)
+/// for in_use on a CPU without xgetbv(1). Thread-safe; takes effect for the
+/// next call_preserving().
+bool set_preserve_strategy(PreserveStrategy s) noexcept;
 
 /// jmp rel32, the optimized form of a probe site.
 inline constexpr std::uint8_t kJumpOpcode = 0xE9;
@@ -53,13 +120,12 @@ inline constexpr std::size_t kOptStubSize = 192;
 
 /// The descriptor an optimized-probe stub passes to uprobe_opt_entry(),
 /// stored right after the stub's code (read-only to the stub; the registry
-/// rewrites needs_vector through the XOL alias when consumers change).
+/// rewrites owner through the XOL alias when the probe goes away).
 struct OptSite {
   std::uint64_t site;             ///< probe address
   std::uint64_t resume;           ///< where to continue when no handler moved rip (site + len for a nop5)
   std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
-  std::uint32_t needs_vector;     ///< save and restore vector/x87 state around the handlers
-  std::uint32_t pad;
+  std::uint64_t reserved;         ///< 0 (what the consumers need saved is the core's: ConsumerSet)
   /// The core's probe object this stub dispatches to, 0 when none: read under
   /// the RCU read lock by an optimized hit (saves the lookup by key), cleared
   /// by the registry before the object's grace period. Read with an acquire
@@ -297,7 +363,9 @@ bool is_nop5(const Insn& insn) noexcept;
 
 /// Builds the stub for an optimized probe placed at `stub`: moves rsp below
 /// the red zone, saves the GPRs and rflags, calls uprobe_opt_entry(frame,
-/// &OptSite) (which saves vector state when asked), restores everything and
+/// &OptSite) (the core saves the vector state its consumers need, with
+/// call_preserving(); a ThreadSanitizer build saves all of it there, before
+/// any instrumented code runs), restores everything and
 /// continues at the address uprobe_opt_entry chose (OptSite::resume, or a
 /// handler's new rip) with `ret $128`. `desc` is copied behind the code.
 /// Returns the length (<= kOptStubSize). No signal, no syscall at run time.
@@ -360,9 +428,6 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                              std::string& why);
 
-/// Offset of OptSite::needs_vector inside a stub block.
-std::size_t opt_stub_flag_offset() noexcept;
-
 /// Offset of OptSite::owner inside a stub block.
 std::size_t opt_stub_owner_offset() noexcept;
 
@@ -375,13 +440,14 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
 void regs_from_ucontext(const ucontext_t* uc, Regs& regs) noexcept;
 void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept;
 
-/// The frame the return trampoline would build (xmm0, xmm1, the GPRs,
-/// rflags; ret_slot left 0) from a signal ucontext, and back: the GPRs,
-/// the arithmetic/direction/trap flags, xmm0/xmm1 and rip = `target`. For a
-/// program single-stepping itself into the trampoline (the SIGTRAP handler
+/// The frame the return trampoline would build (xmm0, xmm1, the GPRs and
+/// rflags in regs; regs.rip, regs.rsp and ret_slot left 0) from a signal
+/// ucontext, and back: the GPRs, the arithmetic/direction/trap flags,
+/// xmm0/xmm1 and rip = ret_slot (the continuation the dispatch chose). For
+/// a program single-stepping itself into the trampoline (the SIGTRAP handler
 /// runs the return there instead). Async-signal-safe.
 void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept;
-void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept;
+void ret_frame_to_ucontext(const RetFrame& f, ucontext_t* uc) noexcept;
 
 /// After an out-of-line pushf single-stepped under our own TF (stores_flags()):
 /// clears TF in the flags word it stored at the ucontext's stack pointer, so

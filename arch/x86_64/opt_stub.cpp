@@ -35,8 +35,6 @@ std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept
   return ip + desc_offset();
 }
 
-std::size_t opt_stub_flag_offset() noexcept { return desc_offset() + offsetof(OptSite, needs_vector); }
-
 std::size_t opt_stub_owner_offset() noexcept { return desc_offset() + offsetof(OptSite, owner); }
 
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept {

@@ -2,19 +2,23 @@
 /*
  * The return trampoline (the kernel's uretprobe trampoline page, as our own
  * code): a function with a pending return probe returns here instead of to
- * its caller. It saves every GPR, rflags and xmm0/xmm1 (the return values and
- * everything else the caller may still need), calls uprobe_ret_dispatch(frame)
- * which pops the return instance(s), runs the ret_handlers and returns the
- * address to continue at; then everything is restored and a `ret` through the
- * old return-address slot continues there, with rsp exactly as the returning
- * function left it. No signal, no syscall. rflags.AC (alignment check) and DF
- * are cleared by the first instructions, before any access that alignment
- * checking could fault on (xmm0/xmm1 are stored at rsp % 16 == 8, and AMD
- * raises #AC for that 16-byte store when AC is on); the ret_handlers run with
- * both off, and the saved rflags, AC and DF included, are restored.
+ * its caller. It saves every GPR and rflags as a uprobe::Regs, in place, and
+ * xmm0/xmm1 (return_xmm()), calls uprobe_ret_entry(frame) which pops the
+ * return instance(s), runs the ret_handlers on that Regs (preserving the
+ * vector and x87 state a return makes live around those that use it) and
+ * puts the address to continue at in the return slot; then everything is
+ * restored and a jump through the old return-address slot continues there,
+ * with rsp exactly as the returning function left it. No signal, no
+ * syscall. rflags.AC (alignment check) and DF are cleared by the first
+ * instructions, before any access that alignment checking could fault on
+ * (xmm0/xmm1 are stored at rsp % 16 == 8, and AMD raises #AC for that
+ * 16-byte store when AC is on); the ret_handlers run with both off, and the
+ * saved rflags, AC and DF included, are restored.
  *
- * Frame (low to high): xmm0, xmm1, r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax
- * rcx rdx rsi rdi (uprobe::Regs order), rflags, return slot.
+ * Frame (low to high; arch::RetFrame): xmm0, xmm1, then a uprobe::Regs:
+ * r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi, rip (filled in
+ * by the dispatch), rflags, rsp (filled in by the dispatch: the stack
+ * pointer after the return), then the return slot.
  *
  * The area below rsp is free: the returning function's frame is gone and a
  * caller cannot keep red-zone data live across its own call.
@@ -47,15 +51,20 @@ uprobe_ret_trampoline_begin:
 uprobe_ret_trampoline:
 	.cfi_def_cfa rsp, 0
 	.cfi_offset rip, -8
-	lea	-8(%rsp), %rsp		/* the return slot; lea leaves the flags as returned */
+	lea	-16(%rsp), %rsp		/* the return slot (reused) and Regs.rsp; lea keeps the flags */
+	.cfi_adjust_cfa_offset 16
+	pushfq				/* Regs.rflags: the returning code's, restored at the end */
 	.cfi_adjust_cfa_offset 8
-	pushfq				/* the returning code's rflags, restored by the last popfq */
-	.cfi_adjust_cfa_offset 8
+	testl	$0x40400, (%rsp)	/* AC or DF on? (a 4-byte read at an 8-byte aligned address) */
+	jz	1f
 	pushfq				/* AC and DF off before any other access: with AC on, */
 	.cfi_adjust_cfa_offset 8
 	andl	$~0x40400, (%rsp)	/* a 16-byte store at rsp % 16 == 8 raises #AC on AMD */
-	popfq				/* (the two pushfq are 8-byte stores at 8-byte aligned */
-	.cfi_adjust_cfa_offset -8	/* addresses: no CPU checks them stricter) */
+	popfq				/* (pushfq is an 8-byte store at an 8-byte aligned */
+	.cfi_adjust_cfa_offset -8	/* address: no CPU checks it stricter) */
+1:
+	lea	-8(%rsp), %rsp		/* Regs.rip */
+	.cfi_adjust_cfa_offset 8
 	push	%rdi
 	.cfi_adjust_cfa_offset 8
 	push	%rsi
@@ -92,7 +101,7 @@ uprobe_ret_trampoline:
 	push	%r15
 	.cfi_adjust_cfa_offset 8
 	.cfi_rel_offset r15, 0
-	sub	$32, %rsp
+	lea	-32(%rsp), %rsp
 	.cfi_adjust_cfa_offset 32
 	movdqu	%xmm0, 0(%rsp)
 	movdqu	%xmm1, 16(%rsp)
@@ -100,14 +109,57 @@ uprobe_ret_trampoline:
 	.cfi_def_cfa_register rbx
 	and	$-16, %rsp
 	mov	%rbx, %rdi
-	call	uprobe_ret_dispatch
+	call	uprobe_ret_entry
 	mov	%rbx, %rsp
 	.cfi_def_cfa_register rsp
-	mov	%rax, 160(%rsp)
 	movdqu	0(%rsp), %xmm0
 	movdqu	16(%rsp), %xmm1
-	add	$32, %rsp
+	lea	32(%rsp), %rsp		/* the Regs: r15 at 0 ... rdi 112, rip 120, rflags 128, rsp 136; return slot 144 */
 	.cfi_adjust_cfa_offset -32
+	.cfi_remember_state
+	testl	$0x40500, 128(%rsp)	/* AC, DF or TF to restore: popfq (below) */
+	jnz	2f
+	/*
+	 * Only the arithmetic flags: OF from an add that overflows or not, then
+	 * SF ZF AF PF CF by sahf (about 3 cycles; popfq takes 10 or more). The
+	 * registers come back by mov, which leaves the flags alone; the jump
+	 * reads the continuation from the return slot just below the restored
+	 * rsp (the red zone: no signal frame is written there), so the return
+	 * stack buffer keeps the caller's own return address for its return.
+	 */
+	mov	128(%rsp), %edx
+	mov	%edx, %eax
+	shl	$20, %eax		/* OF to bit 31, DF (0 here) to bit 30 */
+	add	%eax, %eax		/* overflows iff bit 31 != bit 30: OF = the saved OF */
+	mov	%dl, %ah
+	sahf
+	mov	0(%rsp), %r15
+	mov	8(%rsp), %r14
+	mov	16(%rsp), %r13
+	mov	24(%rsp), %r12
+	mov	32(%rsp), %rbp
+	mov	40(%rsp), %rbx
+	mov	48(%rsp), %r11
+	mov	56(%rsp), %r10
+	mov	64(%rsp), %r9
+	mov	72(%rsp), %r8
+	mov	80(%rsp), %rax
+	mov	88(%rsp), %rcx
+	mov	96(%rsp), %rdx
+	mov	104(%rsp), %rsi
+	mov	112(%rsp), %rdi
+	lea	152(%rsp), %rsp		/* rsp as the function returned it */
+	.cfi_adjust_cfa_offset -152
+	jmp	*-8(%rsp)
+2:
+	.cfi_restore_state
+	/*
+	 * popfq right before the ret, so that a TF it sets (a handler's write to
+	 * Regs::rflags) traps after the return, in the caller: rflags moves to
+	 * the Regs.rsp slot, just below the return slot.
+	 */
+	mov	128(%rsp), %rax
+	mov	%rax, 136(%rsp)
 	pop	%r15
 	.cfi_adjust_cfa_offset -8
 	pop	%r14
@@ -138,6 +190,8 @@ uprobe_ret_trampoline:
 	.cfi_adjust_cfa_offset -8
 	pop	%rdi
 	.cfi_adjust_cfa_offset -8
+	lea	16(%rsp), %rsp		/* Regs.rip, Regs.rflags (its copy is next) */
+	.cfi_adjust_cfa_offset -16
 	popfq
 	.cfi_adjust_cfa_offset -8
 	ret

@@ -54,11 +54,9 @@ void regs_to_ucontext(const Regs& regs, ucontext_t* uc) noexcept {
 }
 
 void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept {
-  Regs regs;
-  regs_from_ucontext(uc, regs);
-  static_assert(offsetof(Regs, rdi) == 14 * 8, "RetFrame::gpr is Regs r15 .. rdi");
-  std::memcpy(f.gpr, &regs, sizeof f.gpr);
-  f.rflags = regs.rflags;
+  regs_from_ucontext(uc, f.regs);
+  f.regs.rip = 0;
+  f.regs.rsp = 0;
   f.ret_slot = 0;
   std::memset(f.xmm0, 0, sizeof f.xmm0);
   std::memset(f.xmm1, 0, sizeof f.xmm1);
@@ -68,12 +66,10 @@ void ret_frame_from_ucontext(const ucontext_t* uc, RetFrame& f) noexcept {
   }
 }
 
-void ret_frame_to_ucontext(const RetFrame& f, std::uint64_t target, ucontext_t* uc) noexcept {
-  Regs regs;
-  regs_from_ucontext(uc, regs);
-  std::memcpy(&regs, f.gpr, sizeof f.gpr);
-  regs.rflags = f.rflags;
-  regs.rip = target;
+void ret_frame_to_ucontext(const RetFrame& f, ucontext_t* uc) noexcept {
+  Regs regs = f.regs;
+  regs.rsp = ucontext_sp(uc);
+  regs.rip = f.ret_slot;
   regs_to_ucontext(regs, uc);
   if (auto* fp = uc->uc_mcontext.fpregs) {
     std::memcpy(&fp->_xmm[0], f.xmm0, sizeof f.xmm0);

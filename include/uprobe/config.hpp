@@ -12,6 +12,31 @@
 
 namespace uprobe {
 
+/// What the optimized paths (jump-to-stub probes, the return trampoline)
+/// preserve around consumers that did not declare
+/// Consumer::set_vector_state_unused(): the kernel's signal frame does it
+/// on the int3 path, and nothing does it for these unless libuprobe does.
+enum class SiteState : std::uint8_t {
+  /// What the site makes live, by the SysV ABI (default): at the entry of a
+  /// function the symbol table sizes, xmm/ymm/zmm0-15 at the width in use
+  /// (beyond the argument registers xmm0-7, which is all the ABI keeps live,
+  /// because a caller in the same translation unit may keep values in
+  /// caller-saved registers across a call to a function whose code it sees,
+  /// as GCC's -fipa-ra does at -O2), the MXCSR (status flags included) and
+  /// the x87 control word; at a return the same plus st0/st1 (a long double
+  /// return value); at any other site everything, the x87 state included
+  /// when it is in use. Not kept at entries and returns: the x87 status word
+  /// (the ABI does not keep it across a call), zmm16-31 and k0-7 (only code
+  /// built for AVX-512 uses them, and keeps a value there across a call only
+  /// with -fipa-ra and a seventeenth vector value or a mask).
+  abi,
+  /// Everything at every site: for functions entered or left outside the
+  /// ABI (hand-written code with a convention of its own that keeps x87
+  /// values or the x87 status word live across a call) and for AVX-512
+  /// callers that keep values in zmm16-31 or k0-7 across a call.
+  full,
+};
+
 /// Process-wide runtime configuration.
 struct Config {
   LookupMode lookup = LookupMode::speculative;
@@ -57,6 +82,9 @@ struct Config {
   /// Return probes per thread before further invocations are not tracked
   /// (the kernel's MAX_URETPROBE_DEPTH). 1..4096.
   unsigned max_uretprobe_depth = 64;
+  /// What the optimized paths preserve around consumers that may use vector
+  /// or x87 registers (see SiteState). Default SiteState::abi.
+  SiteState site_state = SiteState::abi;
 };
 
 /// Sets the configuration. Takes effect for hits that start after the call;

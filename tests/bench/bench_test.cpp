@@ -149,8 +149,8 @@ TEST(Options, ModesAndDefaults) {
   EXPECT_EQ(o.variants.size(), 10u);  // kernel-u(ret)probe-{nop,push,ret,nop5,entry}
 
   ASSERT_TRUE(parse({"uprobe-*"}, o));
-  EXPECT_EQ(o.variants,
-            (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5", "uprobe-entry"}));
+  EXPECT_EQ(o.variants, (std::vector<std::string>{"uprobe-nop", "uprobe-push", "uprobe-ret", "uprobe-nop5",
+                                                  "uprobe-entry", "uprobe-nop5-mid"}));
 
   ASSERT_TRUE(parse({"--sweep-producers", "1,2"}, o));  // the older spelling implies --sweep
   EXPECT_TRUE(o.sweep);
@@ -727,6 +727,48 @@ TEST(Binary, CyclesPrintsTicksAndRatios) {
   EXPECT_EQ(rows, 2) << r.out;
 #endif
   EXPECT_NE(r.out.find("usermode-count         no single target to call"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// --consumer: plain (the default) or gpr; anything else, or with
+// --attach-libc (whose consumer is its own), refused.
+TEST(Options, ConsumerIsPlainByDefaultOrGpr) {
+  Options o;
+  ASSERT_TRUE(parse({"uprobe-nop5"}, o));
+  EXPECT_EQ(o.consumer, bench::ConsumerKind::plain);
+  ASSERT_TRUE(parse({"--consumer=gpr", "--cycles", "uprobe-nop5"}, o));
+  EXPECT_EQ(o.consumer, bench::ConsumerKind::gpr);
+  ASSERT_TRUE(parse({"--consumer", "plain", "-p", "1,2", "uretprobe-entry"}, o));
+  EXPECT_EQ(o.consumer, bench::ConsumerKind::plain);
+  EXPECT_FALSE(parse({"--consumer=fast", "uprobe-nop5"}, o));
+  EXPECT_FALSE(parse({"--consumer=gpr", "--attach-libc", "10"}, o));
+  EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::plain), "plain");
+  EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::gpr), "gpr");
+}
+
+// The consumer that ran is printed: by --cycles in its heading and its
+// table's title, by every probe run ("Consumer: ..."), and by a sweep's
+// heading, which passes it on to its children.
+TEST(Binary, RunsSayWhichConsumerRan) {
+  const Exec c = run("--cycles -d 1 --consumer=gpr uprobe-nop5");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("Consumer (uprobe-*/uretprobe-*): gpr (general registers only"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("Consumer: gpr (general registers only"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("; --consumer=gpr)"), std::string::npos) << c.out;
+  const Exec s = run("uprobe-entry -w 0 -d 1");
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("Consumer: plain (normal flags, a double per hit"), std::string::npos) << s.out;
+  const Exec l = run("-p 1 -w 0 -d 1 --consumer=gpr uprobe-nop uretprobe-nop");
+  ASSERT_EQ(l.status, 0) << l.out;
+  EXPECT_NE(l.out.find(", --consumer=gpr; 2 run(s)"), std::string::npos) << l.out;
+  std::size_t children = 0;
+  for (std::size_t at = l.out.find("Consumer: gpr"); at != std::string::npos; at = l.out.find("Consumer: gpr", at + 1))
+    ++children;
+  EXPECT_EQ(children, 2u) << l.out;
+  EXPECT_EQ(l.out.find("Consumer: plain"), std::string::npos) << l.out;
 }
 
 }  // namespace

@@ -122,6 +122,38 @@ TEST(RetBasic, DirectionAndCarryFlagsAtReturn) {
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
 }
 
+/// A function returning with each combination of the arithmetic flags (OF
+/// SF ZF AF PF CF): the ret_handler sees them in Regs.rflags and the caller
+/// gets them back exactly (the trampoline's quick exit, taken when AC, DF
+/// and TF are off, restores them without popfq).
+struct FlagsRet : uprobe::Consumer {
+  FlagsRet() : uprobe::Consumer(Callbacks::ret) {}
+  std::atomic<std::uint64_t> calls{0}, seen{0};
+  std::uint64_t want = 0;
+  Action handler(Regs&) override { return Action::keep; }
+  void ret_handler(Regs& r, std::uint64_t) override {
+    calls.fetch_add(1);
+    if ((r.rflags & 0x8d5) == want) seen.fetch_add(1);
+  }
+};
+
+TEST(RetBasic, ArithmeticFlagsAtReturn) {
+  static constexpr std::uint64_t kBits[] = {0x800, 0x80, 0x40, 0x10, 0x4, 0x1};
+  FlagsRet c;
+  uprobe::Attachment a(vaddr(rt_flags_callee), c);
+  std::uint64_t n = 0;
+  for (unsigned m = 0; m < 64; ++m) {
+    std::uint64_t f = 0;
+    for (unsigned b = 0; b < 6; ++b)
+      if (m & (1u << b)) f |= kBits[b];
+    c.want = f;
+    for (int i = 0; i < 4; ++i, ++n) ASSERT_EQ(rt_flags_caller(n, f), f) << "flags " << std::hex << f;
+  }
+  EXPECT_EQ(c.calls.load(), n);
+  EXPECT_EQ(c.seen.load(), n);
+  EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
 /// Session consumer: entry checks the cookie starts at 0 and stores a value
 /// derived from the arguments; the return checks it got that value back.
 struct Session : uprobe::Consumer {

@@ -35,6 +35,8 @@ std::uint64_t rt_ac_callee(std::uint64_t);
 std::uint64_t rt_ac_caller(std::uint64_t);
 std::uint64_t rt_df_callee(std::uint64_t);
 std::uint64_t rt_df_caller(std::uint64_t);
+std::uint64_t rt_flags_callee(std::uint64_t, std::uint64_t);
+std::uint64_t rt_flags_caller(std::uint64_t, std::uint64_t);
 std::uint64_t rt_mul3_add(std::uint64_t, std::uint64_t);
 std::uint64_t rt_fact(std::uint64_t);
 extern const std::uint64_t rt_fact_mid_off, rt_fact_rs_off;

@@ -273,4 +273,29 @@ FUNC rt_df_caller
         ret
 ENDF rt_df_caller
 
+/* rt_flags_callee(a, f): returns a with the arithmetic flags (OF SF ZF AF
+ * PF CF) set to those of f and nothing else changed, so a return probe's
+ * trampoline meets them and must hand them back (its quick exit restores
+ * them without popfq).
+ * rt_flags_caller(a, f): calls it, returns rflags & 0x8d5 after the return. */
+FUNC rt_flags_callee
+        pushfq
+        andl $~0x8d5, (%rsp)
+        and $0x8d5, %esi
+        or %esi, (%rsp)
+        mov %rdi, %rax
+        popfq
+        ret
+ENDF rt_flags_callee
+
+FUNC rt_flags_caller
+        sub $8, %rsp
+        call rt_flags_callee
+        lea 8(%rsp), %rsp
+        pushfq
+        pop %rax
+        and $0x8d5, %eax
+        ret
+ENDF rt_flags_caller
+
         .section .note.GNU-stack,"",@progbits

@@ -295,7 +295,12 @@ class FnConsumer final : public uprobe::Consumer {
   FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist,
              std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets)
       : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist),
-        bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)) {}
+        bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)) {
+    // Counting alone runs in general registers: no vector or x87 state to
+    // save. A bpftrace program's actions run the interpreter (ordinary C++,
+    // which may use SSE): libuprobe saves what the site makes live for them.
+    if (bt_entries_.empty() && bt_rets_.empty()) set_vector_state_unused();
+  }
 
   uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) {
@@ -343,7 +348,9 @@ class FnConsumer final : public uprobe::Consumer {
 /// A USDT probe (all its sites): a count.
 class CountConsumer final : public uprobe::Consumer {
  public:
-  CountConsumer(long key, std::vector<BtHit> bt) : key_(key), bt_(std::move(bt)) {}
+  CountConsumer(long key, std::vector<BtHit> bt) : key_(key), bt_(std::move(bt)) {
+    if (bt_.empty()) set_vector_state_unused();  // as FnConsumer
+  }
   uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) return uprobe::Action::keep;
     run_bt(bt_, regs, false);
