@@ -21,6 +21,7 @@
 
 #include "arch.hpp"
 #include "attach_txn.hpp"
+#include "elf_image.hpp"
 #include "format.hpp"
 #include "ifunc.hpp"
 #include "probe.hpp"
@@ -193,6 +194,10 @@ void describe_code(ProbeInfo& info) {
     if (at) {
       info.symbol = at->full_name();
       if (off > at->offset) info.symbol += "+" + hex(off - at->offset);
+    }
+    if (const detail::FuncSym* fn = detail::load_elf_image(path)->enclosing_function(off)) {
+      info.bounds = std::string(detail::bounds_source_name(fn->source)) + " " + hex(fn->file_offset) + "+" +
+                    hex(fn->size);
     }
     const std::vector<detail::IfuncBinding> bindings = detail::ifunc_bindings(path);
     if (bindings.empty()) return;

@@ -110,6 +110,37 @@ FUNC ent_tail_target
         ret
 ENDF ent_tail_target
 
+/* Stays int3: its neighbour ent_neigh_pcpy jumps to its second instruction,
+ * inside the window, as glibc's __mempcpy_*_erms jumps to
+ * __memmove_*_erms+3. ent_neigh_cpy(a, b) = a + b, ent_neigh_pcpy(a, b) =
+ * 2a + b. */
+FUNC ent_neigh_pcpy
+        mov %rdi, %rax
+        add %rdi, %rax
+        jmp .Lent_neigh_start
+ENDF ent_neigh_pcpy
+
+FUNC ent_neigh_cpy
+        mov %rdi, %rax
+.Lent_neigh_start:
+        add %rsi, %rax
+        ret
+ENDF ent_neigh_cpy
+
+/* Optimized (window 6): its neighbour ent_neigh_tail jumps to its entry
+ * (a tail call), never past it. ent_neigh_target(a, b) = a + b,
+ * ent_neigh_tail(a, b) = a + 1 + b. */
+FUNC ent_neigh_tail
+        add $1, %rdi
+        jmp ent_neigh_target
+ENDF ent_neigh_tail
+
+FUNC ent_neigh_target
+        mov %rdi, %rax
+        add %rsi, %rax
+        ret
+ENDF ent_neigh_target
+
 /* Stays int3: 3 bytes long. Returns 0. */
 FUNC ent_short
         xor %eax, %eax
