@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "uprobe/uprobe.hpp"
@@ -310,18 +311,67 @@ std::string read_debug_symtab(Elf* e, const std::unordered_map<unsigned, std::st
   return used;
 }
 
+/// Reads a DW_EH_PE-encoded value of format `enc & 0x0f` at `p` (before
+/// `end`) into `v` (sign-extended for the sdata forms); its size, or 0 for a
+/// format this reader does not take (uleb128/sleb128, unknown).
+std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
+  auto get = [&](auto x) -> std::size_t {
+    if (end - p < static_cast<std::ptrdiff_t>(sizeof x)) return 0;
+    std::memcpy(&x, p, sizeof x);
+    v = static_cast<std::uint64_t>(static_cast<std::int64_t>(x));
+    if constexpr (std::is_unsigned_v<decltype(x)>) v = static_cast<std::uint64_t>(x);
+    return sizeof x;
+  };
+  switch (enc & 0x0f) {
+    case 0x00: return get(std::uint64_t{});  // DW_EH_PE_absptr
+    case 0x02: return get(std::uint16_t{});
+    case 0x03: return get(std::uint32_t{});
+    case 0x04: return get(std::uint64_t{});
+    case 0x0a: return get(std::int16_t{});
+    case 0x0b: return get(std::int32_t{});
+    case 0x0c: return get(std::int64_t{});
+    default: return 0;
+  }
+}
+
+/// The FDE pointer encoding a CIE's augmentation gives ('R'), DW_EH_PE_absptr
+/// without one; -1 when the augmentation cannot be read.
+int fde_encoding(const Dwarf_CIE& cie) {
+  const char* aug = cie.augmentation;
+  if (!aug || aug[0] != 'z') return aug && aug[0] == '\0' ? 0 : -1;
+  const std::uint8_t* d = cie.augmentation_data;
+  const std::uint8_t* end = d + cie.augmentation_data_size;
+  for (const char* c = aug + 1; *c; ++c) {
+    if (*c == 'R') return d < end ? *d : -1;
+    if (*c == 'L') {
+      ++d;
+    } else if (*c == 'P') {
+      if (d >= end) return -1;
+      const std::uint8_t penc = *d++;
+      std::uint64_t ignored;
+      const std::size_t n = read_encoded(penc, d, end, ignored);
+      if (n == 0) return -1;
+      d += n;
+    } else if (*c != 'S' && *c != 'B') {
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /// Function bounds [start, end) as link-time addresses from the .eh_frame
 /// FDEs of `e` (one per function, or per part of a split function, in what
 /// GCC and glibc's assembly emit; kept by strip). libdw walks the section
-/// (dwarf_next_cfi) and decodes each FDE's range (dwarf_cfi_addrframe at
-/// its initial location, read as the pcrel sdata4 that GNU ld, gold and lld
-/// write; an FDE whose range libdw does not confirm is skipped).
+/// (dwarf_next_cfi: CIEs and FDEs); each FDE's initial_location and
+/// address_range are read in its CIE's pointer encoding (absolute or
+/// pc-relative; an FDE in another encoding is skipped).
 std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
   Elf_Scn* eh = nullptr;
   GElf_Shdr sh{};
   for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn && shstrndx; scn = elf_nextscn(e, scn)) {
-    if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_PROGBITS && std::strcmp(section_name(e, shstrndx, sh), ".eh_frame") == 0) {
+    if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_PROGBITS &&
+        std::strcmp(section_name(e, shstrndx, sh), ".eh_frame") == 0) {
       eh = scn;
       break;
     }
@@ -330,9 +380,8 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std
   Elf_Data* data = elf_rawdata(eh, nullptr);
   const char* ident = elf_getident(e, nullptr);
   if (!data || !data->d_buf || !ident) return out;
-  Dwarf_CFI* cfi = dwarf_getcfi_elf(e);
-  if (!cfi) return out;
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
+  std::unordered_map<Dwarf_Off, int> encodings;  // CIE offset -> its FDE encoding
   Dwarf_Off off = 0;
   for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
     Dwarf_Off next = 0;
@@ -340,23 +389,29 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std
     if (dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry) != 0 ||
         next <= off)
       break;
+    const Dwarf_Off here = off;
     off = next;
-    if (dwarf_cfi_cie_p(&entry) || !entry.fde.start || entry.fde.start < base ||
-        entry.fde.start + 4 > base + data->d_size)
+    if (dwarf_cfi_cie_p(&entry)) {
+      encodings[here] = fde_encoding(entry.cie);
       continue;
-    std::int32_t rel;
-    std::memcpy(&rel, entry.fde.start, 4);
-    const std::uint64_t field = sh.sh_addr + static_cast<std::uint64_t>(entry.fde.start - base);
-    const std::uint64_t loc = field + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
-    Dwarf_Frame* frame = nullptr;
-    if (dwarf_cfi_addrframe(cfi, loc, &frame) != 0 || !frame) continue;
-    Dwarf_Addr start = 0, end = 0;
-    bool signalp = false;
-    if (dwarf_frame_info(frame, &start, &end, &signalp) >= 0 && start == loc && end > start)
-      out.emplace_back(start, end);
-    std::free(frame);
+    }
+    const auto it = encodings.find(entry.fde.CIE_pointer);
+    if (it == encodings.end() || it->second < 0) continue;
+    const auto enc = static_cast<std::uint8_t>(it->second);
+    const std::uint8_t app = enc & 0x70;
+    if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect
+    const std::uint8_t* p = entry.fde.start;
+    const std::uint8_t* end = std::min(entry.fde.end, base + data->d_size);
+    if (!p || p < base || p >= end) continue;
+    std::uint64_t loc = 0, range = 0;
+    const std::size_t n = read_encoded(enc, p, end, loc);
+    if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
+    if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
+      read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    if (app == 0x10) loc += sh.sh_addr + static_cast<std::uint64_t>(p - base);
+    if (loc + range < loc) continue;
+    out.emplace_back(loc, loc + range);
   }
-  dwarf_cfi_end(cfi);
   return out;
 }
 
