@@ -107,6 +107,33 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
   return true;
 }
 
+/// The filler bytes after `fn`, a function shorter than the jump: nops and
+/// int3 up to the next function's start (alignment that nothing runs or
+/// branches to), which the entry window may cover after a last instruction
+/// that never falls through. 0 when anything else, or no known function,
+/// follows within 64 bytes.
+std::size_t filler_after(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg) {
+  if (fn.size >= arch::kJumpLen) return 0;  // the window ends inside the function
+  const std::uint64_t end = fn.file_offset + fn.size, seg_end = seg.offset + seg.filesz;
+  auto next = std::lower_bound(info.funcs.begin(), info.funcs.end(), end,
+                               [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
+  if (next == info.funcs.end() || next->file_offset > seg_end || next->file_offset - end > 64) return 0;
+  const std::size_t gap = static_cast<std::size_t>(next->file_offset - end);
+  std::uint8_t b[64];
+  if (gap == 0 || read_code(t, end, b, gap) != gap) return 0;
+  std::string why;
+  for (std::size_t p = 0; p < gap;) {
+    if (b[p] == arch::kBreakpoint) {
+      ++p;
+      continue;
+    }
+    arch::Insn x;
+    if (!arch::analyze(b + p, gap - p, x, why) || x.cls != arch::InsnClass::nop) return 0;
+    p += x.len;
+  }
+  return gap;
+}
+
 }  // namespace
 
 Target::~Target() {
@@ -207,7 +234,14 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   // an instruction's longest encoding).
   code.resize(std::min<std::size_t>(code.size(),
                                     static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20}))));
-  if (!arch::plan_entry_window(code.data(), code.size(), *window, why, &insn)) {
+  // A function shorter than the jump: the filler after it, read with it.
+  const std::size_t size = code.size();
+  const std::size_t padding = size == fn->size ? filler_after(t, *info, *fn, *seg) : 0;
+  if (padding) {
+    code.resize(size + padding);
+    if (read_code(t, offset, code.data(), code.size()) != code.size()) code.resize(size);
+  }
+  if (!arch::plan_entry_window(code.data(), size, *window, why, &insn, code.size() - size)) {
     *window_why = why;
     return;
   }

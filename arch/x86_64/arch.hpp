@@ -324,9 +324,15 @@ struct EntryWindow {
 /// it cannot decode up to there.
 /// `first`, when given, is analyze()'s result for the instruction at func[0]
 /// (the probed one, analyzed already), so it is not decoded again.
+/// A return (ret, ret imm16) may be the last displaced instruction, as a
+/// `jmp *` may. `padding` (func holds size + padding bytes) is the count of
+/// filler bytes after the function (nops or int3 up to the next function's
+/// start, which nothing executes or branches to): a function whose last
+/// instruction never falls through (ret, jmp) before 5 bytes lets the window
+/// cover just enough of them (a 3-byte `xor %eax,%eax; ret` takes the jump).
 /// Not async-signal-safe (Capstone). Thread-safe.
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       const Insn* first = nullptr);
+                       const Insn* first = nullptr, std::size_t padding = 0);
 
 /// Refuses (false, the reason in `why`) when the function `code` [0, size),
 /// a neighbour of a planned window and swept from its own first byte, holds

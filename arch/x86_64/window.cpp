@@ -323,14 +323,26 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
 }  // namespace
 
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       const Insn* first) {
+                       const Insn* first, std::size_t padding) {
   out = EntryWindow{};
   why.clear();
-  if (size < kJumpLen)
+  if (size + padding < kJumpLen)
     return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
-                           " long, shorter than the 5-byte jump");
+                           " long, shorter than the 5-byte jump" +
+                           (padding ? " with the " + std::to_string(padding) + " filler bytes after it" : ""));
   std::size_t len = 0;
+  bool falls_through = true;  // the last instruction so far may continue to the next byte
   while (len < kJumpLen) {
+    if (len == size) {
+      // The function ends inside the window: only when its last instruction
+      // never falls through may the window cover filler bytes after it.
+      if (falls_through || size + padding < kJumpLen)
+        return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
+                               " long, shorter than the 5-byte jump" +
+                               (falls_through ? "" : " with the " + std::to_string(padding) + " filler bytes after it"));
+      len = kJumpLen;
+      break;
+    }
     Insn insn;
     if (len == 0 && first) {
       insn = *first;
@@ -342,6 +354,8 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
       return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
                              " enters the kernel or traps; it cannot run displaced");
     const bool last = len + insn.len >= kJumpLen;
+    // The function's last instruction, with filler bytes after it.
+    const bool last_before_padding = len + insn.len == size && padding > 0 && size + padding >= kJumpLen;
     switch (insn.cls) {
       case InsnClass::nop:
       case InsnClass::push_reg:
@@ -355,15 +369,24 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
       case InsnClass::call_rel:
       case InsnClass::jmp_ind:
         // The callee would return into the window, or the rest is dead.
-        if (!last)
+        if (!last && !(insn.cls == InsnClass::jmp_ind && last_before_padding))
           return refuse(why, "the branch `" + insn.text + "` at +" + hex(len) +
                                  " is inside the 5 bytes the jump displaces");
         break;
+      case InsnClass::ret:
+      case InsnClass::ret_imm:
+        // Runs from the slot as it would here; nothing after it runs.
+        if (!last && !last_before_padding)
+          return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
+                                 " cannot be displaced (a return before the last displaced byte)");
+        break;
       default:
         return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
-                               " cannot be displaced (a return, loop or indirect call)");
+                               " cannot be displaced (a loop or indirect call)");
     }
     if (len + insn.len > size) return refuse(why, "the first instructions run past the function's end");
+    falls_through = insn.cls != InsnClass::jmp_rel && insn.cls != InsnClass::jmp_ind && insn.cls != InsnClass::ret &&
+                    insn.cls != InsnClass::ret_imm;
     len += insn.len;
     out.insns.push_back(std::move(insn));
   }
@@ -436,7 +459,7 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
           std::memcpy(bytes + insn.disp_offset, &d, 4);
         }
         n = put(buf, n, bytes, insn.len);
-        ends_in_branch = insn.cls == InsnClass::jmp_ind;
+        ends_in_branch = insn.cls == InsnClass::jmp_ind || insn.cls == InsnClass::ret || insn.cls == InsnClass::ret_imm;
       }
     }
     orig += insn.len;

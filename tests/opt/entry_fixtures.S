@@ -141,11 +141,45 @@ FUNC ent_neigh_target
         ret
 ENDF ent_neigh_target
 
-/* Stays int3: 3 bytes long. Returns 0. */
+/* Stays int3: 3 bytes long, and the next function starts right after it
+ * (no filler bytes the window could cover). Returns 0. */
 FUNC ent_short
         xor %eax, %eax
         ret
 ENDF ent_short
+        .globl ent_short_next
+        .type ent_short_next, @function
+ent_short_next:
+        mov %rdi, %rax
+        ret
+ENDF ent_short_next
+
+/* Optimized (window 5): 3 bytes long, but its ret is followed by the nop
+ * filler up to the next function (.p2align), which the window covers.
+ * Returns a + 1. */
+FUNC ent_pad_ret
+        lea 1(%rdi), %eax
+        ret
+ENDF ent_pad_ret
+
+/* Optimized (window 5): a 2-byte tail jump followed by filler: a + b via
+ * ent_tail_target. */
+FUNC ent_pad_jmp
+        jmp ent_pad_jmp_target
+ENDF ent_pad_jmp
+
+FUNC ent_pad_jmp_target
+        lea (%rdi,%rsi), %rax
+        ret
+ENDF ent_pad_jmp_target
+
+/* Optimized (window 5): `mov 8(%rdi), %rax; ret`, the ret as the last
+ * displaced instruction. Returns p[1]. */
+FUNC ent_ret_last
+        mov 8(%rdi), %eax
+        nop
+        ret
+ENDF ent_ret_last
 
 /* Stays int3: the loop branches to +2, inside the window (C-04). a * b */
 FUNC ent_c04

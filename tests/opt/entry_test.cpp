@@ -38,6 +38,9 @@ std::uint64_t ent_short();
 std::uint64_t ent_c04(std::uint64_t, std::uint64_t);
 std::uint64_t ent_syscall();
 std::uint64_t ent_ret(std::uint64_t);
+std::uint64_t ent_pad_ret(std::uint64_t);
+std::uint64_t ent_pad_jmp(std::uint64_t, std::uint64_t);
+std::uint64_t ent_ret_last(const std::uint64_t*);
 std::uint64_t ent_neigh_pcpy(std::uint64_t, std::uint64_t);
 std::uint64_t ent_neigh_cpy(std::uint64_t, std::uint64_t);
 std::uint64_t ent_neigh_tail(std::uint64_t, std::uint64_t);
@@ -150,6 +153,24 @@ TEST(Entry, DisplacedCallPushesTheOriginalReturnAddress) {
 
 TEST(Entry, FunctionsOwnJumpIsDisplaced) {
   check_entry(vaddr(ent_jmp), 5, 5, [](int i) { return expect_eq(ent_jmp(i, 2), i + 2u); });
+}
+
+// A function shorter than the jump whose last instruction never falls
+// through (ret, jmp): the window covers the nop filler after it, up to the
+// next function (16 bytes checked: the function and its filler are the
+// file's again after the detach).
+TEST(Entry, ShortFunctionWindowCoversTheFillerAfterIt) {
+  check_entry(vaddr(ent_pad_ret), 16, 5, [](int i) { return expect_eq(ent_pad_ret(i), i + 1u); });
+  check_entry(vaddr(ent_pad_jmp), 16, 5, [](int i) { return expect_eq(ent_pad_jmp(i, 3), i + 3u); });
+}
+
+// A return as the last displaced instruction runs from the slot.
+TEST(Entry, ReturnAsTheLastDisplacedInstruction) {
+  std::uint64_t v[2] = {0, 0};
+  check_entry(vaddr(ent_ret_last), 5, 5, [&v](int i) {
+    v[1] = static_cast<std::uint64_t>(i) * 7;
+    return expect_eq(ent_ret_last(v), i * 7u);
+  });
 }
 
 // A neighbour's jump to the entry itself (a tail call) is no obstacle: the
