@@ -199,7 +199,8 @@ void describe_code(ProbeInfo& info) {
       info.bounds = std::string(detail::bounds_source_name(fn->source)) + " " + hex(fn->file_offset) + "+" +
                     hex(fn->size);
     }
-    const std::vector<detail::IfuncBinding> bindings = detail::ifunc_bindings(path);
+    const auto shared_bindings = detail::ifunc_bindings(path);
+    const std::vector<detail::IfuncBinding>& bindings = *shared_bindings;
     if (bindings.empty()) return;
     // An implementation by its symbol, else by its file offset (glibc's
     // libc.so.6 as Debian ships it has no .symtab: __strlen_evex is unnamed).

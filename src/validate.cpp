@@ -90,15 +90,25 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     if (info.reach[static_cast<std::size_t>(first - funcs.begin()) - 1] <= lo) break;
     --first;
   }
-  std::vector<std::uint8_t> code;
+  // One read of the neighbourhood, from the first neighbour's start (one
+  // that starts more than kMaxLead before lo is swept from lo's side only
+  // by the others: its own sweep would read too much).
+  constexpr std::uint64_t kMaxLead = 64u << 10;
+  std::uint64_t from = lo;
+  for (auto it = first; it != funcs.end() && it->file_offset < lo; ++it)
+    if (it->file_offset >= seg.offset && lo - it->file_offset <= kMaxLead) from = std::min(from, it->file_offset);
+  std::vector<std::uint8_t> code(static_cast<std::size_t>(hi - from));
+  code.resize(read_at(t.fd, from, code.data(), code.size()));
   for (auto it = first; it != funcs.end() && it->file_offset < hi; ++it) {
     const FuncSym& f = *it;
-    if (f.file_offset < seg.offset || f.file_offset >= seg_end) continue;
+    if (f.file_offset < from || f.file_offset >= seg_end) continue;
     if (f.file_offset == entry && f.size == fn.size) continue;  // fn itself, or an alias of it
-    code.resize(static_cast<std::size_t>(std::min<std::uint64_t>({f.size, seg_end - f.file_offset, 1u << 20})));
-    code.resize(read_code(t, f.file_offset, code.data(), code.size()));
+    const std::uint64_t at = f.file_offset - from;
+    if (at >= code.size()) continue;
+    // Its bytes up to hi: a branch further on is beyond the neighbourhood.
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
     const auto win = static_cast<std::int64_t>(entry - f.file_offset);
-    if (!arch::check_neighbour_branches(code.data(), code.size(), win, len, why)) {
+    if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
       why = "a neighbour, " + f.display_name() + " (file offset " + hex(f.file_offset) + ", bounds from " +
             bounds_source_name(f.source) + "): " + why;
       return false;
