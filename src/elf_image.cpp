@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -457,15 +458,19 @@ void index_functions(ElfImage& img, const std::vector<std::pair<std::uint64_t, s
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
   // a part of a split function).
-  const std::size_t sized = img.funcs.size();
+  // (Looked up in the symbols' index alone: funcs and reach stay in step
+  // until the FDEs are added and sorted in.)
+  std::vector<FuncSym> extra;
   for (const auto& [start, end] : fdes) {
     const LoadSegment* seg = img.segment_of_vaddr(start);
     if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) continue;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
     if (img.enclosing_function(off)) continue;
-    img.funcs.push_back({{}, off, end - start, BoundsSource::eh_frame});
+    extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
   }
-  if (img.funcs.size() != sized) sort_funcs();
+  if (extra.empty()) return;
+  img.funcs.insert(img.funcs.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  sort_funcs();
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
