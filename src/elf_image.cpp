@@ -6,6 +6,8 @@
 #endif
 #include "elf_image.hpp"
 
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -16,9 +18,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "uprobe/uprobe.hpp"
@@ -48,6 +52,42 @@ const LoadSegment* ElfImage::segment_of_offset(std::uint64_t off) const noexcept
     }
   }
   return found;
+}
+
+const LoadSegment* ElfImage::exec_segment(std::uint64_t off) const noexcept {
+  for (const LoadSegment& s : loads)
+    if (s.executable() && off >= s.offset && off - s.offset < s.filesz) return &s;
+  return nullptr;
+}
+
+const FuncSym* ElfImage::enclosing_function(std::uint64_t off) const noexcept {
+  // funcs is sorted by file_offset; bounds may nest or alias, so scan the
+  // candidates that start at or before off and pick the tightest.
+  auto it = std::upper_bound(funcs.begin(), funcs.end(), off,
+                             [](std::uint64_t o, const FuncSym& f) { return o < f.file_offset; });
+  const FuncSym* best = nullptr;
+  for (int steps = 0; it != funcs.begin() && steps < 64; ++steps) {
+    // No function from here back reaches past off: none of them holds it.
+    if (reach[static_cast<std::size_t>(it - funcs.begin()) - 1] <= off) break;
+    --it;
+    // off - start < size: no overflow for a hostile st_size (off >= start here).
+    if (off - it->file_offset < it->size && (!best || it->size < best->size)) best = &*it;
+  }
+  return best;
+}
+
+const char* bounds_source_name(BoundsSource s) noexcept {
+  switch (s) {
+    case BoundsSource::symtab: return "symtab";
+    case BoundsSource::dynsym: return "dynsym";
+    case BoundsSource::debuginfo: return "debuginfo";
+    case BoundsSource::eh_frame: return "eh_frame";
+  }
+  return "?";
+}
+
+std::string FuncSym::display_name() const {
+  return name.empty() ? "the function at file offset " + hex_str(file_offset) : name;
 }
 
 namespace {
@@ -226,6 +266,213 @@ void read_stapsdt(Elf_Scn* scn, ElfImage& img) {
   }
 }
 
+/// The build-id of `e` (NT_GNU_BUILD_ID) as lowercase hex, "" when none.
+std::string build_id_hex(Elf* e) {
+  const void* id = nullptr;
+  const ssize_t n = dwelf_elf_gnu_build_id(e, &id);
+  if (n <= 1 || n > 64 || !id) return {};
+  std::string out;
+  char b[3];
+  for (ssize_t i = 0; i < n; ++i) {
+    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(id)[i]);
+    out += b;
+  }
+  return out;
+}
+
+/// The .symtab of the separate debug file of `e`, found by build-id in the
+/// system's debug directory (/usr/lib/debug/.build-id/xx/yyyy.debug, where
+/// Debian's -dbg packages install them), its build-id checked: its symbols
+/// enter `img` as .symtab symbols (mapped through img's own segments, as the
+/// debug file's sections hold no code). Returns the debug file's path, or ""
+/// when there is none (or it is unreadable, or another build).
+std::string read_debug_symtab(Elf* e, const std::unordered_map<unsigned, std::string>& versions, ElfImage& img) {
+  const std::string id = build_id_hex(e);
+  if (id.empty()) return {};
+  const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string used;
+  if (Elf* d = elf_begin(fd, ELF_C_READ, nullptr)) {
+    GElf_Ehdr eh;
+    if (elf_kind(d) == ELF_K_ELF && gelf_getehdr(d, &eh) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh.e_machine == EM_X86_64 && build_id_hex(d) == id) {
+      for (Elf_Scn* scn = elf_nextscn(d, nullptr); scn; scn = elf_nextscn(d, scn)) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB) {
+          collect_symbols(d, scn, false, nullptr, versions, img);
+          used = path;
+          break;
+        }
+      }
+    }
+    elf_end(d);
+  }
+  ::close(fd);
+  return used;
+}
+
+/// Reads a DW_EH_PE-encoded value of format `enc & 0x0f` at `p` (before
+/// `end`) into `v` (sign-extended for the sdata forms); its size, or 0 for a
+/// format this reader does not take (uleb128/sleb128, unknown).
+std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
+  auto get = [&](auto x) -> std::size_t {
+    if (end - p < static_cast<std::ptrdiff_t>(sizeof x)) return 0;
+    std::memcpy(&x, p, sizeof x);
+    v = static_cast<std::uint64_t>(static_cast<std::int64_t>(x));
+    if constexpr (std::is_unsigned_v<decltype(x)>) v = static_cast<std::uint64_t>(x);
+    return sizeof x;
+  };
+  switch (enc & 0x0f) {
+    case 0x00: return get(std::uint64_t{});  // DW_EH_PE_absptr
+    case 0x02: return get(std::uint16_t{});
+    case 0x03: return get(std::uint32_t{});
+    case 0x04: return get(std::uint64_t{});
+    case 0x0a: return get(std::int16_t{});
+    case 0x0b: return get(std::int32_t{});
+    case 0x0c: return get(std::int64_t{});
+    default: return 0;
+  }
+}
+
+/// The FDE pointer encoding a CIE's augmentation gives ('R'), DW_EH_PE_absptr
+/// without one; -1 when the augmentation cannot be read.
+int fde_encoding(const Dwarf_CIE& cie) {
+  const char* aug = cie.augmentation;
+  if (!aug || aug[0] != 'z') return aug && aug[0] == '\0' ? 0 : -1;
+  const std::uint8_t* d = cie.augmentation_data;
+  const std::uint8_t* end = d + cie.augmentation_data_size;
+  for (const char* c = aug + 1; *c; ++c) {
+    if (*c == 'R') return d < end ? *d : -1;
+    if (*c == 'L') {
+      ++d;
+    } else if (*c == 'P') {
+      if (d >= end) return -1;
+      const std::uint8_t penc = *d++;
+      std::uint64_t ignored;
+      const std::size_t n = read_encoded(penc, d, end, ignored);
+      if (n == 0) return -1;
+      d += n;
+    } else if (*c != 'S' && *c != 'B') {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/// Function bounds [start, end) as link-time addresses from the .eh_frame
+/// FDEs of `e` (one per function, or per part of a split function, in what
+/// GCC and glibc's assembly emit; kept by strip). libdw walks the section
+/// (dwarf_next_cfi: CIEs and FDEs); each FDE's initial_location and
+/// address_range are read in its CIE's pointer encoding (absolute or
+/// pc-relative; an FDE in another encoding is skipped).
+std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  Elf_Scn* eh = nullptr;
+  GElf_Shdr sh{};
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn && shstrndx; scn = elf_nextscn(e, scn)) {
+    if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_PROGBITS &&
+        std::strcmp(section_name(e, shstrndx, sh), ".eh_frame") == 0) {
+      eh = scn;
+      break;
+    }
+  }
+  if (!eh) return out;
+  Elf_Data* data = elf_rawdata(eh, nullptr);
+  const char* ident = elf_getident(e, nullptr);
+  if (!data || !data->d_buf || !ident) return out;
+  const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
+  std::unordered_map<Dwarf_Off, int> encodings;  // CIE offset -> its FDE encoding
+  Dwarf_Off off = 0;
+  for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
+    Dwarf_Off next = 0;
+    Dwarf_CFI_Entry entry;
+    if (dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry) != 0 ||
+        next <= off)
+      break;
+    const Dwarf_Off here = off;
+    off = next;
+    if (dwarf_cfi_cie_p(&entry)) {
+      encodings[here] = fde_encoding(entry.cie);
+      continue;
+    }
+    const auto it = encodings.find(entry.fde.CIE_pointer);
+    if (it == encodings.end() || it->second < 0) continue;
+    const auto enc = static_cast<std::uint8_t>(it->second);
+    const std::uint8_t app = enc & 0x70;
+    if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect
+    const std::uint8_t* p = entry.fde.start;
+    const std::uint8_t* end = std::min(entry.fde.end, base + data->d_size);
+    if (!p || p < base || p >= end) continue;
+    std::uint64_t loc = 0, range = 0;
+    const std::size_t n = read_encoded(enc, p, end, loc);
+    if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
+    if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
+      read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    if (app == 0x10) loc += sh.sh_addr + static_cast<std::uint64_t>(p - base);
+    if (loc + range < loc) continue;
+    out.emplace_back(loc, loc + range);
+  }
+  return out;
+}
+
+/// img.funcs and img.reach from img.symbols and the FDE ranges.
+void index_functions(ElfImage& img, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& fdes) {
+  for (const Symbol& s : img.symbols) {
+    if ((s.type != STT_FUNC && s.type != STT_GNU_IFUNC) || s.size == 0 || !s.in_file || !s.executable) continue;
+    const BoundsSource src = s.dynamic ? BoundsSource::dynsym
+                             : img.debug_file.empty() ? BoundsSource::symtab
+                                                      : BoundsSource::debuginfo;
+    img.funcs.push_back({s.name, s.offset, s.size, src});
+  }
+  // Sorted by (file_offset, size), with the sources' order among equals.
+  // The keys are sorted, not the entries (moving thousands of names was most
+  // of a cold attach's ELF cost).
+  auto sort_funcs = [&img] {
+    struct Key {
+      std::uint64_t file_offset, size;
+      std::uint8_t source;
+      std::size_t index;
+    };
+    std::vector<Key> keys;
+    keys.reserve(img.funcs.size());
+    for (std::size_t i = 0; i < img.funcs.size(); ++i)
+      keys.push_back({img.funcs[i].file_offset, img.funcs[i].size, static_cast<std::uint8_t>(img.funcs[i].source), i});
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      return std::tie(a.file_offset, a.size, a.source, a.index) < std::tie(b.file_offset, b.size, b.source, b.index);
+    });
+    std::vector<FuncSym> sorted;
+    sorted.reserve(keys.size());
+    for (const Key& k : keys) sorted.push_back(std::move(img.funcs[k.index]));
+    img.funcs = std::move(sorted);
+    img.reach.clear();
+    img.reach.reserve(img.funcs.size());
+    std::uint64_t reach = 0;
+    for (const FuncSym& f : img.funcs) {
+      const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
+      reach = std::max(reach, end);
+      img.reach.push_back(reach);
+    }
+  };
+  sort_funcs();
+  // An FDE adds the function it describes when no symbol's bounds hold its
+  // start (a symbol names it and says how long it is; an FDE may cover only
+  // a part of a split function).
+  // (Looked up in the symbols' index alone: funcs and reach stay in step
+  // until the FDEs are added and sorted in.)
+  std::vector<FuncSym> extra;
+  for (const auto& [start, end] : fdes) {
+    const LoadSegment* seg = img.segment_of_vaddr(start);
+    if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) continue;
+    const std::uint64_t off = start - seg->vaddr + seg->offset;
+    if (img.enclosing_function(off)) continue;
+    extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
+  }
+  if (extra.empty()) return;
+  img.funcs.insert(img.funcs.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  sort_funcs();
+}
+
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   static std::once_flag once;
   static bool elf_ok = false;
@@ -280,7 +527,11 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   img->has_dynsym = dynsym != nullptr;
   auto versions = read_verdef(e, verdef);
   if (symtab) collect_symbols(e, symtab, false, nullptr, versions, *img);
+  else img->debug_file = read_debug_symtab(e, versions, *img);
   if (dynsym) collect_symbols(e, dynsym, true, versym, versions, *img);
+  const auto fdes = eh_frame_ranges(e, shstrndx);
+  img->fde_count = fdes.size();
+  index_functions(*img, fdes);
   if (dynamic) read_dynamic(e, dynamic, *img);
   if (stapsdt) {
     img->has_stapsdt_section = true;
@@ -309,6 +560,17 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
     throw Error(Errc::not_executable, path, 0, dir ? "a directory, not a regular file" : "not a regular file",
                 dir ? EISDIR : 0);
   }
+  try {
+    auto img = load_elf_image(fd, path, st);
+    ::close(fd);
+    return img;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
   using Key = std::tuple<dev_t, ino_t, off_t, long, long>;
   static std::mutex mu;
   // Never destroyed, as the registry: a static destructor would free the
@@ -318,19 +580,9 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
   const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
   {
     std::lock_guard<std::mutex> g(mu);
-    if (auto it = cache.find(key); it != cache.end()) {
-      ::close(fd);
-      return it->second;
-    }
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
-  std::shared_ptr<ElfImage> img;
-  try {
-    img = read_image(path, fd);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  std::shared_ptr<ElfImage> img = read_image(path, fd);
   img->dev = st.st_dev;
   img->ino = st.st_ino;
   std::lock_guard<std::mutex> g(mu);

@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// A read-only model of an ELF file for symbol, address and USDT resolution:
-// its PT_LOAD segments, every defined symbol of .symtab and .dynsym (with
-// GNU symbol versions), its .dynamic strings (SONAME, RPATH, RUNPATH) and its
-// .note.stapsdt notes. Read with libelf, copied out, and cached per
-// (dev, ino, size, mtime). Not used on the hit path.
+// The one read-only model of an ELF file, for symbol, address and USDT
+// resolution and for the registry's checks: its PT_LOAD segments, every
+// defined symbol of .symtab and .dynsym (with GNU symbol versions), the
+// .symtab of its separate debug file (found by build-id under
+// /usr/lib/debug/.build-id/, e.g. Debian's libc6-dbg) when it has none of its
+// own, its function bounds (FuncSym: from those symbols and from the
+// .eh_frame FDEs, which stripped files keep), its .dynamic strings (SONAME,
+// RPATH, RUNPATH) and its .note.stapsdt notes. Read with libelf and libdw,
+// copied out, and cached per (dev, ino, size, mtime). Not used on the hit
+// path.
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -30,14 +36,45 @@ struct StapsdtNote {
   std::string provider, name, args;
 };
 
+/// Where the bounds of a function come from, most trusted first.
+enum class BoundsSource : std::uint8_t {
+  symtab,     ///< a sized STT_FUNC / STT_GNU_IFUNC symbol of the file's .symtab
+  dynsym,     ///< ... of its .dynsym
+  debuginfo,  ///< ... of the .symtab of its separate debug file (ElfImage::debug_file)
+  eh_frame,   ///< an .eh_frame FDE: [initial_location, + address_range), no name
+};
+
+/// "symtab", "dynsym", "debuginfo" or "eh_frame".
+const char* bounds_source_name(BoundsSource s) noexcept;
+
+/// The bounds of one function: where it starts in the file and how long it is.
+struct FuncSym {
+  std::string name;  ///< the symbol's name; "" for an FDE (see display_name())
+  std::uint64_t file_offset = 0;  ///< where the function starts in the file
+  std::uint64_t size = 0;
+  BoundsSource source = BoundsSource::symtab;
+  /// `name`, or "the function at file offset 0x..." for an unnamed one.
+  std::string display_name() const;
+};
+
 struct ElfImage {
   dev_t dev = 0;
   ino_t ino = 0;
   std::uint16_t type = 0;  ///< ET_EXEC or ET_DYN
   std::vector<LoadSegment> loads;
-  std::vector<Symbol> symbols;  ///< defined symbols, .symtab entries first
+  std::vector<Symbol> symbols;  ///< defined symbols, .symtab (or the debug file's) entries first, then .dynsym
   bool has_symtab = false;
   bool has_dynsym = false;
+  /// The separate debug file whose .symtab was read (its build-id matches
+  /// this file's), "" when none was (the file has a .symtab, or no debug
+  /// file is installed). Its symbols are in `symbols` with dynamic = false.
+  std::string debug_file;
+  /// Function bounds from every source, sorted by (file_offset, size): every
+  /// sized code symbol in an executable segment, and each .eh_frame FDE whose
+  /// start no such symbol covers.
+  std::vector<FuncSym> funcs;
+  std::vector<std::uint64_t> reach;  ///< reach[i]: the largest end (file_offset + size) of funcs[0..i]
+  std::size_t fde_count = 0;         ///< FDEs read from .eh_frame (added to funcs or not)
   std::string soname;
   std::vector<std::string> rpath, runpath;  ///< split at ':', unexpanded
   std::optional<std::uint64_t> stapsdt_base;  ///< sh_addr of .stapsdt.base
@@ -49,6 +86,12 @@ struct ElfImage {
   const LoadSegment* segment_of_vaddr(std::uint64_t vaddr) const noexcept;
   /// The PT_LOAD whose file bytes hold file offset `off` (executable first), or nullptr.
   const LoadSegment* segment_of_offset(std::uint64_t off) const noexcept;
+  /// The executable PT_LOAD whose file bytes hold file offset `off`, or nullptr.
+  const LoadSegment* exec_segment(std::uint64_t off) const noexcept;
+  /// The function whose bytes hold file offset `off` (the tightest when
+  /// bounds nest), or nullptr: "what function contains this offset, where
+  /// does it start and how long is it" for every caller.
+  const FuncSym* enclosing_function(std::uint64_t off) const noexcept;
 };
 
 /// Reads (or returns the cached) image of `path`.
@@ -56,6 +99,11 @@ struct ElfImage {
 /// (not a 64-bit x86-64 ET_EXEC/ET_DYN ELF file).
 /// Thread-safety: any thread (internal mutex).
 std::shared_ptr<const ElfImage> load_elf_image(const std::string& path);
+
+/// The same for a file already open as `fd` (not closed), with `st` its
+/// fstat(): the same cache.
+/// @throws uprobe::Error: not_executable (as above).
+std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st);
 
 /// "0x1234".
 std::string hex_str(std::uint64_t v);

@@ -62,7 +62,7 @@ bool file_offset_of_code(const void* addr, std::string& path, std::uint64_t& off
 struct CacheEntry {
   std::string name;
   std::uintptr_t base;
-  std::vector<IfuncBinding> bindings;
+  std::shared_ptr<const std::vector<IfuncBinding>> bindings;
 };
 
 std::mutex g_mutex;
@@ -89,9 +89,12 @@ bool still_loaded(const std::string& name, std::uintptr_t base) {
 
 }  // namespace
 
-std::vector<IfuncBinding> ifunc_bindings(const std::string& path) {
+std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::string& path) {
+  // Never destroyed (as the cache below).
+  static const auto& none = *new std::shared_ptr<const std::vector<IfuncBinding>>(
+      std::make_shared<const std::vector<IfuncBinding>>());
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return {};
+  if (::stat(path.c_str(), &st) != 0) return none;
   const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -105,12 +108,12 @@ std::vector<IfuncBinding> ifunc_bindings(const std::string& path) {
       obj = &o;
       break;
     }
-  if (!obj) return {};
+  if (!obj) return none;
   std::shared_ptr<const ElfImage> img;
   try {
     img = load_elf_image(path);
   } catch (const Error&) {
-    return {};
+    return none;
   }
   std::vector<IfuncBinding> out;
   bool any = false;
@@ -142,9 +145,10 @@ std::vector<IfuncBinding> ifunc_bindings(const std::string& path) {
   }
   // The name the dynamic linker reports for the object (dl_iterate_phdr's
   // dlpi_name: "" for the main program).
+  auto shared = std::make_shared<const std::vector<IfuncBinding>>(std::move(out));
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_cache[id] = CacheEntry{obj->name, obj->base, out};
-  return out;
+  g_cache[id] = CacheEntry{obj->name, obj->base, shared};
+  return shared;
 }
 
 }  // namespace uprobe::detail

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,10 @@ struct IfuncBinding {
 /// resolver's choice does not change while it stays loaded. Opens no file but the ELF image; calls libc's own dlopen(RTLD_NOLOAD)
 /// and dlclose (not libuprobe's interposed ones), so the registry mutex may
 /// be held. Not async-signal-safe; not from a probe handler.
-/// Thread-safety: any thread (internal mutex).
-std::vector<IfuncBinding> ifunc_bindings(const std::string& path);
+/// Returned shared, not copied (probe_info() asks once per probe: copying
+/// every binding's strings each time was thousands of memcpy calls per
+/// attach of a whole library, traps while memcpy's implementation is int3).
+/// Never null. Thread-safety: any thread (internal mutex).
+std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::string& path);
 
 }  // namespace uprobe::detail

@@ -22,6 +22,7 @@
 
 #include "arch.hpp"
 #include "attach_txn.hpp"
+#include "elf_image.hpp"
 #include "format.hpp"
 #include "ifunc.hpp"
 #include "probe.hpp"
@@ -238,7 +239,12 @@ void describe_code(ProbeInfo& info) {
       info.symbol = at->full_name();
       if (off > at->offset) info.symbol += "+" + hex(off - at->offset);
     }
-    const std::vector<detail::IfuncBinding> bindings = detail::ifunc_bindings(path);
+    if (const detail::FuncSym* fn = detail::load_elf_image(path)->enclosing_function(off)) {
+      info.bounds = std::string(detail::bounds_source_name(fn->source)) + " " + hex(fn->file_offset) + "+" +
+                    hex(fn->size);
+    }
+    const auto shared_bindings = detail::ifunc_bindings(path);
+    const std::vector<detail::IfuncBinding>& bindings = *shared_bindings;
     if (bindings.empty()) return;
     // An implementation by its symbol, else by its file offset (glibc's
     // libc.so.6 as Debian ships it has no .symtab: __strlen_evex is unnamed).

@@ -149,7 +149,8 @@ void apply_ifunc(Location& l, const Symbol& s, std::uint64_t off) {
   l.ifunc = true;
   l.ifunc_resolver = s.offset;
   if (off != 0) return;
-  for (const detail::IfuncBinding& b : detail::ifunc_bindings(l.path)) {
+  const auto bindings = detail::ifunc_bindings(l.path);
+  for (const detail::IfuncBinding& b : *bindings) {
     // (A .symtab entry carries no version; the .dynsym entry of the same
     // name and address is the one bound.)
     if (b.ifunc.name != s.name || b.ifunc.address != s.address || (!s.version.empty() && b.ifunc.version != s.version))

@@ -66,6 +66,84 @@ std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std
   return n;
 }
 
+/// How far around a function entry its neighbours are searched for a
+/// branch into the entry's window (check_neighbours()): hand-written
+/// assembly shares labels between adjacent functions of one source file.
+constexpr std::uint64_t kNeighbourReach = 4096;
+
+/// Whether no function whose bounds lie within kNeighbourReach of `fn` (a
+/// neighbour, swept from its own start) branches into the window of `len`
+/// bytes at fn's entry past its first byte; false with the reason in `why`.
+/// Code between known functions (no symbol, no FDE) is not searched.
+bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
+                      std::size_t len, std::string& why) {
+  const std::uint64_t entry = fn.file_offset;
+  const std::uint64_t seg_end = seg.offset + seg.filesz;
+  const std::uint64_t lo = std::max(seg.offset, entry - std::min(entry, kNeighbourReach));
+  const std::uint64_t fn_end = fn.size > seg_end - entry ? seg_end : entry + fn.size;
+  const std::uint64_t hi = std::min(seg_end, fn_end + kNeighbourReach);
+  const auto& funcs = info.funcs;
+  auto first = std::lower_bound(funcs.begin(), funcs.end(), lo,
+                                [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
+  // Back to the functions that start before lo and reach into it.
+  for (int steps = 0; first != funcs.begin() && steps < 64; ++steps) {
+    if (info.reach[static_cast<std::size_t>(first - funcs.begin()) - 1] <= lo) break;
+    --first;
+  }
+  // One read of the neighbourhood, from the first neighbour's start (one
+  // that starts more than kMaxLead before lo is swept from lo's side only
+  // by the others: its own sweep would read too much).
+  constexpr std::uint64_t kMaxLead = 64u << 10;
+  std::uint64_t from = lo;
+  for (auto it = first; it != funcs.end() && it->file_offset < lo; ++it)
+    if (it->file_offset >= seg.offset && lo - it->file_offset <= kMaxLead) from = std::min(from, it->file_offset);
+  std::vector<std::uint8_t> code(static_cast<std::size_t>(hi - from));
+  code.resize(read_at(t.fd, from, code.data(), code.size()));
+  for (auto it = first; it != funcs.end() && it->file_offset < hi; ++it) {
+    const FuncSym& f = *it;
+    if (f.file_offset < from || f.file_offset >= seg_end) continue;
+    if (f.file_offset == entry && f.size == fn.size) continue;  // fn itself, or an alias of it
+    const std::uint64_t at = f.file_offset - from;
+    if (at >= code.size()) continue;
+    // Its bytes up to hi: a branch further on is beyond the neighbourhood.
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
+    const auto win = static_cast<std::int64_t>(entry - f.file_offset);
+    if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
+      why = "a neighbour, " + f.display_name() + " (file offset " + hex(f.file_offset) + ", bounds from " +
+            bounds_source_name(f.source) + "): " + why;
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The filler bytes after `fn`, a function shorter than the jump: nops and
+/// int3 up to the next function's start (alignment that nothing runs or
+/// branches to), which the entry window may cover after a last instruction
+/// that never falls through. 0 when anything else, or no known function,
+/// follows within 64 bytes.
+std::size_t filler_after(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg) {
+  if (fn.size >= arch::kJumpLen) return 0;  // the window ends inside the function
+  const std::uint64_t end = fn.file_offset + fn.size, seg_end = seg.offset + seg.filesz;
+  auto next = std::lower_bound(info.funcs.begin(), info.funcs.end(), end,
+                               [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
+  if (next == info.funcs.end() || next->file_offset > seg_end || next->file_offset - end > 64) return 0;
+  const std::size_t gap = static_cast<std::size_t>(next->file_offset - end);
+  std::uint8_t b[64];
+  if (gap == 0 || read_code(t, end, b, gap) != gap) return 0;
+  std::string why;
+  for (std::size_t p = 0; p < gap;) {
+    if (b[p] == arch::kBreakpoint) {
+      ++p;
+      continue;
+    }
+    arch::Insn x;
+    if (!arch::analyze(b + p, gap - p, x, why) || x.cls != arch::InsnClass::nop) return 0;
+    p += x.len;
+  }
+  return gap;
+}
+
 }  // namespace
 
 Target::~Target() {
@@ -103,11 +181,11 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   if (!info) throw Error(Errc::not_executable, t.path, offset, why);
-  const ExecSegment* seg = info->exec_segment(offset);
+  const LoadSegment* seg = info->exec_segment(offset);
   if (!seg) {
     std::string ranges;
-    for (const ExecSegment& s : info->exec)
-      ranges += (ranges.empty() ? "" : ", ") + hex(s.offset) + "-" + hex(s.offset + s.filesz);
+    for (const LoadSegment& s : info->loads)
+      if (s.executable()) ranges += (ranges.empty() ? "" : ", ") + hex(s.offset) + "-" + hex(s.offset + s.filesz);
     throw Error(Errc::not_executable, t.path, offset,
                 "offset is outside every executable segment (executable file ranges: " +
                     (ranges.empty() ? std::string("none") : ranges) + ")");
@@ -131,7 +209,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
       if (len != 0 && start + len > rel)
         throw Error(Errc::mid_instruction, t.path, offset,
                     "offset falls inside the " + std::to_string(len) + "-byte instruction `" + text +
-                        "` at file offset " + hex(fn->file_offset + start) + " (" + fn->name + "+" + hex(start) +
+                        "` at file offset " + hex(fn->file_offset + start) + " (" + fn->display_name() + "+" + hex(start) +
                         ")");
     }
   }
@@ -158,15 +236,30 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (!window) return;
   *window = arch::EntryWindow{};
   if (!entry) {
-    *window_why = fn ? "the offset is inside " + fn->name + ", not at its entry"
-                     : "the offset is not the entry of a function the symbol table sizes";
+    *window_why = fn ? "the offset is inside " + fn->display_name() + ", not at its entry"
+                     : "the offset is not the entry of a function of known size (no sized symbol in .symtab, "
+                       ".dynsym or a debug file, no .eh_frame FDE)";
     return;
   }
   // The function's own bytes only (more were read when it is shorter than
   // an instruction's longest encoding).
   code.resize(std::min<std::size_t>(code.size(),
                                     static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20}))));
-  if (!arch::plan_entry_window(code.data(), code.size(), *window, why, &insn)) *window_why = why;
+  // A function shorter than the jump: the filler after it, read with it.
+  const std::size_t size = code.size();
+  const std::size_t padding = size == fn->size ? filler_after(t, *info, *fn, *seg) : 0;
+  if (padding) {
+    code.resize(size + padding);
+    if (read_code(t, offset, code.data(), code.size()) != code.size()) code.resize(size);
+  }
+  if (!arch::plan_entry_window(code.data(), size, *window, why, &insn, code.size() - size)) {
+    *window_why = why;
+    return;
+  }
+  if (!check_neighbours(t, *info, *fn, *seg, window->len, why)) {
+    *window = arch::EntryWindow{};
+    *window_why = why;
+  }
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {
@@ -176,7 +269,7 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
   const FuncSym* fn = info->enclosing_function(offset);
   if (fn && fn->file_offset != offset)
     throw Error(Errc::refused_instruction, t.path, offset,
-                "a return probe must be at a function's entry, and this offset is " + fn->name + "+" +
+                "a return probe must be at a function's entry, and this offset is " + fn->display_name() + "+" +
                     hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
 }
 
@@ -310,7 +403,7 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino && f.offset == fn->file_offset)
       throw Error(Errc::forbidden_target, t.path, offset,
-                  "the function " + fn->name + " (" + f.fn->name + ") " +
+                  "the function " + fn->display_name() + " (" + f.fn->name + ") " +
                       (f.fn->use == TrapPathUse::trap_path
                            ? std::string("runs on libuprobe's trap path (") + f.fn->caller +
                                  "); a probe there would recurse"

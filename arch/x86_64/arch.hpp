@@ -415,9 +415,29 @@ struct EntryWindow {
 /// it cannot decode up to there.
 /// `first`, when given, is analyze()'s result for the instruction at func[0]
 /// (the probed one, analyzed already), so it is not decoded again.
+/// A return (ret, ret imm16) may be the last displaced instruction, as a
+/// `jmp *` may. `padding` (func holds size + padding bytes) is the count of
+/// filler bytes after the function (nops or int3 up to the next function's
+/// start, which nothing executes or branches to): a function whose last
+/// instruction never falls through (ret, jmp) before 5 bytes lets the window
+/// cover just enough of them (a 3-byte `xor %eax,%eax; ret` takes the jump).
 /// Not async-signal-safe (Capstone). Thread-safe.
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       const Insn* first = nullptr);
+                       const Insn* first = nullptr, std::size_t padding = 0);
+
+/// Refuses (false, the reason in `why`) when the function `code` [0, size),
+/// a neighbour of a planned window and swept from its own first byte, holds
+/// a direct branch (jmp, Jcc, call, jrcxz/loop, xbegin) or a `lea
+/// disp32(%rip)` whose target lies inside the window past its first byte:
+/// (win, win + len), `win` the window's entry relative to `code` (past the
+/// end for a function before it, negative for one after it). Hand-written
+/// assembly shares labels across functions (glibc's __mempcpy_*_erms jumps
+/// to the second instruction of __memmove_*_erms), which the window's own
+/// function cannot show. Also refuses when the sweep meets undecodable bytes
+/// before the last possible such branch. Not hot; thread-safe (one Capstone
+/// handle per thread).
+bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
+                              std::string& why);
 
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a

@@ -95,6 +95,52 @@ BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
   return bi;
 }
 
+/// The length of the VEX- or EVEX-encoded (AVX, AVX-512) instruction at
+/// `b`, or 0 when it is not one or is truncated. Capstone 4 (Debian 12)
+/// cannot decode some of them (e.g. `vpcmpeqb (%rdi), %ymm16, %k0` and
+/// `kmovd %k0, %edx`, common in glibc's *_evex string functions); none is a
+/// branch, so a sweep steps over it: c5 + 1 payload byte (map 0F), c4 + 2
+/// (map in the first one's low bits) or 62 + 3 (likewise), then the opcode,
+/// ModRM with its SIB and displacement, and an imm8 in map 0F3A and for the
+/// 0F opcodes that take one.
+std::size_t vex_length(const std::uint8_t* b, std::size_t n) {
+  if (n < 2) return 0;
+  std::size_t len = 0;
+  unsigned map = 0;
+  if (b[0] == 0xc5) {
+    len = 2;
+    map = 1;
+  } else if (b[0] == 0xc4) {
+    len = 3;
+    map = b[1] & 0x1fu;
+  } else if (b[0] == 0x62) {
+    len = 4;
+    map = b[1] & 7u;
+  } else {
+    return 0;
+  }
+  if (map != 1 && map != 2 && map != 3 && !(b[0] == 0x62 && (map == 5 || map == 6))) return 0;
+  if (n < len + 2) return 0;
+  const std::uint8_t op = b[len], modrm = b[len + 1];
+  len += 2;
+  const unsigned mod = modrm >> 6, rm = modrm & 7u;
+  if (mod != 3) {
+    if (rm == 4) {
+      if (n < len + 1) return 0;
+      const unsigned base = b[len] & 7u;
+      ++len;
+      if (mod == 0 && base == 5) len += 4;
+    } else if (mod == 0 && rm == 5) {
+      len += 4;
+    }
+    if (mod == 1) len += 1;
+    else if (mod == 2) len += 4;
+  }
+  const bool imm = map == 3 || (map == 1 && ((op >= 0x70 && op <= 0x73) || op == 0xc2 || (op >= 0xc4 && op <= 0xc6)));
+  if (imm) len += 1;
+  return len <= n ? len : 0;
+}
+
 /// The target of `lea disp32(%rip), reg` (prefixes and REX, 8d, ModRM
 /// mod=00 rm=101, disp32) ending at `end`; false for any other lea.
 bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std::uint64_t& target) {
@@ -108,17 +154,19 @@ bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std
 }
 
 /// True when some instruction with its opcode byte at `p` could be a direct
-/// branch, or a `lea disp32(%rip)`, whose target lies in (0, len): every form
-/// branch_info() and lea_rip_target() read, with each operand size a decoder
-/// may give it (rel8; rel32; rel16 right after the opcode, or in the last two
-/// bytes of a rel32-sized instruction, as branch_info() reads a 66-prefixed
-/// one). Prefixes never move the end of an instruction relative to its
-/// opcode, so they need not be known.
-bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, std::size_t len) {
+/// branch, or a `lea disp32(%rip)`, whose target lies in (win, win + len):
+/// every form branch_info() and lea_rip_target() read, with each operand size
+/// a decoder may give it (rel8; rel32; rel16 right after the opcode, or in the
+/// last two bytes of a rel32-sized instruction, as branch_info() reads a
+/// 66-prefixed one). Prefixes never move the end of an instruction relative
+/// to its opcode, so they need not be known. `win` is the window's first
+/// byte relative to `f` (0 for the window's own function; outside [0, size)
+/// for a neighbour).
+bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, std::int64_t win, std::size_t len) {
   auto hit = [&](std::size_t end, std::int64_t rel) {
     if (end > size) return false;
     const std::int64_t t = static_cast<std::int64_t>(end) + rel;
-    return t > 0 && t < static_cast<std::int64_t>(len);
+    return t > win && t < win + static_cast<std::int64_t>(len);
   };
   auto i8 = [&](std::size_t at) { return at < size ? static_cast<std::int64_t>(static_cast<std::int8_t>(f[at])) : 0; };
   auto i16 = [&](std::size_t at) {
@@ -145,15 +193,17 @@ bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, st
 }
 
 /// Refuses a direct branch into bytes 1 .. len-1 of the window, or an
-/// address taken there, anywhere in the function. First a scan of every byte
-/// as a possible opcode (whatever the instruction boundaries: an answer of
-/// "none" holds for any decoding), which clears most functions at about a
+/// address taken there, anywhere in the function `func` [0, size), swept
+/// from its own first byte; the window starts at `win` relative to `func`
+/// (0: the window's own function; else a neighbour). First a scan of every
+/// byte as a possible opcode (whatever the instruction boundaries: an answer
+/// of "none" holds for any decoding), which clears most functions at about a
 /// nanosecond per byte; then, only when some byte could be such an
 /// instruction, the linear sweep with Capstone from the entry up to the last
 /// of those bytes tells whether it is one (an instruction start whose
 /// decoded branch aims there). Attaching every entry of a library made the
 /// whole-function sweep the largest cost of an attach (~25 us per function).
-bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len, std::string& why) {
+bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win, std::size_t len, std::string& why) {
   // The first bytes of the forms may_reach_window() reads; far from the
   // window (a rel8 reaches 128 bytes back) only those with a wider operand.
   static constexpr auto kWide = [] {
@@ -168,7 +218,10 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
     t[0xeb] = true;
     return t;
   }();
-  const std::size_t near = std::min(size, len + 130);
+  const auto clamp = [size](std::int64_t v) {
+    return static_cast<std::size_t>(std::clamp<std::int64_t>(v, 0, static_cast<std::int64_t>(size)));
+  };
+  const std::size_t near_lo = clamp(win - 130), near_hi = clamp(win + static_cast<std::int64_t>(len) + 130);
   std::size_t last = size;  // the last byte that may start such an instruction, size = none
   // 16 bytes at a time (SSE2), last block first: the positions of those
   // first bytes (all forms near the window, the wide ones beyond), then the
@@ -194,7 +247,7 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
       }
       for (; mask; mask &= ~(1u << (31 - __builtin_clz(mask)))) {
         const std::size_t p = start + static_cast<std::size_t>(31 - __builtin_clz(mask));
-        if (may_reach_window(func, size, p, len)) {
+        if (may_reach_window(func, size, p, win, len)) {
           last = p;
           break;
         }
@@ -202,35 +255,53 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::size_t len,
       end = start;
     }
   };
-  scan(near, size, false);
-  scan(0, near, true);
+  scan(near_hi, size, false);
+  scan(near_lo, near_hi, true);
+  scan(0, near_lo, false);
   if (last == size) return true;
   thread_local SweepHandle sh;
   if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
   const std::uint8_t* code = func;
   std::size_t left = size;
   std::uint64_t at = 0;
+  const auto inside = [&](std::uint64_t target) {
+    const auto t = static_cast<std::int64_t>(target);
+    return t > win && t < win + static_cast<std::int64_t>(len);
+  };
+  const auto shown = [&](std::uint64_t target) {
+    const auto t = static_cast<std::int64_t>(target) - win;  // relative to the window
+    std::string out = win == 0 ? "+" : "the window's +";
+    out += hex(static_cast<std::uint64_t>(t));
+    return out;
+  };
   while (left > 0 && at <= last) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn))
+    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
+      if (const std::size_t n = vex_length(code, left)) {  // not a branch: step over it
+        code += n;
+        left -= n;
+        at += n;
+        continue;
+      }
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so branches into the displaced bytes cannot be ruled out");
+    }
     // An address taken inside the window (lea L(%rip) of a label there, for
     // a computed goto or a hand-made jump table): an indirect jump may land
     // in the middle of the jump.
     if (sh.insn->id == X86_INS_LEA) {
       std::uint64_t target = 0;
-      if (lea_rip_target(func + start, sh.insn->size, at, target) && target > 0 && target < len)
+      if (lea_rip_target(func + start, sh.insn->size, at, target) && inside(target))
         return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " + sh.insn->op_str +
-                               ") takes the address +" + hex(target) + ", inside the " + std::to_string(len) +
+                               ") takes the address " + shown(target) + ", inside the " + std::to_string(len) +
                                " bytes the jump displaces (an indirect jump may land there)");
     }
     const BranchInfo bi = branch_info(func + start, sh.insn->size);
     if (bi.relative) {
       const std::uint64_t target = at + static_cast<std::uint64_t>(bi.rel);
-      if (target > 0 && target < len)
+      if (inside(target))
         return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " +
-                               sh.insn->op_str + ") branches to +" + hex(target) + ", inside the " +
+                               sh.insn->op_str + ") branches to " + shown(target) + ", inside the " +
                                std::to_string(len) + " bytes the jump displaces");
     }
   }
@@ -252,14 +323,26 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
 }  // namespace
 
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
-                       const Insn* first) {
+                       const Insn* first, std::size_t padding) {
   out = EntryWindow{};
   why.clear();
-  if (size < kJumpLen)
+  if (size + padding < kJumpLen)
     return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
-                           " long, shorter than the 5-byte jump");
+                           " long, shorter than the 5-byte jump" +
+                           (padding ? " with the " + std::to_string(padding) + " filler bytes after it" : ""));
   std::size_t len = 0;
+  bool falls_through = true;  // the last instruction so far may continue to the next byte
   while (len < kJumpLen) {
+    if (len == size) {
+      // The function ends inside the window: only when its last instruction
+      // never falls through may the window cover filler bytes after it.
+      if (falls_through || size + padding < kJumpLen)
+        return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
+                               " long, shorter than the 5-byte jump" +
+                               (falls_through ? "" : " with the " + std::to_string(padding) + " filler bytes after it"));
+      len = kJumpLen;
+      break;
+    }
     Insn insn;
     if (len == 0 && first) {
       insn = *first;
@@ -271,6 +354,8 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
       return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
                              " enters the kernel or traps; it cannot run displaced");
     const bool last = len + insn.len >= kJumpLen;
+    // The function's last instruction, with filler bytes after it.
+    const bool last_before_padding = len + insn.len == size && padding > 0 && size + padding >= kJumpLen;
     switch (insn.cls) {
       case InsnClass::nop:
       case InsnClass::push_reg:
@@ -284,22 +369,37 @@ bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& 
       case InsnClass::call_rel:
       case InsnClass::jmp_ind:
         // The callee would return into the window, or the rest is dead.
-        if (!last)
+        if (!last && !(insn.cls == InsnClass::jmp_ind && last_before_padding))
           return refuse(why, "the branch `" + insn.text + "` at +" + hex(len) +
                                  " is inside the 5 bytes the jump displaces");
         break;
+      case InsnClass::ret:
+      case InsnClass::ret_imm:
+        // Runs from the slot as it would here; nothing after it runs.
+        if (!last && !last_before_padding)
+          return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
+                                 " cannot be displaced (a return before the last displaced byte)");
+        break;
       default:
         return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
-                               " cannot be displaced (a return, loop or indirect call)");
+                               " cannot be displaced (a loop or indirect call)");
     }
     if (len + insn.len > size) return refuse(why, "the first instructions run past the function's end");
+    falls_through = insn.cls != InsnClass::jmp_rel && insn.cls != InsnClass::jmp_ind && insn.cls != InsnClass::ret &&
+                    insn.cls != InsnClass::ret_imm;
     len += insn.len;
     out.insns.push_back(std::move(insn));
   }
-  if (!check_function(func, size, len, why)) return false;
+  if (!check_function(func, size, 0, len, why)) return false;
   out.len = static_cast<std::uint8_t>(len);
   std::memcpy(out.bytes, func, len);
   return true;
+}
+
+bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
+                              std::string& why) {
+  why.clear();
+  return check_function(code, size, win, len, why);
 }
 
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
@@ -359,7 +459,7 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
           std::memcpy(bytes + insn.disp_offset, &d, 4);
         }
         n = put(buf, n, bytes, insn.len);
-        ends_in_branch = insn.cls == InsnClass::jmp_ind;
+        ends_in_branch = insn.cls == InsnClass::jmp_ind || insn.cls == InsnClass::ret || insn.cls == InsnClass::ret_imm;
       }
     }
     orig += insn.len;

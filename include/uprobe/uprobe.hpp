@@ -349,6 +349,15 @@ struct ProbeInfo {
   /// The code symbol holding the probe (uprobe::symbol_at() of the file):
   /// "NAME", or "NAME+0xOFF" inside it; "" when none.
   std::string symbol;
+  /// The bounds of the function holding the probe, which an optimized entry
+  /// needs (its first instructions are displaced only after the whole
+  /// function and its neighbours are checked), and where they come from:
+  /// "SOURCE 0xSTART+0xSIZE" (file offset and size in bytes), SOURCE one of
+  /// "symtab", "dynsym" (a sized symbol of the file), "debuginfo" (of its
+  /// separate debug file, found by build-id under /usr/lib/debug/.build-id/)
+  /// or "eh_frame" (an FDE of the file's .eh_frame: stripped files keep
+  /// them); "" when none is known.
+  std::string bounds;
   /// When the function holding the probe is what GNU indirect functions
   /// (STT_GNU_IFUNC) of its file are bound to in this process (their
   /// resolvers chose it; the dynamic linker's binding, dlsym()'s answer), or

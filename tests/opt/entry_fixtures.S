@@ -100,11 +100,76 @@ FUNC ent_tail_target
         ret
 ENDF ent_tail_target
 
-/* Stays int3: 3 bytes long. Returns 0. */
+/* Stays int3: its neighbour ent_neigh_pcpy jumps to its second instruction,
+ * inside the window, as glibc's __mempcpy_*_erms jumps to
+ * __memmove_*_erms+3. ent_neigh_cpy(a, b) = a + b, ent_neigh_pcpy(a, b) =
+ * 2a + b. */
+FUNC ent_neigh_pcpy
+        mov %rdi, %rax
+        add %rdi, %rax
+        jmp .Lent_neigh_start
+ENDF ent_neigh_pcpy
+
+FUNC ent_neigh_cpy
+        mov %rdi, %rax
+.Lent_neigh_start:
+        add %rsi, %rax
+        ret
+ENDF ent_neigh_cpy
+
+/* Optimized (window 6): its neighbour ent_neigh_tail jumps to its entry
+ * (a tail call), never past it. ent_neigh_target(a, b) = a + b,
+ * ent_neigh_tail(a, b) = a + 1 + b. */
+FUNC ent_neigh_tail
+        add $1, %rdi
+        jmp ent_neigh_target
+ENDF ent_neigh_tail
+
+FUNC ent_neigh_target
+        mov %rdi, %rax
+        add %rsi, %rax
+        ret
+ENDF ent_neigh_target
+
+/* Stays int3: 3 bytes long, and the next function starts right after it
+ * (no filler bytes the window could cover). Returns 0. */
 FUNC ent_short
         xor %eax, %eax
         ret
 ENDF ent_short
+        .globl ent_short_next
+        .type ent_short_next, @function
+ent_short_next:
+        mov %rdi, %rax
+        ret
+ENDF ent_short_next
+
+/* Optimized (window 5): 3 bytes long, but its ret is followed by the nop
+ * filler up to the next function (.p2align), which the window covers.
+ * Returns a + 1. */
+FUNC ent_pad_ret
+        lea 1(%rdi), %eax
+        ret
+ENDF ent_pad_ret
+
+/* Optimized (window 5): a 2-byte tail jump followed by filler: a + b via
+ * ent_tail_target. */
+FUNC ent_pad_jmp
+        jmp ent_pad_jmp_target
+ENDF ent_pad_jmp
+
+FUNC ent_pad_jmp_target
+        lea (%rdi,%rsi), %rax
+        ret
+ENDF ent_pad_jmp_target
+
+/* Optimized (window 5): `mov 8(%rdi), %rax; ret`, the ret as the last
+ * displaced instruction. Returns p[1]. */
+FUNC ent_ret_last
+        mov 8(%rdi), %eax
+        nop
+        ret
+ENDF ent_ret_last
 
 /* Stays int3: the loop branches to +2, inside the window (C-04). a * b */
 FUNC ent_c04

@@ -38,6 +38,13 @@ std::uint64_t ent_short();
 std::uint64_t ent_c04(std::uint64_t, std::uint64_t);
 std::uint64_t ent_syscall();
 std::uint64_t ent_ret(std::uint64_t);
+std::uint64_t ent_pad_ret(std::uint64_t);
+std::uint64_t ent_pad_jmp(std::uint64_t, std::uint64_t);
+std::uint64_t ent_ret_last(const std::uint64_t*);
+std::uint64_t ent_neigh_pcpy(std::uint64_t, std::uint64_t);
+std::uint64_t ent_neigh_cpy(std::uint64_t, std::uint64_t);
+std::uint64_t ent_neigh_tail(std::uint64_t, std::uint64_t);
+std::uint64_t ent_neigh_target(std::uint64_t, std::uint64_t);
 void ent_leaf();
 std::uint64_t ent_load(const std::uint64_t*);
 extern const std::uint8_t ent_load_fault[];
@@ -148,6 +155,53 @@ TEST(Entry, FunctionsOwnJumpIsDisplaced) {
   check_entry(vaddr(ent_jmp), 5, 5, [](int i) { return expect_eq(ent_jmp(i, 2), i + 2u); });
 }
 
+// A function shorter than the jump whose last instruction never falls
+// through (ret, jmp): the window covers the nop filler after it, up to the
+// next function (16 bytes checked: the function and its filler are the
+// file's again after the detach).
+TEST(Entry, ShortFunctionWindowCoversTheFillerAfterIt) {
+  check_entry(vaddr(ent_pad_ret), 16, 5, [](int i) { return expect_eq(ent_pad_ret(i), i + 1u); });
+  check_entry(vaddr(ent_pad_jmp), 16, 5, [](int i) { return expect_eq(ent_pad_jmp(i, 3), i + 3u); });
+}
+
+// A return as the last displaced instruction runs from the slot.
+TEST(Entry, ReturnAsTheLastDisplacedInstruction) {
+  std::uint64_t v[2] = {0, 0};
+  check_entry(vaddr(ent_ret_last), 5, 5, [&v](int i) {
+    v[1] = static_cast<std::uint64_t>(i) * 7;
+    return expect_eq(ent_ret_last(v), i * 7u);
+  });
+}
+
+// A neighbour's jump to the entry itself (a tail call) is no obstacle: the
+// calls through it (odd i) are hits too, as exact as the direct ones.
+TEST(Entry, NeighbourTailCallToTheEntry) {
+  check_entry(vaddr(ent_neigh_target), 7, 6, [](int i) {
+    return i % 2 ? expect_eq(ent_neigh_tail(i, 2), i + 3u) : expect_eq(ent_neigh_target(i, 2), i + 2u);
+  });
+}
+
+// The reason names the neighbour and the target it jumps to.
+TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
+  EntryCounter c(addr(ent_neigh_cpy));
+  uprobe::Attachment a(vaddr(ent_neigh_cpy), c);
+  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
+  EXPECT_NE(info.why_not_optimized.find("bounds from symtab): the instruction at +0x6 (jmp "), std::string::npos)
+      << info.why_not_optimized;
+  EXPECT_NE(info.why_not_optimized.find("branches to the window's +0x3, inside the 6 bytes the jump displaces"),
+            std::string::npos)
+      << info.why_not_optimized;
+  const auto m = mapping_of(addr(ent_neigh_cpy));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(info.bounds, "symtab " + hex(m->offset + addr(ent_neigh_cpy) - m->start) + "+0x7");
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ent_neigh_cpy(i, 1), i + 1u);
+    EXPECT_EQ(ent_neigh_pcpy(i, 1), 2u * i + 1u);
+  }
+  EXPECT_EQ(c.hits.load(), 10u);
+}
+
 TEST(Entry, IndirectTailJumpThroughRipRelativePointer) {
   check_entry(vaddr(ent_jmp_ind), 6, 6, [](int i) { return expect_eq(ent_jmp_ind(i, 9), i + 9u); });
 }
@@ -228,6 +282,14 @@ TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
        [] { return expect_eq(ent_syscall(), static_cast<std::uint64_t>(getpid())); }},
       {vaddr(ent_ret), "cannot be displaced (a return", [] { return expect_eq(ent_ret(31), 31); }},
       {at(ent_frame, 4), "not at its entry", [] { return expect_eq(ent_frame(2, 2), 6); }},
+      // The neighbour's jump lands at +3, inside the window: it still runs
+      // (the int3 is at the entry only) and still returns 2a + b.
+      {vaddr(ent_neigh_cpy),
+       "a neighbour, ent_neigh_pcpy (file offset ",
+       [] {
+         const std::string r = expect_eq(ent_neigh_cpy(7, 6), 13);
+         return r.empty() ? expect_eq(ent_neigh_pcpy(7, 6), 20) : r;
+       }},
   };
   for (const Case& k : cases) {
     EntryCounter c(reinterpret_cast<std::uint64_t>(k.fn));

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -113,6 +114,50 @@ TEST(ElfInfo, FunctionWithWrappingSizeIsFound) {
             true);
   ::close(fd);
   ::unlink(path);
+}
+
+// The function index of real files: sorted by (file_offset, size), reach[i]
+// the running maximum of the ends, and every function found again at its
+// start with bounds no wider than its own. /usr/bin/true (stripped, a few
+// .dynsym symbols and many FDEs whose starts no symbol covers) once read
+// past `reach` while its FDEs were being added.
+TEST(ElfInfo, FunctionIndexIsConsistent) {
+  for (const char* path : {"/proc/self/exe", "/usr/bin/true", "/usr/lib/x86_64-linux-gnu/libc.so.6"}) {
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << path;
+    struct stat st;
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    std::string why;
+    auto info = uprobe::detail::elf_info(fd, path, st, why);
+    ::close(fd);
+    ASSERT_NE(info, nullptr) << path << ": " << why;
+    ASSERT_EQ(info->reach.size(), info->funcs.size()) << path;
+    ASSERT_GT(info->funcs.size(), 10u) << path;
+    std::uint64_t reach = 0;
+    std::size_t fdes = 0;
+    for (std::size_t i = 0; i < info->funcs.size(); ++i) {
+      const auto& f = info->funcs[i];
+      if (i) {
+        const auto& p = info->funcs[i - 1];
+        ASSERT_TRUE(p.file_offset < f.file_offset || (p.file_offset == f.file_offset && p.size <= f.size))
+            << path << " index " << i;
+      }
+      reach = std::max(reach, f.file_offset + f.size);
+      ASSERT_EQ(info->reach[i], reach) << path << " index " << i;
+      const auto* g = info->enclosing_function(f.file_offset);
+      ASSERT_NE(g, nullptr) << path << " index " << i;
+      EXPECT_LE(g->size, f.size) << path << " index " << i;
+      if (f.source == uprobe::detail::BoundsSource::eh_frame) {
+        ++fdes;
+        EXPECT_TRUE(f.name.empty());
+        EXPECT_EQ(g, &f) << path << ": an FDE is added only where no symbol holds its start";
+      }
+    }
+    EXPECT_LE(fdes, info->fde_count) << path;
+    if (std::string(path) == "/usr/bin/true") {
+      EXPECT_GT(fdes, 10u) << "stripped: its bounds are FDEs";
+    }
+  }
 }
 
 }  // namespace

@@ -15,6 +15,9 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -161,6 +164,139 @@ TEST(Ifunc, LibcStrlenIsTheBoundImplementation) {
   }
   EXPECT_EQ(r.all.load(), 0u);
   dlclose(h);
+}
+
+/// The separate debug file of the loaded libc.so.6 by its build-id (the
+/// NT_GNU_BUILD_ID note of its PT_NOTE segments, read from memory), if one is
+/// installed (Debian: libc6-dbg); "" otherwise.
+std::string libc_debug_file() {
+  struct Found {
+    std::string path;
+  } found;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, std::size_t, void* p) {
+        if (!info->dlpi_name || !std::strstr(info->dlpi_name, "/libc.so.6")) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE) continue;
+          const auto* n = reinterpret_cast<const std::uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+          for (std::size_t at = 0; at + 12 <= ph.p_memsz;) {
+            std::uint32_t namesz, descsz, type;
+            std::memcpy(&namesz, n + at, 4);
+            std::memcpy(&descsz, n + at + 4, 4);
+            std::memcpy(&type, n + at + 8, 4);
+            const std::size_t name = at + 12, desc = name + ((namesz + 3) & ~3u);
+            if (type == NT_GNU_BUILD_ID && namesz == 4 && std::memcmp(n + name, "GNU", 4) == 0 && descsz > 1) {
+              std::string hexid;
+              char b[3];
+              for (std::uint32_t k = 0; k < descsz; ++k) {
+                std::snprintf(b, sizeof b, "%02x", n[desc + k]);
+                hexid += b;
+              }
+              static_cast<Found*>(p)->path =
+                  "/usr/lib/debug/.build-id/" + hexid.substr(0, 2) + "/" + hexid.substr(2) + ".debug";
+              return 1;
+            }
+            at = desc + ((descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &found);
+  struct stat st;
+  return !found.path.empty() && ::stat(found.path.c_str(), &st) == 0 ? found.path : std::string();
+}
+
+/// `n` bytes of `path` at file offset `off`.
+std::vector<std::uint8_t> file_bytes(const std::string& path, std::uint64_t off, std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  EXPECT_EQ(::pread(fd, v.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+  ::close(fd);
+  return v;
+}
+
+// The implementation strlen is bound to has no symbol in Debian's libc.so.6
+// (no .symtab) but an .eh_frame FDE (and, with libc6-dbg, a debug-file
+// symbol): its entry takes the optimized jump, every call is a hit, and its
+// bytes are the file's again after the detach.
+TEST(Ifunc, LibcStrlenImplementationTakesTheJump) {
+  const std::string libc = libc_path();
+  void* h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  void* impl = dlsym(h, "strlen");
+  ASSERT_NE(impl, nullptr);
+  const auto locs = uprobe::resolve_location("libc:strlen");
+  ASSERT_EQ(locs.size(), 1u);
+  const uprobe::Location& l = locs[0];
+  ASSERT_TRUE(l.ifunc_bound);
+  const std::vector<std::uint8_t> file = file_bytes(libc, l.offset, 16);
+  ASSERT_EQ(std::memcmp(impl, file.data(), file.size()), 0);
+  static const char text[] = "seventeen letters";
+  MarkerCounter c;
+  c.marker = text;
+  c.want_rip = reinterpret_cast<std::uint64_t>(impl);
+  g_text = text;
+  g_strlen = reinterpret_cast<std::size_t (*)(const char*)>(impl);
+  std::size_t sum = 0;
+  const std::string source = libc_debug_file().empty() ? "eh_frame " : "debuginfo ";
+  {
+    uprobe::Attachment a(l.path, l.offset, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_entry) << info.why_not_optimized;
+    EXPECT_GE(info.displaced, 5u);
+    EXPECT_EQ(info.bounds.rfind(source + hex(l.offset) + "+0x", 0), 0u) << info.bounds;
+    EXPECT_NE(std::memcmp(impl, file.data(), 5), 0) << "no jump written";
+    for (int i = 0; i < 500; ++i) sum += std::strlen(g_text);
+    for (int i = 0; i < 500; ++i) sum += g_strlen(g_text);
+  }
+  EXPECT_EQ(sum, 1000u * 17);
+  EXPECT_EQ(c.hits.load(), 1000u);
+  EXPECT_EQ(c.bad_rip.load(), 0u);
+  EXPECT_EQ(std::memcmp(impl, file.data(), file.size()), 0) << "bytes not restored";
+  dlclose(h);
+}
+
+// With libc's debug file installed (libc6-dbg), a function that neither
+// .dynsym nor (absent) .symtab names is probed by name, with the size the
+// debug file gives: __strlen_sse2, which every x86-64 CPU can run.
+TEST(Ifunc, LibcStaticFunctionByNameFromTheDebugFile) {
+  const std::string debug = libc_debug_file();
+  if (debug.empty())
+    GTEST_SKIP() << "libc's debug file (/usr/lib/debug/.build-id/...) is not installed: apt-get install libc6-dbg";
+  const std::string libc = libc_path();
+  const uprobe::Symbol sym = uprobe::find_symbol(libc, "__strlen_sse2");
+  EXPECT_FALSE(sym.dynamic);
+  EXPECT_EQ(sym.type, STT_FUNC);
+  ASSERT_GT(sym.size, 16u);
+  for (const uprobe::Symbol& s : uprobe::read_symbols(libc))
+    EXPECT_FALSE(s.dynamic && s.name == "__strlen_sse2") << "exported after all";
+  const auto locs = uprobe::resolve_location("libc:__strlen_sse2");
+  ASSERT_EQ(locs.size(), 1u);
+  EXPECT_EQ(locs[0].offset, sym.offset);
+  EXPECT_EQ(locs[0].symbol, "__strlen_sse2");
+  const auto addrs = uprobe::runtime_addresses(libc, sym.offset);
+  ASSERT_EQ(addrs.size(), 1u);
+  const auto fn = reinterpret_cast<std::size_t (*)(const char*)>(addrs[0]);
+  static const char text[] = "twenty-one characters";
+  MarkerCounter c;
+  c.marker = text;
+  c.want_rip = addrs[0];
+  const std::vector<std::uint8_t> file = file_bytes(libc, sym.offset, 16);
+  std::size_t sum = 0;
+  {
+    uprobe::Attachment a(libc, sym.offset, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_entry) << info.why_not_optimized;
+    EXPECT_EQ(info.symbol, "__strlen_sse2");
+    EXPECT_EQ(info.bounds, "debuginfo " + hex(sym.offset) + "+" + hex(sym.size));
+    for (int i = 0; i < 300; ++i) sum += fn(text);
+  }
+  EXPECT_EQ(sum, 300u * 21);
+  EXPECT_EQ(c.hits.load(), 300u);
+  EXPECT_EQ(c.bad_rip.load(), 0u);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(addrs[0]), file.data(), file.size()), 0);
 }
 
 // The main program's own (exported) IFUNC: the dynamic linker's lookup from

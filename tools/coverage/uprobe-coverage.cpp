@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // uprobe-coverage: attaches an entry probe to every function a library
-// exports (.dynsym STT_FUNC and STT_GNU_IFUNC, one per distinct offset), in
-// this process, and reports how many probes ended in each mode (optimized-
+// exports (.dynsym STT_FUNC and STT_GNU_IFUNC, one per distinct offset) and
+// to every implementation its IFUNCs are bound to here (what a probe on an
+// IFUNC's name attaches to: __strlen_evex for strlen), in this process, and reports how many probes ended in each mode (optimized-
 // entry, optimized-nop5, int3, refused) and why the others are not optimized;
 // then detaches them all and checks that the library's text is back byte for
 // byte. The kernel optimizes none of these (none starts with a nop5).
@@ -100,6 +101,16 @@ int main(int argc, char** argv) {
       if (s.dynamic && (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.executable && s.in_file &&
           seen.insert(s.offset).second)
         fns.push_back({s.name, s.offset, s.size});
+    // The implementations the dynamic linker bound the IFUNCs to (their
+    // resolvers, above, run only at binding time).
+    int impls = 0;
+    for (const uprobe::Symbol& s : uprobe::read_symbols(path)) {
+      if (!s.dynamic || s.type != STT_GNU_IFUNC || !s.in_file) continue;
+      const uprobe::Location l = uprobe::resolve_symbol(path, s.full_name());
+      if (!l.ifunc_bound || l.path != path || !seen.insert(l.offset).second) continue;
+      fns.push_back({l.implementation.empty() ? s.name + " (implementation)" : l.implementation, l.offset, 0});
+      ++impls;
+    }
     std::sort(fns.begin(), fns.end(), [](const Fn& a, const Fn& b) { return a.offset < b.offset; });
 
     Count c;
@@ -147,8 +158,9 @@ int main(int argc, char** argv) {
 
     const int total = static_cast<int>(fns.size());
     const int attached_n = total - modes["refused"];
-    std::printf("uprobe-coverage: %s: %d function entries (.dynsym STT_FUNC/STT_GNU_IFUNC, distinct offsets)\n",
-                path.c_str(), total);
+    std::printf("uprobe-coverage: %s: %d function entries (.dynsym STT_FUNC/STT_GNU_IFUNC and the %d IFUNC "
+                "implementations bound here, distinct offsets)\n",
+                path.c_str(), total, impls);
     for (const char* m : {"optimized-entry", "optimized-nop5", "int3", "pending", "refused"})
       std::printf("  %-16s %5d  %5.1f%% of all, %5.1f%% of attached\n", m, modes[m], 100.0 * modes[m] / total,
                   std::strcmp(m, "refused") == 0 ? 0.0 : 100.0 * modes[m] / (attached_n ? attached_n : 1));
