@@ -545,12 +545,7 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
   return hit == it->second.end() ? 0 : hit->second;
 }
 
-void note_mode(const uprobe::Uprobe* p) {
-  try {
-    meta->modes[uprobe::to_string(uprobe::probe_info(p).mode)]++;
-  } catch (...) {
-  }
-}
+void note_mode(const uprobe::ProbeInfo& info) { meta->modes[uprobe::to_string(info.mode)]++; }
 
 // The handler-side state for meta's keys (published before any probe is
 // registered; counting stays off until setup_counting() is done).
@@ -575,12 +570,20 @@ void make_counters() {
 /// and no signal mask libuprobe could change helps. Per spec, "NAME (where)".
 std::map<std::size_t, std::vector<std::string>>* fatal_sites = nullptr;
 
-void note_fatal_site(const uprobe::Uprobe* p, const std::string& name, const std::set<std::size_t>& specs) {
+void note_fatal_site(const uprobe::ProbeInfo& info, const std::string& name, const std::set<std::size_t>& specs) {
+  if (info.mode != uprobe::ProbeMode::int3 || info.signals_blocked.empty()) return;
+  if (!fatal_sites) fatal_sites = new std::map<std::size_t, std::vector<std::string>>;
+  for (std::size_t s : specs) (*fatal_sites)[s].push_back(name + " (" + info.signals_blocked + ")");
+}
+
+/// The site's mode and, for a function site, its fatal-site warning: one
+/// probe_info() per site (each call names the IFUNC bindings and the
+/// symbol: libc functions it calls may be probed, and int3).
+void note_site(const uprobe::Uprobe* p, const std::string* name, const std::set<std::size_t>* specs) {
   try {
     const uprobe::ProbeInfo info = uprobe::probe_info(p);
-    if (info.mode != uprobe::ProbeMode::int3 || info.signals_blocked.empty()) return;
-    if (!fatal_sites) fatal_sites = new std::map<std::size_t, std::vector<std::string>>;
-    for (std::size_t s : specs) (*fatal_sites)[s].push_back(name + " (" + info.signals_blocked + ")");
+    note_mode(info);
+    if (name) note_fatal_site(info, *name, *specs);
   } catch (...) {
   }
 }
@@ -763,8 +766,7 @@ void attach(const std::vector<std::string>& texts) {
         std::fprintf(stderr, "uprobe-trace agent: %u hits while attaching: %s+%#llx\n", a.c->setup_hits(),
                      a.p->plan->path.c_str(), static_cast<unsigned long long>(a.p->plan->offset));
   for (const Armed& a : armed) {
-    note_mode(a.probe);
-    note_fatal_site(a.probe, a.p->plan->name, a.p->plan->specs);
+    note_site(a.probe, &a.p->plan->name, &a.p->plan->specs);
     for (std::size_t s : a.p->plan->specs) meta->specs[s].attached++;
     for (long e : a.p->entries) attached[static_cast<std::size_t>(e)] = true;
     for (long r : a.p->rets) attached[static_cast<std::size_t>(r)] = true;
@@ -774,7 +776,7 @@ void attach(const std::vector<std::string>& texts) {
   for (auto& [u, idx] : pu) {
     for (std::size_t k = 0; k < u->sites.size(); ++k, ++i) {
       if (results[i]) {
-        note_mode(results[i].probe);
+        note_site(results[i].probe, nullptr, nullptr);
         for (std::size_t s : u->specs) meta->specs[s].attached++;
         if (idx >= 0) attached[static_cast<std::size_t>(idx)] = true;
         continue;
