@@ -22,7 +22,7 @@ namespace bench {
 namespace {
 
 // ---- sigtrap-floor: int3 -> SIGTRAP -> this handler -> sigreturn, with the
-// runtime's sigaction flags (src/signals.cpp). Nothing of libuprobe is
+// runtime's sigaction flags (src/interpose/signals.cpp). Nothing of libuprobe is
 // registered or started in this process.
 void floor_handler(int, siginfo_t*, void*) { count_hit(); }
 

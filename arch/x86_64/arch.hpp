@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unwind.h>
+
 #include "uprobe/regs.hpp"
 
 extern "C" {
@@ -28,8 +30,6 @@ void uprobe_ret_unwind_landing();
 /// the kernel leaves set in a handler when the interrupted code had it set,
 /// then tail-calls uprobe_sigtrap_handler(). Async-signal-safe.
 void uprobe_sigtrap_entry(int sig, siginfo_t* info, void* ucontext);
-/// Provided by the core (src/trap.cpp): the SIGTRAP handler proper.
-void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
 }
 
 namespace uprobe::arch {
@@ -488,3 +488,30 @@ inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {
 }
 
 }  // namespace uprobe::arch
+
+/// The core's callbacks: the functions src/ defines (extern "C", hidden)
+/// that the code under arch/ calls or names. Each is declared here only.
+extern "C" {
+/// The SIGTRAP handler proper (src/hit/trap.cpp), tail-called by
+/// uprobe_sigtrap_entry (trap_entry.S). Async-signal-safe.
+void uprobe_sigtrap_handler(int sig, siginfo_t* info, void* ucontext) noexcept;
+/// The C entry of an optimized hit (src/hit/dispatch.cpp), called or
+/// tail-called by uprobe_opt_entry() (opt_entry.cpp): `frame` is the Regs
+/// the stub pushed; runs the hit and sets the stub's continuation.
+/// Async-signal-safe, allocation-free, no system call.
+void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
+/// The core's side of a return (src/hit/uretprobe.cpp), called by the return
+/// trampoline (ret_trampoline.S, through opt_entry.cpp): pops the returning
+/// instance(s), runs the ret_handlers on f->regs, sets f->ret_slot.
+/// Async-signal-safe.
+void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept;
+/// The return trampoline's landing pad helper (src/interpose/unwind_glue.cpp,
+/// called by ret_trampoline.S): pops the return instances an exception
+/// unwinds past `sp` and returns the real return address.
+std::uint64_t uprobe_ret_unwind_pop(std::uint64_t sp) noexcept;
+/// The personality routine of the return trampoline's CFI
+/// (src/interpose/unwind_glue.cpp, named by ret_trampoline.S's
+/// .cfi_personality): lands in uprobe_ret_unwind_landing in the cleanup phase.
+_Unwind_Reason_Code uprobe_ret_personality(int version, _Unwind_Action actions, _Unwind_Exception_Class cls,
+                                           struct _Unwind_Exception* exc, struct _Unwind_Context* ctx);
+}

@@ -12,7 +12,7 @@
 
 /* struct __jmp_buf_tag: __saved_mask.__val[15], a word the kernel never
  * writes (it reads and writes 8 of the mask's 128 bytes): __sigsetjmp()
- * leaves the program's SIGTRAP view there for siglongjmp() (src/masks.cpp). */
+ * leaves the program's SIGTRAP view there for siglongjmp() (src/interpose/masks.cpp). */
 #define UPROBE_JB_MARK 192
 
 /* The two values of that word: the program's view blocked SIGTRAP when the

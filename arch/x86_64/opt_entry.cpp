@@ -10,7 +10,7 @@
 
 #include "arch.hpp"
 
-// ThreadSanitizer builds (the runtime's src/sanitize.hpp says the same).
+// ThreadSanitizer builds (the runtime's src/common/sanitize.hpp says the same).
 #if defined(__SANITIZE_THREAD__)
 #define UPROBE_OPT_TSAN 1
 #elif defined(__has_feature)
@@ -24,14 +24,6 @@
 // Not instrumented by ThreadSanitizer: there every access calls into the
 // TSan runtime, which uses vector registers, before they are saved.
 #define UPROBE_OPT_NO_TSAN __attribute__((no_sanitize("thread")))
-
-extern "C" {
-/// The core's side of an optimized hit (dispatch.cpp).
-void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
-/// The core's side of a return (uretprobe.cpp): pops the returning
-/// instance(s), runs the ret_handlers on f->regs, sets f->ret_slot.
-void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept;
-}
 
 namespace {
 

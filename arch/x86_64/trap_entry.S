@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The SIGTRAP handler's entry point (what sigaction() installs): clears
- * rflags.AC, then tail-calls uprobe_sigtrap_handler() (src/trap.cpp).
+ * rflags.AC, then tail-calls uprobe_sigtrap_handler() (src/hit/trap.cpp).
  *
  * The kernel delivers a signal with the interrupted code's AC (alignment
  * check) flag still set; a probe hit in code that turned alignment checking

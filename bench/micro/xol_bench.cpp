@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// XOL slots (src/xol.cpp, compiled in). In libuprobe a slot belongs to one
+// XOL slots (src/attach/xol.cpp, compiled in). In libuprobe a slot belongs to one
 // probe site for the life of the process and is immutable after it is
 // written, so the trap path takes and releases nothing: there is no per-hit
 // take/release to measure (the kernel's xol_take_insn_slot() /

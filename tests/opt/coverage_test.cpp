@@ -48,7 +48,7 @@ TEST(Coverage, LibcEntriesAreOptimized) {
   EXPECT_EQ(pending, 0) << out;
   EXPECT_GE(100.0 * (entry + nop5) / total, 90.0) << out;
   // Refusals are only the libc functions libuprobe's own trap path runs or
-  // that run with SIGTRAP blocked (src/validate.cpp lists 30 names).
+  // that run with SIGTRAP blocked (src/attach/validate.cpp lists 30 names).
   EXPECT_LE(refused, 30) << out;
   if (refused > 0) {
     const std::string why = out.substr(out.find("why refused:"));

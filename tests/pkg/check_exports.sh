@@ -6,7 +6,7 @@
 # Public = the C++ API (namespace uprobe outside uprobe::detail and
 # uprobe::arch, with the typeinfo/vtables of its classes), the UPROBE_API
 # functions of include/uprobe/uprobe.h, and the interposed libc/libgcc
-# functions listed in src/libuprobe.map. With the static library given, also
+# functions listed in src/api/libuprobe.map. With the static library given, also
 # checks the other way: every strong default-visibility symbol its objects
 # define (the library is compiled with -fvisibility=hidden, so those are the
 # ones meant to be public) is exported, i.e. the version script lost nothing.

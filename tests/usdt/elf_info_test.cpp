@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The registry's ELF reader (src/elf_info.cpp) on files with hostile symbol
+// The registry's ELF reader (src/elf/elf_info.cpp) on files with hostile symbol
 // tables: a copy of this test's own executable whose function symbol has a
 // size that makes start + size wrap around 2^64 (found by tests/fuzz
 // fuzz_stapsdt). The function must still be found by the offsets it covers.

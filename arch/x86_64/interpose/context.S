@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * glibc's getcontext(), __sigsetjmp() and BSD setjmp(), interposed
- * (src/masks.cpp has the rest). Each saves a signal mask: the real one,
+ * (src/interpose/masks.cpp has the rest). Each saves a signal mask: the real one,
  * which never has SIGTRAP blocked, while the program's mask is the real one
  * plus its SIGTRAP "view" bit (uprobe_view_blocked, initial-exec TLS). These
  * return twice, so they cannot be C wrappers (a resumed context would return
@@ -21,7 +21,7 @@
  * __start_context for a makecontext() function's uc_link, which restores
  * uc_sigmask verbatim) passes through uprobe_context_resume, which takes a
  * SIGTRAP blocked for real back into the view before returning 0 to the
- * caller (uprobe_context_resumed() in src/masks.cpp).
+ * caller (uprobe_context_resumed() in src/interpose/masks.cpp).
  *
  * Shadow stacks (CET SHSTK) are not handled: glibc 2.36 never enables them.
  */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The program's signal masks while libuprobe owns SIGTRAP (src/masks.cpp).
+// The program's signal masks while libuprobe owns SIGTRAP (src/interpose/masks.cpp).
 //
 // An int3 hit in a thread that blocks SIGTRAP is fatal: the kernel forces
 // the signal and the process dies. So from the moment libuprobe is loaded no

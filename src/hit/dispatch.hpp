@@ -4,7 +4,7 @@
 
 #include "arch.hpp"
 #include "probe.hpp"
-#include "runtime.hpp"
+#include "hot.hpp"
 
 namespace uprobe::detail {
 
@@ -32,10 +32,3 @@ inline arch::SaveMode effective_save(arch::SaveMode m) noexcept {
 
 }  // namespace uprobe::detail
 
-extern "C" {
-/// The C entry of an optimized stub when no vector state is saved (called,
-/// or tail-called, by arch's uprobe_opt_entry()): `frame` is the Regs the stub
-/// pushed; runs optimized_hit() on it and sets the stub's continuation.
-/// Async-signal-safe, allocation-free, no system call.
-void uprobe_opt_hit(std::uint64_t* frame, const uprobe::arch::OptSite* site) noexcept;
-}

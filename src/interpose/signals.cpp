@@ -30,6 +30,8 @@
 #include "arch.hpp"
 #include "masks.hpp"
 #include "runtime.hpp"
+#include "signals.hpp"
+#include "trap.hpp"
 #include "sanitize.hpp"
 #include "thread_state.hpp"
 

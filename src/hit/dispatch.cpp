@@ -8,7 +8,7 @@
 #include "sanitize.hpp"
 
 #include "arch.hpp"
-#include "runtime.hpp"
+#include "hot.hpp"
 
 #include "patch.hpp"
 #include "sites.hpp"

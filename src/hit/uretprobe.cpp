@@ -27,7 +27,7 @@
 #include "arch.hpp"
 #include "dispatch.hpp"
 #include "ri_pool.hpp"
-#include "runtime.hpp"
+#include "hot.hpp"
 #include "thread_state.hpp"
 
 namespace uprobe::detail {

@@ -81,7 +81,7 @@ struct ThreadState {
   ReturnStack rstack;        ///< pending return instances
   std::uint64_t* cookie;     ///< session cookie of the running callback, if any
   std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
-  // The program's signal mask (src/masks.cpp); the view bit itself is
+  // The program's signal mask (src/interpose/masks.cpp); the view bit itself is
   // uprobe_view_blocked, which arch code reads.
   bool trap_held;            ///< a SIGTRAP sent to this thread while its view blocked it
   bool ctx_view_set;         ///< setcontext() set the view for the context it resumes

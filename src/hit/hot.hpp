@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The state every hit reads: the RCU-published snapshots (VMAs, probes), the
+// address-space sequence count and the switches. Written only by the
+// registry writer (attach/runtime.hpp), under its mutex.
+
+#include <atomic>
+#include <cstdint>
+
+#include "probe.hpp"
+#include "spin_rwlock.hpp"
+#include "uprobe/config.hpp"
+#include "vma.hpp"
+
+namespace uprobe::detail {
+
+/// State read on every hit. Written only by the registry writer.
+struct HotState {
+  /// The mm_lock_seq analog: odd while a writer publishes, bumped on every
+  /// change of the VMA snapshot or the probe table.
+  alignas(64) std::atomic<std::uint64_t> mm_seq{0};
+  std::atomic<const VmaSnapshot*> vmas{nullptr};
+  std::atomic<const ProbeTable*> probes{nullptr};
+  std::atomic<LookupMode> lookup{LookupMode::speculative};
+  std::atomic<XolMode> xol{XolMode::jump_back};
+  std::atomic<bool> emulate{true};
+  std::atomic<bool> optimize{true};
+  std::atomic<bool> optimize_entries{true};
+  /// Config::site_state == SiteState::full: every save the optimized paths
+  /// make is SaveMode::full (effective_save()).
+  std::atomic<bool> full_state{false};
+  /// Written under the registry mutex only; not read on the trap path.
+  SignalMask signal_mask_for_install = SignalMask::nodefer;
+  uprobe::RiPool ri_pool_for_install = uprobe::RiPool::objpool;
+  uprobe::RiLock ri_lock_for_install = uprobe::RiLock::none;
+  unsigned max_depth_for_install = 64;
+  bool optimize_for_install = true;
+  /// The locked lookup path's lock (the mmap_lock analog).
+  SpinRwLock mm_lock;
+};
+extern HotState g_hot;
+
+}  // namespace uprobe::detail
