@@ -1227,6 +1227,35 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
 
 // ---------------------------------------------------------------- maps
 
+namespace {
+
+// Folds one table's value words `val` for a key into the merged `o` (a key
+// seen before), as bpftrace's one map would hold them.
+void merge_value(const MapDesc& m, std::vector<std::uint64_t>& o, const std::vector<std::uint64_t>& val) {
+  switch (m.agg) {
+    case Agg::count: case Agg::sum: case Agg::hist: case Agg::lhist: case Agg::avg: case Agg::stats:
+      for (std::uint32_t k = 0; k < m.value_words; ++k) o[k] += val[k];
+      break;
+    case Agg::min:
+    case Agg::max:
+      if (val[1] && (!o[1] || (m.agg == Agg::min ? static_cast<std::int64_t>(val[0]) < static_cast<std::int64_t>(o[0])
+                                                 : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
+        o = val;
+      break;
+    case Agg::assign:
+      if (val[1] > o[1]) o = val;
+      break;
+  }
+}
+
+std::vector<std::uint64_t> slot_value(const MapDesc& m, const std::uint64_t* s) {
+  std::vector<std::uint64_t> val(m.value_words);
+  for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+  return val;
+}
+
+}  // namespace
+
 void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into) {
   const MapDesc& m = p.maps[mi];
   const std::uint64_t* table = area + m.offset;
@@ -1235,26 +1264,25 @@ void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, 
     const std::uint64_t* s = table + std::uint64_t{i} * sw;
     if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != 1) continue;
     std::vector<std::uint64_t> key(s + 1, s + 1 + m.key_words);
-    std::vector<std::uint64_t> val(m.value_words);
-    for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+    std::vector<std::uint64_t> val = slot_value(m, s);
     auto [it, fresh] = into.try_emplace(key, val);
-    if (fresh) continue;
-    std::vector<std::uint64_t>& o = it->second;
-    switch (m.agg) {
-      case Agg::count: case Agg::sum: case Agg::hist: case Agg::lhist: case Agg::avg: case Agg::stats:
-        for (std::uint32_t k = 0; k < m.value_words; ++k) o[k] += val[k];
-        break;
-      case Agg::min:
-      case Agg::max:
-        if (val[1] && (!o[1] || (m.agg == Agg::min ? static_cast<std::int64_t>(val[0]) < static_cast<std::int64_t>(o[0])
-                                                   : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
-          o = val;
-        break;
-      case Agg::assign:
-        if (val[1] > o[1]) o = val;
-        break;
-    }
+    if (!fresh) merge_value(m, it->second, val);
   }
+}
+
+bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint64_t*>& areas,
+                 const std::uint64_t* key, std::int64_t& value) {
+  const MapDesc& m = p.maps[mi];
+  std::vector<std::uint64_t> o;
+  for (std::uint64_t* area : areas) {
+    const std::uint64_t* s = Vm::slot(m, area, key, false);
+    if (!s) continue;
+    if (o.empty()) o = slot_value(m, s);
+    else merge_value(m, o, slot_value(m, s));
+  }
+  if (o.empty()) return false;
+  value = static_cast<std::int64_t>(m.agg == Agg::avg ? (o[0] ? o[1] / o[0] : 0) : o[0]);
+  return true;
 }
 
 namespace {

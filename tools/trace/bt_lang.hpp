@@ -61,6 +61,12 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
 using MapData = std::map<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
 /// Merges the table of map `mi` found in a thread's `area` into `into`.
 void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into);
+/// The value a map read (`@m[k]` in an expression) gives for map `mi` and
+/// encoded `key`, merged over the tables in `areas` as merge_table() merges
+/// them (count/sum: the total, avg: total / count, min/max: the extreme,
+/// `@m = x`: the latest store); false when no table has the key.
+bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint64_t*>& areas,
+                 const std::uint64_t* key, std::int64_t& value);
 /// Every map as bpftrace prints them at exit (in name order; `maps[i]`: map i).
 std::string format_maps(const Program& p, const std::vector<MapData>& maps);
 /// One map as bpftrace prints it (at exit, or for print(@map)).

@@ -197,6 +197,12 @@ struct HitContext {
   std::uint64_t start_ns = 0;  ///< for `elapsed`
   std::uint64_t* area = nullptr;  ///< the thread's area (kAreaHeaderWords, ring, tables)
   volatile std::uint64_t* exit_flag = nullptr;  ///< exit() sets it to 1
+  /// CLI only (BEGIN, END, interval): a map read (`@m[k]` in an expression)
+  /// asks this for the map's value merged over every thread and process (as
+  /// bpftrace's maps are one); false: the key is in no table (0). nullptr
+  /// (the agent): the calling thread's own table. Not async-signal-safe.
+  bool (*read_map)(void* ctx, std::uint32_t map, const std::uint64_t* key, std::int64_t& value) = nullptr;
+  void* read_map_ctx = nullptr;
 };
 
 inline std::uint64_t now_ns() noexcept {
@@ -362,7 +368,9 @@ class Vm {
       case Op::map_read: {
         const MapDesc& m = p_.maps[n.a];
         encode_key(m, n.b, n.c);
-        if (const std::uint64_t* s = slot(m, c_.area, key_, false)) {
+        if (c_.read_map) {
+          if (!c_.read_map(c_.read_map_ctx, static_cast<std::uint32_t>(n.a), key_, v.i)) v.i = 0;
+        } else if (const std::uint64_t* s = slot(m, c_.area, key_, false)) {
           const std::uint64_t* val = s + 1 + m.key_words;
           v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
         }
