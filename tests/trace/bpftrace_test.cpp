@@ -289,6 +289,60 @@ TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
             "PROG ARGS (per-thread counts: --per-thread)\n");
 }
 
+// Programs nested deeper than the parser or a hit may recurse are refused
+// with one error (the CLI crashed on its stack with 20000 parentheses or
+// 20000 nested ifs; a hit recursed once per nested if); the depths allowed run.
+TEST(Bpftrace, DeepNestingIsRefusedNotACrash) {
+  char t[] = "/tmp/bt-deep.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string marker = d + "/ran";
+  auto repeat = [](const std::string& s, int n) {
+    std::string o;
+    for (int i = 0; i < n; ++i) o += s;
+    return o;
+  };
+  const std::string head = "uprobe:" + kFixture + ":bt_add { ";
+  struct Case {
+    std::string prog;
+    std::size_t col;  // the error's column (1-based)
+    std::string message;
+  };
+  const std::string parens = head + "@x = " + repeat("(", 20000) + "1" + repeat(")", 20000) + "; }";
+  const std::string minus = head + "@x = " + repeat("- ", 1500) + "1; }";
+  // (12000: an argument stays below the kernel's 128 KiB)
+  const std::string ifs = head + repeat("if (1) { ", 12000) + "@x = count(); " + repeat("}", 12000) + " }";
+  const std::string ifs65 = head + repeat("if (1) { ", 65) + "@x = count(); " + repeat("}", 65) + " }";
+  const Case cases[] = {
+      // (levels: the probe's block 1, the value 2, each ( or - one more: the 999th is too deep; the
+      // 1000th if's condition is the 1001st level;
+      // the error points at the next token)
+      {parens, head.size() + 5 + 999 + 1, "program nested too deeply (more than 1000 levels)"},
+      {minus, head.size() + 5 + 2 * 998 + 1, "program nested too deeply (more than 1000 levels)"},
+      {ifs, head.size() + 9 * 999 + 4 + 1, "program nested too deeply (more than 1000 levels)"},
+      {ifs65, head.size() + 9 * 64 + 1,
+       "if statements nested too deeply (at most 64 levels, else if included: the probe runs on the traced "
+       "thread's stack)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message + " at column " + std::to_string(c.col));
+    const Result r = run({kTrace, "-e", c.prog, "-c", "/usr/bin/touch " + marker});
+    EXPECT_EQ(r.status, 1) << r.err.substr(0, 300);
+    EXPECT_EQ(r.out, "");
+    const std::string want = "stdin:1:" + std::to_string(c.col) + "-";
+    EXPECT_EQ(r.err.substr(0, want.size()), want) << r.err.substr(0, 300);
+    EXPECT_NE(r.err.find(": ERROR: " + c.message + "\n"), std::string::npos) << r.err.substr(0, 300);
+    struct stat st;
+    EXPECT_NE(stat(marker.c_str(), &st), 0) << "the command ran";
+  }
+  // At the limits: 64 nested ifs and 400 parentheses run (20 bt_add calls).
+  const std::string ok = head + repeat("if (1) { ", 64) + "@x = count(); @y = sum(" + repeat("(", 400) + "arg0" +
+                         repeat(")", 400) + "); " + repeat("}", 64) + " }";
+  const Result r = run({kTrace, "-q", "-e", ok, "-c", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\n\n@x: 20\n@y: 190\n");
+  rmdir(d.c_str());
+}
+
 // -o FILE gets everything bpftrace would print (stdout stays empty), a
 // program file works as -e does, and `-- PROG ARGS` as -c does.
 TEST(Bpftrace, OutputFileProgramFileAndDashDash) {

@@ -174,6 +174,7 @@ class Parser {
   }
 
   std::vector<StmtP> block() {
+    Nest nest(*this);
     expect("{");
     std::vector<StmtP> out;
     for (;;) {
@@ -249,7 +250,10 @@ class Parser {
     return e;
   }
 
-  ExprP expr() { return ternary(); }
+  ExprP expr() {
+    Nest n(*this);
+    return ternary();
+  }
   ExprP ternary() {
     ExprP c = lor();
     skip_ws();
@@ -355,6 +359,7 @@ class Parser {
     Pos p = here(1);
     for (char op : {'!', '~', '-'}) {
       if (peek() == op && !(op == '-' && peek(1) == '-')) {
+        Nest nest(*this);
         adv();
         ExprP e = make(EK::unary, p);
         e->name = std::string(1, op);
@@ -384,6 +389,7 @@ class Parser {
         skip_ws();
         if (peek() == '*') fail(here(1), "pointer casts are not supported by uprobe-trace yet");
         if (peek() == ')') {
+          Nest nest(*this);
           adv();
           ExprP e = make(EK::cast, p);
           e->bits = ty->second.first;
@@ -511,9 +517,24 @@ class Parser {
     unexpected();
   }
 
+  // Nesting of parentheses, unary operators, casts, expressions and blocks:
+  // the parser recurses for each, on the CLI's stack.
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& q) : p(q) {
+      if (++p.depth_ > kMaxParseDepth) {
+        p.skip_ws();
+        fail(p.here(1), "program nested too deeply (more than " + std::to_string(kMaxParseDepth) + " levels)");
+      }
+    }
+    ~Nest() { --p.depth_; }
+  };
+  static constexpr unsigned kMaxParseDepth = 1000;
+
   const std::string& s_;
   std::size_t i_ = 0;
   int line_ = 1, col_ = 1;
+  unsigned depth_ = 0;
 };
 
 // ---------------------------------------------------------------- compiler
@@ -784,19 +805,26 @@ class Compiler {
     return nullptr;
   }
 
-  std::int32_t key_list(const Expr& m, const MapInfo& mi) {
+  std::int32_t key_list(const Expr& m, const MapInfo& mi, unsigned depth = 0) {
     if (m.kids.size() != mi.key_kinds.size())
       fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                       std::to_string(m.kids.size()) + "] when map expects arguments: [" +
                       std::to_string(mi.key_kinds.size()) + "]");
+    std::uint32_t words = 0;
+    for (std::uint8_t kind : mi.key_kinds) words += kind == 1 ? kStrLen / 8 : 1;
+    words = std::max<std::uint32_t>(words, 1);
+    if (key_words_ + words > kKeyStackWords)
+      fail(m.pos, "map keys nested too deeply (a map read in the key of a map read ...)");
+    key_words_ += words;
     std::vector<std::int32_t> ks;
     for (std::size_t k = 0; k < m.kids.size(); ++k) {
-      std::int32_t n = expr(*m.kids[k]);
+      std::int32_t n = expr(*m.kids[k], depth + 1);
       if ((nodes_[static_cast<std::size_t>(n)].is_str != 0) != (mi.key_kinds[k] == 1))
         fail(m.kids[k]->pos, "Argument mismatch for " + mi.name + ": key " + std::to_string(k) +
                                  " is a " + (mi.key_kinds[k] == 1 ? "string" : "integer") + " elsewhere");
       ks.push_back(n);
     }
+    key_words_ -= words;
     return list(ks);
   }
 
@@ -811,10 +839,16 @@ class Compiler {
     switch (s.k) {
       case SK::if_: {
         st.op = StmtOp::if_;
+        if (if_depth_ >= kMaxIfDepth)
+          fail(Pos{s.pos.line, s.pos.col, s.pos.col + 2},
+               "if statements nested too deeply (at most " + std::to_string(kMaxIfDepth) +
+                   " levels, else if included: the probe runs on the traced thread's stack)");
         st.a = expr(*s.value);
         std::vector<std::int32_t> t, e;
+        ++if_depth_;
         for (auto& x : s.then_) t.push_back(stmt(*x));
         for (auto& x : s.else_) e.push_back(stmt(*x));
+        --if_depth_;
         st.b = list(t), st.c = static_cast<std::int32_t>(t.size());
         st.d = list(e), st.e = static_cast<std::int32_t>(e.size());
         return push(st);
@@ -968,7 +1002,7 @@ class Compiler {
         if (m->agg == Agg::hist || m->agg == Agg::lhist || m->agg == Agg::stats)
           fail(e.pos, "reading a " + std::string(m->agg == Agg::stats ? "stats()" : "histogram") +
                           " map in an expression is not supported");
-        const std::int32_t keys = key_list(e, *m);
+        const std::int32_t keys = key_list(e, *m, depth);
         std::int32_t r = leaf(Op::map_read, false, true);
         Node& n = nodes_[static_cast<std::size_t>(r)];
         n.a = mi, n.b = keys, n.c = static_cast<std::int32_t>(e.kids.size());
@@ -1090,6 +1124,8 @@ class Compiler {
   std::vector<FmtDesc> fmts_;
   std::vector<char> strtab_;
   std::map<std::string, std::int32_t> vars_;
+  unsigned if_depth_ = 0;
+  std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;
   bool cur_ret_ = false, any_ret_ = false, has_mixed_ret_ = false;
 };
