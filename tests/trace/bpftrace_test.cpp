@@ -271,6 +271,9 @@ const Refusal kRefusals[] = {
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},
     {"IntervalUnit", "interval:x:1 { exit(); }", "interval:x:1", "x is not an accepted unit of time"},
+    {"FuncInEnd", "END { printf(\"%s\\n\", func); }", "func", "The func builtin can not be used with 'END' probes"},
+    {"FuncInInterval", "interval:s:1 { @[func] = count(); }", "func",
+     "The func builtin can not be used with 'interval' probes"},
     {"UprobeWithoutFunction", "uprobe:@FIXTURE@ { @ = count(); }", "uprobe:@FIXTURE@",
      "uprobe probe type requires 2 arguments"},
 };

@@ -668,8 +668,9 @@ class Compiler {
 
   AttachPoint attach_point(const std::string& t, Pos pos, std::uint32_t pi, std::int64_t& interval_ns) {
     AttachPoint ap{ProbeKind::uprobe, "", pi};
-    if (t == "BEGIN") return ap.kind = ProbeKind::begin, ap;
-    if (t == "END") return ap.kind = ProbeKind::end, ap;
+    // (spec: what `probe` gives in these blocks, run by the CLI)
+    if (t == "BEGIN") return ap.kind = ProbeKind::begin, ap.spec = t, ap;
+    if (t == "END") return ap.kind = ProbeKind::end, ap.spec = t, ap;
     const auto colon = t.find(':');
     const std::string type = t.substr(0, colon);
     if (type == "interval" || type == "i") {
@@ -685,6 +686,7 @@ class Compiler {
       if (mult == 0) fail(pos, unit + " is not an accepted unit of time");
       interval_ns = mult < 0 ? 1000000000ll / n : n * mult;
       ap.kind = ProbeKind::interval;
+      ap.spec = "interval:" + unit + ":" + num;
       return ap;
     }
     std::string canon;
@@ -1109,6 +1111,11 @@ class Compiler {
       if (kUnsupportedBuiltins.count(n)) fail(e.pos, n + " is not supported by uprobe-trace yet");
       fail(e.pos, "Unknown identifier: '" + n + "'");
     }
+    if (it->second == Op::func &&
+        (cur_kind_ == ProbeKind::begin || cur_kind_ == ProbeKind::end || cur_kind_ == ProbeKind::interval))
+      fail(e.pos, "The func builtin can not be used with '" +
+                      std::string(cur_kind_ == ProbeKind::begin ? "BEGIN" : cur_kind_ == ProbeKind::end ? "END" : "interval") +
+                      "' probes");
     if (it->second == Op::retval && cur_kind_ != ProbeKind::uretprobe)
       fail(e.pos, "The retval builtin can only be used with 'kretprobe' and 'uretprobe' probes");
     const bool is_str = it->second == Op::comm || it->second == Op::func || it->second == Op::probe;

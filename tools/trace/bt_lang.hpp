@@ -22,7 +22,7 @@ namespace uptrace::bt {
 /// A probe's attach point as the agent gets it.
 struct AttachPoint {
   ProbeKind kind;
-  std::string spec;      ///< uprobe:PATH:SYM, uretprobe:..., usdt:... (canonical spelling); "" for BEGIN/END/interval
+  std::string spec;      ///< uprobe:PATH:SYM, uretprobe:..., usdt:... (canonical spelling); BEGIN, END, interval:UNIT:N
   std::uint32_t probe;   ///< index of its probe block
 };
 
