@@ -267,6 +267,9 @@ const Refusal kRefusals[] = {
      "printf: Not enough arguments for format string (0 supplied, 1 expected)"},
     {"PrintfStringOfInteger", "uprobe:@FIXTURE@:bt_add { printf(\"%s\\n\", arg0); }", "printf(\"%s\\n\", arg0)",
      "printf: %s specifier expects a value of type string (integer supplied)"},
+    // (bpftrace 0.17's conversions: flags - and 0 only, no %i, no l/h before c or s)
+    {"PrintfPlusFlagIsNotAConversion", "uprobe:@FIXTURE@:bt_add { printf(\"%+d %i\\n\", arg0); }",
+     "printf(\"%+d %i\\n\", arg0)", "printf: Too many arguments for format string (1 supplied, 0 expected)"},
     {"UndefinedVariable", "uprobe:@FIXTURE@:bt_add { @ = $x; }", "$x", "Undefined or undeclared variable: $x"},
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},

@@ -1179,46 +1179,40 @@ std::optional<Compiled> compile(const std::string& text, const std::string& name
 
 // ---------------------------------------------------------------- printf
 
-bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& error) {
-  std::string lit;
+bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& /*error*/) {
+  auto digit = [&](std::size_t j) { return j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j])); };
+  std::size_t from = 0;  // the text not yet in a piece
   for (std::size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') {
-      lit += fmt[i];
-      continue;
-    }
-    if (i + 1 < fmt.size() && fmt[i + 1] == '%') {
-      lit += "%%";
-      ++i;
-      continue;
-    }
-    if (!lit.empty()) out.push_back({lit, 0, false}), lit.clear();
-    std::string spec = "%";
+    if (fmt[i] != '%') continue;
+    // bpftrace's regex, tried at i (a search: no match here, try i + 1)
     std::size_t j = i + 1;
-    while (j < fmt.size() && std::strchr("-+ 0", fmt[j])) spec += fmt[j++];
-    while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
-    if (j < fmt.size() && fmt[j] == '.') {
-      spec += fmt[j++];
-      while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
-    }
-    bool wide = false;
-    while (j < fmt.size() && (fmt[j] == 'l' || fmt[j] == 'h' || fmt[j] == 'z' || fmt[j] == 'j')) {
-      if (fmt[j] == 'l' || fmt[j] == 'z' || fmt[j] == 'j') wide = true;
+    if (j < fmt.size() && fmt[j] == '-') ++j;
+    while (digit(j)) ++j;
+    if (j < fmt.size() && fmt[j] == '.' && digit(j + 1)) {
       ++j;
+      while (digit(j)) ++j;
     }
-    if (j >= fmt.size()) {
-      error = "Invalid format string: incomplete conversion at the end";
-      return false;
+    const std::size_t spec_end = j;
+    char conv = 0, len = 0;
+    std::size_t after = 0;
+    if (j < fmt.size() && (fmt[j] == 'c' || fmt[j] == 's')) {
+      conv = fmt[j], after = j + 1;
+    } else {
+      static const char* const kLens[] = {"hh", "h", "ll", "l", "z", "j", "t", ""};
+      for (const char* l : kLens) {
+        const std::size_t n = std::strlen(l);
+        if (fmt.compare(j, n, l) != 0 || j + n >= fmt.size() || !std::strchr("duoxXp", fmt[j + n])) continue;
+        conv = fmt[j + n], after = j + n + 1;
+        len = n == 0 ? 0 : l[0] == 'h' ? (n == 2 ? 'H' : 'h') : 'l';
+        break;
+      }
     }
-    const char conv = fmt[j];
-    if (!std::strchr("diuxXocsp", conv)) {
-      error = std::string("%") + conv + " is not a supported format conversion";
-      return false;
-    }
-    spec += conv;
-    out.push_back({spec, conv, wide});
-    i = j;
+    if (!conv) continue;
+    out.push_back({fmt.substr(from, i - from), fmt.substr(i, spec_end - i) + conv, conv, len, fmt.substr(i, after - i)});
+    from = after;
+    i = after - 1;
   }
-  if (!lit.empty()) out.push_back({lit, 0, false});
+  out.push_back({fmt.substr(from), "", 0, 0, ""});
   return true;
 }
 
@@ -1230,16 +1224,29 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
   if (fresh) parse_format(p.strtab + fd.text, it->second, err);
   const std::vector<FmtPiece>& pieces = it->second;
   std::string out;
-  char buf[512];
+  auto put = [&out](const char* spec, auto v) {
+    const int n = std::snprintf(nullptr, 0, spec, v);
+    if (n <= 0) return;
+    const std::size_t at = out.size();
+    out.resize(at + static_cast<std::size_t>(n) + 1);
+    std::snprintf(&out[at], static_cast<std::size_t>(n) + 1, spec, v);
+    out.resize(at + static_cast<std::size_t>(n));
+  };
   for (const FmtPiece& pc : pieces) {
-    if (!pc.conv) {
-      for (std::size_t i = 0; i < pc.text.size(); ++i) {
-        out += pc.text[i];
-        if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') ++i;
-      }
+    if (!pc.conv) {  // the text after the last conversion: as it is
+      out += pc.text;
       continue;
     }
-    int n = 0;
+    // The text before: `%%` is `%`, another `%` stays (bpftrace hands it
+    // to printf; one printf would take as a conversion, with no argument
+    // for it, prints garbage there). A `%` that pairs with the
+    // conversion's own `%` makes `%%`: the conversion is then text.
+    bool swallowed = false;
+    for (std::size_t i = 0; i < pc.text.size(); ++i) {
+      if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') out += '%', ++i;
+      else if (pc.text[i] == '%' && i + 1 == pc.text.size()) out += '%', swallowed = true;
+      else out += pc.text[i];
+    }
     if (pc.conv == 's') {
       char s[kStrLen + 1] = {};
       std::size_t j = 0;
@@ -1247,23 +1254,24 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
       do ++j;  // the NUL and the padding
       while (j % 8);
       args += j;
-      n = std::snprintf(buf, sizeof buf, pc.text.c_str(), s);
-    } else {
-      std::int64_t v;
-      std::memcpy(&v, args, 8);
-      args += 8;
-      if (pc.conv == 'p') {
-        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), reinterpret_cast<void*>(v));
-      } else if (pc.wide || pc.conv == 'c') {
-        std::string spec = pc.text;
-        if (pc.conv != 'c') spec.insert(spec.size() - 1, "ll");
-        if (pc.conv == 'c') n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<int>(v));
-        else n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<long long>(v));
-      } else {
-        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), static_cast<int>(v));
-      }
+      if (swallowed) out += pc.match.substr(1);
+      else put(pc.spec.c_str(), static_cast<const char*>(s));
+      continue;
     }
-    if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+    std::int64_t v;
+    std::memcpy(&v, args, 8);
+    args += 8;
+    if (swallowed) {
+      out += pc.match.substr(1);
+      continue;
+    }
+    std::string spec = pc.spec;
+    if (pc.conv == 'p') put(spec.c_str(), reinterpret_cast<void*>(v));
+    else if (pc.conv == 'c') put(spec.c_str(), static_cast<int>(v));
+    else if (pc.len == 'l') put(spec.insert(spec.size() - 1, "ll").c_str(), static_cast<long long>(v));
+    else if (pc.len == 'h') put(spec.insert(spec.size() - 1, "h").c_str(), static_cast<int>(v));
+    else if (pc.len == 'H') put(spec.insert(spec.size() - 1, "hh").c_str(), static_cast<int>(v));
+    else put(spec.c_str(), static_cast<int>(v));
   }
   return out;
 }
