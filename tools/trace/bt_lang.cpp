@@ -758,8 +758,10 @@ class Compiler {
       mi.agg = Agg::assign;
     }
     if (mi.agg == Agg::assign) mi.value_signed = static_kind(v) == 2;
-    else if (mi.agg == Agg::sum || mi.agg == Agg::min || mi.agg == Agg::max)
+    else if (mi.agg == Agg::sum)
       mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
+    else if (mi.agg == Agg::min || mi.agg == Agg::max)
+      mi.value_signed = true;  // (bpftrace 0.17 prints them signed, whatever the argument)
     for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
     for (const MapInfo& o : maps_) {
@@ -795,7 +797,7 @@ class Compiler {
         if (e.name == "==" || e.name == "!=" || e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=")
           return 0;
         return static_kind(*e.kids[0]) == 2 && static_kind(*e.kids[1]) == 2 ? 2 : 0;
-      case EK::unary: return e.name == "-" ? 2 : 0;
+      case EK::unary: return e.name == "!" ? 0 : static_kind(*e.kids[0]) == 2 ? 2 : 0;
       case EK::call: return e.name == "str" ? 1 : 2;
       default: return 2;
     }
@@ -1032,7 +1034,8 @@ class Compiler {
       case EK::unary: {
         std::int32_t a = expr(*e.kids[0], depth + 1);
         if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Invalid type for unary " + e.name + ": string");
-        std::int32_t r = leaf(Op::unary, false, e.name == "-" ? true : signed_node(a));
+        // (- and ~ keep the operand's type, as in bpftrace: -arg0 is unsigned)
+        std::int32_t r = leaf(Op::unary, false, e.name == "!" ? false : signed_node(a));
         Node& n = nodes_[static_cast<std::size_t>(r)];
         n.sub = static_cast<std::uint8_t>(e.name[0]);
         n.a = a;
@@ -1352,7 +1355,7 @@ std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
     } else {
       std::int64_t v;
       std::memcpy(&v, b, 8);
-      out += m.key_is_str[k] == 2 ? std::to_string(v) : std::to_string(static_cast<std::uint64_t>(v));
+      out += std::to_string(v);  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
       b += 8;
     }
   }

@@ -397,9 +397,10 @@ class Vm {
       case Op::cast: {
         std::int64_t x = eval(n.a).i;
         switch (n.imm) {
-          case 8: x = n.sub ? static_cast<std::int8_t>(x) : static_cast<std::uint8_t>(x); break;
-          case 16: x = n.sub ? static_cast<std::int16_t>(x) : static_cast<std::uint16_t>(x); break;
-          case 32: x = n.sub ? static_cast<std::int32_t>(x) : static_cast<std::uint32_t>(x); break;
+          // (not `sub ? int32_t : uint32_t`: that ternary's type is uint32_t)
+          case 8: x = n.sub ? std::int64_t{static_cast<std::int8_t>(x)} : std::int64_t{static_cast<std::uint8_t>(x)}; break;
+          case 16: x = n.sub ? std::int64_t{static_cast<std::int16_t>(x)} : std::int64_t{static_cast<std::uint16_t>(x)}; break;
+          case 32: x = n.sub ? std::int64_t{static_cast<std::int32_t>(x)} : std::int64_t{static_cast<std::uint32_t>(x)}; break;
           default: break;
         }
         v.i = x;
@@ -419,14 +420,15 @@ class Vm {
           case kAdd: v.i = static_cast<std::int64_t>(ux + uy); break;
           case kSub: v.i = static_cast<std::int64_t>(ux - uy); break;
           case kMul: v.i = static_cast<std::int64_t>(ux * uy); break;
-          case kDiv: v.i = y == 0 ? 0 : sgn ? (y == -1 ? static_cast<std::int64_t>(0 - ux) : x / y)
-                                            : static_cast<std::int64_t>(ux / uy); break;
-          case kMod: v.i = y == 0 ? 0 : sgn ? (y == -1 ? 0 : x % y) : static_cast<std::int64_t>(ux % uy); break;
+          // (/ % >> are unsigned whatever the operands' types, as bpftrace 0.17's
+          // udiv, urem and lshr; division by zero gives 0)
+          case kDiv: v.i = uy == 0 ? 0 : static_cast<std::int64_t>(ux / uy); break;
+          case kMod: v.i = uy == 0 ? 0 : static_cast<std::int64_t>(ux % uy); break;
           case kAnd: v.i = x & y; break;
           case kOr: v.i = x | y; break;
           case kXor: v.i = x ^ y; break;
           case kShl: v.i = static_cast<std::int64_t>(ux << (uy & 63)); break;
-          case kShr: v.i = sgn ? x >> (uy & 63) : static_cast<std::int64_t>(ux >> (uy & 63)); break;
+          case kShr: v.i = static_cast<std::int64_t>(ux >> (uy & 63)); break;
           case kEq: v.i = x == y; break;
           case kNe: v.i = x != y; break;
           case kLt: v.i = sgn ? x < y : ux < uy; break;
