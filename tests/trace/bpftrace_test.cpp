@@ -270,6 +270,16 @@ const Refusal kRefusals[] = {
     // (bpftrace 0.17's conversions: flags - and 0 only, no %i, no l/h before c or s)
     {"PrintfPlusFlagIsNotAConversion", "uprobe:@FIXTURE@:bt_add { printf(\"%+d %i\\n\", arg0); }",
      "printf(\"%+d %i\\n\", arg0)", "printf: Too many arguments for format string (1 supplied, 0 expected)"},
+    // (string errors: from the token's start after the last blank, as bpftrace's lexer places them)
+    {"InvalidEscape", "uprobe:@FIXTURE@:bt_add { printf(\"a\\qb\"); }", "printf(\"a\\q",
+     "invalid escape character '\\q'"},
+    {"EscapedApostrophe", "uprobe:@FIXTURE@:bt_add { $x = \"a\\'b\"; }", "\"a\\'",
+     "invalid escape character '\\''"},
+    {"OctalEscapeOutOfRange", "uprobe:@FIXTURE@:bt_add { printf(\"[\\777]\"); }", "printf(\"[\\777",
+     "octal escape sequence out of range '\\777'"},
+    {"NulInAString", "uprobe:@FIXTURE@:bt_add { printf(\"a\\0b\"); }", "printf(\"a\\0",
+     "a NUL byte in a string ('\\0') is not supported by uprobe-trace"},
+    {"UnterminatedString", "uprobe:@FIXTURE@:bt_add { printf(\"abc); }", "printf(\"abc); }", "unterminated string"},
     {"UndefinedVariable", "uprobe:@FIXTURE@:bt_add { @ = $x; }", "$x", "Undefined or undeclared variable: $x"},
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},

@@ -436,30 +436,52 @@ class Parser {
     }
     if (c == '"') {
       ExprP e = make(EK::str, p);
+      // bpftrace's lexer places an error in a string from where its token
+      // began, after the last blank (flex's loc.step()), to where the
+      // scanner is (after the escape; the line's end for an unterminated
+      // string).
+      int from = col_;
+      for (std::size_t k = i_; k > 0 && !std::isspace(static_cast<unsigned char>(s_[k - 1])); --k) --from;
+      auto err = [&](const std::string& m) { fail(Pos{line_, from, col_}, m); };
       adv();
       std::string v;
+      auto is_oct = [](char d) { return d >= '0' && d <= '7'; };
       while (!at_end() && peek() != '"') {
-        char ch = peek();
-        if (ch == '\n') fail(p, "unterminated string");
-        if (ch == '\\') {
-          adv();
-          char esc = peek();
-          switch (esc) {
-            case 'n': v += '\n'; break;
-            case 't': v += '\t'; break;
-            case 'r': v += '\r'; break;
-            case '\\': v += '\\'; break;
-            case '"': v += '"'; break;
-            case '\'': v += '\''; break;
-            default: fail(here(2), std::string("invalid escape character '\\") + esc + "'");
-          }
+        const char ch = peek();
+        if (ch == '\n') err("unterminated string");
+        if (ch != '\\') {
+          v += ch;
           adv();
           continue;
         }
-        v += ch;
-        adv();
+        const char esc = peek(1);
+        const char* simple = std::strchr("ntr\\\"", esc);
+        if (esc && simple) {
+          v += esc == 'n' ? '\n' : esc == 't' ? '\t' : esc == 'r' ? '\r' : esc;
+          adv(2);
+          continue;
+        }
+        std::size_t n = 0;
+        int base = 8;
+        if (is_oct(esc)) {  // \NNN: up to 3 octal digits
+          n = 2;
+          while (n < 4 && is_oct(peek(n))) ++n;
+        } else if (esc == 'x' && std::isxdigit(static_cast<unsigned char>(peek(2)))) {  // \xHH
+          n = std::isxdigit(static_cast<unsigned char>(peek(3))) ? 4 : 3;
+          base = 16;
+        }
+        if (n == 0) {
+          adv(esc ? 2 : 1);
+          err(esc ? std::string("invalid escape character '\\") + esc + "'" : "invalid character");
+        }
+        const std::string text = s_.substr(i_, n);
+        const long value = std::strtol(text.c_str() + (base == 16 ? 2 : 1), nullptr, base);
+        adv(n);
+        if (value > 255) err("octal escape sequence out of range '" + text + "'");
+        if (value == 0) err("a NUL byte in a string ('" + text + "') is not supported by uprobe-trace");
+        v += static_cast<char>(value);
       }
-      if (at_end()) fail(p, "unterminated string");
+      if (at_end()) err("unterminated string");
       adv();
       e->pos.end = col_;
       e->name = v;
