@@ -280,6 +280,10 @@ const Refusal kRefusals[] = {
     {"NulInAString", "uprobe:@FIXTURE@:bt_add { printf(\"a\\0b\"); }", "printf(\"a\\0",
      "a NUL byte in a string ('\\0') is not supported by uprobe-trace"},
     {"UnterminatedString", "uprobe:@FIXTURE@:bt_add { printf(\"abc); }", "printf(\"abc); }", "unterminated string"},
+    {"TernaryStringCondition", "uprobe:@FIXTURE@:bt_add { @ = \"a\" ? 1 : 2; }", "\"a\" ? 1 : 2",
+     "Invalid condition in ternary: string"},
+    {"TernaryMixedTypes", "uprobe:@FIXTURE@:bt_add { @ = arg0 ? 1 : str(arg0); }", "arg0 ? 1 : str(arg0)",
+     "Ternary operator must return the same type: have 'integer' and 'string'"},
     {"UndefinedVariable", "uprobe:@FIXTURE@:bt_add { @ = $x; }", "$x", "Undefined or undeclared variable: $x"},
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},
@@ -357,6 +361,16 @@ TEST(Bpftrace, DeepNestingIsRefusedNotACrash) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "\n\n@x: 20\n@y: 190\n");
   rmdir(d.c_str());
+}
+
+// A string as an if condition: bpftrace 0.17's error has no location (line
+// 1, column 1, nothing under it); the command never runs.
+TEST(Bpftrace, IfWithAStringConditionIsRefused) {
+  const std::string prog = "uprobe:" + kFixture + ":bt_add {\n  if (comm) { @ = count(); }\n}";
+  const Result r = run({kTrace, "-e", prog, "-c", "/bin/false"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "stdin:1:1-1: ERROR: Invalid condition in if(): string\nuprobe:" + kFixture + ":bt_add {\n\n");
 }
 
 // -o FILE gets everything bpftrace would print (stdout stays empty), a

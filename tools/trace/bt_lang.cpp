@@ -263,6 +263,8 @@ class Parser {
       expect(":");
       ExprP b = ternary();
       ExprP e = make(EK::ternary, c->pos);
+      const Pos bp = b->call();
+      if (bp.line == e->pos.line) e->pos.end = std::max(e->pos.end, bp.end);  // (the whole ?:, as bpftrace)
       e->kids.push_back(std::move(c));
       e->kids.push_back(std::move(a));
       e->kids.push_back(std::move(b));
@@ -870,6 +872,8 @@ class Compiler {
                "if statements nested too deeply (at most " + std::to_string(kMaxIfDepth) +
                    " levels, else if included: the probe runs on the traced thread's stack)");
         st.a = expr(*s.value);
+        // (bpftrace 0.17 gives this error no location: line 1, column 1, nothing under it)
+        if (nodes_[static_cast<std::size_t>(st.a)].is_str) fail(Pos{1, 1, 1}, "Invalid condition in if(): string");
         std::vector<std::int32_t> t, e;
         ++if_depth_;
         for (auto& x : s.then_) t.push_back(stmt(*x));
@@ -1075,6 +1079,7 @@ class Compiler {
         std::int32_t c = expr(*e.kids[0], depth + 1), a = expr(*e.kids[1], depth + 1),
                      b = expr(*e.kids[2], depth + 1);
         const bool sa = nodes_[static_cast<std::size_t>(a)].is_str, sb = nodes_[static_cast<std::size_t>(b)].is_str;
+        if (nodes_[static_cast<std::size_t>(c)].is_str) fail(e.pos, "Invalid condition in ternary: string");
         if (sa != sb) fail(e.pos, "Ternary operator must return the same type: have '" +
                                       std::string(sa ? "string" : "integer") + "' and '" +
                                       (sb ? "string" : "integer") + "'");
