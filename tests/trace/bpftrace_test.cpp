@@ -284,6 +284,10 @@ const Refusal kRefusals[] = {
      "Invalid condition in ternary: string"},
     {"TernaryMixedTypes", "uprobe:@FIXTURE@:bt_add { @ = arg0 ? 1 : str(arg0); }", "arg0 ? 1 : str(arg0)",
      "Ternary operator must return the same type: have 'integer' and 'string'"},
+    // (syntax errors: from the token's start after the last blank, as bpftrace's)
+    {"SyntaxErrorSpansFromTheLastBlank", "uprobe:@FIXTURE@:bt_add { $x = 1 +; }", "+;", "syntax error, unexpected ;"},
+    {"SyntaxErrorAtEndAfterABrace", "uprobe:@FIXTURE@:bt_add {", "{",
+     "syntax error, unexpected end of file, expecting }"},
     {"UndefinedVariable", "uprobe:@FIXTURE@:bt_add { @ = $x; }", "$x", "Undefined or undeclared variable: $x"},
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},

@@ -126,6 +126,16 @@ class Parser {
     adv(n);
     return true;
   }
+  // Where bpftrace's parser places a syntax error at the token here (`len`
+  // bytes; 0 at the end of the text): from the token's start after the
+  // last blank (its lexer steps its location only over blanks), to the
+  // token's end.
+  Pos token(std::size_t len) const {
+    Pos p = here(len);
+    p.end = col_ + static_cast<int>(len);
+    for (std::size_t k = i_; k > 0 && !std::isspace(static_cast<unsigned char>(s_[k - 1])); --k) --p.col;
+    return p;
+  }
   [[noreturn]] void unexpected(const char* expecting = nullptr) {
     skip_ws();
     std::string m = "syntax error, unexpected ";
@@ -136,7 +146,7 @@ class Parser {
       m += s_.substr(i_, len);
     } else m += std::string(1, peek());
     if (expecting) m += std::string(", expecting ") + expecting;
-    fail(here(at_end() ? 0 : len), m);
+    fail(token(at_end() ? 0 : len), m);
   }
   void expect(const char* t) {
     if (!eat(t)) unexpected(t);
@@ -181,12 +191,12 @@ class Parser {
       skip_ws();
       if (eat("}")) return out;
       if (eat(";")) continue;
-      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      if (at_end()) fail(token(0), "syntax error, unexpected end of file, expecting }");
       bool is_if = false;
       out.push_back(stmt(is_if));
       if (eat("}")) return out;
       skip_ws();
-      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      if (at_end()) fail(token(0), "syntax error, unexpected end of file, expecting }");
       if (!is_if && !eat(";")) unexpected("}");
     }
   }
