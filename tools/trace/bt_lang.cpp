@@ -435,12 +435,38 @@ class Parser {
     }
     if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t n = 0;
-      while (std::isalnum(static_cast<unsigned char>(peek(n)))) ++n;
+      while (ident_char(peek(n))) ++n;
       const std::string t = s_.substr(i_, n);
       ExprP e = make(EK::num, here(n));
+      // bpftrace 0.17's decimal literals: digits with '_' between them
+      // (1_000), and N e M (1e6: N 0-9, M at most 16).
+      auto decimal = [](const std::string& d) {
+        return !d.empty() && std::isdigit(static_cast<unsigned char>(d.front())) &&
+               std::isdigit(static_cast<unsigned char>(d.back())) &&
+               d.find_first_not_of("0123456789_") == std::string::npos;
+      };
+      std::string u = t;
+      u.erase(std::remove(u.begin(), u.end(), '_'), u.end());
+      const std::size_t ex = t.find('e');
+      if (t.compare(0, 2, "0x") != 0 && t.compare(0, 2, "0X") != 0 && ex != std::string::npos &&
+          decimal(t.substr(0, ex)) && decimal(t.substr(ex + 1))) {
+        auto strip = [](std::string d) {  // (digits without leading zeros; "0" for none)
+          d.erase(0, std::min(d.find_first_not_of('0'), d.size()));
+          return d.empty() ? std::string("0") : d;
+        };
+        const std::string cs = strip(u.substr(0, u.find('e'))), xs = strip(u.substr(u.find('e') + 1));
+        if (cs.size() > 1) fail(here(n), "Coefficient part of scientific literal must be in range (0,9), got: " + cs);
+        if (xs.size() > 2 || std::stoi(xs) > 16) fail(here(n), "Exponent will overflow integer range: " + xs);
+        std::int64_t v = cs[0] - '0';
+        for (int k = std::stoi(xs); k > 0; --k) v *= 10;
+        e->num = v;
+        adv(n);
+        return e;
+      }
+      if (t != u && !decimal(t)) fail(here(n), "Invalid integer: " + t);
       char* endp = nullptr;
       errno = 0;
-      unsigned long long v = std::strtoull(t.c_str(), &endp, 0);
+      unsigned long long v = std::strtoull(u.c_str(), &endp, 0);
       if (*endp || errno) fail(here(n), "Invalid integer: " + t);
       e->num = static_cast<std::int64_t>(v);
       adv(n);
