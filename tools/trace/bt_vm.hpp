@@ -20,8 +20,9 @@
 ///
 /// run_probe() is async-signal-safe: no allocation, no lock, no libc call
 /// but clock_gettime (vDSO), prctl(PR_GET_NAME) and getuid/getpid/gettid
-/// system calls; its recursion is bounded by kMaxDepth (checked by the
-/// compiler); it writes the calling thread's own area only.
+/// system calls; its recursion is bounded by kMaxDepth, kMaxIfDepth and
+/// kKeyStackWords (map reads in keys), all checked by the compiler; it
+/// writes the calling thread's own area only.
 
 #include <sys/prctl.h>
 #include <sys/uio.h>
