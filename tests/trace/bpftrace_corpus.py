@@ -6,6 +6,7 @@ compares with the expected outputs).
 
   bpftrace_corpus.py FIXTURE USDT_FIXTURE          write bpftrace_expected/*.out with bpftrace
   bpftrace_corpus.py FIXTURE USDT_FIXTURE --check UPROBE_TRACE
+  bpftrace_corpus.py FIXTURE USDT_FIXTURE --only NAME[,NAME...]   only those entries (with bpftrace)
 
 FIXTURE is the built trace_bt_fixture, USDT_FIXTURE trace_fixture (its USDT probes).
 Run it while no test runs: bpftrace's kernel uprobes put int3s in every process running those files. find runs over the tree the test makes
@@ -45,10 +46,13 @@ def main():
     fixture = os.path.realpath(sys.argv[1])
     usdt_fixture = os.path.realpath(sys.argv[2])
     check = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--check" else None
+    only = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[3] == "--only" else None
     tree = tempfile.mkdtemp(prefix="bt-tree.")
     make_tree(tree)
     bad = 0
     for e in entries():
+        if only is not None and e["name"] not in only:
+            continue
         prog = e["prog"].replace("@FIXTURE@", fixture).replace("@USDT_FIXTURE@", usdt_fixture)
         cmd = fixture if e["cmd"] == "fixture" else e["cmd"].replace("@TREE@", tree).replace("@USDT_FIXTURE@", usdt_fixture)
         opts = e.get("opts", "").split()

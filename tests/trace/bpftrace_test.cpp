@@ -267,10 +267,37 @@ const Refusal kRefusals[] = {
      "printf: Not enough arguments for format string (0 supplied, 1 expected)"},
     {"PrintfStringOfInteger", "uprobe:@FIXTURE@:bt_add { printf(\"%s\\n\", arg0); }", "printf(\"%s\\n\", arg0)",
      "printf: %s specifier expects a value of type string (integer supplied)"},
+    // (bpftrace 0.17's conversions: flags - and 0 only, no %i, no l/h before c or s)
+    {"PrintfPlusFlagIsNotAConversion", "uprobe:@FIXTURE@:bt_add { printf(\"%+d %i\\n\", arg0); }",
+     "printf(\"%+d %i\\n\", arg0)", "printf: Too many arguments for format string (1 supplied, 0 expected)"},
+    // (string errors: from the token's start after the last blank, as bpftrace's lexer places them)
+    {"InvalidEscape", "uprobe:@FIXTURE@:bt_add { printf(\"a\\qb\"); }", "printf(\"a\\q",
+     "invalid escape character '\\q'"},
+    {"EscapedApostrophe", "uprobe:@FIXTURE@:bt_add { $x = \"a\\'b\"; }", "\"a\\'",
+     "invalid escape character '\\''"},
+    {"OctalEscapeOutOfRange", "uprobe:@FIXTURE@:bt_add { printf(\"[\\777]\"); }", "printf(\"[\\777",
+     "octal escape sequence out of range '\\777'"},
+    {"NulInAString", "uprobe:@FIXTURE@:bt_add { printf(\"a\\0b\"); }", "printf(\"a\\0",
+     "a NUL byte in a string ('\\0') is not supported by uprobe-trace"},
+    {"UnterminatedString", "uprobe:@FIXTURE@:bt_add { printf(\"abc); }", "printf(\"abc); }", "unterminated string"},
+    {"TernaryStringCondition", "uprobe:@FIXTURE@:bt_add { @ = \"a\" ? 1 : 2; }", "\"a\" ? 1 : 2",
+     "Invalid condition in ternary: string"},
+    {"TernaryMixedTypes", "uprobe:@FIXTURE@:bt_add { @ = arg0 ? 1 : str(arg0); }", "arg0 ? 1 : str(arg0)",
+     "Ternary operator must return the same type: have 'integer' and 'string'"},
+    // (syntax errors: from the token's start after the last blank, as bpftrace's)
+    {"SyntaxErrorSpansFromTheLastBlank", "uprobe:@FIXTURE@:bt_add { $x = 1 +; }", "+;", "syntax error, unexpected ;"},
+    {"SyntaxErrorAtEndAfterABrace", "uprobe:@FIXTURE@:bt_add {", "{",
+     "syntax error, unexpected end of file, expecting }"},
+    {"ExponentOverflows", "uprobe:@FIXTURE@:bt_add { @ = 1e17; }", "1e17", "Exponent will overflow integer range: 17"},
+    {"ScientificCoefficient", "uprobe:@FIXTURE@:bt_add { @ = 12e2; }", "12e2",
+     "Coefficient part of scientific literal must be in range (0,9), got: 12"},
     {"UndefinedVariable", "uprobe:@FIXTURE@:bt_add { @ = $x; }", "$x", "Undefined or undeclared variable: $x"},
     {"AggregationNotAssigned", "uprobe:@FIXTURE@:bt_add { count(); }", "count()",
      "count() should be directly assigned to a map"},
     {"IntervalUnit", "interval:x:1 { exit(); }", "interval:x:1", "x is not an accepted unit of time"},
+    {"FuncInEnd", "END { printf(\"%s\\n\", func); }", "func", "The func builtin can not be used with 'END' probes"},
+    {"FuncInInterval", "interval:s:1 { @[func] = count(); }", "func",
+     "The func builtin can not be used with 'interval' probes"},
     {"UprobeWithoutFunction", "uprobe:@FIXTURE@ { @ = count(); }", "uprobe:@FIXTURE@",
      "uprobe probe type requires 2 arguments"},
 };
@@ -287,6 +314,70 @@ TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
             "uprobe-trace: -p PID: uprobe-trace cannot attach to a running process (it runs inside the programs it "
             "starts, through LD_PRELOAD, without ptrace): start the program under it instead, with -c 'CMD' or -- "
             "PROG ARGS (per-thread counts: --per-thread)\n");
+}
+
+// Programs nested deeper than the parser or a hit may recurse are refused
+// with one error (the CLI crashed on its stack with 20000 parentheses or
+// 20000 nested ifs; a hit recursed once per nested if); the depths allowed run.
+TEST(Bpftrace, DeepNestingIsRefusedNotACrash) {
+  char t[] = "/tmp/bt-deep.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string marker = d + "/ran";
+  auto repeat = [](const std::string& s, int n) {
+    std::string o;
+    for (int i = 0; i < n; ++i) o += s;
+    return o;
+  };
+  const std::string head = "uprobe:" + kFixture + ":bt_add { ";
+  struct Case {
+    std::string prog;
+    std::size_t col;  // the error's column (1-based)
+    std::string message;
+  };
+  const std::string parens = head + "@x = " + repeat("(", 20000) + "1" + repeat(")", 20000) + "; }";
+  const std::string minus = head + "@x = " + repeat("- ", 1500) + "1; }";
+  // (12000: an argument stays below the kernel's 128 KiB)
+  const std::string ifs = head + repeat("if (1) { ", 12000) + "@x = count(); " + repeat("}", 12000) + " }";
+  const std::string ifs65 = head + repeat("if (1) { ", 65) + "@x = count(); " + repeat("}", 65) + " }";
+  const Case cases[] = {
+      // (levels: the probe's block 1, the value 2, each ( or - one more: the 999th is too deep; the
+      // 1000th if's condition is the 1001st level;
+      // the error points at the next token)
+      {parens, head.size() + 5 + 999 + 1, "program nested too deeply (more than 1000 levels)"},
+      {minus, head.size() + 5 + 2 * 998 + 1, "program nested too deeply (more than 1000 levels)"},
+      {ifs, head.size() + 9 * 999 + 4 + 1, "program nested too deeply (more than 1000 levels)"},
+      {ifs65, head.size() + 9 * 64 + 1,
+       "if statements nested too deeply (at most 64 levels, else if included: the probe runs on the traced "
+       "thread's stack)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message + " at column " + std::to_string(c.col));
+    const Result r = run({kTrace, "-e", c.prog, "-c", "/usr/bin/touch " + marker});
+    EXPECT_EQ(r.status, 1) << r.err.substr(0, 300);
+    EXPECT_EQ(r.out, "");
+    const std::string want = "stdin:1:" + std::to_string(c.col) + "-";
+    EXPECT_EQ(r.err.substr(0, want.size()), want) << r.err.substr(0, 300);
+    EXPECT_NE(r.err.find(": ERROR: " + c.message + "\n"), std::string::npos) << r.err.substr(0, 300);
+    struct stat st;
+    EXPECT_NE(stat(marker.c_str(), &st), 0) << "the command ran";
+  }
+  // At the limits: 64 nested ifs and 400 parentheses run (20 bt_add calls).
+  const std::string ok = head + repeat("if (1) { ", 64) + "@x = count(); @y = sum(" + repeat("(", 400) + "arg0" +
+                         repeat(")", 400) + "); " + repeat("}", 64) + " }";
+  const Result r = run({kTrace, "-q", "-e", ok, "-c", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\n\n@x: 20\n@y: 190\n");
+  rmdir(d.c_str());
+}
+
+// A string as an if condition: bpftrace 0.17's error has no location (line
+// 1, column 1, nothing under it); the command never runs.
+TEST(Bpftrace, IfWithAStringConditionIsRefused) {
+  const std::string prog = "uprobe:" + kFixture + ":bt_add {\n  if (comm) { @ = count(); }\n}";
+  const Result r = run({kTrace, "-e", prog, "-c", "/bin/false"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "stdin:1:1-1: ERROR: Invalid condition in if(): string\nuprobe:" + kFixture + ":bt_add {\n\n");
 }
 
 // -o FILE gets everything bpftrace would print (stdout stays empty), a

@@ -126,6 +126,16 @@ class Parser {
     adv(n);
     return true;
   }
+  // Where bpftrace's parser places a syntax error at the token here (`len`
+  // bytes; 0 at the end of the text): from the token's start after the
+  // last blank (its lexer steps its location only over blanks), to the
+  // token's end.
+  Pos token(std::size_t len) const {
+    Pos p = here(len);
+    p.end = col_ + static_cast<int>(len);
+    for (std::size_t k = i_; k > 0 && !std::isspace(static_cast<unsigned char>(s_[k - 1])); --k) --p.col;
+    return p;
+  }
   [[noreturn]] void unexpected(const char* expecting = nullptr) {
     skip_ws();
     std::string m = "syntax error, unexpected ";
@@ -136,7 +146,7 @@ class Parser {
       m += s_.substr(i_, len);
     } else m += std::string(1, peek());
     if (expecting) m += std::string(", expecting ") + expecting;
-    fail(here(at_end() ? 0 : len), m);
+    fail(token(at_end() ? 0 : len), m);
   }
   void expect(const char* t) {
     if (!eat(t)) unexpected(t);
@@ -174,18 +184,19 @@ class Parser {
   }
 
   std::vector<StmtP> block() {
+    Nest nest(*this);
     expect("{");
     std::vector<StmtP> out;
     for (;;) {
       skip_ws();
       if (eat("}")) return out;
       if (eat(";")) continue;
-      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      if (at_end()) fail(token(0), "syntax error, unexpected end of file, expecting }");
       bool is_if = false;
       out.push_back(stmt(is_if));
       if (eat("}")) return out;
       skip_ws();
-      if (at_end()) fail(Pos{line_, col_, col_}, "syntax error, unexpected end of file, expecting }");
+      if (at_end()) fail(token(0), "syntax error, unexpected end of file, expecting }");
       if (!is_if && !eat(";")) unexpected("}");
     }
   }
@@ -249,7 +260,10 @@ class Parser {
     return e;
   }
 
-  ExprP expr() { return ternary(); }
+  ExprP expr() {
+    Nest n(*this);
+    return ternary();
+  }
   ExprP ternary() {
     ExprP c = lor();
     skip_ws();
@@ -259,6 +273,8 @@ class Parser {
       expect(":");
       ExprP b = ternary();
       ExprP e = make(EK::ternary, c->pos);
+      const Pos bp = b->call();
+      if (bp.line == e->pos.line) e->pos.end = std::max(e->pos.end, bp.end);  // (the whole ?:, as bpftrace)
       e->kids.push_back(std::move(c));
       e->kids.push_back(std::move(a));
       e->kids.push_back(std::move(b));
@@ -355,6 +371,7 @@ class Parser {
     Pos p = here(1);
     for (char op : {'!', '~', '-'}) {
       if (peek() == op && !(op == '-' && peek(1) == '-')) {
+        Nest nest(*this);
         adv();
         ExprP e = make(EK::unary, p);
         e->name = std::string(1, op);
@@ -384,6 +401,7 @@ class Parser {
         skip_ws();
         if (peek() == '*') fail(here(1), "pointer casts are not supported by uprobe-trace yet");
         if (peek() == ')') {
+          Nest nest(*this);
           adv();
           ExprP e = make(EK::cast, p);
           e->bits = ty->second.first;
@@ -417,12 +435,38 @@ class Parser {
     }
     if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t n = 0;
-      while (std::isalnum(static_cast<unsigned char>(peek(n)))) ++n;
+      while (ident_char(peek(n))) ++n;
       const std::string t = s_.substr(i_, n);
       ExprP e = make(EK::num, here(n));
+      // bpftrace 0.17's decimal literals: digits with '_' between them
+      // (1_000), and N e M (1e6: N 0-9, M at most 16).
+      auto decimal = [](const std::string& d) {
+        return !d.empty() && std::isdigit(static_cast<unsigned char>(d.front())) &&
+               std::isdigit(static_cast<unsigned char>(d.back())) &&
+               d.find_first_not_of("0123456789_") == std::string::npos;
+      };
+      std::string u = t;
+      u.erase(std::remove(u.begin(), u.end(), '_'), u.end());
+      const std::size_t ex = t.find('e');
+      if (t.compare(0, 2, "0x") != 0 && t.compare(0, 2, "0X") != 0 && ex != std::string::npos &&
+          decimal(t.substr(0, ex)) && decimal(t.substr(ex + 1))) {
+        auto strip = [](std::string d) {  // (digits without leading zeros; "0" for none)
+          d.erase(0, std::min(d.find_first_not_of('0'), d.size()));
+          return d.empty() ? std::string("0") : d;
+        };
+        const std::string cs = strip(u.substr(0, u.find('e'))), xs = strip(u.substr(u.find('e') + 1));
+        if (cs.size() > 1) fail(here(n), "Coefficient part of scientific literal must be in range (0,9), got: " + cs);
+        if (xs.size() > 2 || std::stoi(xs) > 16) fail(here(n), "Exponent will overflow integer range: " + xs);
+        std::int64_t v = cs[0] - '0';
+        for (int k = std::stoi(xs); k > 0; --k) v *= 10;
+        e->num = v;
+        adv(n);
+        return e;
+      }
+      if (t != u && !decimal(t)) fail(here(n), "Invalid integer: " + t);
       char* endp = nullptr;
       errno = 0;
-      unsigned long long v = std::strtoull(t.c_str(), &endp, 0);
+      unsigned long long v = std::strtoull(u.c_str(), &endp, 0);
       if (*endp || errno) fail(here(n), "Invalid integer: " + t);
       e->num = static_cast<std::int64_t>(v);
       adv(n);
@@ -430,30 +474,52 @@ class Parser {
     }
     if (c == '"') {
       ExprP e = make(EK::str, p);
+      // bpftrace's lexer places an error in a string from where its token
+      // began, after the last blank (flex's loc.step()), to where the
+      // scanner is (after the escape; the line's end for an unterminated
+      // string).
+      int from = col_;
+      for (std::size_t k = i_; k > 0 && !std::isspace(static_cast<unsigned char>(s_[k - 1])); --k) --from;
+      auto err = [&](const std::string& m) { fail(Pos{line_, from, col_}, m); };
       adv();
       std::string v;
+      auto is_oct = [](char d) { return d >= '0' && d <= '7'; };
       while (!at_end() && peek() != '"') {
-        char ch = peek();
-        if (ch == '\n') fail(p, "unterminated string");
-        if (ch == '\\') {
-          adv();
-          char esc = peek();
-          switch (esc) {
-            case 'n': v += '\n'; break;
-            case 't': v += '\t'; break;
-            case 'r': v += '\r'; break;
-            case '\\': v += '\\'; break;
-            case '"': v += '"'; break;
-            case '\'': v += '\''; break;
-            default: fail(here(2), std::string("invalid escape character '\\") + esc + "'");
-          }
+        const char ch = peek();
+        if (ch == '\n') err("unterminated string");
+        if (ch != '\\') {
+          v += ch;
           adv();
           continue;
         }
-        v += ch;
-        adv();
+        const char esc = peek(1);
+        const char* simple = std::strchr("ntr\\\"", esc);
+        if (esc && simple) {
+          v += esc == 'n' ? '\n' : esc == 't' ? '\t' : esc == 'r' ? '\r' : esc;
+          adv(2);
+          continue;
+        }
+        std::size_t n = 0;
+        int base = 8;
+        if (is_oct(esc)) {  // \NNN: up to 3 octal digits
+          n = 2;
+          while (n < 4 && is_oct(peek(n))) ++n;
+        } else if (esc == 'x' && std::isxdigit(static_cast<unsigned char>(peek(2)))) {  // \xHH
+          n = std::isxdigit(static_cast<unsigned char>(peek(3))) ? 4 : 3;
+          base = 16;
+        }
+        if (n == 0) {
+          adv(esc ? 2 : 1);
+          err(esc ? std::string("invalid escape character '\\") + esc + "'" : "invalid character");
+        }
+        const std::string text = s_.substr(i_, n);
+        const long value = std::strtol(text.c_str() + (base == 16 ? 2 : 1), nullptr, base);
+        adv(n);
+        if (value > 255) err("octal escape sequence out of range '" + text + "'");
+        if (value == 0) err("a NUL byte in a string ('" + text + "') is not supported by uprobe-trace");
+        v += static_cast<char>(value);
       }
-      if (at_end()) fail(p, "unterminated string");
+      if (at_end()) err("unterminated string");
       adv();
       e->pos.end = col_;
       e->name = v;
@@ -511,9 +577,24 @@ class Parser {
     unexpected();
   }
 
+  // Nesting of parentheses, unary operators, casts, expressions and blocks:
+  // the parser recurses for each, on the CLI's stack.
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& q) : p(q) {
+      if (++p.depth_ > kMaxParseDepth) {
+        p.skip_ws();
+        fail(p.here(1), "program nested too deeply (more than " + std::to_string(kMaxParseDepth) + " levels)");
+      }
+    }
+    ~Nest() { --p.depth_; }
+  };
+  static constexpr unsigned kMaxParseDepth = 1000;
+
   const std::string& s_;
   std::size_t i_ = 0;
   int line_ = 1, col_ = 1;
+  unsigned depth_ = 0;
 };
 
 // ---------------------------------------------------------------- compiler
@@ -647,8 +728,9 @@ class Compiler {
 
   AttachPoint attach_point(const std::string& t, Pos pos, std::uint32_t pi, std::int64_t& interval_ns) {
     AttachPoint ap{ProbeKind::uprobe, "", pi};
-    if (t == "BEGIN") return ap.kind = ProbeKind::begin, ap;
-    if (t == "END") return ap.kind = ProbeKind::end, ap;
+    // (spec: what `probe` gives in these blocks, run by the CLI)
+    if (t == "BEGIN") return ap.kind = ProbeKind::begin, ap.spec = t, ap;
+    if (t == "END") return ap.kind = ProbeKind::end, ap.spec = t, ap;
     const auto colon = t.find(':');
     const std::string type = t.substr(0, colon);
     if (type == "interval" || type == "i") {
@@ -664,6 +746,7 @@ class Compiler {
       if (mult == 0) fail(pos, unit + " is not an accepted unit of time");
       interval_ns = mult < 0 ? 1000000000ll / n : n * mult;
       ap.kind = ProbeKind::interval;
+      ap.spec = "interval:" + unit + ":" + num;
       return ap;
     }
     std::string canon;
@@ -735,8 +818,10 @@ class Compiler {
       mi.agg = Agg::assign;
     }
     if (mi.agg == Agg::assign) mi.value_signed = static_kind(v) == 2;
-    else if (mi.agg == Agg::sum || mi.agg == Agg::min || mi.agg == Agg::max)
+    else if (mi.agg == Agg::sum)
       mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
+    else if (mi.agg == Agg::min || mi.agg == Agg::max)
+      mi.value_signed = true;  // (bpftrace 0.17 prints them signed, whatever the argument)
     for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
     for (const MapInfo& o : maps_) {
@@ -772,7 +857,7 @@ class Compiler {
         if (e.name == "==" || e.name == "!=" || e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=")
           return 0;
         return static_kind(*e.kids[0]) == 2 && static_kind(*e.kids[1]) == 2 ? 2 : 0;
-      case EK::unary: return e.name == "-" ? 2 : 0;
+      case EK::unary: return e.name == "!" ? 0 : static_kind(*e.kids[0]) == 2 ? 2 : 0;
       case EK::call: return e.name == "str" ? 1 : 2;
       default: return 2;
     }
@@ -784,19 +869,26 @@ class Compiler {
     return nullptr;
   }
 
-  std::int32_t key_list(const Expr& m, const MapInfo& mi) {
+  std::int32_t key_list(const Expr& m, const MapInfo& mi, unsigned depth = 0) {
     if (m.kids.size() != mi.key_kinds.size())
       fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                       std::to_string(m.kids.size()) + "] when map expects arguments: [" +
                       std::to_string(mi.key_kinds.size()) + "]");
+    std::uint32_t words = 0;
+    for (std::uint8_t kind : mi.key_kinds) words += kind == 1 ? kStrLen / 8 : 1;
+    words = std::max<std::uint32_t>(words, 1);
+    if (key_words_ + words > kKeyStackWords)
+      fail(m.pos, "map keys nested too deeply (a map read in the key of a map read ...)");
+    key_words_ += words;
     std::vector<std::int32_t> ks;
     for (std::size_t k = 0; k < m.kids.size(); ++k) {
-      std::int32_t n = expr(*m.kids[k]);
+      std::int32_t n = expr(*m.kids[k], depth + 1);
       if ((nodes_[static_cast<std::size_t>(n)].is_str != 0) != (mi.key_kinds[k] == 1))
         fail(m.kids[k]->pos, "Argument mismatch for " + mi.name + ": key " + std::to_string(k) +
                                  " is a " + (mi.key_kinds[k] == 1 ? "string" : "integer") + " elsewhere");
       ks.push_back(n);
     }
+    key_words_ -= words;
     return list(ks);
   }
 
@@ -811,10 +903,18 @@ class Compiler {
     switch (s.k) {
       case SK::if_: {
         st.op = StmtOp::if_;
+        if (if_depth_ >= kMaxIfDepth)
+          fail(Pos{s.pos.line, s.pos.col, s.pos.col + 2},
+               "if statements nested too deeply (at most " + std::to_string(kMaxIfDepth) +
+                   " levels, else if included: the probe runs on the traced thread's stack)");
         st.a = expr(*s.value);
+        // (bpftrace 0.17 gives this error no location: line 1, column 1, nothing under it)
+        if (nodes_[static_cast<std::size_t>(st.a)].is_str) fail(Pos{1, 1, 1}, "Invalid condition in if(): string");
         std::vector<std::int32_t> t, e;
+        ++if_depth_;
         for (auto& x : s.then_) t.push_back(stmt(*x));
         for (auto& x : s.else_) e.push_back(stmt(*x));
+        --if_depth_;
         st.b = list(t), st.c = static_cast<std::int32_t>(t.size());
         st.d = list(e), st.e = static_cast<std::int32_t>(e.size());
         return push(st);
@@ -968,7 +1068,7 @@ class Compiler {
         if (m->agg == Agg::hist || m->agg == Agg::lhist || m->agg == Agg::stats)
           fail(e.pos, "reading a " + std::string(m->agg == Agg::stats ? "stats()" : "histogram") +
                           " map in an expression is not supported");
-        const std::int32_t keys = key_list(e, *m);
+        const std::int32_t keys = key_list(e, *m, depth);
         std::int32_t r = leaf(Op::map_read, false, true);
         Node& n = nodes_[static_cast<std::size_t>(r)];
         n.a = mi, n.b = keys, n.c = static_cast<std::int32_t>(e.kids.size());
@@ -996,7 +1096,8 @@ class Compiler {
       case EK::unary: {
         std::int32_t a = expr(*e.kids[0], depth + 1);
         if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Invalid type for unary " + e.name + ": string");
-        std::int32_t r = leaf(Op::unary, false, e.name == "-" ? true : signed_node(a));
+        // (- and ~ keep the operand's type, as in bpftrace: -arg0 is unsigned)
+        std::int32_t r = leaf(Op::unary, false, e.name == "!" ? false : signed_node(a));
         Node& n = nodes_[static_cast<std::size_t>(r)];
         n.sub = static_cast<std::uint8_t>(e.name[0]);
         n.a = a;
@@ -1014,6 +1115,7 @@ class Compiler {
         std::int32_t c = expr(*e.kids[0], depth + 1), a = expr(*e.kids[1], depth + 1),
                      b = expr(*e.kids[2], depth + 1);
         const bool sa = nodes_[static_cast<std::size_t>(a)].is_str, sb = nodes_[static_cast<std::size_t>(b)].is_str;
+        if (nodes_[static_cast<std::size_t>(c)].is_str) fail(e.pos, "Invalid condition in ternary: string");
         if (sa != sb) fail(e.pos, "Ternary operator must return the same type: have '" +
                                       std::string(sa ? "string" : "integer") + "' and '" +
                                       (sb ? "string" : "integer") + "'");
@@ -1075,6 +1177,11 @@ class Compiler {
       if (kUnsupportedBuiltins.count(n)) fail(e.pos, n + " is not supported by uprobe-trace yet");
       fail(e.pos, "Unknown identifier: '" + n + "'");
     }
+    if (it->second == Op::func &&
+        (cur_kind_ == ProbeKind::begin || cur_kind_ == ProbeKind::end || cur_kind_ == ProbeKind::interval))
+      fail(e.pos, "The func builtin can not be used with '" +
+                      std::string(cur_kind_ == ProbeKind::begin ? "BEGIN" : cur_kind_ == ProbeKind::end ? "END" : "interval") +
+                      "' probes");
     if (it->second == Op::retval && cur_kind_ != ProbeKind::uretprobe)
       fail(e.pos, "The retval builtin can only be used with 'kretprobe' and 'uretprobe' probes");
     const bool is_str = it->second == Op::comm || it->second == Op::func || it->second == Op::probe;
@@ -1090,6 +1197,8 @@ class Compiler {
   std::vector<FmtDesc> fmts_;
   std::vector<char> strtab_;
   std::map<std::string, std::int32_t> vars_;
+  unsigned if_depth_ = 0;
+  std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;
   bool cur_ret_ = false, any_ret_ = false, has_mixed_ret_ = false;
 };
@@ -1136,46 +1245,40 @@ std::optional<Compiled> compile(const std::string& text, const std::string& name
 
 // ---------------------------------------------------------------- printf
 
-bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& error) {
-  std::string lit;
+bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& /*error*/) {
+  auto digit = [&](std::size_t j) { return j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j])); };
+  std::size_t from = 0;  // the text not yet in a piece
   for (std::size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') {
-      lit += fmt[i];
-      continue;
-    }
-    if (i + 1 < fmt.size() && fmt[i + 1] == '%') {
-      lit += "%%";
-      ++i;
-      continue;
-    }
-    if (!lit.empty()) out.push_back({lit, 0, false}), lit.clear();
-    std::string spec = "%";
+    if (fmt[i] != '%') continue;
+    // bpftrace's regex, tried at i (a search: no match here, try i + 1)
     std::size_t j = i + 1;
-    while (j < fmt.size() && std::strchr("-+ 0", fmt[j])) spec += fmt[j++];
-    while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
-    if (j < fmt.size() && fmt[j] == '.') {
-      spec += fmt[j++];
-      while (j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j]))) spec += fmt[j++];
-    }
-    bool wide = false;
-    while (j < fmt.size() && (fmt[j] == 'l' || fmt[j] == 'h' || fmt[j] == 'z' || fmt[j] == 'j')) {
-      if (fmt[j] == 'l' || fmt[j] == 'z' || fmt[j] == 'j') wide = true;
+    if (j < fmt.size() && fmt[j] == '-') ++j;
+    while (digit(j)) ++j;
+    if (j < fmt.size() && fmt[j] == '.' && digit(j + 1)) {
       ++j;
+      while (digit(j)) ++j;
     }
-    if (j >= fmt.size()) {
-      error = "Invalid format string: incomplete conversion at the end";
-      return false;
+    const std::size_t spec_end = j;
+    char conv = 0, len = 0;
+    std::size_t after = 0;
+    if (j < fmt.size() && (fmt[j] == 'c' || fmt[j] == 's')) {
+      conv = fmt[j], after = j + 1;
+    } else {
+      static const char* const kLens[] = {"hh", "h", "ll", "l", "z", "j", "t", ""};
+      for (const char* l : kLens) {
+        const std::size_t n = std::strlen(l);
+        if (fmt.compare(j, n, l) != 0 || j + n >= fmt.size() || !std::strchr("duoxXp", fmt[j + n])) continue;
+        conv = fmt[j + n], after = j + n + 1;
+        len = n == 0 ? 0 : l[0] == 'h' ? (n == 2 ? 'H' : 'h') : 'l';
+        break;
+      }
     }
-    const char conv = fmt[j];
-    if (!std::strchr("diuxXocsp", conv)) {
-      error = std::string("%") + conv + " is not a supported format conversion";
-      return false;
-    }
-    spec += conv;
-    out.push_back({spec, conv, wide});
-    i = j;
+    if (!conv) continue;
+    out.push_back({fmt.substr(from, i - from), fmt.substr(i, spec_end - i) + conv, conv, len, fmt.substr(i, after - i)});
+    from = after;
+    i = after - 1;
   }
-  if (!lit.empty()) out.push_back({lit, 0, false});
+  out.push_back({fmt.substr(from), "", 0, 0, ""});
   return true;
 }
 
@@ -1187,16 +1290,29 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
   if (fresh) parse_format(p.strtab + fd.text, it->second, err);
   const std::vector<FmtPiece>& pieces = it->second;
   std::string out;
-  char buf[512];
+  auto put = [&out](const char* spec, auto v) {
+    const int n = std::snprintf(nullptr, 0, spec, v);
+    if (n <= 0) return;
+    const std::size_t at = out.size();
+    out.resize(at + static_cast<std::size_t>(n) + 1);
+    std::snprintf(&out[at], static_cast<std::size_t>(n) + 1, spec, v);
+    out.resize(at + static_cast<std::size_t>(n));
+  };
   for (const FmtPiece& pc : pieces) {
-    if (!pc.conv) {
-      for (std::size_t i = 0; i < pc.text.size(); ++i) {
-        out += pc.text[i];
-        if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') ++i;
-      }
+    if (!pc.conv) {  // the text after the last conversion: as it is
+      out += pc.text;
       continue;
     }
-    int n = 0;
+    // The text before: `%%` is `%`, another `%` stays (bpftrace hands it
+    // to printf; one printf would take as a conversion, with no argument
+    // for it, prints garbage there). A `%` that pairs with the
+    // conversion's own `%` makes `%%`: the conversion is then text.
+    bool swallowed = false;
+    for (std::size_t i = 0; i < pc.text.size(); ++i) {
+      if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') out += '%', ++i;
+      else if (pc.text[i] == '%' && i + 1 == pc.text.size()) out += '%', swallowed = true;
+      else out += pc.text[i];
+    }
     if (pc.conv == 's') {
       char s[kStrLen + 1] = {};
       std::size_t j = 0;
@@ -1204,28 +1320,58 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
       do ++j;  // the NUL and the padding
       while (j % 8);
       args += j;
-      n = std::snprintf(buf, sizeof buf, pc.text.c_str(), s);
-    } else {
-      std::int64_t v;
-      std::memcpy(&v, args, 8);
-      args += 8;
-      if (pc.conv == 'p') {
-        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), reinterpret_cast<void*>(v));
-      } else if (pc.wide || pc.conv == 'c') {
-        std::string spec = pc.text;
-        if (pc.conv != 'c') spec.insert(spec.size() - 1, "ll");
-        if (pc.conv == 'c') n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<int>(v));
-        else n = std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<long long>(v));
-      } else {
-        n = std::snprintf(buf, sizeof buf, pc.text.c_str(), static_cast<int>(v));
-      }
+      if (swallowed) out += pc.match.substr(1);
+      else put(pc.spec.c_str(), static_cast<const char*>(s));
+      continue;
     }
-    if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+    std::int64_t v;
+    std::memcpy(&v, args, 8);
+    args += 8;
+    if (swallowed) {
+      out += pc.match.substr(1);
+      continue;
+    }
+    std::string spec = pc.spec;
+    if (pc.conv == 'p') put(spec.c_str(), reinterpret_cast<void*>(v));
+    else if (pc.conv == 'c') put(spec.c_str(), static_cast<int>(v));
+    else if (pc.len == 'l') put(spec.insert(spec.size() - 1, "ll").c_str(), static_cast<long long>(v));
+    else if (pc.len == 'h') put(spec.insert(spec.size() - 1, "h").c_str(), static_cast<int>(v));
+    else if (pc.len == 'H') put(spec.insert(spec.size() - 1, "hh").c_str(), static_cast<int>(v));
+    else put(spec.c_str(), static_cast<int>(v));
   }
   return out;
 }
 
 // ---------------------------------------------------------------- maps
+
+namespace {
+
+// Folds one table's value words `val` for a key into the merged `o` (a key
+// seen before), as bpftrace's one map would hold them.
+void merge_value(const MapDesc& m, std::vector<std::uint64_t>& o, const std::vector<std::uint64_t>& val) {
+  switch (m.agg) {
+    case Agg::count: case Agg::sum: case Agg::hist: case Agg::lhist: case Agg::avg: case Agg::stats:
+      for (std::uint32_t k = 0; k < m.value_words; ++k) o[k] += val[k];
+      break;
+    case Agg::min:
+    case Agg::max:
+      if (val[1] && (!o[1] || (m.agg == Agg::min ? static_cast<std::int64_t>(val[0]) < static_cast<std::int64_t>(o[0])
+                                                 : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
+        o = val;
+      break;
+    case Agg::assign:
+      if (val[1] > o[1]) o = val;
+      break;
+  }
+}
+
+std::vector<std::uint64_t> slot_value(const MapDesc& m, const std::uint64_t* s) {
+  std::vector<std::uint64_t> val(m.value_words);
+  for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+  return val;
+}
+
+}  // namespace
 
 void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into) {
   const MapDesc& m = p.maps[mi];
@@ -1235,26 +1381,25 @@ void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, 
     const std::uint64_t* s = table + std::uint64_t{i} * sw;
     if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != 1) continue;
     std::vector<std::uint64_t> key(s + 1, s + 1 + m.key_words);
-    std::vector<std::uint64_t> val(m.value_words);
-    for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+    std::vector<std::uint64_t> val = slot_value(m, s);
     auto [it, fresh] = into.try_emplace(key, val);
-    if (fresh) continue;
-    std::vector<std::uint64_t>& o = it->second;
-    switch (m.agg) {
-      case Agg::count: case Agg::sum: case Agg::hist: case Agg::lhist: case Agg::avg: case Agg::stats:
-        for (std::uint32_t k = 0; k < m.value_words; ++k) o[k] += val[k];
-        break;
-      case Agg::min:
-      case Agg::max:
-        if (val[1] && (!o[1] || (m.agg == Agg::min ? static_cast<std::int64_t>(val[0]) < static_cast<std::int64_t>(o[0])
-                                                   : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
-          o = val;
-        break;
-      case Agg::assign:
-        if (val[1] > o[1]) o = val;
-        break;
-    }
+    if (!fresh) merge_value(m, it->second, val);
   }
+}
+
+bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint64_t*>& areas,
+                 const std::uint64_t* key, std::int64_t& value) {
+  const MapDesc& m = p.maps[mi];
+  std::vector<std::uint64_t> o;
+  for (std::uint64_t* area : areas) {
+    const std::uint64_t* s = Vm::slot(m, area, key, false);
+    if (!s) continue;
+    if (o.empty()) o = slot_value(m, s);
+    else merge_value(m, o, slot_value(m, s));
+  }
+  if (o.empty()) return false;
+  value = static_cast<std::int64_t>(m.agg == Agg::avg ? (o[0] ? o[1] / o[0] : 0) : o[0]);
+  return true;
 }
 
 namespace {
@@ -1273,7 +1418,7 @@ std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
     } else {
       std::int64_t v;
       std::memcpy(&v, b, 8);
-      out += m.key_is_str[k] == 2 ? std::to_string(v) : std::to_string(static_cast<std::uint64_t>(v));
+      out += std::to_string(v);  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
       b += 8;
     }
   }

@@ -22,7 +22,7 @@ namespace uptrace::bt {
 /// A probe's attach point as the agent gets it.
 struct AttachPoint {
   ProbeKind kind;
-  std::string spec;      ///< uprobe:PATH:SYM, uretprobe:..., usdt:... (canonical spelling); "" for BEGIN/END/interval
+  std::string spec;      ///< uprobe:PATH:SYM, uretprobe:..., usdt:... (canonical spelling); BEGIN, END, interval:UNIT:N
   std::uint32_t probe;   ///< index of its probe block
 };
 
@@ -43,14 +43,22 @@ std::optional<Compiled> compile(const std::string& text, const std::string& name
 /// no action block), not a program.
 bool is_bare_spec(const std::string& text);
 
-/// One piece of a printf format: literal text, or a conversion (spec is
-/// what goes to snprintf, without the length modifiers; `wide` is l/ll).
+/// One piece of a printf format, as bpftrace 0.17 splits it: a conversion is
+/// what matches `%-?[0-9]*(\.[0-9]+)?` then `c`, `s`, or an optional length
+/// (hh h l ll z j t) and one of `d u o x X p` (so `%i`, `%+d`, `%ls`, `%f`
+/// are not conversions, and a `%` alone is text). Each conversion piece
+/// carries the text before it (`text`), printed as printf would print it
+/// (`%%` is `%`); the text after the last conversion is printed as it is
+/// (`raw`: bpftrace prints "100%%" for `printf("100%%")`).
 struct FmtPiece {
-  std::string text;  ///< literal text, or the conversion without length modifier ("%-5d")
-  char conv = 0;     ///< 0: literal; d i u x X o c s p
-  bool wide = false; ///< l or ll: 64 bits
+  std::string text;   ///< the text before the conversion (or the trailing text)
+  std::string spec;   ///< the conversion without its length modifier ("%-5d"); "" for the trailing text
+  char conv = 0;      ///< 0: trailing text; d u o x X c s p
+  char len = 0;       ///< 0, 'l' (l ll z j t: 64 bits), 'h', 'H' (hh)
+  std::string match;  ///< the conversion as written ("%-5lld")
 };
-/// Splits a printf format; false (with `error`) on a conversion bpftrace refuses.
+/// Splits a printf format as bpftrace does (never fails: what is not a
+/// conversion is text; `error` is unused).
 bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::string& error);
 
 /// The text printf prints for one event's argument bytes (`args`: per
@@ -61,6 +69,12 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
 using MapData = std::map<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
 /// Merges the table of map `mi` found in a thread's `area` into `into`.
 void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, MapData& into);
+/// The value a map read (`@m[k]` in an expression) gives for map `mi` and
+/// encoded `key`, merged over the tables in `areas` as merge_table() merges
+/// them (count/sum: the total, avg: total / count, min/max: the extreme,
+/// `@m = x`: the latest store); false when no table has the key.
+bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint64_t*>& areas,
+                 const std::uint64_t* key, std::int64_t& value);
 /// Every map as bpftrace prints them at exit (in name order; `maps[i]`: map i).
 std::string format_maps(const Program& p, const std::vector<MapData>& maps);
 /// One map as bpftrace prints it (at exit, or for print(@map)).

@@ -20,8 +20,9 @@
 ///
 /// run_probe() is async-signal-safe: no allocation, no lock, no libc call
 /// but clock_gettime (vDSO), prctl(PR_GET_NAME) and getuid/getpid/gettid
-/// system calls; its recursion is bounded by kMaxDepth (checked by the
-/// compiler); it writes the calling thread's own area only.
+/// system calls; its recursion is bounded by kMaxDepth, kMaxIfDepth and
+/// kKeyStackWords (map reads in keys), all checked by the compiler; it
+/// writes the calling thread's own area only.
 
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -39,7 +40,12 @@ inline constexpr std::uint64_t kBlobMagic = 0x316d76747470750aull;
 inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL included (a `probe` string is PATH and more)
 inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
 inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
+inline constexpr unsigned kMaxIfDepth = 64;    ///< if/else nesting (`else if` included): exec()'s recursion
 inline constexpr unsigned kMaxArgs = 8;        ///< map key components
+/// Words for the keys being encoded at once: a map read inside a key
+/// (`@a[1, @b[tid]]`) encodes its key above the outer one's. The compiler
+/// refuses keys nested deeper than this holds.
+inline constexpr unsigned kKeyStackWords = kMaxArgs * kStrLen / 8 + 32;
 inline constexpr unsigned kHistBuckets = 66;
 inline constexpr std::size_t kStrDefault = 64;  ///< str()'s size, NUL included (bpftrace's BPFTRACE_STRLEN)
 inline constexpr unsigned kStrSlots = 4;        ///< str() results alive at once in one expression   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
@@ -197,6 +203,12 @@ struct HitContext {
   std::uint64_t start_ns = 0;  ///< for `elapsed`
   std::uint64_t* area = nullptr;  ///< the thread's area (kAreaHeaderWords, ring, tables)
   volatile std::uint64_t* exit_flag = nullptr;  ///< exit() sets it to 1
+  /// CLI only (BEGIN, END, interval): a map read (`@m[k]` in an expression)
+  /// asks this for the map's value merged over every thread and process (as
+  /// bpftrace's maps are one); false: the key is in no table (0). nullptr
+  /// (the agent): the calling thread's own table. Not async-signal-safe.
+  bool (*read_map)(void* ctx, std::uint32_t map, const std::uint64_t* key, std::int64_t& value) = nullptr;
+  void* read_map_ctx = nullptr;
 };
 
 inline std::uint64_t now_ns() noexcept {
@@ -306,10 +318,14 @@ class Vm {
 
   static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
 
-  // Encodes a key (list `l`, `n` components) into key_.
-  void encode_key(const MapDesc& m, std::int32_t l, std::int32_t n) noexcept {
-    std::memset(key_, 0, m.key_words * 8);
-    char* out = reinterpret_cast<char*>(key_);
+  // Encodes a key (list `l`, `n` components) on the key stack; the words
+  // returned stay valid until the next encode_key() at this level (a map
+  // read in a component encodes its own key above this one's).
+  const std::uint64_t* encode_key(const MapDesc& m, std::int32_t l, std::int32_t n) noexcept {
+    std::uint64_t* kb = key_ + key_top_;
+    std::memset(kb, 0, m.key_words * 8);
+    key_top_ += m.key_words;
+    char* out = reinterpret_cast<char*>(kb);
     for (std::int32_t k = 0; k < n; ++k) {
       Val v = eval(p_.lists[l + k]);
       if (m.key_is_str[k] == 1) {
@@ -321,7 +337,8 @@ class Vm {
         out += 8;
       }
     }
-    if (n == 0) key_[0] = 0;
+    key_top_ -= m.key_words;
+    return kb;
   }
 
   Val eval(std::int32_t ni) noexcept {
@@ -361,8 +378,10 @@ class Vm {
       case Op::var: v.i = vars_[n.a]; break;
       case Op::map_read: {
         const MapDesc& m = p_.maps[n.a];
-        encode_key(m, n.b, n.c);
-        if (const std::uint64_t* s = slot(m, c_.area, key_, false)) {
+        const std::uint64_t* key = encode_key(m, n.b, n.c);
+        if (c_.read_map) {
+          if (!c_.read_map(c_.read_map_ctx, static_cast<std::uint32_t>(n.a), key, v.i)) v.i = 0;
+        } else if (const std::uint64_t* s = slot(m, c_.area, key, false)) {
           const std::uint64_t* val = s + 1 + m.key_words;
           v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
         }
@@ -379,9 +398,10 @@ class Vm {
       case Op::cast: {
         std::int64_t x = eval(n.a).i;
         switch (n.imm) {
-          case 8: x = n.sub ? static_cast<std::int8_t>(x) : static_cast<std::uint8_t>(x); break;
-          case 16: x = n.sub ? static_cast<std::int16_t>(x) : static_cast<std::uint16_t>(x); break;
-          case 32: x = n.sub ? static_cast<std::int32_t>(x) : static_cast<std::uint32_t>(x); break;
+          // (not `sub ? int32_t : uint32_t`: that ternary's type is uint32_t)
+          case 8: x = n.sub ? std::int64_t{static_cast<std::int8_t>(x)} : std::int64_t{static_cast<std::uint8_t>(x)}; break;
+          case 16: x = n.sub ? std::int64_t{static_cast<std::int16_t>(x)} : std::int64_t{static_cast<std::uint16_t>(x)}; break;
+          case 32: x = n.sub ? std::int64_t{static_cast<std::int32_t>(x)} : std::int64_t{static_cast<std::uint32_t>(x)}; break;
           default: break;
         }
         v.i = x;
@@ -401,14 +421,15 @@ class Vm {
           case kAdd: v.i = static_cast<std::int64_t>(ux + uy); break;
           case kSub: v.i = static_cast<std::int64_t>(ux - uy); break;
           case kMul: v.i = static_cast<std::int64_t>(ux * uy); break;
-          case kDiv: v.i = y == 0 ? 0 : sgn ? (y == -1 ? static_cast<std::int64_t>(0 - ux) : x / y)
-                                            : static_cast<std::int64_t>(ux / uy); break;
-          case kMod: v.i = y == 0 ? 0 : sgn ? (y == -1 ? 0 : x % y) : static_cast<std::int64_t>(ux % uy); break;
+          // (/ % >> are unsigned whatever the operands' types, as bpftrace 0.17's
+          // udiv, urem and lshr; division by zero gives 0)
+          case kDiv: v.i = uy == 0 ? 0 : static_cast<std::int64_t>(ux / uy); break;
+          case kMod: v.i = uy == 0 ? 0 : static_cast<std::int64_t>(ux % uy); break;
           case kAnd: v.i = x & y; break;
           case kOr: v.i = x | y; break;
           case kXor: v.i = x ^ y; break;
           case kShl: v.i = static_cast<std::int64_t>(ux << (uy & 63)); break;
-          case kShr: v.i = sgn ? x >> (uy & 63) : static_cast<std::int64_t>(ux >> (uy & 63)); break;
+          case kShr: v.i = static_cast<std::int64_t>(ux >> (uy & 63)); break;
           case kEq: v.i = x == y; break;
           case kNe: v.i = x != y; break;
           case kLt: v.i = sgn ? x < y : ux < uy; break;
@@ -445,8 +466,8 @@ class Vm {
   void agg(const Stmt& s) noexcept {
     const MapDesc& m = p_.maps[s.a];
     const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
-    encode_key(m, s.b, s.c);
-    std::uint64_t* sl = slot(m, c_.area, key_, true);
+    const std::uint64_t* key = encode_key(m, s.b, s.c);
+    std::uint64_t* sl = slot(m, c_.area, key, true);
     if (!sl) {
       store(c_.area + kMapDrops, load(c_.area + kMapDrops) + 1);
       return;
@@ -534,7 +555,8 @@ class Vm {
   // Not cleared as a whole at each hit: run_probe() clears the variables the
   // probe uses, encode_key() the key words of its map.
   std::int64_t vars_[kMaxVars];
-  std::uint64_t key_[kMaxArgs * kStrLen / 8];
+  std::uint64_t key_[kKeyStackWords];
+  unsigned key_top_ = 0;
   char comm_[17];
   bool comm_ok_ = false;
   char scratch_[kStrSlots][kStrDefault];

@@ -452,6 +452,7 @@ class BtRun {
 
   // Runs the BEGIN, END or interval probe blocks of `kind` here, in the CLI.
   void run_here(bt::ProbeKind kind, const std::vector<bt::AttachPoint>& aps, std::uint32_t only = ~0u) {
+    map_new_blocks();  // (a map read sees every thread's table)
     for (const auto& ap : aps) {
       if (ap.kind != kind || (only != ~0u && ap.probe != only)) continue;
       if (h_->bt_exit.load() && kind != bt::ProbeKind::end) return;
@@ -460,10 +461,21 @@ class BtRun {
       c.start_ns = h_->bt_start_ns;
       c.area = own_.data();
       c.exit_flag = kind == bt::ProbeKind::end ? nullptr : reinterpret_cast<volatile std::uint64_t*>(&h_->bt_exit);
+      c.read_map = &BtRun::read_map;
+      c.read_map_ctx = this;
       bt::Vm vm(p_, c);
       vm.run_probe(ap.probe);
     }
     drain();
+  }
+
+  // A map read in BEGIN, END or interval: the map merged over the CLI's own
+  // table and every thread's of every process, as bpftrace's one map.
+  static bool read_map(void* self, std::uint32_t m, const std::uint64_t* key, std::int64_t& value) {
+    auto* r = static_cast<BtRun*>(self);
+    std::vector<std::uint64_t*> areas{r->own_.data()};
+    for (auto& b : r->blocks_) areas.push_back(b.area);
+    return bt::merged_read(r->p_, m, areas, key, value);
   }
 
   // Prints the printf events written since the last drain, in time order
