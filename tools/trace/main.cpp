@@ -433,6 +433,41 @@ void forward(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
+/// The CLI's signals while a traced program runs: SIGINT (which the terminal
+/// sends to the program too) and SIGCHLD are taken through `fd` (a
+/// signalfd); SIGQUIT is ignored; SIGTERM and SIGHUP go to the program
+/// (forward()). restore_in_child() gives a forked child the dispositions and
+/// mask the CLI started with.
+struct TraceSignals {
+  struct sigaction old_int{}, old_quit{};
+  sigset_t old_mask{};
+  int fd = -1;
+  TraceSignals() {
+    struct sigaction dfl{}, ign{}, fwd{};
+    dfl.sa_handler = SIG_DFL;
+    ign.sa_handler = SIG_IGN;
+    fwd.sa_handler = forward;
+    sigset_t waited;
+    sigemptyset(&waited);
+    sigaddset(&waited, SIGINT);
+    sigaddset(&waited, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &waited, &old_mask);
+    sigaction(SIGINT, &dfl, &old_int);
+    sigaction(SIGQUIT, &ign, &old_quit);
+    sigaction(SIGTERM, &fwd, nullptr);
+    sigaction(SIGHUP, &fwd, nullptr);
+    fd = signalfd(-1, &waited, SFD_CLOEXEC);
+    if (fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
+  }
+  void restore_in_child() const {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  }
+};
+
 
 // ---------------------------------------------------------------- bpftrace programs
 
@@ -686,21 +721,8 @@ int run_bpftrace(const BtOptions& o) {
   run.run_here(bt::ProbeKind::begin, c->attach);
 
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  struct sigaction dfl{}, ign{}, fwd{}, old_int{}, old_quit{};
-  dfl.sa_handler = SIG_DFL;
-  ign.sa_handler = SIG_IGN;
-  fwd.sa_handler = forward;
-  sigset_t waited, old_mask;
-  sigemptyset(&waited);
-  sigaddset(&waited, SIGINT);
-  sigaddset(&waited, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &waited, &old_mask);
-  sigaction(SIGINT, &dfl, &old_int);
-  sigaction(SIGQUIT, &ign, &old_quit);
-  sigaction(SIGTERM, &fwd, nullptr);
-  sigaction(SIGHUP, &fwd, nullptr);
-  const int sig_fd = signalfd(-1, &waited, SFD_CLOEXEC);
-  if (sig_fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
+  TraceSignals sigs;
+  const int sig_fd = sigs.fd;
 
   pid_t child = -1;
   int exec_errno = 0;
@@ -715,11 +737,7 @@ int run_bpftrace(const BtOptions& o) {
     if (child < 0) die(std::string("fork: ") + std::strerror(errno));
     if (child == 0) {
       close(exec_pipe[0]);
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGQUIT, &old_quit, nullptr);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGHUP, SIG_DFL);
-      sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      sigs.restore_in_child();
       setenv(kEnvSpecs, joined.c_str(), 1);
       setenv(kEnvOut, dir.c_str(), 1);
       setenv(kEnvProgram, prog_file.c_str(), 1);
@@ -979,21 +997,8 @@ again:
   // does not stop uprobe-trace, which reports once every descendant is gone
   // (as bpftrace prints its maps on ^C); a second one reports the counts so
   // far at once. SIGQUIT is ignored; SIGTERM and SIGHUP go to the program.
-  struct sigaction dfl{}, ign{}, fwd{}, old_int{}, old_quit{};
-  dfl.sa_handler = SIG_DFL;
-  ign.sa_handler = SIG_IGN;
-  fwd.sa_handler = forward;
-  sigset_t waited, old_mask;
-  sigemptyset(&waited);
-  sigaddset(&waited, SIGINT);
-  sigaddset(&waited, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &waited, &old_mask);
-  sigaction(SIGINT, &dfl, &old_int);
-  sigaction(SIGQUIT, &ign, &old_quit);
-  sigaction(SIGTERM, &fwd, nullptr);
-  sigaction(SIGHUP, &fwd, nullptr);
-  const int sig_fd = signalfd(-1, &waited, SFD_CLOEXEC);
-  if (sig_fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
+  TraceSignals sigs;
+  const int sig_fd = sigs.fd;
 
   // The child reports a failed exec through this pipe (closed by a
   // successful one): no "no process loaded the agent" for a program that never ran.
@@ -1003,11 +1008,7 @@ again:
   if (child < 0) die(std::string("fork: ") + std::strerror(errno));
   if (child == 0) {
     close(exec_pipe[0]);
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGQUIT, &old_quit, nullptr);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    sigs.restore_in_child();
     setenv(kEnvSpecs, joined.c_str(), 1);
     setenv(kEnvOut, dir.c_str(), 1);
     setenv(kEnvFollow, follow ? "1" : "0", 1);
