@@ -425,6 +425,34 @@ struct EntryWindow {
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
                        const Insn* first = nullptr, std::size_t padding = 0);
 
+/// plan_entry_window() for a window at any instruction start `at` inside
+/// the function [func, func + size) (at == 0: the entry), `padding` filler
+/// bytes after the function as there (a site whose last instructions never
+/// fall through, `nop; ret`, may cover them). The same refusals, each
+/// reason's offsets relative to the function. What the
+/// function's bytes alone cannot show is the caller's to check: branches from
+/// neighbours (check_neighbour_branches()), jump tables in data
+/// (rip_data_refs()), code addresses stored in data, exception landing pads.
+/// `first`, when given, is analyze()'s result for func[at]. Not
+/// async-signal-safe (Capstone). Thread-safe.
+bool plan_window(const std::uint8_t* func, std::size_t size, std::size_t at, EntryWindow& out, std::string& why,
+                 const Insn* first = nullptr, std::size_t padding = 0);
+
+/// The addresses outside the function [func, func + size) that a `lea
+/// disp32(%rip)` inside it takes, relative to func, sorted and unique: the
+/// candidates for the jump tables of its switch statements (a compiler's PIC
+/// table is an array of 32-bit offsets from its own start, which the
+/// function's indirect jump adds to that start). Linear sweep from the entry;
+/// false with the reason in `why` when it cannot decode to the end. Not hot;
+/// thread-safe.
+bool rip_data_refs(const std::uint8_t* func, std::size_t size, std::vector<std::int64_t>& refs, std::string& why);
+
+/// True for the relocation type whose target is the load base plus its
+/// addend, with no symbol (R_X86_64_RELATIVE): how a position-independent
+/// file stores the address of its own code (a computed goto's label table, a
+/// jump table of absolute addresses). Pure.
+constexpr bool is_relative_reloc(std::uint32_t type) noexcept { return type == 8; }
+
 /// Refuses (false, the reason in `why`) when the function `code` [0, size),
 /// a neighbour of a planned window and swept from its own first byte, holds
 /// a direct branch (jmp, Jcc, call, jrcxz/loop, xbegin) or a `lea

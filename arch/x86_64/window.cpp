@@ -203,7 +203,8 @@ bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, st
 /// of those bytes tells whether it is one (an instruction start whose
 /// decoded branch aims there). Attaching every entry of a library made the
 /// whole-function sweep the largest cost of an attach (~25 us per function).
-bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win, std::size_t len, std::string& why) {
+bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win, std::size_t len, std::string& why,
+                    bool own = true) {
   // The first bytes of the forms may_reach_window() reads; far from the
   // window (a rel8 reaches 128 bytes back) only those with a wider operand.
   static constexpr auto kWide = [] {
@@ -269,8 +270,9 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
     return t > win && t < win + static_cast<std::int64_t>(len);
   };
   const auto shown = [&](std::uint64_t target) {
-    const auto t = static_cast<std::int64_t>(target) - win;  // relative to the window
-    std::string out = win == 0 ? "+" : "the window's +";
+    // Relative to the function for its own window, else to the window.
+    const auto t = static_cast<std::int64_t>(target) - (own ? 0 : win);
+    std::string out = own ? "+" : "the window's +";
     out += hex(static_cast<std::uint64_t>(t));
     return out;
   };
@@ -308,6 +310,42 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
   return true;
 }
 
+/// Whether `insn`, at +`at` in its function, may be displaced into a
+/// window slot: `last` when it is the window's last instruction,
+/// `before_padding` when it is the function's last, with filler after it.
+bool displaceable(const Insn& insn, std::size_t at, bool last, bool before_padding, std::string& why) {
+  if (insn.traps)
+    return refuse(why, "the instruction `" + insn.text + "` at +" + hex(at) +
+                           " enters the kernel or traps; it cannot run displaced");
+  switch (insn.cls) {
+    case InsnClass::nop:
+    case InsnClass::push_reg:
+    case InsnClass::xol:
+      return true;
+    case InsnClass::jmp_rel:
+    case InsnClass::jcc_rel:
+      // Re-encoded with a rel32 from the slot; a taken branch leaves the
+      // window, a not-taken Jcc goes on with the next relocated instruction.
+      return true;
+    case InsnClass::call_rel:
+    case InsnClass::jmp_ind:
+      // The callee would return into the window, or the rest is dead.
+      if (!last && !(insn.cls == InsnClass::jmp_ind && before_padding))
+        return refuse(why, "the branch `" + insn.text + "` at +" + hex(at) + " is inside the 5 bytes the jump displaces");
+      return true;
+    case InsnClass::ret:
+    case InsnClass::ret_imm:
+      // Runs from the slot as it would here; nothing after it runs.
+      if (!last && !before_padding)
+        return refuse(why, "the instruction `" + insn.text + "` at +" + hex(at) +
+                               " cannot be displaced (a return before the last displaced byte)");
+      return true;
+    default:
+      return refuse(why, "the instruction `" + insn.text + "` at +" + hex(at) +
+                             " cannot be displaced (a loop or indirect call)");
+  }
+}
+
 std::size_t put(std::uint8_t* out, std::size_t at, const void* bytes, std::size_t n) {
   std::memcpy(out + at, bytes, n);
   return at + n;
@@ -324,82 +362,95 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
 
 bool plan_entry_window(const std::uint8_t* func, std::size_t size, EntryWindow& out, std::string& why,
                        const Insn* first, std::size_t padding) {
+  return plan_window(func, size, 0, out, why, first, padding);
+}
+
+bool plan_window(const std::uint8_t* func, std::size_t size, std::size_t at, EntryWindow& out, std::string& why,
+                 const Insn* first, std::size_t padding) {
   out = EntryWindow{};
   why.clear();
-  if (size + padding < kJumpLen)
+  if (at >= size) return refuse(why, "the site is not inside the function");
+  const std::size_t left = size - at;  // the function's bytes from the site on
+  // The function ends within the jump's 5 bytes (with the filler after
+  // it, when its last instruction never falls through).
+  const auto short_fn = [&](bool falls_through) {
+    const std::string filler =
+        padding == 0 || falls_through ? "" : " with the " + std::to_string(padding) + " filler bytes after it";
+    if (at > 0)
+      return refuse(why, "the function ends " + std::to_string(left) + (left == 1 ? " byte" : " bytes") +
+                             " after the site, within the 5 bytes the jump would displace" + filler);
     return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
-                           " long, shorter than the 5-byte jump" +
-                           (padding ? " with the " + std::to_string(padding) + " filler bytes after it" : ""));
+                           " long, shorter than the 5-byte jump" + filler);
+  };
+  if (left + padding < kJumpLen) return short_fn(false);
   std::size_t len = 0;
   bool falls_through = true;  // the last instruction so far may continue to the next byte
   while (len < kJumpLen) {
-    if (len == size) {
+    if (len == left) {
       // The function ends inside the window: only when its last instruction
       // never falls through may the window cover filler bytes after it.
-      if (falls_through || size + padding < kJumpLen)
-        return refuse(why, "the function is " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
-                               " long, shorter than the 5-byte jump" +
-                               (falls_through ? "" : " with the " + std::to_string(padding) + " filler bytes after it"));
+      if (falls_through || left + padding < kJumpLen) return short_fn(falls_through);
       len = kJumpLen;
       break;
     }
     Insn insn;
     if (len == 0 && first) {
       insn = *first;
-    } else if (!analyze(func + len, size - len, insn, why)) {
-      why = "the instruction at +" + hex(len) + " cannot be displaced: " + why;
+    } else if (!analyze(func + at + len, left - len, insn, why)) {
+      why = "the instruction at +" + hex(at + len) + " cannot be displaced: " + why;
       return false;
     }
-    if (insn.traps)
-      return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
-                             " enters the kernel or traps; it cannot run displaced");
     const bool last = len + insn.len >= kJumpLen;
     // The function's last instruction, with filler bytes after it.
-    const bool last_before_padding = len + insn.len == size && padding > 0 && size + padding >= kJumpLen;
-    switch (insn.cls) {
-      case InsnClass::nop:
-      case InsnClass::push_reg:
-      case InsnClass::xol:
-        break;
-      case InsnClass::jmp_rel:
-      case InsnClass::jcc_rel:
-        // Re-encoded with a rel32 from the slot; a taken branch leaves the
-        // window, a not-taken Jcc goes on with the next relocated instruction.
-        break;
-      case InsnClass::call_rel:
-      case InsnClass::jmp_ind:
-        // The callee would return into the window, or the rest is dead.
-        if (!last && !(insn.cls == InsnClass::jmp_ind && last_before_padding))
-          return refuse(why, "the branch `" + insn.text + "` at +" + hex(len) +
-                                 " is inside the 5 bytes the jump displaces");
-        break;
-      case InsnClass::ret:
-      case InsnClass::ret_imm:
-        // Runs from the slot as it would here; nothing after it runs.
-        if (!last && !last_before_padding)
-          return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
-                                 " cannot be displaced (a return before the last displaced byte)");
-        break;
-      default:
-        return refuse(why, "the instruction `" + insn.text + "` at +" + hex(len) +
-                               " cannot be displaced (a loop or indirect call)");
-    }
-    if (len + insn.len > size) return refuse(why, "the first instructions run past the function's end");
+    const bool last_before_padding = len + insn.len == left && padding > 0 && left + padding >= kJumpLen;
+    if (!displaceable(insn, at + len, last, last_before_padding, why)) return false;
+    if (len + insn.len > left)
+      return refuse(why, at ? "the displaced instructions run past the function's end"
+                            : "the first instructions run past the function's end");
     falls_through = insn.cls != InsnClass::jmp_rel && insn.cls != InsnClass::jmp_ind && insn.cls != InsnClass::ret &&
                     insn.cls != InsnClass::ret_imm;
     len += insn.len;
     out.insns.push_back(std::move(insn));
   }
-  if (!check_function(func, size, 0, len, why)) return false;
+  if (!check_function(func, size, static_cast<std::int64_t>(at), len, why)) return false;
   out.len = static_cast<std::uint8_t>(len);
-  std::memcpy(out.bytes, func, len);
+  std::memcpy(out.bytes, func + at, len);
+  return true;
+}
+
+bool rip_data_refs(const std::uint8_t* func, std::size_t size, std::vector<std::int64_t>& refs, std::string& why) {
+  refs.clear();
+  why.clear();
+  thread_local SweepHandle sh;
+  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
+  const std::uint8_t* code = func;
+  std::size_t left = size;
+  std::uint64_t at = 0;
+  while (left > 0) {
+    const std::uint64_t start = at;
+    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
+      if (const std::size_t n = vex_length(code, left)) {  // not a lea: step over it
+        code += n;
+        left -= n;
+        at += n;
+        continue;
+      }
+      return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
+                             "), so the tables its indirect jumps read cannot be found");
+    }
+    std::uint64_t target = 0;
+    if (sh.insn->id == X86_INS_LEA && lea_rip_target(func + start, sh.insn->size, at, target) && target >= size)
+      refs.push_back(static_cast<std::int64_t>(target));
+  }
+  std::sort(refs.begin(), refs.end());
+  refs.erase(std::unique(refs.begin(), refs.end()), refs.end());
   return true;
 }
 
 bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
                               std::string& why) {
   why.clear();
-  return check_function(code, size, win, len, why);
+  return check_function(code, size, win, len, why, false);
 }
 
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,

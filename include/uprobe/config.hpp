@@ -69,6 +69,19 @@ struct Config {
   /// running the entry stays int3 and the conversion is retried at the next
   /// attach or mapping change. Default true; false keeps entries on int3.
   bool optimize_entries = true;
+  /// With optimize: also convert sites inside a function (any instruction
+  /// start past its entry: mid-function offsets, USDT sites compiled as a
+  /// 1-byte nop) whose instructions from the site on can be displaced, as
+  /// the kernel's kprobes optimizer does (can_optimize() in
+  /// arch/x86/kernel/kprobes/opt.c): every displaced instruction relocatable,
+  /// no call before the last, no direct branch in the function or its
+  /// neighbours into the window past its first byte, no jump-table entry or
+  /// code address stored in the file's data there, no exception landing pads
+  /// in the function. The displaced bytes run in a window slot, as an
+  /// entry's do; consumers see the full register state (SaveMode::full).
+  /// The same thread observation as optimize_entries. Default true; false
+  /// keeps such sites on int3 (ProbeMode::int3) as before.
+  bool optimize_windows = true;
   /// How a thread that keeps running is observed before an entry is
   /// converted. 0 (default): it is not; the conversion waits for the next
   /// attach. A real-time signal number (SIGRTMIN..SIGRTMAX, e.g. SIGRTMAX):

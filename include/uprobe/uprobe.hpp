@@ -308,10 +308,13 @@ enum class ProbeMode : std::uint8_t {
   optimized_nop5,   ///< a 5-byte nop became a jump to the probe's trampoline
   optimized_entry,  ///< a function entry: the jump displaced its first instructions, which run relocated in a
                     ///< window slot (ProbeInfo::displaced bytes)
+  optimized_window,  ///< a site inside a function (Config::optimize_windows): the jump displaced the instructions
+                     ///< from the site on, which run relocated in a window slot (ProbeInfo::displaced bytes)
 };
 
 /// The mode's name as the tools print it: "pending", "int3",
-/// "optimized-nop5", "optimized-entry" ("?" for a value outside the enum).
+/// "optimized-nop5", "optimized-entry", "optimized-window" ("?" for a value
+/// outside the enum).
 /// Pure; async-signal-safe.
 constexpr const char* to_string(ProbeMode mode) noexcept {
   switch (mode) {
@@ -319,6 +322,7 @@ constexpr const char* to_string(ProbeMode mode) noexcept {
     case ProbeMode::int3: return "int3";
     case ProbeMode::optimized_nop5: return "optimized-nop5";
     case ProbeMode::optimized_entry: return "optimized-entry";
+    case ProbeMode::optimized_window: return "optimized-window";
   }
   return "?";
 }

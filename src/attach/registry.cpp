@@ -305,8 +305,10 @@ ProbeInfo probe_state(const Uprobe* up) {
   info.mode = info.sites == 0             ? ProbeMode::pending
               : !optimized                ? ProbeMode::int3
               : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
-                                        : ProbeMode::optimized_entry;
-  if (info.mode == ProbeMode::optimized_entry) info.displaced = up->window.len;
+              : up->function_entry      ? ProbeMode::optimized_entry
+                                        : ProbeMode::optimized_window;
+  if (info.mode == ProbeMode::optimized_entry || info.mode == ProbeMode::optimized_window)
+    info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";

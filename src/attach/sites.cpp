@@ -186,7 +186,7 @@ void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
 bool optimizable(const Uprobe* up) noexcept {
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return false;
   if (!arch::is_nop5(up->insn) &&
-      (!up->window.len || !g_hot.optimize_entries.load(std::memory_order_relaxed) ||
+      (!up->window.len || !window_switch_on(up->function_entry) ||
        up->window_blocker.load(std::memory_order_relaxed) != 0))
     return false;
   return g_sync_core;
@@ -198,11 +198,13 @@ std::string why_not_optimizable(const Uprobe* up) {
   if (!arch::is_nop5(up->insn)) {
     const std::string not_nop5 = "the instruction `" + up->insn.text + "` is not a 5-byte nop, and ";
     if (!up->window.len) return not_nop5 + up->window_why;
-    if (!g_hot.optimize_entries.load(std::memory_order_relaxed))
-      return not_nop5 + "entry optimization is switched off (Config::optimize_entries)";
+    if (!window_switch_on(up->function_entry))
+      return not_nop5 + (up->function_entry ? "entry optimization is switched off (Config::optimize_entries)"
+                                            : "window optimization is switched off (Config::optimize_windows)");
     if (const std::uint64_t inner = up->window_blocker.load(std::memory_order_relaxed))
       return not_nop5 + "another probe, at +" + std::to_string(inner - up->key.offset) + ", lies inside the " +
-             std::to_string(up->window.len) + " bytes an entry jump would displace";
+             std::to_string(up->window.len) + " bytes " + (up->function_entry ? "an entry" : "the") +
+             " jump would displace";
   }
   if (!g_sync_core) return "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) is not available";
   return "";

@@ -16,6 +16,7 @@
 #include <new>
 #include <vector>
 
+#include "code_refs.hpp"
 #include "elf_info.hpp"
 #include "vma.hpp"
 #include "format.hpp"
@@ -73,10 +74,11 @@ constexpr std::uint64_t kNeighbourReach = 4096;
 
 /// Whether no function whose bounds lie within kNeighbourReach of `fn` (a
 /// neighbour, swept from its own start) branches into the window of `len`
-/// bytes at fn's entry past its first byte; false with the reason in `why`.
-/// Code between known functions (no symbol, no FDE) is not searched.
+/// bytes at file offset `site` (fn's entry, or an instruction inside fn)
+/// past its first byte; false with the reason in `why`. Code between known
+/// functions (no symbol, no FDE) is not searched.
 bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
-                      std::size_t len, std::string& why) {
+                      std::uint64_t site, std::size_t len, std::string& why) {
   const std::uint64_t entry = fn.file_offset;
   const std::uint64_t seg_end = seg.offset + seg.filesz;
   const std::uint64_t lo = std::max(seg.offset, entry - std::min(entry, kNeighbourReach));
@@ -107,7 +109,7 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     if (at >= code.size()) continue;
     // Its bytes up to hi: a branch further on is beyond the neighbourhood.
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
-    const auto win = static_cast<std::int64_t>(entry - f.file_offset);
+    const auto win = static_cast<std::int64_t>(site - f.file_offset);
     if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
       why = "a neighbour, " + f.display_name() + " (file offset " + hex(f.file_offset) + ", bounds from " +
             bounds_source_name(f.source) + "): " + why;
@@ -117,13 +119,14 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
   return true;
 }
 
-/// The filler bytes after `fn`, a function shorter than the jump: nops and
-/// int3 up to the next function's start (alignment that nothing runs or
-/// branches to), which the entry window may cover after a last instruction
-/// that never falls through. 0 when anything else, or no known function,
-/// follows within 64 bytes.
-std::size_t filler_after(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg) {
-  if (fn.size >= arch::kJumpLen) return 0;  // the window ends inside the function
+/// The filler bytes after `fn`, whose last `left` bytes from a window's
+/// site are fewer than the jump: nops and int3 up to the next function's
+/// start (alignment that nothing runs or branches to), which the window may
+/// cover after a last instruction that never falls through. 0 when anything
+/// else, or no known function, follows within 64 bytes.
+std::size_t filler_after(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
+                         std::uint64_t left) {
+  if (left >= arch::kJumpLen) return 0;  // the window ends inside the function
   const std::uint64_t end = fn.file_offset + fn.size, seg_end = seg.offset + seg.filesz;
   auto next = std::lower_bound(info.funcs.begin(), info.funcs.end(), end,
                                [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
@@ -142,6 +145,56 @@ std::size_t filler_after(const Target& t, const ElfImage& info, const FuncSym& f
     p += x.len;
   }
   return gap;
+}
+
+/// Whether nothing the file stores in data can send an indirect jump into
+/// the window of `len` bytes at file offset `site` inside `fn` past its first
+/// byte: no code address stored in data (data_code_refs(): a computed goto's
+/// labels, absolute jump tables) and no entry of a PIC jump table that fn
+/// takes with a `lea` (arch::rip_data_refs(): 32-bit offsets from the
+/// table's start, read while they land inside fn). False with the reason in
+/// `why`.
+bool check_data_refs(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
+                     const std::vector<std::uint8_t>& code, std::uint64_t site, std::size_t len, std::string& why) {
+  const std::uint64_t fn_vaddr = seg.vaddr + (fn.file_offset - seg.offset);
+  const std::uint64_t lo = fn_vaddr + (site - fn.file_offset), hi = lo + len;  // the window, (lo, hi) refused
+  const auto inside = [&](std::uint64_t a) { return a > lo && a < hi; };
+  const auto where = [&](std::uint64_t a) { return fn.display_name() + "+" + hex(a - fn_vaddr); };
+  auto stored = data_code_refs(t.fd, t.path, info, [](std::uint32_t type) { return arch::is_relative_reloc(type); }, why);
+  if (!stored) return false;
+  auto it = std::upper_bound(stored->begin(), stored->end(), lo);
+  if (it != stored->end() && inside(*it)) {
+    why = "the file's data holds the address " + where(*it) + " (a relocation or stored pointer: a computed goto's "
+          "label or a jump table), inside the " + std::to_string(len) + " bytes the jump displaces";
+    return false;
+  }
+  std::vector<std::int64_t> refs;
+  if (!arch::rip_data_refs(code.data(), code.size(), refs, why)) return false;
+  constexpr std::size_t kMaxEntries = 4096;
+  std::vector<std::int32_t> entries(kMaxEntries);
+  for (const std::int64_t r : refs) {
+    const std::uint64_t table = fn_vaddr + static_cast<std::uint64_t>(r);
+    const LoadSegment* ts = info.segment_of_vaddr(table);
+    if (!ts) continue;
+    const std::uint64_t avail = (ts->vaddr + ts->filesz - table) / 4;
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kMaxEntries, avail));
+    const std::size_t got = read_at(t.fd, ts->offset + (table - ts->vaddr), reinterpret_cast<std::uint8_t*>(entries.data()),
+                                    want * 4) / 4;
+    for (std::size_t i = 0; i < got; ++i) {
+      const std::uint64_t dest = table + static_cast<std::uint64_t>(static_cast<std::int64_t>(entries[i]));
+      // Past the table once an entry lands outside the code (a case label
+      // may be in a split-off part, fn.cold, outside fn's bounds).
+      const LoadSegment* ds = info.segment_of_vaddr(dest);
+      if (!ds || !ds->executable()) break;
+      if (inside(dest)) {
+        why = "entry " + std::to_string(i) + " of the jump table at " + hex(table) + " (taken by a lea in " +
+              fn.display_name() + ") goes to " + where(dest) + ", inside the " + std::to_string(len) +
+              " bytes the jump displaces";
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -195,6 +248,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   // linear sweep from the function's entry.
   const FuncSym* fn = info->enclosing_function(offset);
   if (function_entry) *function_entry = fn && fn->file_offset == offset;
+  bool swept_to_site = true;  // the sweep from fn's entry found the offset as an instruction start
   if (fn && offset != fn->file_offset) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(fn->size, 1u << 20));
     std::vector<std::uint8_t> code(want);
@@ -203,6 +257,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
     const std::uint64_t rel = offset - fn->file_offset;
     auto it = std::upper_bound(starts.begin(), starts.end(), rel);
     bool at_start = it != starts.begin() && *(it - 1) == rel;
+    swept_to_site = at_start;
     if (!at_start && it != starts.begin()) {
       std::size_t start = *(it - 1), len = 0;
       std::string text = arch::disassemble(code.data() + start, got - start, fn->file_offset + start, len);
@@ -214,20 +269,25 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
     }
   }
 
-  // At a function entry with a window to plan, the whole function is read
-  // at once (the probed instruction is its start); else just the instruction.
+  // With a window to plan inside a known function, the whole function is
+  // read at once (the probed instruction is in it); else just the instruction.
   const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
-  const bool entry = window && fn && fn->file_offset == offset;
+  const bool planned = window && fn;
+  const bool entry = planned && fn->file_offset == offset;
+  const std::size_t at_fn = planned ? static_cast<std::size_t>(offset - fn->file_offset) : 0;  // the site in code
   std::vector<std::uint8_t> code;
   std::uint8_t bytes[arch::kMaxInsnLen];
   const std::uint8_t* at = bytes;
   std::size_t avail = std::min<std::uint64_t>(arch::kMaxInsnLen, in_seg);
-  if (entry) {
-    code.resize(std::max<std::size_t>(static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20})),
-                                      avail));
-    code.resize(read_code(t, offset, code.data(), code.size()));
-    at = code.data();
-    avail = std::min(avail, code.size());
+  // The function's bytes: up to its end, in the segment, at most 1 MiB.
+  const std::size_t fn_len =
+      planned ? static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg + at_fn, 1u << 20})) : 0;
+  if (planned) {
+    code.resize(std::max<std::size_t>(fn_len, at_fn + avail));
+    code.resize(read_code(t, fn->file_offset, code.data(), code.size()));
+    if (code.size() <= at_fn) throw Error(Errc::not_executable, t.path, offset, "cannot read the function's bytes");
+    at = code.data() + at_fn;
+    avail = std::min(avail, code.size() - at_fn);
   } else {
     avail = read_code(t, offset, bytes, avail);
   }
@@ -235,28 +295,35 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 
   if (!window) return;
   *window = arch::EntryWindow{};
-  if (!entry) {
-    *window_why = fn ? "the offset is inside " + fn->display_name() + ", not at its entry"
-                     : "the offset is not the entry of a function of known size (no sized symbol in .symtab, "
-                       ".dynsym or a debug file, no .eh_frame FDE)";
+  if (!planned) {
+    *window_why = "the offset is not inside a function of known size (no sized symbol in .symtab, .dynsym or a "
+                  "debug file, no .eh_frame FDE)";
     return;
   }
   // The function's own bytes only (more were read when it is shorter than
   // an instruction's longest encoding).
-  code.resize(std::min<std::size_t>(code.size(),
-                                    static_cast<std::size_t>(std::min<std::uint64_t>({fn->size, in_seg, 1u << 20}))));
+  code.resize(std::min(code.size(), fn_len));
   // A function shorter than the jump: the filler after it, read with it.
   const std::size_t size = code.size();
-  const std::size_t padding = size == fn->size ? filler_after(t, *info, *fn, *seg) : 0;
+  const std::size_t padding = size == fn->size ? filler_after(t, *info, *fn, *seg, size - at_fn) : 0;
   if (padding) {
     code.resize(size + padding);
-    if (read_code(t, offset, code.data(), code.size()) != code.size()) code.resize(size);
+    if (read_code(t, fn->file_offset, code.data(), code.size()) != code.size()) code.resize(size);
   }
-  if (!arch::plan_entry_window(code.data(), size, *window, why, &insn, code.size() - size)) {
-    *window_why = why;
+  if (!swept_to_site) {
+    *window_why = fn->display_name() + " cannot be disassembled from its entry up to the offset, so the offset is "
+                  "not known to start an instruction";
     return;
   }
-  if (!check_neighbours(t, *info, *fn, *seg, window->len, why)) {
+  if (!entry && info->has_landing_pads(offset)) {
+    *window_why = fn->display_name() + " has exception landing pads (an LSDA in .eh_frame), where the unwinder "
+                  "may resume it; their addresses are not read, so no window is planned inside it";
+    return;
+  }
+  const bool ok = arch::plan_window(code.data(), size, at_fn, *window, why, &insn, code.size() - size) &&
+                  check_neighbours(t, *info, *fn, *seg, offset, window->len, why) &&
+                  (entry || check_data_refs(t, *info, *fn, *seg, code, offset, window->len, why));
+  if (!ok) {
     *window = arch::EntryWindow{};
     *window_why = why;
   }

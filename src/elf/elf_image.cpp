@@ -60,6 +60,17 @@ const LoadSegment* ElfImage::exec_segment(std::uint64_t off) const noexcept {
   return nullptr;
 }
 
+bool ElfImage::has_landing_pads(std::uint64_t off) const noexcept {
+  // Ranges may nest (a split function's parts); a covering one starts at or
+  // before `off`, and FDEs are short: look back from the last such start.
+  auto it = std::upper_bound(lsda_ranges.begin(), lsda_ranges.end(), std::pair{off, ~std::uint64_t{0}});
+  for (int steps = 0; it != lsda_ranges.begin() && steps < 64; ++steps) {
+    --it;
+    if (off < it->second) return true;
+  }
+  return false;
+}
+
 const FuncSym* ElfImage::enclosing_function(std::uint64_t off) const noexcept {
   // funcs is sorted by file_offset; bounds may nest or alias, so scan the
   // candidates that start at or before off and pick the tightest.
@@ -360,14 +371,21 @@ int fde_encoding(const Dwarf_CIE& cie) {
   return 0;
 }
 
+/// One FDE's range [start, end) as link-time addresses, and whether it
+/// points to an LSDA (the function has exception landing pads).
+struct FdeRange {
+  std::uint64_t start = 0, end = 0;
+  bool lsda = false;
+};
+
 /// Function bounds [start, end) as link-time addresses from the .eh_frame
 /// FDEs of `e` (one per function, or per part of a split function, in what
 /// GCC and glibc's assembly emit; kept by strip). libdw walks the section
 /// (dwarf_next_cfi: CIEs and FDEs); each FDE's initial_location and
 /// address_range are read in its CIE's pointer encoding (absolute or
 /// pc-relative; an FDE in another encoding is skipped).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
+  std::vector<FdeRange> out;
   Elf_Scn* eh = nullptr;
   GElf_Shdr sh{};
   for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn && shstrndx; scn = elf_nextscn(e, scn)) {
@@ -382,7 +400,11 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std
   const char* ident = elf_getident(e, nullptr);
   if (!data || !data->d_buf || !ident) return out;
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
-  std::unordered_map<Dwarf_Off, int> encodings;  // CIE offset -> its FDE encoding
+  struct Cie {
+    int encoding;  // its FDE encoding
+    bool lsda;     // its augmentation has 'L': its FDEs' augmentation data hold an LSDA pointer
+  };
+  std::unordered_map<Dwarf_Off, Cie> cies;  // CIE offset -> what its FDEs need
   Dwarf_Off off = 0;
   for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
     Dwarf_Off next = 0;
@@ -393,12 +415,13 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std
     const Dwarf_Off here = off;
     off = next;
     if (dwarf_cfi_cie_p(&entry)) {
-      encodings[here] = fde_encoding(entry.cie);
+      const char* aug = entry.cie.augmentation;
+      cies[here] = {fde_encoding(entry.cie), aug && aug[0] == 'z' && std::strchr(aug, 'L') != nullptr};
       continue;
     }
-    const auto it = encodings.find(entry.fde.CIE_pointer);
-    if (it == encodings.end() || it->second < 0) continue;
-    const auto enc = static_cast<std::uint8_t>(it->second);
+    const auto it = cies.find(entry.fde.CIE_pointer);
+    if (it == cies.end() || it->second.encoding < 0) continue;
+    const auto enc = static_cast<std::uint8_t>(it->second.encoding);
     const std::uint8_t app = enc & 0x70;
     if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect
     const std::uint8_t* p = entry.fde.start;
@@ -411,13 +434,25 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> eh_frame_ranges(Elf* e, std
       read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
     if (app == 0x10) loc += sh.sh_addr + static_cast<std::uint64_t>(p - base);
     if (loc + range < loc) continue;
-    out.emplace_back(loc, loc + range);
+    // The LSDA pointer is the only augmentation data of an FDE ('L'); a
+    // null one (all bytes 0, in any encoding) means none, as libgcc reads it.
+    bool lsda = false;
+    if (it->second.lsda) {
+      const std::uint8_t* a = p + 2 * n;
+      std::uint64_t alen = 0;
+      for (unsigned shift = 0; a < end && shift < 64; shift += 7) {
+        alen |= static_cast<std::uint64_t>(*a & 0x7f) << shift;
+        if (!(*a++ & 0x80)) break;
+      }
+      for (std::uint64_t i = 0; i < alen && a + i < end; ++i) lsda = lsda || a[i] != 0;
+    }
+    out.push_back({loc, loc + range, lsda});
   }
   return out;
 }
 
 /// img.funcs and img.reach from img.symbols and the FDE ranges.
-void index_functions(ElfImage& img, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& fdes) {
+void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
   for (const Symbol& s : img.symbols) {
     if ((s.type != STT_FUNC && s.type != STT_GNU_IFUNC) || s.size == 0 || !s.in_file || !s.executable) continue;
     const BoundsSource src = s.dynamic ? BoundsSource::dynsym
@@ -461,13 +496,15 @@ void index_functions(ElfImage& img, const std::vector<std::pair<std::uint64_t, s
   // (Looked up in the symbols' index alone: funcs and reach stay in step
   // until the FDEs are added and sorted in.)
   std::vector<FuncSym> extra;
-  for (const auto& [start, end] : fdes) {
+  for (const auto& [start, end, lsda] : fdes) {
     const LoadSegment* seg = img.segment_of_vaddr(start);
     if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) continue;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
+    if (lsda) img.lsda_ranges.emplace_back(off, off + (end - start));
     if (img.enclosing_function(off)) continue;
     extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
   }
+  std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
   if (extra.empty()) return;
   img.funcs.insert(img.funcs.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
   sort_funcs();

@@ -75,6 +75,9 @@ struct ElfImage {
   std::vector<FuncSym> funcs;
   std::vector<std::uint64_t> reach;  ///< reach[i]: the largest end (file_offset + size) of funcs[0..i]
   std::size_t fde_count = 0;         ///< FDEs read from .eh_frame (added to funcs or not)
+  /// File ranges [begin, end) of the FDEs that point to an LSDA (a function
+  /// with exception landing pads, where the unwinder may resume), sorted.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> lsda_ranges;
   std::string soname;
   std::vector<std::string> rpath, runpath;  ///< split at ':', unexpanded
   std::optional<std::uint64_t> stapsdt_base;  ///< sh_addr of .stapsdt.base
@@ -92,6 +95,10 @@ struct ElfImage {
   /// bounds nest), or nullptr: "what function contains this offset, where
   /// does it start and how long is it" for every caller.
   const FuncSym* enclosing_function(std::uint64_t off) const noexcept;
+  /// Whether an FDE with an LSDA covers file offset `off`: the unwinder may
+  /// resume the function at a landing pad (its address is in the LSDA, not
+  /// in the code), so no window may cover bytes there past its first.
+  bool has_landing_pads(std::uint64_t off) const noexcept;
 };
 
 /// Reads (or returns the cached) image of `path`.

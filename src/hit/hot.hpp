@@ -26,6 +26,7 @@ struct HotState {
   std::atomic<bool> emulate{true};
   std::atomic<bool> optimize{true};
   std::atomic<bool> optimize_entries{true};
+  std::atomic<bool> optimize_windows{true};  ///< Config::optimize_windows
   /// Config::site_state == SiteState::full: every save the optimized paths
   /// make is SaveMode::full (effective_save()).
   std::atomic<bool> full_state{false};
@@ -39,5 +40,12 @@ struct HotState {
   SpinRwLock mm_lock;
 };
 extern HotState g_hot;
+
+/// Whether a displacement window may take the jump: Config::optimize_entries
+/// for a function entry, Config::optimize_windows for a site inside one.
+/// Async-signal-safe.
+inline bool window_switch_on(bool function_entry) noexcept {
+  return (function_entry ? g_hot.optimize_entries : g_hot.optimize_windows).load(std::memory_order_relaxed);
+}
 
 }  // namespace uprobe::detail

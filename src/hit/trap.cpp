@@ -291,7 +291,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   } else if (site->window_xol &&
              (window_patched(*site) ||
               (!user_tf && g_hot.optimize.load(std::memory_order_relaxed) &&
-               g_hot.optimize_entries.load(std::memory_order_relaxed) &&
+               window_switch_on(up->function_entry) &&
                up->window_blocker.load(std::memory_order_acquire) == 0))) {
     // The whole displaced window runs from its slot (never single-stepped):
     // no thread resumes inside bytes an optimized jump may overwrite. (A

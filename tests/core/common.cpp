@@ -255,14 +255,15 @@ bool names_offset(const std::string& text, std::uint64_t off) {
 
 namespace {
 
-/// tests/core is the int3 suite: probes at function entries trap, as they
-/// did before entry optimization existed. The runner's Mode::entry_opt and
+/// tests/core is the int3 suite: probes at function entries and inside
+/// functions trap, as they did before entry and window optimization existed. The runner's Mode::entry_opt and
 /// tests/opt/entry_test.cpp cover optimized function entries.
 class Int3PathEnvironment : public testing::Environment {
  public:
   void SetUp() override {
     uprobe::Config c = uprobe::configuration();
     c.optimize_entries = false;
+    c.optimize_windows = false;
     uprobe::configure(c);
   }
 };

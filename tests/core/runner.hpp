@@ -83,6 +83,7 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
   if (mode == Mode::single_step || mode == Mode::single_step_no_emulate) cfg.xol = uprobe::XolMode::single_step;
   if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
   cfg.optimize_entries = mode == Mode::entry_opt;
+  cfg.optimize_windows = mode == Mode::entry_opt;  // a site inside a function: a window too
   uprobe::configure(cfg);
 
   const std::string exe = self_exe();

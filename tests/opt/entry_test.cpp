@@ -281,7 +281,6 @@ TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
       {vaddr(ent_syscall), "enters the kernel or traps",
        [] { return expect_eq(ent_syscall(), static_cast<std::uint64_t>(getpid())); }},
       {vaddr(ent_ret), "cannot be displaced (a return", [] { return expect_eq(ent_ret(31), 31); }},
-      {at(ent_frame, 4), "not at its entry", [] { return expect_eq(ent_frame(2, 2), 6); }},
       // The neighbour's jump lands at +3, inside the window: it still runs
       // (the int3 is at the entry only) and still returns 2a + b.
       {vaddr(ent_neigh_cpy),

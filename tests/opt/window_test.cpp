@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: MIT
+// Sites inside a function (Config::optimize_windows): the jump displaces the
+// instructions from the site on, which run relocated in a window slot, as an
+// entry's do (issue 16: the kprobes optimizer's rules at any instruction).
+// Optimized: exact hits through the stub, the registers the consumer sees at
+// the site, the function's results, only the window's first 5 bytes changed
+// and every byte restored at detach. Refused (int3, with the reason): a
+// branch in the function into the window, a PIC jump-table entry there, a
+// label address stored in data (a computed goto), an indirect call in the
+// window, exception landing pads, a neighbour's branch. Every refused site
+// still counts every call exactly and the function still computes right.
+
+#include <functional>
+
+#include "opt_common.hpp"
+
+extern "C" {
+std::uint64_t win_mid(std::uint64_t, std::uint64_t);
+std::uint64_t win_rip(std::uint64_t, std::uint64_t);
+std::uint64_t win_jcc(std::uint64_t, std::uint64_t);
+std::uint64_t win_call_last(std::uint64_t, std::uint64_t);
+std::uint64_t win_call_inside(std::uint64_t);
+std::uint64_t win_loop(std::uint64_t);
+std::uint64_t win_table(std::uint64_t, std::uint64_t);
+std::uint64_t win_goto(std::uint64_t, std::uint64_t);
+std::uint64_t win_lsda(std::uint64_t, std::uint64_t);
+std::uint64_t win_neigh_a(std::uint64_t, std::uint64_t);
+std::uint64_t win_neigh_b(std::uint64_t, std::uint64_t);
+extern const std::uint64_t win_mid_site, win_rip_site, win_jcc_site, win_call_last_site, win_call_inside_site,
+    win_loop_site, win_loop_target, win_table_site, win_table_case1, win_goto_site, win_goto_label1, win_lsda_site,
+    win_neigh_a_site;
+}
+
+using namespace opttest;
+
+namespace {
+
+constexpr int kCalls = 1000;
+
+/// Counts hits at `ip`, keeps the registers of the last one.
+struct SiteCounter : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0}, bad_ip{0};
+  std::uint64_t expect_ip;
+  uprobe::Regs last{};
+  explicit SiteCounter(std::uint64_t ip) : expect_ip(ip) {}
+  uprobe::Action handler(uprobe::Regs& regs) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    if (regs.rip != expect_ip) bad_ip.fetch_add(1, std::memory_order_relaxed);
+    last = regs;
+    return uprobe::Action::keep;
+  }
+};
+
+std::string expect_eq(std::uint64_t got, std::uint64_t want) {
+  return got == want ? "" : "got " + hex(got) + ", want " + hex(want);
+}
+
+/// Attaches at fn+site, expects optimized-window with `displaced` bytes,
+/// runs `run(i)` kCalls times ("" or a mismatch), checks exact hits (all
+/// through the stub) and `regs_ok` on the last hit's registers, then detaches
+/// and compares the bytes around the site with the file.
+void check_window(const void* fn, std::uint64_t site, unsigned displaced, const std::function<std::string(int)>& run,
+                  const std::function<std::string(const uprobe::Regs&)>& regs_ok) {
+  const void* at_site = at(fn, site);
+  const std::size_t len = static_cast<std::size_t>(site + 32);  // the function and what follows it
+  const std::vector<std::uint8_t> file = file_bytes_at(fn, len);
+  ASSERT_EQ(hex_bytes(mem(fn, len)), hex_bytes(file));
+  SiteCounter c(reinterpret_cast<std::uint64_t>(at_site));
+  const uprobe::Stats s0 = uprobe::stats();
+  uprobe::Uprobe* p = uprobe::register_uprobe(at_site, c);
+  const uprobe::ProbeInfo info = uprobe::probe_info(p);
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_window) << "why: " << info.why_not_optimized;
+  EXPECT_EQ(info.displaced, displaced);
+  EXPECT_EQ(check_jump_into_xol(at_site), "");
+  EXPECT_TRUE(rwx_mappings().empty());
+  {
+    const auto now = mem(fn, len);
+    for (std::size_t k = 0; k < len; ++k) {
+      if (k >= site && k < site + 5) continue;  // the jump
+      EXPECT_EQ(hex(now[k]), hex(file[k])) << "byte " << k << " changed";
+    }
+  }
+  std::string first_bad;
+  int bad = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    std::string r = run(i);
+    if (!r.empty() && bad++ == 0) first_bad = "call " + std::to_string(i) + ": " + r;
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(bad, 0) << first_bad;
+  EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(c.bad_ip.load(), 0u);
+  EXPECT_EQ(regs_ok(c.last), "");
+  EXPECT_EQ(d.hits, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+  EXPECT_EQ(d.optimized, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+  uprobe::unregister_uprobe(p, c);
+  EXPECT_EQ(hex_bytes(mem(fn, len)), hex_bytes(file)) << "function bytes not restored";
+  for (int i = 0; i < 5; ++i) (void)run(i);
+  EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kCalls)) << "hit after detach";
+}
+
+const auto kAnyRegs = [](const uprobe::Regs&) { return std::string(); };
+
+TEST(Window, MidFunctionArithmetic) {
+  // The last call is (999, 7): at the site rax = 3 * 999, rdi = 999, rsi = 7.
+  check_window(vaddr(win_mid), win_mid_site, 7, [](int i) { return expect_eq(win_mid(i, 7), (3u * i + 7) ^ 5); },
+               [](const uprobe::Regs& r) {
+                 std::string e = expect_eq(r.rax, 3 * 999);
+                 if (e.empty()) e = expect_eq(r.rdi, 999);
+                 if (e.empty()) e = expect_eq(r.rsi, 7);
+                 return e;
+               });
+}
+
+TEST(Window, RipRelativeLoadRelocated) {
+  check_window(vaddr(win_rip), win_rip_site, 7, [](int i) { return expect_eq(win_rip(i, 2 * i), 3u * i + 0x5000); },
+               [](const uprobe::Regs& r) { return expect_eq(r.rax, 3 * 999); });
+}
+
+TEST(Window, ConditionalBranchRelocated) {
+  check_window(vaddr(win_jcc), win_jcc_site, 5,
+               [](int i) { return expect_eq(win_jcc(i % 3 ? i : 0, 5), i % 3 ? i + 5u : 77u); },
+               [](const uprobe::Regs& r) { return expect_eq(r.rdx, 5); });
+}
+
+TEST(Window, CallAsTheLastDisplacedInstruction) {
+  check_window(vaddr(win_call_last), win_call_last_site, 5,
+               [](int i) { return expect_eq(win_call_last(i, 100), 2u * (i + 1) + 100); },
+               [](const uprobe::Regs& r) { return expect_eq(r.rbx, 100); });
+}
+
+/// Sites that stay int3, and the reason each gives.
+TEST(Window, RefusedSitesStayInt3WithTheReason) {
+  struct Case {
+    const void* site;
+    std::string why;
+    std::function<std::string(int)> run;
+  };
+  const Case cases[] = {
+      {at(win_loop, win_loop_site), "branches to +" + hex(win_loop_target) + ", inside the",
+       [](int i) { return expect_eq(win_loop(i + 1), (i + 1u) * (i + 2u) / 2); }},
+      {at(win_table, win_table_site), "entry 1 of the jump table at ",
+       [](int i) { return expect_eq(win_table(i % 3, 10), i % 3 == 0 ? 10u : i % 3 == 1 ? 12u : 0u); }},
+      {at(win_goto, win_goto_site), "the file's data holds the address win_goto+" + hex(win_goto_label1),
+       [](int i) { return expect_eq(win_goto(i % 2, 10), i % 2 ? 12u : 10u); }},
+      {at(win_call_inside, win_call_inside_site), "cannot be displaced (a loop or indirect call)",
+       [](int i) { return expect_eq(win_call_inside(i), 2u * (i + 1)); }},
+      {at(win_lsda, win_lsda_site), "win_lsda has exception landing pads",
+       [](int i) { return expect_eq(win_lsda(i, 7), (3u * i + 7) ^ 5); }},
+      {at(win_neigh_a, win_neigh_a_site), "a neighbour, win_neigh_b (file offset ",
+       [](int i) {
+         const std::string r = expect_eq(win_neigh_a(i, 6), 2u * i + 6);
+         return r.empty() ? expect_eq(win_neigh_b(i, 6), i + 7u) : r;
+       }},
+  };
+  ASSERT_EQ(win_table_case1, win_table_site + 2);
+  ASSERT_EQ(win_goto_label1, win_goto_site + 2);
+  for (const Case& k : cases) {
+    SiteCounter c(reinterpret_cast<std::uint64_t>(k.site));
+    uprobe::Attachment a(k.site, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << k.why;
+    EXPECT_NE(info.why_not_optimized.find(k.why), std::string::npos) << info.why_not_optimized;
+    EXPECT_EQ(info.displaced, 0u);
+    EXPECT_EQ(mem(k.site, 1)[0], 0xcc);
+    std::uint64_t want = 0;
+    for (int i = 0; i < 30; ++i) {
+      EXPECT_EQ(k.run(i), "") << k.why;
+      // win_table's site runs for case 0 only; win_goto's for label 0 only;
+      // win_neigh_a's once per call pair (the neighbour enters past it).
+      if (k.site == at(win_table, win_table_site)) want += i % 3 == 0;
+      else if (k.site == at(win_goto, win_goto_site)) want += i % 2 == 0;
+      else ++want;
+    }
+    EXPECT_EQ(c.hits.load(), want) << k.why;
+    EXPECT_EQ(c.bad_ip.load(), 0u) << k.why;
+  }
+}
+
+TEST(Window, OptimizeWindowsSwitch) {
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize_windows = false;
+  uprobe::configure(cfg);
+  const void* site = at(win_mid, win_mid_site);
+  SiteCounter c(reinterpret_cast<std::uint64_t>(site));
+  uprobe::Attachment a(site, c);
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
+  EXPECT_NE(uprobe::probe_info(a.probe()).why_not_optimized.find("Config::optimize_windows"), std::string::npos)
+      << uprobe::probe_info(a.probe()).why_not_optimized;
+  EXPECT_EQ(mem(site, 1)[0], 0xcc);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(win_mid(i, 1), (3u * i + 1) ^ 5);
+  cfg.optimize_windows = true;
+  uprobe::configure(cfg);  // converts attached probes
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_window)
+      << uprobe::probe_info(a.probe()).why_not_optimized;
+  EXPECT_EQ(check_jump_into_xol(site), "");
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(win_mid(i, 1), (3u * i + 1) ^ 5);
+  cfg.optimize_windows = false;
+  uprobe::configure(cfg);  // back to int3
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(win_mid(i, 1), (3u * i + 1) ^ 5);
+  EXPECT_EQ(c.hits.load(), 300u);
+  // Entries are not windows: the entry switch leaves this probe alone.
+  cfg.optimize_windows = true;
+  cfg.optimize_entries = false;
+  uprobe::configure(cfg);
+  EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_window);
+}
+
+/// A probe at the entry and one inside the function, both optimized with
+/// their own windows: both count exactly and the function computes right.
+TEST(Window, ProbeInsideAnotherWindow) {
+  SiteCounter ce(addr(win_mid)), cm(addr(win_mid) + win_mid_site);
+  uprobe::Attachment e(vaddr(win_mid), ce);
+  uprobe::Attachment m(at(win_mid, win_mid_site), cm);
+  const uprobe::ProbeInfo ie = uprobe::probe_info(e.probe()), im = uprobe::probe_info(m.probe());
+  EXPECT_EQ(ie.mode, uprobe::ProbeMode::optimized_entry) << ie.why_not_optimized;
+  EXPECT_EQ(ie.displaced, 7u);
+  EXPECT_EQ(im.mode, uprobe::ProbeMode::optimized_window) << im.why_not_optimized;
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(win_mid(i, 3), (3u * i + 3) ^ 5);
+  EXPECT_EQ(ce.hits.load(), 100u);
+  EXPECT_EQ(cm.hits.load(), 100u);
+  EXPECT_EQ(ce.bad_ip.load() + cm.bad_ip.load(), 0u);
+}
+
+}  // namespace
