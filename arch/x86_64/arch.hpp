@@ -394,8 +394,35 @@ inline constexpr std::size_t kWindowSlotSize = 64;
 struct EntryWindow {
   std::vector<Insn> insns;                ///< the displaced instructions, in order
   std::uint8_t len = 0;                   ///< bytes covered (0 = no window)
-  std::uint8_t bytes[kMaxWindowLen] = {};  ///< the original bytes [0, len)
+  std::uint8_t bytes[kMaxWindowLen] = {};  ///< the original bytes [0, max(len, kJumpLen))
+  /// A punned jump (E9Patch's tactic B2, plan_punned()): the window is one
+  /// instruction shorter than the jump (len < kJumpLen), and the jump's
+  /// bytes [len, kJumpLen) are the original bytes after it, unchanged, so its
+  /// target is fixed by them up to the free low bytes (punned_jump_range()).
+  bool punned = false;
 };
+
+/// Bytes of the jump a window's site holds once optimized that differ from
+/// the original ones after byte 0 (the tail written before byte 0, and
+/// restored before it): kJumpLen - 1, or len - 1 for a punned jump, whose
+/// other bytes stay the original ones. Pure.
+inline std::size_t jump_tail_len(const EntryWindow& w) noexcept {
+  return w.punned ? static_cast<std::size_t>(w.len) - 1 : kJumpLen - 1;
+}
+
+/// Plans a punned jump at the instruction `insn` (analyze()'s result, at
+/// `code`, with at least kJumpLen bytes there): a window of that one
+/// instruction when it is shorter than the jump and may run displaced as a
+/// window's last instruction. Only the instruction's own bytes change (no
+/// thread can be inside an instruction, nothing branches into one), so none
+/// of plan_window()'s function checks apply. False with `why` otherwise.
+/// Thread-safe.
+bool plan_punned(const std::uint8_t* code, std::size_t avail, const Insn& insn, EntryWindow& out, std::string& why);
+
+/// The targets [lo, hi) a punned `jmp rel32` at `site` may take: its rel32
+/// bytes past the window (w.bytes[w.len .. kJumpLen)) are fixed, the ones
+/// before are free. False when the range lies outside user space. Pure.
+bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi) noexcept;
 
 /// Plans the window of a function entry from the function's bytes
 /// [func, func + size) (size from the symbol table). Refuses, with the reason

@@ -447,6 +447,36 @@ bool rip_data_refs(const std::uint8_t* func, std::size_t size, std::vector<std::
   return true;
 }
 
+bool plan_punned(const std::uint8_t* code, std::size_t avail, const Insn& insn, EntryWindow& out, std::string& why) {
+  out = EntryWindow{};
+  why.clear();
+  if (insn.len >= kJumpLen || avail < kJumpLen) return refuse(why, "no punned jump: the instruction is not shorter than the jump, or the code ends");
+  if (!displaceable(insn, 0, true, false, why)) return false;
+  out.insns.push_back(insn);
+  out.len = static_cast<std::uint8_t>(insn.len);
+  out.punned = true;
+  std::memcpy(out.bytes, code, kJumpLen);
+  return true;
+}
+
+bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi) noexcept {
+  if (!w.punned || w.len == 0 || w.len >= kJumpLen) return false;
+  // rel32 = bytes[1..4] little-endian; bytes[1 .. len) are free (0 here),
+  // bytes [len, 5) fixed; the sign byte (bytes[4]) is always fixed.
+  std::uint8_t rel[4] = {};
+  for (std::size_t i = w.len; i < kJumpLen; ++i) rel[i - 1] = w.bytes[i];
+  std::int32_t fixed;
+  std::memcpy(&fixed, rel, 4);
+  const std::int64_t base = static_cast<std::int64_t>(site) + static_cast<std::int64_t>(kJumpLen) + fixed;
+  const std::int64_t span = std::int64_t{1} << (8 * (w.len - 1));
+  const std::int64_t kLow = 0x10000, kHigh = 0x7ffffffff000;  // user space, above mmap_min_addr
+  const std::int64_t l = std::max(base, kLow), h = std::min(base + span, kHigh);
+  if (l >= h) return false;
+  lo = static_cast<std::uint64_t>(l);
+  hi = static_cast<std::uint64_t>(h);
+  return true;
+}
+
 bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
                               std::string& why) {
   why.clear();

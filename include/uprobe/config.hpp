@@ -82,6 +82,14 @@ struct Config {
   /// The same thread observation as optimize_entries. Default true; false
   /// keeps such sites on int3 (ProbeMode::int3) as before.
   bool optimize_windows = true;
+  /// With optimize: also convert a site whose instruction is shorter than
+  /// the jump and where no window applies (a branch target right after it,
+  /// the function's end, no known bounds, exception landing pads) with a
+  /// punned jump (ProbeMode::optimized_punned: E9Patch's tactic B2), placed
+  /// by the bytes after the instruction, which it keeps. Under
+  /// optimize_entries / optimize_windows as the site is an entry or not.
+  /// Default true; false keeps such sites on int3.
+  bool optimize_punned = true;
   /// How a thread that keeps running is observed before an entry is
   /// converted. 0 (default): it is not; the conversion waits for the next
   /// attach. A real-time signal number (SIGRTMIN..SIGRTMAX, e.g. SIGRTMAX):

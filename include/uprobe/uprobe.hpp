@@ -13,6 +13,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "uprobe/regs.hpp"
 
@@ -310,11 +311,16 @@ enum class ProbeMode : std::uint8_t {
                     ///< window slot (ProbeInfo::displaced bytes)
   optimized_window,  ///< a site inside a function (Config::optimize_windows): the jump displaced the instructions
                      ///< from the site on, which run relocated in a window slot (ProbeInfo::displaced bytes)
+  optimized_punned,  ///< an instruction shorter than the jump (E9Patch's tactic B2, "instruction punning"): a jump
+                     ///< whose first byte(s) replace the instruction's own and whose other rel32 bytes are the
+                     ///< original bytes after it, unchanged; it lands on a hop placed at the address those bytes
+                     ///< select, which goes on to the stub. The instruction runs relocated (ProbeInfo::displaced
+                     ///< = its length). Nothing a branch can reach changes, so no thread check is needed.
 };
 
 /// The mode's name as the tools print it: "pending", "int3",
-/// "optimized-nop5", "optimized-entry", "optimized-window" ("?" for a value
-/// outside the enum).
+/// "optimized-nop5", "optimized-entry", "optimized-window",
+/// "optimized-punned" ("?" for a value outside the enum).
 /// Pure; async-signal-safe.
 constexpr const char* to_string(ProbeMode mode) noexcept {
   switch (mode) {
@@ -323,6 +329,7 @@ constexpr const char* to_string(ProbeMode mode) noexcept {
     case ProbeMode::optimized_nop5: return "optimized-nop5";
     case ProbeMode::optimized_entry: return "optimized-entry";
     case ProbeMode::optimized_window: return "optimized-window";
+    case ProbeMode::optimized_punned: return "optimized-punned";
   }
   return "?";
 }
@@ -378,5 +385,48 @@ struct ProbeInfo {
 /// Describes a registered probe. Thread-safety: any thread, not in a handler.
 /// @throws Error(Errc::conflict) when `probe` is not a registered probe.
 ProbeInfo probe_info(const Uprobe* probe);
+
+/// What a probe at a file offset would be patched as, decided from the file
+/// alone, without attaching anything (the plan step of an attach: the
+/// kernel's arch_uprobe_analyze_insn() plus its optimizer's choice, and
+/// libuprobe's windows).
+struct SitePlan {
+  /// optimized_nop5, optimized_entry, optimized_window or optimized_punned
+  /// (when a page at the address its bytes select is free) when the site's
+  /// shape takes a jump; int3 when it does not (why_int3 says why). An
+  /// attached probe can still end int3 where the plan says a jump, for
+  /// reasons of the moment (Config switches, another probe inside the
+  /// window, a thread that cannot be observed outside it, no stub memory in
+  /// reach): ProbeInfo::why_not_optimized says which.
+  ProbeMode tactic = ProbeMode::int3;
+  unsigned displaced = 0;    ///< bytes a window displaces (0 for nop5 and int3)
+  std::string instruction;   ///< disassembly of the instruction at the offset
+  std::string why_int3;      ///< why no jump ("" when tactic is not int3)
+  std::string why_no_window;  ///< why no window (a punned jump or int3 instead), "" when one applies
+};
+
+/// Plans a probe at `offset` of the ELF file `path` (what register_uprobe()
+/// would check and patch, minus the process's state). Thread-safety: any
+/// thread, not in a handler. Not async-signal-safe.
+/// @throws Error as register_uprobe() refuses the offset: file_not_found,
+/// not_executable, bad_offset, mid_instruction, refused_instruction.
+SitePlan plan_site(const std::string& path, std::uint64_t offset);
+
+/// One function of known bounds in a file and its instructions.
+struct FunctionSites {
+  std::string name;              ///< the symbol's name, "" for bounds from an FDE alone
+  std::uint64_t offset = 0;      ///< file offset of its entry
+  std::uint64_t size = 0;        ///< bytes
+  /// Offsets from the entry of every instruction a linear sweep from the
+  /// entry decodes (stopping at the first undecodable byte).
+  std::vector<std::uint32_t> starts;
+};
+
+/// Every function of known bounds in `path` (a sized symbol of .symtab,
+/// .dynsym or the build-id debug file, or an .eh_frame FDE; aliases once),
+/// in file order, with its instruction starts: the sites plan_site() and
+/// uprobe-coverage --every-instruction take. Thread-safety: any thread.
+/// @throws Error(file_not_found, not_executable) when the file cannot be read.
+std::vector<FunctionSites> function_sites(const std::string& path);
 
 }  // namespace uprobe

@@ -53,6 +53,9 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     if (up->window.len) {
       std::string wwhy;
       s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
+      std::uint64_t lo = 0, hi = 0;
+      if (up->window.punned && arch::punned_jump_range(s.addr, up->window, lo, hi))
+        s.hop = xol_area().hop_in(s.addr, lo, hi, arch::kJumpLen, wwhy);
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
@@ -175,7 +178,9 @@ void publish_probes(Registry& r) {
 /// `up` (`extra` counts as one when given), or 0.
 std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
   const ProbeKey& k = up->key;
-  const std::uint64_t end = k.offset + up->window.len;
+  // A punned jump keeps the bytes after its window: a probe there would
+  // change its target.
+  const std::uint64_t end = k.offset + (up->window.punned ? arch::kJumpLen : up->window.len);
   if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
     return extra->offset;
   for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {

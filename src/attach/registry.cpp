@@ -305,13 +305,16 @@ ProbeInfo probe_state(const Uprobe* up) {
   info.mode = info.sites == 0             ? ProbeMode::pending
               : !optimized                ? ProbeMode::int3
               : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
+              : up->window.punned       ? ProbeMode::optimized_punned
               : up->function_entry      ? ProbeMode::optimized_entry
                                         : ProbeMode::optimized_window;
-  if (info.mode == ProbeMode::optimized_entry || info.mode == ProbeMode::optimized_window)
-    info.displaced = up->window.len;
+  if (info.mode != ProbeMode::optimized_nop5 && optimized) info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
   if (optimized) info.why_not_optimized.clear();
-  else if (info.why_not_optimized.empty() && info.sites) info.why_not_optimized = "no stub memory within reach";
+  else if (info.why_not_optimized.empty() && info.sites)
+    info.why_not_optimized = up->window.punned && ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return !s.hop; })
+                                 ? "no free page at the addresses the punned jump's bytes after the instruction select"
+                                 : "no stub memory within reach";
   return info;
 }
 

@@ -65,7 +65,9 @@ void tsan_publish_stub(std::uint64_t stub) noexcept {
 /// int3). Registry mutex held.
 std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>& vmas, bool entry) {
   std::string why;
-  const std::uint64_t stub = xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
+  // A punned site's stub is within reach of its hop, which jumps there.
+  const std::uint64_t stub = s.hop ? xol_area().code_near(s.hop, arch::kOptStubSize, vmas, why, s.addr)
+                                   : xol_area().code_near(s.addr, arch::kOptStubSize, vmas, why);
   if (!stub) return 0;
   std::uint8_t code[arch::kOptStubSize];
   arch::OptSite desc{};
@@ -78,6 +80,11 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
   const std::size_t n = arch::build_opt_stub(stub, desc, code);
   tsan_publish_stub(stub);
   if (!xol_area().write_code(stub, code, n, why)) return 0;
+  if (s.hop) {
+    std::uint8_t hop[arch::kJumpLen];
+    arch::encode_jump(s.hop, stub, hop);
+    if (!xol_area().write_code(s.hop, hop, arch::kJumpLen, why)) return 0;
+  }
   stubs()[s.addr] = stub;
   return stub;
 }
@@ -95,9 +102,18 @@ const std::uint8_t* original_bytes(const Uprobe* up) noexcept {
   return arch::is_nop5(up->insn) ? up->insn.bytes : up->window.bytes;
 }
 
-/// The shape allows a jump at all: a nop5, or a displaceable entry window.
+/// The shape allows a jump at all: a nop5, a displaceable window, or a
+/// punned jump.
 bool optimizable_shape(const Uprobe* up) noexcept {
-  return arch::is_nop5(up->insn) || up->window.len >= arch::kJumpLen;
+  return arch::is_nop5(up->insn) || up->window.len >= arch::kJumpLen || up->window.punned;
+}
+
+/// Where the site's jump goes: its stub, or a punned site's hop.
+std::uint64_t jump_target(const Site& s) noexcept { return s.hop ? s.hop : s.stub; }
+
+/// The bytes after byte 0 that the jump changes (see arch::jump_tail_len()).
+std::size_t tail_len(const Uprobe* up) noexcept {
+  return arch::is_nop5(up->insn) ? arch::kJumpLen - 1 : arch::jump_tail_len(up->window);
 }
 
 }  // namespace
@@ -129,7 +145,7 @@ void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
     const std::uint8_t bp = arch::kBreakpoint;
     poke_text(s.addr, &bp, 1);
     sync_cores();
-    poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
+    if (tail_len(up)) poke_text(s.addr + 1, original_bytes(up) + 1, tail_len(up));
     sync_cores();
     __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
   }
@@ -165,7 +181,7 @@ void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
       if (!optimizable_shape(up)) continue;
       for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites)
         if (__atomic_load_n(&s.jumped, __ATOMIC_ACQUIRE) == 2)
-          poke_text(s.addr + 1, original_bytes(up) + 1, arch::kJumpLen - 1);
+          if (tail_len(up)) poke_text(s.addr + 1, original_bytes(up) + 1, tail_len(up));
     }
     sync_cores();
     for (Uprobe* up : ups) {
@@ -187,6 +203,7 @@ bool optimizable(const Uprobe* up) noexcept {
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return false;
   if (!arch::is_nop5(up->insn) &&
       (!up->window.len || !window_switch_on(up->function_entry) ||
+       (up->window.punned && !g_hot.optimize_punned.load(std::memory_order_relaxed)) ||
        up->window_blocker.load(std::memory_order_relaxed) != 0))
     return false;
   return g_sync_core;
@@ -201,6 +218,8 @@ std::string why_not_optimizable(const Uprobe* up) {
     if (!window_switch_on(up->function_entry))
       return not_nop5 + (up->function_entry ? "entry optimization is switched off (Config::optimize_entries)"
                                             : "window optimization is switched off (Config::optimize_windows)");
+    if (up->window.punned && !g_hot.optimize_punned.load(std::memory_order_relaxed))
+      return not_nop5 + up->window_why + "; a punned jump is switched off (Config::optimize_punned)";
     if (const std::uint64_t inner = up->window_blocker.load(std::memory_order_relaxed))
       return not_nop5 + "another probe, at +" + std::to_string(inner - up->key.offset) + ", lies inside the " +
              std::to_string(up->window.len) + " bytes " + (up->function_entry ? "an entry" : "the") +
@@ -221,7 +240,7 @@ bool site_is_optimized(const Site& s) noexcept {
   if (!s.stub) return false;
   std::uint8_t b[arch::kJumpLen], want[arch::kJumpLen];
   if (!peek_text_checked(s.addr, b, arch::kJumpLen)) return false;  // unmapped meanwhile
-  arch::encode_jump(s.addr, s.stub, want);
+  arch::encode_jump(s.addr, jump_target(s), want);
   return std::memcmp(b, want, arch::kJumpLen) == 0;
 }
 
@@ -243,16 +262,21 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (entry) {
       // Only over the file's own bytes, and with the window's slot in place.
       if (!s.window_xol || !same_bytes(cur + 1, up->window.bytes + 1, len - 1)) continue;
-      windows.emplace_back(s.addr, s.addr + len);
-      // The first instruction's own XOL slot jumps back into the window (the
-      // int3 path runs it when the window is blocked or entry optimization is
-      // off): a thread in that slot is inside too, from its first byte.
-      if (s.xol) windows.emplace_back(s.xol - 1, s.xol + arch::kXolSlotSize);
+      if (up->window.punned) {
+        // Only the instruction's own bytes change: no thread can be inside.
+        if (!s.hop) continue;
+      } else {
+        windows.emplace_back(s.addr, s.addr + len);
+        // The first instruction's own XOL slot jumps back into the window (the
+        // int3 path runs it when the window is blocked or entry optimization is
+        // off): a thread in that slot is inside too, from its first byte.
+        if (s.xol) windows.emplace_back(s.xol - 1, s.xol + arch::kXolSlotSize);
+      }
     }
     todo.push_back(&s);
   }
   if (todo.empty()) return;
-  if (entry) {
+  if (!windows.empty()) {
     // Every core sees the int3 (so no thread enters a window from its start
     // any more); then no thread may still be inside one.
     sync_cores();
@@ -270,8 +294,8 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(s.addr, stub, jmp);
-    poke_text(s.addr + 1, jmp + 1, arch::kJumpLen - 1);
+    arch::encode_jump(s.addr, jump_target(s), jmp);
+    if (tail_len(up)) poke_text(s.addr + 1, jmp + 1, tail_len(up));
     sync_cores();
     poke_text(s.addr, jmp, 1);
     sync_cores();
@@ -287,7 +311,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
     if (!optimizable(up)) continue;
     const bool entry = !arch::is_nop5(up->insn);
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
-      if (entry && !s.window_xol) continue;
+      if (entry && (!s.window_xol || (up->window.punned && !s.hop))) continue;
       const std::uint64_t stub = write_stub(up, s, vmas, entry);  // unused until the jump is written
       if (!stub) continue;                                               // stays int3
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
@@ -308,9 +332,11 @@ void finish_optimize_batch(OptBatch& b) {
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (it.entry) {
       if (!same_bytes(cur + 1, it.up->window.bytes + 1, len - 1)) continue;
-      wins.emplace_back(kept, AddrRange(it.site->addr, it.site->addr + len));
-      // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
-      if (it.site->xol) wins.emplace_back(kept, AddrRange(it.site->xol - 1, it.site->xol + arch::kXolSlotSize));
+      if (!it.up->window.punned) {  // (a punned jump changes one instruction's bytes only)
+        wins.emplace_back(kept, AddrRange(it.site->addr, it.site->addr + len));
+        // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
+        if (it.site->xol) wins.emplace_back(kept, AddrRange(it.site->xol - 1, it.site->xol + arch::kXolSlotSize));
+      }
     }
     b.items[kept++] = it;
   }
@@ -345,11 +371,12 @@ void finish_optimize_batch(OptBatch& b) {
     std::size_t k = 0;
     for (std::size_t i = 0; i < b.items.size(); ++i) {
       const OptBatch::Item& it = b.items[i];
-      if (it.entry && !dropped[i]) {
+      const bool checked = it.entry && !it.up->window.punned;  // it had windows in the thread check
+      if (checked && !dropped[i]) {
         if (outside) it.up->opt_failure.clear();
         else it.up->opt_failure = "not yet optimized: " + why + "; retried at the next attach or mapping change";
       }
-      if (!it.entry || (outside && !dropped[i])) b.items[k++] = it;
+      if (!checked || (outside && !dropped[i])) b.items[k++] = it;
     }
     b.items.resize(k);
   }
@@ -357,13 +384,13 @@ void finish_optimize_batch(OptBatch& b) {
     it.site->stub = it.stub;
     __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(it.site->addr, it.stub, jmp);
-    poke_text(it.site->addr + 1, jmp + 1, arch::kJumpLen - 1);
+    arch::encode_jump(it.site->addr, jump_target(*it.site), jmp);
+    if (tail_len(it.up)) poke_text(it.site->addr + 1, jmp + 1, tail_len(it.up));
   }
   sync_cores();
   for (const OptBatch::Item& it : b.items) {
     std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(it.site->addr, it.stub, jmp);
+    arch::encode_jump(it.site->addr, jump_target(*it.site), jmp);
     poke_text(it.site->addr, jmp, 1);
   }
   sync_cores();

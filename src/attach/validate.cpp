@@ -229,6 +229,56 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out) {
                 "offset is past the end of the file (size " + std::to_string(out.st.st_size) + " bytes)");
 }
 
+namespace {
+
+/// The window of the site at file offset `offset` (instruction `insn` at
+/// `at`, inside `fn` when known, whose bytes from its entry `code` holds, up
+/// to fn_len); "" when `window` was planned, else why not.
+std::string plan_site_window(const Target& t, const ElfImage& info, const FuncSym* fn, const LoadSegment& seg,
+                             std::uint64_t offset, const arch::Insn& insn, const std::uint8_t* at,
+                             std::vector<std::uint8_t>& code, std::size_t fn_len, bool swept_to_site,
+                             arch::EntryWindow& window) {
+  std::string why;
+  const bool entry = fn && fn->file_offset == offset;
+  // An instruction as long as the jump (E9Patch's tactic B1) is a window of
+  // its own: only its bytes change, and nothing branches into the middle of
+  // an instruction, so no function, neighbour or data check applies and no
+  // bounds are needed. (At an entry the whole plan below runs as before.)
+  if (!entry && insn.len >= arch::kJumpLen) {
+    if (arch::plan_window(at, insn.len, 0, window, why, &insn)) return "";
+    window = arch::EntryWindow{};
+    return why;
+  }
+  if (!fn)
+    return "the offset is not inside a function of known size (no sized symbol in .symtab, .dynsym or a debug "
+           "file, no .eh_frame FDE), and its instruction is shorter than the jump";
+  // The function's own bytes only (more were read when it is shorter than
+  // an instruction's longest encoding).
+  code.resize(std::min(code.size(), fn_len));
+  const std::size_t at_fn = static_cast<std::size_t>(offset - fn->file_offset);
+  // A function shorter than the jump: the filler after it, read with it.
+  const std::size_t size = code.size();
+  const std::size_t padding = size == fn->size ? filler_after(t, info, *fn, seg, size - at_fn) : 0;
+  if (padding) {
+    code.resize(size + padding);
+    if (read_code(t, fn->file_offset, code.data(), code.size()) != code.size()) code.resize(size);
+  }
+  if (!swept_to_site)
+    return fn->display_name() + " cannot be disassembled from its entry up to the offset, so the offset is not "
+           "known to start an instruction";
+  if (!entry && info.has_landing_pads(offset))
+    return fn->display_name() + " has exception landing pads (an LSDA in .eh_frame), where the unwinder may resume "
+           "it; their addresses are not read, so no window is planned inside it";
+  const bool ok = arch::plan_window(code.data(), size, at_fn, window, why, &insn, code.size() - size) &&
+                  check_neighbours(t, info, *fn, seg, offset, window.len, why) &&
+                  (entry || check_data_refs(t, info, *fn, seg, code, offset, window.len, why));
+  if (ok) return "";
+  window = arch::EntryWindow{};
+  return why;
+}
+
+}  // namespace
+
 void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window,
                     std::string* window_why, bool* function_entry) {
   std::string why;
@@ -273,7 +323,6 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   // read at once (the probed instruction is in it); else just the instruction.
   const std::uint64_t in_seg = seg->offset + seg->filesz - offset;
   const bool planned = window && fn;
-  const bool entry = planned && fn->file_offset == offset;
   const std::size_t at_fn = planned ? static_cast<std::size_t>(offset - fn->file_offset) : 0;  // the site in code
   std::vector<std::uint8_t> code;
   std::uint8_t bytes[arch::kMaxInsnLen];
@@ -295,38 +344,15 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 
   if (!window) return;
   *window = arch::EntryWindow{};
-  if (!planned) {
-    *window_why = "the offset is not inside a function of known size (no sized symbol in .symtab, .dynsym or a "
-                  "debug file, no .eh_frame FDE)";
+  *window_why = plan_site_window(t, *info, fn, *seg, offset, insn, at, code, fn_len, swept_to_site, *window);
+  if (window->len || insn.len >= arch::kJumpLen) return;
+  // No window: a punned jump (E9Patch's B2) over the instruction alone, its
+  // bytes after it kept (a branch target there, the function's end, ...).
+  std::uint8_t five[arch::kJumpLen];
+  if (in_seg >= arch::kJumpLen && read_code(t, offset, five, arch::kJumpLen) == arch::kJumpLen &&
+      arch::plan_punned(five, arch::kJumpLen, insn, *window, why))
     return;
-  }
-  // The function's own bytes only (more were read when it is shorter than
-  // an instruction's longest encoding).
-  code.resize(std::min(code.size(), fn_len));
-  // A function shorter than the jump: the filler after it, read with it.
-  const std::size_t size = code.size();
-  const std::size_t padding = size == fn->size ? filler_after(t, *info, *fn, *seg, size - at_fn) : 0;
-  if (padding) {
-    code.resize(size + padding);
-    if (read_code(t, fn->file_offset, code.data(), code.size()) != code.size()) code.resize(size);
-  }
-  if (!swept_to_site) {
-    *window_why = fn->display_name() + " cannot be disassembled from its entry up to the offset, so the offset is "
-                  "not known to start an instruction";
-    return;
-  }
-  if (!entry && info->has_landing_pads(offset)) {
-    *window_why = fn->display_name() + " has exception landing pads (an LSDA in .eh_frame), where the unwinder "
-                  "may resume it; their addresses are not read, so no window is planned inside it";
-    return;
-  }
-  const bool ok = arch::plan_window(code.data(), size, at_fn, *window, why, &insn, code.size() - size) &&
-                  check_neighbours(t, *info, *fn, *seg, offset, window->len, why) &&
-                  (entry || check_data_refs(t, *info, *fn, *seg, code, offset, window->len, why));
-  if (!ok) {
-    *window = arch::EntryWindow{};
-    *window_why = why;
-  }
+  *window = arch::EntryWindow{};
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {

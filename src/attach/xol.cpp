@@ -55,7 +55,7 @@ XolArea& xol_area() {
 XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas,
                                       std::string& why) {
   for (Region& r : regions_)
-    if (r.used + need <= r.size && distance(r.base, anchor) < kReach &&
+    if (r.hop_used.empty() && r.used + need <= r.size && distance(r.base, anchor) < kReach &&
         distance(r.base + r.size, anchor) < kReach)
       return &r;
 
@@ -107,7 +107,7 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
       ::munmap(p, kRegionSize);
       continue;
     }
-    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed)});
+    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}});
     return &regions_.back();
   }
   ::close(fd);
@@ -227,6 +227,57 @@ std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWind
   std::size_t n = arch::build_window_xol(window, site, slot, code, why);
   if (n == 0 || !write_code(slot, code, n, why)) return 0;
   return slot;
+}
+
+std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len,
+                              std::string& why) {
+  const std::uint64_t key = site | (3ull << 62);  // apart from stubs and window slots
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second;
+  auto take = [&](Region& r, std::uint64_t a) {
+    for (std::size_t i = 0; i < len; ++i) r.hop_used[a - r.base + i] = true;
+    code_by_site_[key] = a;
+    return a;
+  };
+  auto fits = [&](const Region& r, std::uint64_t a) {
+    if (a < r.base || a + len > r.base + r.size) return false;
+    for (std::size_t i = 0; i < len; ++i)
+      if (r.hop_used[a - r.base + i]) return false;
+    return true;
+  };
+  for (Region& r : regions_) {
+    if (r.hop_used.empty() || r.base >= hi || r.base + r.size <= lo) continue;
+    for (std::uint64_t a = std::max(lo, r.base); a < hi && a + len <= r.base + r.size; ++a)
+      if (fits(r, a)) return take(r, a);
+  }
+  // A new page: the first in [lo, hi) that is free and holds [A, A + len).
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  int tries = 0;
+  for (std::uint64_t p = lo & ~(page - 1); p < hi && tries < 16; p += page) {
+    const std::uint64_t a = std::max(lo, p);
+    if (a >= hi || a + len > p + page) continue;
+    ++tries;
+    const int fd = new_memfd(page);
+    if (fd < 0) {
+      why = std::string("memfd_create for a hop page failed: ") + std::strerror(errno);
+      return 0;
+    }
+    void* m = ::mmap(reinterpret_cast<void*>(p), page, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    if (m == MAP_FAILED || reinterpret_cast<std::uint64_t>(m) != p) {
+      if (m != MAP_FAILED) ::munmap(m, page);
+      ::close(fd);
+      continue;
+    }
+    Region r{p, static_cast<std::size_t>(page), static_cast<std::size_t>(page), fd, ::getpid(),
+             g_fork_gen.load(std::memory_order_relaxed), {}};
+    r.hop_used.assign(static_cast<std::size_t>(page), false);
+    regions_.push_back(std::move(r));
+    return take(regions_.back(), a);
+  }
+  char b[96];
+  std::snprintf(b, sizeof b, "no free page for the punned jump's target in [0x%llx, 0x%llx)",
+                static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
+  why = b;
+  return 0;
 }
 
 void XolArea::privatize_all() noexcept {

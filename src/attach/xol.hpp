@@ -47,6 +47,15 @@ class XolArea {
   std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why,
                           std::uint64_t key = 0);
 
+  /// Reserves the `len` bytes at some address A in [lo, hi) for a punned
+  /// jump's hop (the jump that E9Patch's tactic B2 lands on, which goes on to
+  /// the site's stub): in a page of hops already mapped, or in a new page
+  /// mapped there (MAP_FIXED_NOREPLACE, R-X, written through an RW alias like
+  /// every region). The same A again for the same `site`. 0 with `why` set
+  /// when every page that could hold it is taken by another mapping.
+  /// Registry mutex held.
+  std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
+
   /// In a fork child: gives the child its own copy of every region, so that
   /// neither process's later writes reach the other's slots and stubs.
   void privatize_all() noexcept;
@@ -72,6 +81,9 @@ class XolArea {
     int fd = -1;
     pid_t owner = 0;
     std::uint64_t fork_gen = 0;  ///< fork_generation() when this process got its own copy
+    /// A page of hops (hop_in()): bytes taken one by one, never handed out
+    /// by code_near(); empty for the other regions.
+    std::vector<bool> hop_used;
   };
   Region* region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas, std::string& why);
   bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);

@@ -27,6 +27,7 @@ struct HotState {
   std::atomic<bool> optimize{true};
   std::atomic<bool> optimize_entries{true};
   std::atomic<bool> optimize_windows{true};  ///< Config::optimize_windows
+  std::atomic<bool> optimize_punned{true};   ///< Config::optimize_punned
   /// Config::site_state == SiteState::full: every save the optimized paths
   /// make is SaveMode::full (effective_save()).
   std::atomic<bool> full_state{false};

@@ -91,6 +91,11 @@ struct Site {
   /// read under the uprobe's patch_lock (the registry carries it over when it
   /// replaces the SiteSet).
   mutable std::uint64_t stub = 0;
+  /// A punned window's hop (arch::EntryWindow::punned): where the site's
+  /// jump lands, a `jmp` to the stub there; 0 for the other sites, or when
+  /// no page at the address the jump's fixed bytes select was free (the site
+  /// stays int3).
+  std::uint64_t hop = 0;
   /// 1 from before the jump's tail is written until the original bytes are
   /// back and serialised (the int3 path then never resumes inside the
   /// window); read by the trap path with __atomic_load_n.

@@ -143,9 +143,13 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
     }
 
     auto now = mem_bytes(c.fn, sym->size);
-    // An eligible site (a nop5) is optimized into `jmp rel32` to its stub;
-    // everything else holds int3.
-    const bool optimized = info.mode == uprobe::ProbeMode::optimized_nop5 || info.mode == uprobe::ProbeMode::optimized_entry;
+    // An eligible site (a nop5, a displaceable window at or inside a
+    // function in Mode::entry_opt) is optimized into `jmp rel32` to its
+    // stub; everything else holds int3.
+    const bool optimized = info.mode == uprobe::ProbeMode::optimized_nop5 ||
+                           info.mode == uprobe::ProbeMode::optimized_entry ||
+                           info.mode == uprobe::ProbeMode::optimized_window ||
+                           info.mode == uprobe::ProbeMode::optimized_punned;
     EXPECT_EQ(now[c.site], optimized ? 0xE9 : 0xCC) << "no int3/jmp at the site while attached (mode " << info.mode << ")";
     if (mode == Mode::entry_opt && c.site == 0 && !optimized) {
       // Only the documented reasons keep a function entry on int3.

@@ -31,6 +31,19 @@ using namespace lifetest;
 
 namespace {
 
+/// This suite's site inside a function is an out-of-line int3 site (what it
+/// checks is that path under a filter): windows inside functions stay off
+/// (Config::optimize_windows; tests/opt/window_test.cpp covers them).
+class WindowsOffEnvironment : public testing::Environment {
+ public:
+  void SetUp() override {
+    uprobe::Config c = uprobe::configuration();
+    c.optimize_windows = false;
+    uprobe::configure(c);
+  }
+};
+[[maybe_unused]] testing::Environment* const g_windows_off = testing::AddGlobalTestEnvironment(new WindowsOffEnvironment);
+
 int g_wr = -1;
 
 // Leaves the child under the filter with exit_group, not through a call of a

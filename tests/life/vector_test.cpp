@@ -122,6 +122,10 @@ TEST_P(Vector, MidSiteYmm0LiveMisalignedStack) {
 
 TEST(VectorXol, MidSiteXmm0LiveOutOfLineAlignedRsp) {
   if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  ConfigGuard guard;  // the int3 path's out-of-line copy, not a window
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize_windows = false;
+  uprobe::configure(cfg);
   VecConsumer c(uprobe::Callbacks::entry);
   uprobe::Attachment a(at(lf_xmm_pushed, lf_xmm_pushed_site), c);
   ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);

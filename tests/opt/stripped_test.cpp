@@ -107,15 +107,15 @@ TEST(Stripped, InsideTheFdeOffsetsAreChecked) {
     EXPECT_NE(std::string(e.what()).find("a return probe must be at a function's entry"), std::string::npos)
         << e.what();
   }
-  // An instruction start inside it: int3 (not at the entry), exact hits.
+  // An instruction start inside it: a window (the lea and the add, 7
+  // bytes; Config::optimize_windows) planned from the FDE's bounds, exact hits.
   Counter mid(reinterpret_cast<std::uint64_t>(base + 4));
   {
     uprobe::Attachment a(base + 4, mid);
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
-    EXPECT_NE(info.why_not_optimized.find("the offset is inside the function at file offset " + hex(file_offset(base))),
-              std::string::npos)
-        << info.why_not_optimized;
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::optimized_window) << info.why_not_optimized;
+    EXPECT_EQ(info.displaced, 7u);
+    EXPECT_EQ(info.why_not_optimized, "");
     for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(strip_mix(i, 1), 3 * i + 1);
   }
   EXPECT_EQ(mid.hits.load(), 10u);

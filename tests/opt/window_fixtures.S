@@ -138,8 +138,9 @@ win_goto_labels:
         .quad 4b
         .text
 
-/* Refused: a function with exception landing pads (its FDE points to an
- * LSDA); otherwise as win_mid */
+/* Refused at 1b: a function with exception landing pads (its FDE points
+ * to an LSDA); ((3a + b) ^ 5) + 0x1000. Optimized at 2b: a 6-byte
+ * instruction is a window of its own (E9Patch's B1), whatever the function */
         .text
         .globl win_lsda
         .type win_lsda, @function
@@ -151,10 +152,12 @@ win_lsda:
         lea (%rax,%rax,2), %rax
 1:      add %rsi, %rax
         xor $5, %rax
+2:      add $0x1000, %rax
         ret
         .cfi_endproc
 ENDF win_lsda
         SITE win_lsda, 1b
+        OFF win_lsda, 2b, win_lsda_b1
         .section .gcc_except_table,"a",@progbits
 .Lwin_lsda_table:
         .byte 0xff, 0xff, 0x01, 0x00  /* LPStart omit, TType omit, uleb128 call sites, 0 bytes */

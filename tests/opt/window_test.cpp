@@ -10,6 +10,7 @@
 // window, exception landing pads, a neighbour's branch. Every refused site
 // still counts every call exactly and the function still computes right.
 
+#include <algorithm>
 #include <functional>
 
 #include "opt_common.hpp"
@@ -27,7 +28,7 @@ std::uint64_t win_lsda(std::uint64_t, std::uint64_t);
 std::uint64_t win_neigh_a(std::uint64_t, std::uint64_t);
 std::uint64_t win_neigh_b(std::uint64_t, std::uint64_t);
 extern const std::uint64_t win_mid_site, win_rip_site, win_jcc_site, win_call_last_site, win_call_inside_site,
-    win_loop_site, win_loop_target, win_table_site, win_table_case1, win_goto_site, win_goto_label1, win_lsda_site,
+    win_loop_site, win_loop_target, win_table_site, win_table_case1, win_goto_site, win_goto_label1, win_lsda_site, win_lsda_b1,
     win_neigh_a_site;
 }
 
@@ -129,51 +130,109 @@ TEST(Window, CallAsTheLastDisplacedInstruction) {
                [](const uprobe::Regs& r) { return expect_eq(r.rbx, 100); });
 }
 
-/// Sites that stay int3, and the reason each gives.
-TEST(Window, RefusedSitesStayInt3WithTheReason) {
-  struct Case {
-    const void* site;
-    std::string why;
-    std::function<std::string(int)> run;
-  };
-  const Case cases[] = {
+TEST(Window, AnInstructionAsLongAsTheJumpIsItsOwnWindow) {
+  // In a function the window checks refuse as a whole (landing pads): only
+  // the instruction's own bytes change.
+  check_window(vaddr(win_lsda), win_lsda_b1, 6,
+               [](int i) { return expect_eq(win_lsda(i, 7), ((3u * i + 7) ^ 5) + 0x1000); },
+               [](const uprobe::Regs& r) { return expect_eq(r.rax, (3u * 999 + 7) ^ 5); });
+}
+
+/// The sites where no window applies, the reason each gives, and how each
+/// runs.
+struct NoWindowCase {
+  const void* site;
+  std::string why;
+  std::function<std::string(int)> run;
+  unsigned len;  ///< the instruction's length (a punned jump displaces it alone)
+};
+
+std::vector<NoWindowCase> no_window_cases() {
+  return {
       {at(win_loop, win_loop_site), "branches to +" + hex(win_loop_target) + ", inside the",
-       [](int i) { return expect_eq(win_loop(i + 1), (i + 1u) * (i + 2u) / 2); }},
+       [](int i) { return expect_eq(win_loop(i + 1), (i + 1u) * (i + 2u) / 2); }, 3},
       {at(win_table, win_table_site), "entry 1 of the jump table at ",
-       [](int i) { return expect_eq(win_table(i % 3, 10), i % 3 == 0 ? 10u : i % 3 == 1 ? 12u : 0u); }},
+       [](int i) { return expect_eq(win_table(i % 3, 10), i % 3 == 0 ? 10u : i % 3 == 1 ? 12u : 0u); }, 2},
       {at(win_goto, win_goto_site), "the file's data holds the address win_goto+" + hex(win_goto_label1),
-       [](int i) { return expect_eq(win_goto(i % 2, 10), i % 2 ? 12u : 10u); }},
+       [](int i) { return expect_eq(win_goto(i % 2, 10), i % 2 ? 12u : 10u); }, 2},
       {at(win_call_inside, win_call_inside_site), "cannot be displaced (a loop or indirect call)",
-       [](int i) { return expect_eq(win_call_inside(i), 2u * (i + 1)); }},
+       [](int i) { return expect_eq(win_call_inside(i), 2u * (i + 1)); }, 2},
       {at(win_lsda, win_lsda_site), "win_lsda has exception landing pads",
-       [](int i) { return expect_eq(win_lsda(i, 7), (3u * i + 7) ^ 5); }},
+       [](int i) { return expect_eq(win_lsda(i, 7), ((3u * i + 7) ^ 5) + 0x1000); }, 3},
       {at(win_neigh_a, win_neigh_a_site), "a neighbour, win_neigh_b (file offset ",
        [](int i) {
          const std::string r = expect_eq(win_neigh_a(i, 6), 2u * i + 6);
          return r.empty() ? expect_eq(win_neigh_b(i, 6), i + 7u) : r;
-       }},
+       },
+       3},
   };
+}
+
+/// Hits expected at `site` over calls 0 .. n-1 of its case: win_table's
+/// site runs for case 0 only, win_goto's for label 0 only, win_neigh_a's
+/// once per call pair (the neighbour enters past it).
+std::uint64_t expected_hits(const void* site, int n) {
+  std::uint64_t want = 0;
+  for (int i = 0; i < n; ++i) {
+    if (site == at(win_table, win_table_site)) want += i % 3 == 0;
+    else if (site == at(win_goto, win_goto_site)) want += i % 2 == 0;
+    else ++want;
+  }
+  return want;
+}
+
+/// With punned jumps off, the sites where no window applies stay int3 and
+/// say why.
+TEST(Window, RefusedSitesStayInt3WithTheReason) {
   ASSERT_EQ(win_table_case1, win_table_site + 2);
   ASSERT_EQ(win_goto_label1, win_goto_site + 2);
-  for (const Case& k : cases) {
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize_punned = false;
+  uprobe::configure(cfg);
+  for (const NoWindowCase& k : no_window_cases()) {
     SiteCounter c(reinterpret_cast<std::uint64_t>(k.site));
     uprobe::Attachment a(k.site, c);
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
     EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << k.why;
     EXPECT_NE(info.why_not_optimized.find(k.why), std::string::npos) << info.why_not_optimized;
+    EXPECT_NE(info.why_not_optimized.find("Config::optimize_punned"), std::string::npos) << info.why_not_optimized;
     EXPECT_EQ(info.displaced, 0u);
     EXPECT_EQ(mem(k.site, 1)[0], 0xcc);
-    std::uint64_t want = 0;
-    for (int i = 0; i < 30; ++i) {
-      EXPECT_EQ(k.run(i), "") << k.why;
-      // win_table's site runs for case 0 only; win_goto's for label 0 only;
-      // win_neigh_a's once per call pair (the neighbour enters past it).
-      if (k.site == at(win_table, win_table_site)) want += i % 3 == 0;
-      else if (k.site == at(win_goto, win_goto_site)) want += i % 2 == 0;
-      else ++want;
-    }
-    EXPECT_EQ(c.hits.load(), want) << k.why;
+    for (int i = 0; i < 30; ++i) EXPECT_EQ(k.run(i), "") << k.why;
+    EXPECT_EQ(c.hits.load(), expected_hits(k.site, 30)) << k.why;
     EXPECT_EQ(c.bad_ip.load(), 0u) << k.why;
+  }
+}
+
+/// The same sites take a punned jump (E9Patch's B2): byte 0 is the jump's,
+/// the instruction's other bytes the free low bytes of its rel32, the bytes
+/// after the instruction unchanged (a branch lands there and runs them as
+/// before); the jump lands in a hop in XOL memory; exact hits and results;
+/// every byte restored at detach.
+TEST(Window, PunnedJumpWhereNoWindowApplies) {
+  for (const NoWindowCase& k : no_window_cases()) {
+    SCOPED_TRACE(k.why);
+    const std::vector<std::uint8_t> file = file_bytes_at(k.site, 16);
+    SiteCounter c(reinterpret_cast<std::uint64_t>(k.site));
+    const uprobe::Stats s0 = uprobe::stats();
+    {
+      uprobe::Attachment a(k.site, c);
+      const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+      ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_punned) << info.why_not_optimized;
+      EXPECT_EQ(info.displaced, k.len);
+      EXPECT_EQ(check_jump_into_xol(k.site), "");
+      EXPECT_TRUE(rwx_mappings().empty());
+      const std::vector<std::uint8_t> now = mem(k.site, 16);
+      EXPECT_EQ(now[0], 0xe9);
+      for (std::size_t i = k.len; i < 16; ++i) EXPECT_EQ(hex(now[i]), hex(file[i])) << "byte " << i << " changed";
+      for (int i = 0; i < kCalls; ++i) ASSERT_EQ(k.run(i), "") << "call " << i;
+    }
+    const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+    EXPECT_EQ(c.hits.load(), expected_hits(k.site, kCalls));
+    EXPECT_EQ(c.bad_ip.load(), 0u);
+    EXPECT_EQ(d.optimized, expected_hits(k.site, kCalls)) << stats_str(d);
+    EXPECT_EQ(hex_bytes(mem(k.site, 16)), hex_bytes(file)) << "bytes not restored";
   }
 }
 
@@ -222,6 +281,51 @@ TEST(Window, ProbeInsideAnotherWindow) {
   EXPECT_EQ(ce.hits.load(), 100u);
   EXPECT_EQ(cm.hits.load(), 100u);
   EXPECT_EQ(ce.bad_ip.load() + cm.bad_ip.load(), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+/// plan_site() says what an attach would patch, with nothing attached:
+/// the same tactic, window length and reason as the probes above get.
+TEST(Window, PlanSiteMatchesWhatAnAttachDoes) {
+  const uprobe::FileOffset mid = uprobe::resolve_address(vaddr(win_mid));
+  uprobe::SitePlan p = uprobe::plan_site(mid.path, mid.offset + win_mid_site);
+  EXPECT_EQ(p.tactic, uprobe::ProbeMode::optimized_window) << p.why_int3;
+  EXPECT_EQ(p.displaced, 7u);
+  EXPECT_EQ(p.instruction, "add rax, rsi");
+  EXPECT_EQ(p.why_int3, "");
+  p = uprobe::plan_site(mid.path, mid.offset);
+  EXPECT_EQ(p.tactic, uprobe::ProbeMode::optimized_entry) << p.why_int3;
+  EXPECT_EQ(p.displaced, 7u);
+  const uprobe::FileOffset loop = uprobe::resolve_address(vaddr(win_loop));
+  p = uprobe::plan_site(loop.path, loop.offset + win_loop_site);
+  EXPECT_EQ(p.tactic, uprobe::ProbeMode::optimized_punned);
+  EXPECT_EQ(p.displaced, 3u);
+  EXPECT_EQ(p.why_int3, "");
+  EXPECT_NE(p.why_no_window.find("branches to +" + hex(win_loop_target) + ", inside the"), std::string::npos)
+      << p.why_no_window;
+  EXPECT_EQ(mem(at(win_loop, win_loop_site), 1), file_bytes_at(at(win_loop, win_loop_site), 1)) << "plan wrote";
+  // Inside an instruction: refused as register_uprobe() refuses it.
+  try {
+    (void)uprobe::plan_site(mid.path, mid.offset + 1);
+    ADD_FAILURE() << "an offset inside `mov rax, rdi` was planned";
+  } catch (const uprobe::Error& e) {
+    EXPECT_EQ(e.code(), uprobe::Errc::mid_instruction) << e.what();
+  }
+}
+
+/// function_sites() lists the fixtures with their exact instruction starts.
+TEST(Window, FunctionSitesListsEveryInstructionStart) {
+  const uprobe::FileOffset mid = uprobe::resolve_address(vaddr(win_mid));
+  const std::vector<uprobe::FunctionSites> fns = uprobe::function_sites(mid.path);
+  auto it = std::find_if(fns.begin(), fns.end(), [&](const uprobe::FunctionSites& f) { return f.name == "win_mid"; });
+  ASSERT_NE(it, fns.end());
+  EXPECT_EQ(it->offset, mid.offset);
+  EXPECT_EQ(it->size, 15u);
+  EXPECT_EQ(it->starts, (std::vector<std::uint32_t>{0, 3, 7, 10, 14}));
+  EXPECT_TRUE(std::is_sorted(fns.begin(), fns.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; }));
 }
 
 }  // namespace

@@ -9,6 +9,11 @@
 //
 //   uprobe-coverage [LIBRARY]        default libc.so.6; a path or a loaded library's name
 //   uprobe-coverage -v [LIBRARY]     also lists every function that is not optimized
+//   uprobe-coverage --every-instruction [-v] [FILE]
+//                                    plans (uprobe::plan_site(), nothing attached) a probe at
+//                                    every instruction start of every function of known bounds
+//                                    (uprobe::function_sites()) and reports how many would take a
+//                                    jump (trap-free) by tactic, and why the others would not
 
 #include <elf.h>
 
@@ -19,6 +24,8 @@
 #include <fstream>
 #include <map>
 #include <cctype>
+#include <mutex>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -75,22 +82,101 @@ std::vector<std::uint8_t> read_file_range(const std::string& path, std::uint64_t
   return v;
 }
 
+/// --every-instruction: plans every instruction start of `path` on two
+/// threads; prints the tactics, the trap-free share and the reasons.
+int every_instruction(const std::string& path, bool verbose) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uprobe::FunctionSites> fns = uprobe::function_sites(path);
+  std::mutex mu;
+  std::map<std::string, long> modes;
+  std::map<std::string, std::pair<long, std::string>> reasons;
+  std::vector<std::string> details;
+  std::size_t next = 0;
+  auto work = [&] {
+    std::map<std::string, long> my_modes;
+    std::map<std::string, std::pair<long, std::string>> my_reasons;
+    std::vector<std::string> my_details;
+    for (;;) {
+      std::size_t i;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (next == fns.size()) break;
+        i = next++;
+      }
+      const uprobe::FunctionSites& f = fns[i];
+      const std::string name = f.name.empty() ? "fde@" + std::to_string(f.offset) : f.name;
+      for (const std::uint32_t at : f.starts) {
+        std::string mode, why;
+        try {
+          const uprobe::SitePlan p = uprobe::plan_site(path, f.offset + at);
+          mode = uprobe::to_string(p.tactic);
+          why = p.why_int3;
+        } catch (const uprobe::Error& e) {
+          mode = "refused";
+          why = e.what();
+        }
+        ++my_modes[mode];
+        if (!why.empty()) {
+          auto& r = my_reasons[(mode == "refused" ? "refused: " : "") + kind_of(why)];
+          if (r.first++ == 0) r.second = name + "+" + std::to_string(at) + ": " + why;
+          if (verbose) my_details.push_back("  " + mode + " " + name + "+" + std::to_string(at) + ": " + why);
+        }
+      }
+    }
+    std::lock_guard<std::mutex> l(mu);
+    for (const auto& [k, v] : my_modes) modes[k] += v;
+    for (const auto& [k, v] : my_reasons) {
+      auto& r = reasons[k];
+      if (r.first == 0) r.second = v.second;
+      r.first += v.first;
+    }
+    details.insert(details.end(), my_details.begin(), my_details.end());
+  };
+  std::thread helper(work);
+  work();
+  helper.join();
+  const auto t1 = std::chrono::steady_clock::now();
+  long total = 0;
+  for (const auto& [k, v] : modes) total += v;
+  const long jump =
+      modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
+  std::printf("uprobe-coverage: %s: %zu functions of known bounds, %ld instruction starts (plans, nothing attached)\n",
+              path.c_str(), fns.size(), total);
+  for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "refused"})
+    std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
+  std::printf("  trap-free        %7ld  %5.1f%%\n", jump, total ? 100.0 * jump / total : 0.0);
+  std::vector<std::pair<long, std::string>> by_count;
+  for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
+  std::sort(by_count.rbegin(), by_count.rend());
+  if (!by_count.empty()) std::printf("why not (most frequent first):\n");
+  for (const auto& [n, k] : by_count) std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
+  std::printf("planned in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
+  if (verbose)
+    for (const std::string& d : details) std::printf("%s\n", d.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool verbose = false;
+  bool verbose = false, every = false;
   std::string lib = "libc.so.6";
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-v") == 0)
+    if (std::strcmp(argv[i], "-v") == 0) {
       verbose = true;
-    else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n");
+    } else if (std::strcmp(argv[i], "--every-instruction") == 0) {
+      every = true;
+    } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n"
+                  "       uprobe-coverage --every-instruction [-v] [FILE]\n");
       return 0;
-    } else
+    } else {
       lib = argv[i];
+    }
   }
   try {
     const std::string path = uprobe::resolve_library(lib, uprobe::LibrarySearch::search_path);
+    if (every) return every_instruction(path, verbose);
     std::set<std::uint64_t> seen;
     struct Fn {
       std::string name;
@@ -161,10 +247,11 @@ int main(int argc, char** argv) {
     std::printf("uprobe-coverage: %s: %d function entries (.dynsym STT_FUNC/STT_GNU_IFUNC and the %d IFUNC "
                 "implementations bound here, distinct offsets)\n",
                 path.c_str(), total, impls);
-    for (const char* m : {"optimized-entry", "optimized-nop5", "int3", "pending", "refused"})
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "pending", "refused"})
       std::printf("  %-16s %5d  %5.1f%% of all, %5.1f%% of attached\n", m, modes[m], 100.0 * modes[m] / total,
                   std::strcmp(m, "refused") == 0 ? 0.0 : 100.0 * modes[m] / (attached_n ? attached_n : 1));
-    const int optimized = modes["optimized-entry"] + modes["optimized-nop5"];
+    const int optimized =
+        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
     std::printf("  optimized        %5d  %5.1f%% of all, %5.1f%% of attached\n", optimized, 100.0 * optimized / total,
                 100.0 * optimized / (attached_n ? attached_n : 1));
     if (!reasons.empty()) std::printf("why int3:\n");
