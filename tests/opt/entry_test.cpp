@@ -183,6 +183,12 @@ TEST(Entry, NeighbourTailCallToTheEntry) {
 
 // The reason names the neighbour and the target it jumps to.
 TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
+  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over (window_test.cpp)
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.optimize_punned = false;
+    uprobe::configure(cfg);
+  }
   EntryCounter c(addr(ent_neigh_cpy));
   uprobe::Attachment a(vaddr(ent_neigh_cpy), c);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
@@ -200,6 +206,33 @@ TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
     EXPECT_EQ(ent_neigh_pcpy(i, 1), 2u * i + 1u);
   }
   EXPECT_EQ(c.hits.load(), 10u);
+}
+
+/// The same entry with punned jumps on (the default): its first
+/// instruction (3 bytes, memcpy's `mov %rdi,%rax` shape) takes a punned
+/// jump whose rel32 keeps the bytes the neighbour jumps to; both functions
+/// compute right and the entry counts exactly, with return probes too.
+TEST(Entry, NeighbourBranchIntoTheWindowTakesAPunnedJump) {
+  const std::vector<std::uint8_t> file = file_bytes_at(vaddr(ent_neigh_cpy), 7);
+  EntryCounter c(addr(ent_neigh_cpy), true);
+  {
+    uprobe::Attachment a(vaddr(ent_neigh_cpy), c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_punned) << info.why_not_optimized;
+    EXPECT_EQ(info.displaced, 3u);
+    EXPECT_EQ(check_jump_into_xol(vaddr(ent_neigh_cpy)), "");
+    const auto now = mem(vaddr(ent_neigh_cpy), 7);
+    for (std::size_t k = 3; k < 7; ++k) EXPECT_EQ(hex(now[k]), hex(file[k])) << "byte " << k;
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_EQ(ent_neigh_cpy(i, 1), i + 1u);
+      ASSERT_EQ(ent_neigh_pcpy(i, 1), 2u * i + 1u);
+    }
+  }
+  EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(c.rets.load(), 100u);
+  EXPECT_EQ(c.last_ret, 100u);
+  EXPECT_EQ(c.bad.load(), 0u);
+  EXPECT_EQ(hex_bytes(mem(vaddr(ent_neigh_cpy), 7)), hex_bytes(file));
 }
 
 TEST(Entry, IndirectTailJumpThroughRipRelativePointer) {
@@ -270,6 +303,12 @@ TEST(Entry, VectorArgumentsSurviveAFloatingPointConsumer) {
 
 /// Entries that stay int3, and the reason each gives.
 TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
+  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over (window_test.cpp)
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.optimize_punned = false;
+    uprobe::configure(cfg);
+  }
   struct Case {
     const void* fn;
     const char* why;

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include <uprobe/batch.hpp>
+#include <uprobe/config.hpp>
 #include <uprobe/symbols.hpp>
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
@@ -1072,6 +1073,12 @@ __attribute__((constructor)) void agent_init() {
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
+  if (env_or("UPROBE_TRACE_NO_OPTIMIZE", "0") == "1") {
+    // Every probe on int3 (Config::optimize off), as the kernel's: for comparisons.
+    uprobe::Config c = uprobe::configuration();
+    c.optimize = false;
+    uprobe::configure(c);
+  }
   if (env_or(kEnvFollow, "1") == "0") {
     // --no-follow: whatever this program execs runs without the agent.
     std::string orig = env_or(kEnvOrigPreload, "-");
