@@ -742,8 +742,12 @@ void attach(const std::vector<std::string>& texts) {
   // most used last. (Taking such a site out and re-arming it is not an
   // option: libuprobe and liburcu-bp call libc with every signal blocked
   // while they unregister or unapply, and a trap there is fatal.)
-  for (PendingFn& p : pf) p.rank = registration_rank(p.plan->path, p.plan->offset);  // once per site, not per comparison
-  std::stable_sort(pf.begin(), pf.end(), [](const PendingFn& a, const PendingFn& b) { return a.rank < b.rank; });
+  // (Ranked once per site, not per comparison; a single site needs no order,
+  // nor the ~50 symbol lookups of the ranks.)
+  if (pf.size() > 1) {
+    for (PendingFn& p : pf) p.rank = registration_rank(p.plan->path, p.plan->offset);
+    std::stable_sort(pf.begin(), pf.end(), [](const PendingFn& a, const PendingFn& b) { return a.rank < b.rank; });
+  }
   using CB = uprobe::Callbacks;
   std::vector<uprobe::ProbeRequest> requests;
   std::vector<FnConsumer*> fn_consumers;  // request i < pf.size(): pf[i]'s
