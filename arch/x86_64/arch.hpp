@@ -494,6 +494,16 @@ constexpr bool is_relative_reloc(std::uint32_t type) noexcept { return type == 8
 bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
                               std::string& why);
 
+/// Every target that check_neighbour_branches() could find a branch of the
+/// function `f` [0, size) aiming at, for any window: at every byte (whatever
+/// the instruction boundaries), each direct-branch or `lea disp32(%rip)` form
+/// that its prefilter reads there, with each operand size, relative to `f`;
+/// sorted. With none of them in (win, win + len), check_neighbour_branches()
+/// on the same bytes accepts that window without decoding anything: an index
+/// that clears a neighbour for every window of a batch after one pass over
+/// its bytes (a window it does not clear is checked exactly). Pure.
+void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets);
+
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a
 /// final direct branch re-encoded with a rel32 from the slot (a call pushes

@@ -483,6 +483,58 @@ bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::i
   return check_function(code, size, win, len, why, false);
 }
 
+void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets) {
+  targets.clear();
+  // may_reach_window()'s forms at every byte (whatever the instruction
+  // boundaries), each target it would test recorded instead of tested.
+  auto add = [&](std::size_t end, std::int64_t rel) {
+    if (end <= size) targets.push_back(static_cast<std::int64_t>(end) + rel);
+  };
+  auto i16 = [&](std::size_t at) {
+    if (at + 2 > size) return std::int64_t{0};
+    std::int16_t v;
+    std::memcpy(&v, f + at, 2);
+    return static_cast<std::int64_t>(v);
+  };
+  auto i32 = [&](std::size_t at) {
+    if (at + 4 > size) return std::int64_t{0};
+    std::int32_t v;
+    std::memcpy(&v, f + at, 4);
+    return static_cast<std::int64_t>(v);
+  };
+  auto relz = [&](std::size_t at) {
+    add(at + 4, i32(at));
+    add(at + 2, i16(at));
+    add(at + 4, i16(at + 2));
+  };
+  auto at = [&](std::size_t p) {
+    const std::uint8_t op = f[p];
+    const std::uint8_t op2 = p + 1 < size ? f[p + 1] : 0;
+    if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3))
+      add(p + 2, p + 1 < size ? static_cast<std::int64_t>(static_cast<std::int8_t>(f[p + 1])) : 0);
+    else if (op == 0xe8 || op == 0xe9) relz(p + 1);
+    else if ((op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) || (op == 0xc7 && op2 == 0xf8)) relz(p + 2);
+    else if (op == 0x8d && (op2 & 0xc7) == 0x05) add(p + 6, i32(p + 2));
+  };
+  // 16 bytes at a time (SSE2, as check_function()'s scan): the positions of
+  // those first bytes, then each of them in order.
+  auto splat = [](int b) { return _mm_set1_epi8(static_cast<char>(b)); };
+  const __m128i wide[5] = {splat(0xe8), splat(0xe9), splat(0x0f), splat(0xc7), splat(0x8d)};
+  const __m128i hi4 = splat(0xf0), hi6 = splat(0xfc), jcc8 = splat(0x70), jcxz = splat(0xe0), jmp8 = splat(0xeb);
+  std::size_t p = 0;
+  for (; p + 16 <= size; p += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(f + p));
+    __m128i m = _mm_cmpeq_epi8(v, wide[0]);
+    for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, wide[k]));
+    m = _mm_or_si128(_mm_or_si128(m, _mm_cmpeq_epi8(_mm_and_si128(v, hi4), jcc8)),
+                     _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, hi6), jcxz), _mm_cmpeq_epi8(v, jmp8)));
+    for (unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(m)); mask; mask &= mask - 1)
+      at(p + static_cast<std::size_t>(__builtin_ctz(mask)));
+  }
+  for (; p < size; ++p) at(p);
+  std::sort(targets.begin(), targets.end());
+}
+
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                              std::string& why) {
   why.clear();

@@ -62,6 +62,11 @@ struct ProbeRequest {
 struct RegisterResult {
   Uprobe* probe = nullptr;    ///< the probe the consumer is now registered on (null on error)
   std::optional<Error> error; ///< set exactly when probe is null
+  /// How the probe's sites were patched when register_uprobes() returned
+  /// (probe_info().mode then, without a call per probe: a tool that attached
+  /// thousands of probes learns their modes without running the libc
+  /// functions it just probed); ProbeMode::pending on error.
+  ProbeMode mode = ProbeMode::pending;
   explicit operator bool() const noexcept { return probe != nullptr; }
 };
 

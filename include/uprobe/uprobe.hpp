@@ -382,9 +382,27 @@ struct ProbeInfo {
   std::string ifunc;
 };
 
+/// How much probe_info() finds out.
+enum class ProbeDetail : std::uint8_t {
+  /// What the registry knows: every field of ProbeInfo but `symbol`, `bounds`
+  /// and `ifunc`, which stay "". Reads no file and asks no dynamic linker: a
+  /// lock of the registry, a few strings (for a tool that notes the mode of
+  /// thousands of probes it just attached, some of them on the libc functions
+  /// a fuller answer would call).
+  state,
+  /// Every field: also the symbol and bounds from the file's symbols (a read
+  /// of its ELF image, cached per file) and the IFUNC bindings (the dynamic
+  /// linker's answers).
+  full,
+};
+
 /// Describes a registered probe. Thread-safety: any thread, not in a handler.
 /// @throws Error(Errc::conflict) when `probe` is not a registered probe.
 ProbeInfo probe_info(const Uprobe* probe);
+
+/// probe_info() to the depth `detail` says (ProbeDetail::full: the same as
+/// probe_info(probe)). Thread-safety and errors as probe_info().
+ProbeInfo probe_info(const Uprobe* probe, ProbeDetail detail);
 
 /// What a probe at a file offset would be patched as, decided from the file
 /// alone, without attaching anything (the plan step of an attach: the

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "bytes.hpp"
 #include "raw_syscall.hpp"
 
 namespace uprobe::detail {
@@ -123,7 +124,7 @@ int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) no
       if (addr < c->base + kPage && addr + len > c->base) {
         const std::uint64_t from = addr > c->base ? addr : c->base;
         const std::uint64_t to = addr + len < c->base + kPage ? addr + len : c->base + kPage;
-        std::memcpy(c->bytes + (from - c->base), bytes + (from - addr), to - from);
+        copy_bytes(c->bytes + (from - c->base), bytes + (from - addr), to - from);
       }
       c->gen = before + 1;
     }
@@ -150,7 +151,7 @@ bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) n
       c->gen = gen;
     }
     if (c->valid) {
-      std::memcpy(out, c->bytes + (addr - base), len);
+      copy_bytes(out, c->bytes + (addr - base), len);  // not libc's memcpy: it may be probed
       return true;
     }
   }

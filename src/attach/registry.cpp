@@ -34,6 +34,21 @@
 namespace uprobe::detail {
 namespace {
 
+/// ProbeInfo::mode of a registered probe (registry mutex held). Calls no
+/// libc function (peek_text_checked(), same_bytes()): register_uprobes()
+/// asks it for every probe it just attached, libc's included.
+ProbeMode probe_mode(const Uprobe* up) noexcept {
+  const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+  if (!up->applied || !ss || ss->sites.empty()) return ProbeMode::pending;
+  bool optimized = false;
+  for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
+  return !optimized                ? ProbeMode::int3
+         : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
+         : up->window.punned       ? ProbeMode::optimized_punned
+         : up->function_entry      ? ProbeMode::optimized_entry
+                                   : ProbeMode::optimized_window;
+}
+
 /// A transaction's error as the batch API reports it: the uprobe::Error
 /// thrown, or Errc::system naming the request for anything else.
 Error as_error(const std::exception_ptr& e, const std::string& path, std::uint64_t offset) {
@@ -159,9 +174,10 @@ std::vector<RegisterResult> register_uprobes(std::span<const ProbeRequest> reque
   txn.commit();
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const Transaction::Added& a = txn.added(i);
-    if (a.probe)
+    if (a.probe) {
       out[i].probe = a.probe;
-    else
+      out[i].mode = probe_mode(a.probe);
+    } else
       out[i].error = as_error(a.error, a.path, a.offset);
   }
   return out;
@@ -277,9 +293,11 @@ void describe_code(ProbeInfo& info) {
 
 }  // namespace
 
-ProbeInfo probe_info(const Uprobe* up) {
+ProbeInfo probe_info(const Uprobe* up) { return probe_info(up, ProbeDetail::full); }
+
+ProbeInfo probe_info(const Uprobe* up, ProbeDetail detail) {
   ProbeInfo info = probe_state(up);
-  describe_code(info);
+  if (detail == ProbeDetail::full) describe_code(info);
   return info;
 }
 
@@ -299,16 +317,9 @@ ProbeInfo probe_state(const Uprobe* up) {
                   (g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn));
   info.instruction = up->insn.text;
   info.why_not_optimized = why_not_optimized(up);
-  bool optimized = false;
-  if (ss)
-    for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
-  info.mode = info.sites == 0             ? ProbeMode::pending
-              : !optimized                ? ProbeMode::int3
-              : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
-              : up->window.punned       ? ProbeMode::optimized_punned
-              : up->function_entry      ? ProbeMode::optimized_entry
-                                        : ProbeMode::optimized_window;
-  if (info.mode != ProbeMode::optimized_nop5 && optimized) info.displaced = up->window.len;
+  info.mode = probe_mode(up);
+  const bool optimized = info.mode != ProbeMode::pending && info.mode != ProbeMode::int3;
+  if (optimized && info.mode != ProbeMode::optimized_nop5) info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites)

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "arch.hpp"
+#include "bytes.hpp"
 #include "format.hpp"
 #include "patch.hpp"
 #include "raw_syscall.hpp"
@@ -87,14 +88,6 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
   }
   stubs()[s.addr] = stub;
   return stub;
-}
-
-/// memcmp(a, b, n) == 0 without calling libc: it runs after breakpoints are
-/// written, when memcmp() itself may carry one (a trap per call).
-bool same_bytes(const std::uint8_t* a, const std::uint8_t* b, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
 }
 
 /// The original bytes the jump replaces (the nop5, or the entry window).
@@ -241,7 +234,7 @@ bool site_is_optimized(const Site& s) noexcept {
   std::uint8_t b[arch::kJumpLen], want[arch::kJumpLen];
   if (!peek_text_checked(s.addr, b, arch::kJumpLen)) return false;  // unmapped meanwhile
   arch::encode_jump(s.addr, jump_target(s), want);
-  return std::memcmp(b, want, arch::kJumpLen) == 0;
+  return same_bytes(b, want, arch::kJumpLen);  // (runs after breakpoints are in: not libc's memcmp)
 }
 
 std::uint64_t stub_of(std::uint64_t addr) {

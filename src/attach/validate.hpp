@@ -27,6 +27,17 @@ struct Target {
   mutable std::uint8_t* window = nullptr;  ///< file bytes [window_offset, window_offset + window_size), munmap()ed by ~Target
   mutable std::size_t window_size = 0;
   mutable std::uint64_t window_offset = 0;
+  /// With `batch`: per neighbour function (by its position in the funcs of
+  /// the ELF image `neighbours_of`), the targets its bytes could branch to
+  /// (arch::neighbour_branch_candidates()), found once for all the batch's
+  /// entries around it rather than scanned again for each
+  /// (check_neighbours() in validate.cpp).
+  struct NeighbourTargets {
+    bool indexed = false;
+    std::vector<std::int64_t> targets;
+  };
+  mutable std::vector<NeighbourTargets> neighbours;
+  mutable const void* neighbours_of = nullptr;
   Target() = default;
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;

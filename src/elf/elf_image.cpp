@@ -182,16 +182,27 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
   Elf_Data* vdata = dynamic && versym_scn ? elf_getdata(versym_scn, nullptr) : nullptr;
   // Bounded by the bytes libelf actually has, not by a header that may lie.
   const std::size_t n = std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize;
+  // libelf hands the table over in memory form (ELF_T_SYM: an array of
+  // Elf64_Sym for an ELFCLASS64 file, which read_image() requires): read in
+  // place rather than through a gelf_getsym() copy per entry. Likewise the
+  // version indexes (ELF_T_HALF).
+  const bool raw = data->d_type == ELF_T_SYM && sh.sh_entsize == sizeof(Elf64_Sym) && data->d_buf;
+  const auto* syms = static_cast<const Elf64_Sym*>(data->d_buf);
+  const bool raw_versions = vdata && vdata->d_type == ELF_T_HALF && vdata->d_buf;
+  const std::size_t nversions = raw_versions ? vdata->d_size / sizeof(Elf64_Versym) : 0;
+  const auto* vsyms = raw_versions ? static_cast<const Elf64_Versym*>(vdata->d_buf) : nullptr;
+  img.symbols.reserve(img.symbols.size() + n);
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
-    if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+    if (raw) sym = syms[i];
+    else if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
     const unsigned type = GELF_ST_TYPE(sym.st_info);
     if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON) continue;
     if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
-    const char* raw = elf_strptr(e, sh.sh_link, sym.st_name);
-    if (!raw || !*raw) continue;
-    Symbol s;
-    s.name = raw;
+    const char* raw_name = elf_strptr(e, sh.sh_link, sym.st_name);
+    if (!raw_name || !*raw_name) continue;
+    Symbol& s = img.symbols.emplace_back();
+    s.name = raw_name;
     if (!dynamic) {
       // Static symbol tables spell versions in the name: name@VER, name@@VER.
       if (auto at = s.name.find('@'); at != std::string::npos && at > 0) {
@@ -202,7 +213,13 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
       }
     } else if (vdata) {
       GElf_Versym vs;
-      if (gelf_getversym(vdata, static_cast<int>(i), &vs)) {
+      bool have = false;
+      if (raw_versions) {
+        if (i < nversions) vs = vsyms[i], have = true;
+      } else {
+        have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
+      }
+      if (have) {
         unsigned idx = vs & 0x7fff;
         if (idx >= 2) {
           if (auto it = versions.find(idx); it != versions.end()) {
@@ -222,7 +239,6 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
       s.offset = s.address - seg->vaddr + seg->offset;
       s.executable = seg->executable();
     }
-    img.symbols.push_back(std::move(s));
   }
 }
 
@@ -451,50 +467,50 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
   return out;
 }
 
+/// img.reach from img.funcs (sorted).
+void index_reach(ElfImage& img) {
+  img.reach.clear();
+  img.reach.reserve(img.funcs.size());
+  std::uint64_t reach = 0;
+  for (const FuncSym& f : img.funcs) {
+    const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
+    reach = std::max(reach, end);
+    img.reach.push_back(reach);
+  }
+}
+
 /// img.funcs and img.reach from img.symbols and the FDE ranges.
 void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
-  for (const Symbol& s : img.symbols) {
-    if ((s.type != STT_FUNC && s.type != STT_GNU_IFUNC) || s.size == 0 || !s.in_file || !s.executable) continue;
-    const BoundsSource src = s.dynamic ? BoundsSource::dynsym
-                             : img.debug_file.empty() ? BoundsSource::symtab
-                                                      : BoundsSource::debuginfo;
-    img.funcs.push_back({s.name, s.offset, s.size, src});
-  }
-  // Sorted by (file_offset, size), with the sources' order among equals.
-  // The keys are sorted, not the entries (moving thousands of names was most
-  // of a cold attach's ELF cost).
-  auto sort_funcs = [&img] {
-    struct Key {
-      std::uint64_t file_offset, size;
-      std::uint8_t source;
-      std::size_t index;
-    };
-    std::vector<Key> keys;
-    keys.reserve(img.funcs.size());
-    for (std::size_t i = 0; i < img.funcs.size(); ++i)
-      keys.push_back({img.funcs[i].file_offset, img.funcs[i].size, static_cast<std::uint8_t>(img.funcs[i].source), i});
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      return std::tie(a.file_offset, a.size, a.source, a.index) < std::tie(b.file_offset, b.size, b.source, b.index);
-    });
-    std::vector<FuncSym> sorted;
-    sorted.reserve(keys.size());
-    for (const Key& k : keys) sorted.push_back(std::move(img.funcs[k.index]));
-    img.funcs = std::move(sorted);
-    img.reach.clear();
-    img.reach.reserve(img.funcs.size());
-    std::uint64_t reach = 0;
-    for (const FuncSym& f : img.funcs) {
-      const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
-      reach = std::max(reach, end);
-      img.reach.push_back(reach);
-    }
+  // Sorted by (file_offset, size), with the sources' order among equals
+  // (then the order they were found in). The keys are sorted, not the
+  // entries (moving thousands of names was most of a cold attach's ELF cost).
+  struct Key {
+    std::uint64_t file_offset, size;
+    std::uint8_t source;
+    std::uint32_t index;  // into img.symbols
   };
-  sort_funcs();
+  const BoundsSource sym_source = img.debug_file.empty() ? BoundsSource::symtab : BoundsSource::debuginfo;
+  std::vector<Key> keys;
+  keys.reserve(img.symbols.size());
+  for (std::size_t i = 0; i < img.symbols.size(); ++i) {
+    const Symbol& s = img.symbols[i];
+    if ((s.type != STT_FUNC && s.type != STT_GNU_IFUNC) || s.size == 0 || !s.in_file || !s.executable) continue;
+    const BoundsSource src = s.dynamic ? BoundsSource::dynsym : sym_source;
+    keys.push_back({s.offset, s.size, static_cast<std::uint8_t>(src), static_cast<std::uint32_t>(i)});
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    return std::tie(a.file_offset, a.size, a.source, a.index) < std::tie(b.file_offset, b.size, b.source, b.index);
+  });
+  img.funcs.reserve(keys.size() + fdes.size());
+  for (const Key& k : keys)
+    img.funcs.push_back({img.symbols[k.index].name, k.file_offset, k.size, static_cast<BoundsSource>(k.source)});
+  index_reach(img);
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
-  // a part of a split function).
-  // (Looked up in the symbols' index alone: funcs and reach stay in step
-  // until the FDEs are added and sorted in.)
+  // a part of a split function). Looked up in the symbols' index alone; the
+  // FDEs so added, sorted among themselves (in their order among equals),
+  // are then merged in after the symbols' entries of equal bounds (an FDE's
+  // source sorts last).
   std::vector<FuncSym> extra;
   for (const auto& [start, end, lsda] : fdes) {
     const LoadSegment* seg = img.segment_of_vaddr(start);
@@ -506,8 +522,17 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
   }
   std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
   if (extra.empty()) return;
-  img.funcs.insert(img.funcs.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
-  sort_funcs();
+  const auto by_bounds = [](const FuncSym& a, const FuncSym& b) {
+    return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
+  };
+  std::stable_sort(extra.begin(), extra.end(), by_bounds);
+  std::vector<FuncSym> merged;
+  merged.reserve(img.funcs.size() + extra.size());
+  std::merge(std::make_move_iterator(img.funcs.begin()), std::make_move_iterator(img.funcs.end()),
+             std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()), std::back_inserter(merged),
+             by_bounds);
+  img.funcs = std::move(merged);
+  index_reach(img);
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {

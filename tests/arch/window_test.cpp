@@ -13,6 +13,7 @@
 #include <elf.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
@@ -276,6 +277,73 @@ TEST(EntryWindow, LibcFunctionsAgreeWithAWholeFunctionSweep) {
   EXPECT_GT(refused_branch, 0u);  // libc has C-04 cases: the comparison covers refusals too
   RecordProperty("planned", static_cast<int>(planned));
   RecordProperty("refused_branch", static_cast<int>(refused_branch));
+}
+
+// The batch index of a neighbour (neighbour_branch_candidates()): the exact
+// target of each branch form, sorted; a window it misses is one the exact
+// check accepts (validate.cpp skips the check there).
+TEST(NeighbourIndex, HoldsEachBranchFormsTarget) {
+  // jmp rel32 to +0x40 (from its end at +5), jne rel8 to +0x20 (end +7),
+  // lea 0x100(%rip), %rax (end +14): relative to the function.
+  const Bytes f = {0xe9, 0x3b, 0x00, 0x00, 0x00, 0x75, 0x19, 0x48, 0x8d, 0x05, 0xf2, 0x00, 0x00, 0x00, 0xc3};
+  std::vector<std::int64_t> t;
+  neighbour_branch_candidates(f.data(), f.size(), t);
+  ASSERT_TRUE(std::is_sorted(t.begin(), t.end()));
+  for (const std::int64_t want : {0x40, 0x20, 0x100})
+    EXPECT_TRUE(std::binary_search(t.begin(), t.end(), want)) << std::hex << want;
+  std::string why;
+  EXPECT_FALSE(check_neighbour_branches(f.data(), f.size(), 0x3e, 5, why));  // the jmp's target is inside
+  EXPECT_TRUE(check_neighbour_branches(f.data(), f.size(), 0x40, 5, why)) << why;  // at the entry itself: fine
+  EXPECT_EQ(std::upper_bound(t.begin(), t.end(), std::int64_t{0x40}) - t.begin(),
+            std::upper_bound(t.begin(), t.end(), std::int64_t{0x44}) - t.begin())
+      << "no candidate in (0x40, 0x45)";
+}
+
+TEST(NeighbourIndex, LibcNeighboursItClearsAreAcceptedByTheExactCheck) {
+  const std::string path = uprobe::resolve_library("libc.so.6");
+  std::set<std::pair<std::uint64_t, std::uint64_t>> funcs;  // (file offset, size)
+  for (const uprobe::Symbol& s : uprobe::read_symbols(path))
+    if (s.type == STT_FUNC && s.executable && s.in_file && s.size > 0 && s.size < (64u << 10))
+      funcs.emplace(s.offset, s.size);
+  ASSERT_GT(funcs.size(), 1000u);
+  FILE* file = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(file, nullptr);
+  std::size_t windows = 0, cleared = 0, reached = 0;
+  std::vector<std::int64_t> t;
+  for (const auto& [offset, size] : funcs) {
+    Bytes f(static_cast<std::size_t>(size));
+    ASSERT_EQ(std::fseek(file, static_cast<long>(offset), SEEK_SET), 0);
+    f.resize(std::fread(f.data(), 1, f.size(), file));
+    neighbour_branch_candidates(f.data(), f.size(), t);
+    ASSERT_TRUE(std::is_sorted(t.begin(), t.end()));
+    // Windows before and after the function (a neighbour's entries), and on
+    // each of its own direct targets (a window there is reached).
+    std::vector<std::int64_t> wins;
+    for (std::int64_t w = -4096; w < 0; w += 509) wins.push_back(w);
+    for (std::int64_t w = static_cast<std::int64_t>(f.size()); w < static_cast<std::int64_t>(f.size()) + 4096; w += 509)
+      wins.push_back(w);
+    for (std::size_t k = 0; k < t.size(); k += 29) wins.push_back(t[k] - 2);
+    for (const std::int64_t win : wins) {
+      for (const std::size_t len : {std::size_t{5}, std::size_t{9}}) {
+        ++windows;
+        const auto next = std::upper_bound(t.begin(), t.end(), win);
+        const bool clear = next == t.end() || *next >= win + static_cast<std::int64_t>(len);
+        std::string why;
+        const bool ok = check_neighbour_branches(f.data(), f.size(), win, len, why);
+        if (clear) {
+          ++cleared;
+          EXPECT_TRUE(ok) << "libc+" << std::hex << offset << " window " << win << "+" << len << ": " << why;
+        } else {
+          reached += !ok;
+        }
+      }
+    }
+  }
+  std::fclose(file);
+  EXPECT_GT(cleared, windows / 2);  // most windows are cleared without a sweep
+  EXPECT_GT(reached, 0u);           // and the windows on targets include refused ones
+  RecordProperty("windows", static_cast<int>(windows));
+  RecordProperty("cleared", static_cast<int>(cleared));
 }
 
 }  // namespace

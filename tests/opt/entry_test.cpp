@@ -235,6 +235,78 @@ TEST(Entry, NeighbourBranchIntoTheWindowTakesAPunnedJump) {
   EXPECT_EQ(hex_bytes(mem(vaddr(ent_neigh_cpy), 7)), hex_bytes(file));
 }
 
+// In a batch the neighbours are checked through one index per neighbour
+// (validate.cpp): the same refusal, with the same reason, and the same
+// acceptance of the entries no neighbour branches into.
+TEST(Entry, NeighbourBranchIntoTheWindowIsNamedInABatch) {
+  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.optimize_punned = false;
+    uprobe::configure(cfg);
+  }
+  EntryCounter c(addr(ent_neigh_cpy)), target(addr(ent_neigh_target)), load(addr(ent_load));
+  const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_neigh_cpy), c),
+                                                  uprobe::ProbeRequest::at(vaddr(ent_neigh_target), target),
+                                                  uprobe::ProbeRequest::at(vaddr(ent_load), load)};
+  const auto res = uprobe::register_uprobes(reqs);
+  ASSERT_TRUE(res[0] && res[1] && res[2]);
+  EXPECT_EQ(res[0].mode, uprobe::ProbeMode::int3);
+  const uprobe::ProbeInfo info = uprobe::probe_info(res[0].probe);
+  EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
+  EXPECT_NE(info.why_not_optimized.find("bounds from symtab): the instruction at +0x6 (jmp "), std::string::npos)
+      << info.why_not_optimized;
+  EXPECT_NE(info.why_not_optimized.find("branches to the window's +0x3, inside the 6 bytes the jump displaces"),
+            std::string::npos)
+      << info.why_not_optimized;
+  EXPECT_EQ(res[1].mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(res[1].probe).why_not_optimized;
+  EXPECT_EQ(res[2].mode, uprobe::ProbeMode::optimized_entry) << uprobe::probe_info(res[2].probe).why_not_optimized;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ent_neigh_cpy(i, 1), i + 1u);
+    EXPECT_EQ(ent_neigh_target(i, 2), i + 2u);
+  }
+  std::uint64_t x = 3;
+  EXPECT_EQ(ent_load(&x), 3u);
+  EXPECT_EQ(c.hits.load(), 10u);
+  EXPECT_EQ(target.hits.load(), 10u);
+  EXPECT_EQ(load.hits.load(), 1u);
+  for (const auto& e : uprobe::unregister_uprobes(std::vector<uprobe::ProbeConsumer>{
+           {res[0].probe, &c}, {res[1].probe, &target}, {res[2].probe, &load}}))
+    EXPECT_FALSE(e);
+}
+
+// ProbeDetail::state is the full answer without the symbol, bounds and
+// IFUNC fields: every other field equal, those three empty.
+TEST(Entry, ProbeInfoOfTheStateOnlyLeavesOutTheFileFields) {
+  EntryCounter c(addr(ent_neigh_cpy));
+  uprobe::Attachment a(vaddr(ent_neigh_cpy), c);
+  const uprobe::ProbeInfo full = uprobe::probe_info(a.probe(), uprobe::ProbeDetail::full);
+  const uprobe::ProbeInfo state = uprobe::probe_info(a.probe(), uprobe::ProbeDetail::state);
+  const auto m = mapping_of(addr(ent_neigh_cpy));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(full.bounds, "symtab " + hex(m->offset + addr(ent_neigh_cpy) - m->start) + "+0x7");
+  EXPECT_EQ(full.symbol, "ent_neigh_cpy");
+  EXPECT_EQ(state.bounds, "");
+  EXPECT_EQ(state.symbol, "");
+  EXPECT_EQ(state.ifunc, "");
+  EXPECT_EQ(state.where.path, full.where.path);
+  EXPECT_EQ(state.where.offset, full.where.offset);
+  EXPECT_EQ(state.where.dev, full.where.dev);
+  EXPECT_EQ(state.where.ino, full.where.ino);
+  EXPECT_EQ(state.mode, uprobe::ProbeMode::optimized_punned);  // (its neighbour jumps into its window)
+  EXPECT_EQ(state.mode, full.mode);
+  EXPECT_EQ(state.displaced, full.displaced);
+  EXPECT_EQ(state.why_not_optimized, full.why_not_optimized);
+  EXPECT_EQ(state.sites, 1u);
+  EXPECT_EQ(state.sites, full.sites);
+  EXPECT_EQ(state.consumers, 1u);
+  EXPECT_EQ(state.consumers, full.consumers);
+  EXPECT_EQ(state.emulated, full.emulated);
+  EXPECT_EQ(state.instruction, full.instruction);
+  EXPECT_EQ(state.signals_blocked, full.signals_blocked);
+  EXPECT_EQ(uprobe::probe_info(a.probe()).bounds, full.bounds);  // probe_info(p) is ProbeDetail::full
+}
+
 TEST(Entry, IndirectTailJumpThroughRipRelativePointer) {
   check_entry(vaddr(ent_jmp_ind), 6, 6, [](int i) { return expect_eq(ent_jmp_ind(i, 9), i + 9u); });
 }
@@ -539,6 +611,9 @@ TEST(Entry, ThreadInsideOneWindowDefersOnlyThatEntryOfABatch) {
                                                   uprobe::ProbeRequest::at(vaddr(ent_sub), on_sub)};
   const auto res = uprobe::register_uprobes(reqs);
   ASSERT_TRUE(res[0] && res[1]);
+  // Each result names its probe's mode as register_uprobes() left it.
+  EXPECT_EQ(res[0].mode, uprobe::ProbeMode::int3);
+  EXPECT_EQ(res[1].mode, uprobe::ProbeMode::optimized_entry);
   const uprobe::ProbeInfo load_info = uprobe::probe_info(res[0].probe);
   EXPECT_EQ(load_info.mode, uprobe::ProbeMode::int3);
   EXPECT_NE(load_info.why_not_optimized.find("is stopped at " + hex(reinterpret_cast<std::uint64_t>(ent_load_fault))),

@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -546,7 +547,20 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
   return hit == it->second.end() ? 0 : hit->second;
 }
 
-void note_mode(const uprobe::ProbeInfo& info) { meta->modes[uprobe::to_string(info.mode)]++; }
+/// Sites attached per mode (ProbeMode's values), counted while the probes
+/// are in: no string, no map (their libc calls would be probed, some int3).
+/// Named into meta->modes afterwards.
+unsigned mode_sites[4] = {};
+
+void note_mode(uprobe::ProbeMode mode) {
+  const auto m = static_cast<std::size_t>(mode);
+  if (m < std::size(mode_sites)) mode_sites[m]++;
+}
+
+void name_modes() {
+  for (std::size_t m = 0; m < std::size(mode_sites); ++m)
+    if (mode_sites[m]) meta->modes[uprobe::to_string(static_cast<uprobe::ProbeMode>(m))] += mode_sites[m];
+}
 
 // The handler-side state for meta's keys (published before any probe is
 // registered; counting stays off until setup_counting() is done).
@@ -577,14 +591,16 @@ void note_fatal_site(const uprobe::ProbeInfo& info, const std::string& name, con
   for (std::size_t s : specs) (*fatal_sites)[s].push_back(name + " (" + info.signals_blocked + ")");
 }
 
-/// The site's mode and, for a function site, its fatal-site warning: one
-/// probe_info() per site (each call names the IFUNC bindings and the
-/// symbol: libc functions it calls may be probed, and int3).
-void note_site(const uprobe::Uprobe* p, const std::string* name, const std::set<std::size_t>* specs) {
+/// The site's mode (its RegisterResult's) and, for an int3 function site, its
+/// fatal-site warning: probe_info() of the registry's state only
+/// (ProbeDetail::state; the symbol and IFUNC bindings would read the ELF
+/// image and ask the dynamic linker, through libc functions that are probed
+/// now), and only there: a few sites, not thousands.
+void note_site(const uprobe::RegisterResult& r, const std::string* name, const std::set<std::size_t>* specs) {
+  note_mode(r.mode);
+  if (!name || r.mode != uprobe::ProbeMode::int3) return;
   try {
-    const uprobe::ProbeInfo info = uprobe::probe_info(p);
-    note_mode(info);
-    if (name) note_fatal_site(info, *name, *specs);
+    note_fatal_site(uprobe::probe_info(r.probe, uprobe::ProbeDetail::state), *name, *specs);
   } catch (...) {
   }
 }
@@ -606,6 +622,8 @@ void warn_fatal_sites() {
     st.message += (st.message.empty() ? "" : "; ") + w;
   }
 }
+
+void prepare_record_lines();
 
 void attach(const std::vector<std::string>& texts) {
   std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
@@ -692,10 +710,11 @@ void attach(const std::vector<std::string>& texts) {
     FnPlan* plan;
     std::vector<long> entries, rets;
     long hist;
+    unsigned rank = 0;  // registration_rank() of its site
   };
   std::vector<PendingFn> pf;
   for (auto& [k, f] : fns) {
-    PendingFn p{&f, {}, {}, -1};
+    PendingFn p{&f, {}, {}, -1, 0};
     for (const auto& key : f.entry_keys) p.entries.push_back(index_of(key));
     for (const auto& key : f.ret_keys) p.rets.push_back(index_of(key));
     if (!p.entries.empty() && !p.rets.empty()) {
@@ -708,6 +727,7 @@ void attach(const std::vector<std::string>& texts) {
   for (auto& [k, u] : usdts) pu.emplace_back(&u, u.count ? index_of(u.key) : -1);
 
   make_counters();
+  prepare_record_lines();
 
   // Register, every site in one transaction (register_uprobes(): one read of
   // the address space, one ELF read per file, one publication, the
@@ -723,9 +743,12 @@ void attach(const std::vector<std::string>& texts) {
   // most used last. (Taking such a site out and re-arming it is not an
   // option: libuprobe and liburcu-bp call libc with every signal blocked
   // while they unregister or unapply, and a trap there is fatal.)
-  std::stable_sort(pf.begin(), pf.end(), [](const PendingFn& a, const PendingFn& b) {
-    return registration_rank(a.plan->path, a.plan->offset) < registration_rank(b.plan->path, b.plan->offset);
-  });
+  // (Ranked once per site, not per comparison; a single site needs no order,
+  // nor the ~50 symbol lookups of the ranks.)
+  if (pf.size() > 1) {
+    for (PendingFn& p : pf) p.rank = registration_rank(p.plan->path, p.plan->offset);
+    std::stable_sort(pf.begin(), pf.end(), [](const PendingFn& a, const PendingFn& b) { return a.rank < b.rank; });
+  }
   using CB = uprobe::Callbacks;
   std::vector<uprobe::ProbeRequest> requests;
   std::vector<FnConsumer*> fn_consumers;  // request i < pf.size(): pf[i]'s
@@ -748,12 +771,13 @@ void attach(const std::vector<std::string>& texts) {
   struct Armed {
     PendingFn* p;
     FnConsumer* c;
-    uprobe::Uprobe* probe;
+    const uprobe::RegisterResult* r;
   };
   std::vector<Armed> armed;
+  armed.reserve(pf.size());
   for (std::size_t i = 0; i < pf.size(); ++i) {
     if (results[i]) {
-      armed.push_back({&pf[i], fn_consumers[i], results[i].probe});
+      armed.push_back({&pf[i], fn_consumers[i], &results[i]});
       continue;
     }
     for (std::size_t s : pf[i].plan->specs) {
@@ -767,7 +791,7 @@ void attach(const std::vector<std::string>& texts) {
         std::fprintf(stderr, "uprobe-trace agent: %u hits while attaching: %s+%#llx\n", a.c->setup_hits(),
                      a.p->plan->path.c_str(), static_cast<unsigned long long>(a.p->plan->offset));
   for (const Armed& a : armed) {
-    note_site(a.probe, &a.p->plan->name, &a.p->plan->specs);
+    note_site(*a.r, &a.p->plan->name, &a.p->plan->specs);
     for (std::size_t s : a.p->plan->specs) meta->specs[s].attached++;
     for (long e : a.p->entries) attached[static_cast<std::size_t>(e)] = true;
     for (long r : a.p->rets) attached[static_cast<std::size_t>(r)] = true;
@@ -777,7 +801,7 @@ void attach(const std::vector<std::string>& texts) {
   for (auto& [u, idx] : pu) {
     for (std::size_t k = 0; k < u->sites.size(); ++k, ++i) {
       if (results[i]) {
-        note_site(results[i].probe, nullptr, nullptr);
+        note_site(results[i], nullptr, nullptr);
         for (std::size_t s : u->specs) meta->specs[s].attached++;
         if (idx >= 0) attached[static_cast<std::size_t>(idx)] = true;
         continue;
@@ -792,6 +816,7 @@ void attach(const std::vector<std::string>& texts) {
     if (sp.failed && sp.attached)
       sp.message = std::to_string(sp.failed) + " of " + std::to_string(sp.failed + sp.attached) +
                    " sites not probed; first: " + sp.message;
+  name_modes();
   warn_fatal_sites();
   // Keep only attached keys in the record (indexes stay as allocated).
   for (std::size_t i = 0; i < attached.size(); ++i)
@@ -807,7 +832,7 @@ std::string env_or(const char* name, const char* def) {
   return v ? v : def;
 }
 
-ImageRecord image_record() {
+ImageRecord image_record(bool with_keys = true) {
   ImageRecord r;
   r.layout = g ? g->layout : 0;
   r.pid = getpid();
@@ -818,11 +843,62 @@ ImageRecord image_record() {
   r.specs = meta->specs;
   r.modes = meta->modes;
   r.notes = meta->notes;
+  if (!with_keys) return r;
   for (std::size_t i = 0; i < meta->keys.size() && i < r.nkeys; ++i)
     if (!meta->keys[i].empty()) r.keys.emplace_back(meta->keys[i], i);
   for (std::size_t i = 0; i < meta->hist_keys.size() && i < r.nhists; ++i)
     if (!meta->hist_keys[i].empty()) r.hists.emplace_back(meta->hist_keys[i], i);
   return r;
+}
+
+/// The record's key and hist lines (serialize_entry()), one per index, made
+/// before the probes are in: the record is written after, and copying
+/// thousands of strings then would call libc's memcpy() (probed, and int3:
+/// a trap per key) for each. Null when attach() did not get that far.
+struct RecordLines {
+  std::vector<std::string> keys, hists;
+};
+RecordLines* record_lines = nullptr;  // never freed (see Meta)
+
+void prepare_record_lines() {
+  auto* l = new RecordLines;
+  l->keys.reserve(meta->keys.size());
+  l->hists.reserve(meta->hist_keys.size());
+  for (std::size_t i = 0; i < meta->keys.size(); ++i) l->keys.push_back(serialize_entry("key", meta->keys[i], i));
+  for (std::size_t i = 0; i < meta->hist_keys.size(); ++i)
+    l->hists.push_back(serialize_entry("hist", meta->hist_keys[i], i));
+  record_lines = l;
+}
+
+/// Appends `s` to `out`, whose capacity holds it, without libc's memcpy().
+void append_plain(std::string& out, const std::string& s) {
+  const std::size_t at = out.size();
+  out.resize(at + s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    asm("" : "+r"(c));  // (not turned back into a memcpy() call)
+    out[at + i] = c;
+  }
+}
+
+/// The record file's text: serialize(), with the key and hist lines made
+/// beforehand (record_lines) when there are some.
+std::string record_text() {
+  if (!record_lines) return serialize(image_record());
+  const ImageRecord r = image_record(false);
+  std::string text = serialize(r, false);
+  std::size_t total = text.size() + 4;
+  for (std::size_t i = 0; i < meta->keys.size() && i < r.nkeys && i < record_lines->keys.size(); ++i)
+    if (!meta->keys[i].empty()) total += record_lines->keys[i].size();
+  for (std::size_t i = 0; i < meta->hist_keys.size() && i < r.nhists && i < record_lines->hists.size(); ++i)
+    if (!meta->hist_keys[i].empty()) total += record_lines->hists[i].size();
+  text.reserve(total);
+  for (std::size_t i = 0; i < meta->keys.size() && i < r.nkeys && i < record_lines->keys.size(); ++i)
+    if (!meta->keys[i].empty()) append_plain(text, record_lines->keys[i]);
+  for (std::size_t i = 0; i < meta->hist_keys.size() && i < r.nhists && i < record_lines->hists.size(); ++i)
+    if (!meta->hist_keys[i].empty()) append_plain(text, record_lines->hists[i]);
+  text += "end\n";
+  return text;
 }
 
 bool write_all(int fd, const std::string& s) {
@@ -838,12 +914,12 @@ bool write_all(int fd, const std::string& s) {
 
 // DIR/PID.LAYOUT.rec: what this image attached (written once, at attach).
 void write_image_record() {
-  const ImageRecord r = image_record();
-  const std::string base = meta->out_dir + "/" + std::to_string(r.pid) + "." + std::to_string(r.layout);
+  const std::string base =
+      meta->out_dir + "/" + std::to_string(getpid()) + "." + std::to_string(g ? g->layout : 0);
   const std::string tmp = base + ".tmp", final_path = base + ".rec";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return;
-  bool ok = write_all(fd, serialize(r));
+  bool ok = write_all(fd, record_text());
   close(fd);
   if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) unlink(tmp.c_str());
 }

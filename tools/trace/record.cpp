@@ -56,7 +56,11 @@ std::vector<std::pair<std::string, std::uint64_t>> sorted_hits(const Report& r) 
 
 }  // namespace
 
-std::string serialize(const ImageRecord& r) {
+std::string serialize_entry(std::string_view kind, std::string_view key, std::size_t index) {
+  return std::string(kind) + "\t" + clean(key) + "\t" + std::to_string(index) + "\n";
+}
+
+std::string serialize(const ImageRecord& r, bool end) {
   std::string s = "uprobe-trace-record 2\n";
   s += "process\t" + std::to_string(r.pid) + "\t" + std::to_string(r.ppid) + "\t" + clean(r.exe) + "\n";
   s += "layout\t" + std::to_string(r.layout) + "\t" + std::to_string(r.nkeys) + "\t" + std::to_string(r.nhists) +
@@ -64,10 +68,10 @@ std::string serialize(const ImageRecord& r) {
   for (const auto& sp : r.specs)
     s += "spec\t" + clean(sp.spec) + "\t" + std::to_string(sp.attached) + "\t" + clean(sp.message) + "\n";
   for (const auto& [m, n] : r.modes) s += "mode\t" + clean(m) + "\t" + std::to_string(n) + "\n";
-  for (const auto& [k, i] : r.keys) s += "key\t" + clean(k) + "\t" + std::to_string(i) + "\n";
-  for (const auto& [k, i] : r.hists) s += "hist\t" + clean(k) + "\t" + std::to_string(i) + "\n";
+  for (const auto& [k, i] : r.keys) s += serialize_entry("key", k, i);
+  for (const auto& [k, i] : r.hists) s += serialize_entry("hist", k, i);
   for (const auto& n : r.notes) s += "note\t" + clean(n) + "\n";
-  s += "end\n";
+  if (end) s += "end\n";
   return s;
 }
 

@@ -60,7 +60,12 @@ struct ImageRecord {
 };
 
 /// The record file's text (format above). Not async-signal-safe (allocates).
-std::string serialize(const ImageRecord& r);
+/// Without `end`, the text stops before its `end` line (a writer appends
+/// lines of its own, then "end\n").
+std::string serialize(const ImageRecord& r, bool end = true);
+/// One `key` or `hist` line (`kind`) of the record file, with its newline:
+/// what serialize() writes for each of ImageRecord::keys and ::hists.
+std::string serialize_entry(std::string_view kind, std::string_view key, std::size_t index);
 /// nullopt when the text is not a record file.
 std::optional<ImageRecord> parse_image(std::string_view text);
 
