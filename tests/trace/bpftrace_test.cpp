@@ -249,14 +249,26 @@ const Refusal kRefusals[] = {
     {"SyntaxError", "uprobe:@FIXTURE@:bt_add { $x = 1 + ; }", ";", "syntax error, unexpected ;"},
     {"MissingBrace", "uprobe:@FIXTURE@:bt_add { @ = count(); ", "",
      "syntax error, unexpected end of file, expecting }"},
-    {"ClearNotYet", "uprobe:@FIXTURE@:bt_add { @x = count(); clear(@x); }", "clear",
-     "clear() is not supported by uprobe-trace yet"},
+    {"TimeNotYet", "uprobe:@FIXTURE@:bt_add { time(); }", "time", "time() is not supported by uprobe-trace yet"},
+    // (delete, clear and zero: bpftrace 0.17's errors)
+    {"DeleteOfNotAMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(1); }", "delete(1)",
+     "delete() expects a map to be provided"},
+    {"ClearOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); clear(@x[1]); }", "clear(@x[1])",
+     "The map passed to clear() should not be indexed by a key"},
+    {"ZeroOfTwoMaps", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); zero(@x, @x); }", "zero(@x, @x)",
+     "zero() requires one argument (2 provided)"},
+    {"DeleteOfAnUndefinedMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(@u[1]); }", "delete(@u[1])",
+     "Undefined map: @u"},
+    {"ClearInAnAssignment", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); $y = clear(@x); }", "clear(@x)",
+     "clear() should not be used in an assignment or as a map key"},
     {"PrintOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); print(@x[1]); }", "print(@x[1])",
      "print() of a whole map (print(@name)) is all uprobe-trace supports yet"},
     {"UstackNotYet", "uprobe:@FIXTURE@:bt_add { @[ustack] = count(); }", "ustack",
      "ustack is not supported by uprobe-trace yet"},
-    {"Arg6NotYet", "uprobe:@FIXTURE@:bt_add { @ = sum(arg6); }", "arg6",
-     "arg6 is not supported by uprobe-trace yet (arg0-arg5: the argument registers)"},
+    // (bpftrace 0.17 on x86-64: arg0-arg5 are the registers; the stack's are sarg0...)
+    {"Arg6", "uprobe:@FIXTURE@:bt_many { @ = sum(arg6); }", "arg6", "x86_64 doesn't support arg6"},
+    {"StackArgInUretprobe", "uretprobe:@FIXTURE@:bt_many { @ = sum(sarg0); }", "sarg0",
+     "The sarg0 builtin can only be used with 'kprobes' and 'uprobes' probes"},
     {"ArgInUretprobe", "uretprobe:@FIXTURE@:bt_add { @ = arg0; }", "arg0",
      "The arg0 builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes"},
     {"CountWithArgument", "uprobe:@FIXTURE@:bt_add { @ = count(1); }", "count(1)",
@@ -429,6 +441,28 @@ TEST(Bpftrace, CommandWordsExitStatusAndNoCommand) {
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "uprobe-trace: uprobe, uretprobe and usdt probes need a program to trace: -c 'CMD' or -- PROG ARGS "
                    "(uprobe-trace runs in the programs it starts, not system-wide)\n");
+}
+
+// delete(), clear() and zero() in a probe act on the one map bpftrace has,
+// not on the calling thread's table only: keys other threads and other
+// processes stored are gone (or zeroed) too.
+TEST(Bpftrace, MapOpsInAProbeReachEveryThreadAndProcess) {
+  // 4 threads count; the main thread (which never calls trace_fn) clears,
+  // deletes and zeroes at exit().
+  Result r = run({kTrace, "-e",
+                  "uprobe:" + kUsdtFixture + ":trace_fn { @c[tid] = count(); @k[1] = count(); @z[1] = count(); @n = count(); } "
+                  "uprobe:libc:exit { clear(@c); delete(@k[1]); zero(@z); }",
+                  "--", kUsdtFixture, "threads", "4", "100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 2 probes...\n\n\n\n\n@n: 400\n@z[1]: 0\n");
+  // fork 5: the parent counts 5, its child 10; the parent deletes the key
+  // after the child has ended (in its static say(), after waitpid).
+  r = run({kTrace, "-q", "-e",
+           "uprobe:" + kUsdtFixture + ":trace_fn { @c[1] = count(); @all = count(); } uprobe:" + kUsdtFixture +
+               ":say { delete(@c[1]); }",
+           "--", kUsdtFixture, "fork", "5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "child_status=0\n\n\n@all: 15\n\n");
 }
 
 // A printf per fnmatch call of find over /usr/include (the load:

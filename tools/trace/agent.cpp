@@ -275,6 +275,7 @@ void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret) 
   for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
   bt::HitContext ctx;
   ctx.args = args;
+  ctx.sp = regs.sp();  // (sargN: uprobes only, the compiler checks)
   ctx.retval = ret ? regs.ret() : 0;
   ctx.start_ns = g->header->bt_start_ns;
   ctx.area = b + g->bt_area;

@@ -73,11 +73,11 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 const std::set<std::string> kUnsupportedFns = {
-    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "clear", "zero", "delete",
+    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg",
     "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
-                                                     "cgroup", "args", "ctx", "sarg0", "sarg1", "sarg2", "jiffies",
+                                                     "cgroup", "args", "ctx", "jiffies",
                                                      "numaid"};
 
 class Parser {
@@ -652,7 +652,8 @@ class Compiler {
     // Layout of a thread's area.
     BlobHeader h{};
     const bool events = !fmts_.empty() || std::any_of(stmts_.begin(), stmts_.end(), [](const Stmt& st) {
-      return st.op == StmtOp::print_map;
+      return st.op == StmtOp::print_map || st.op == StmtOp::map_clear || st.op == StmtOp::map_zero ||
+             (st.op == StmtOp::map_delete && !st.d);
     });
     h.ring_bytes = events ? (std::uint64_t{1} << 20) : 0;  // 1 MiB per thread that hits
     std::uint64_t off = kAreaHeaderWords + h.ring_bytes / 8;
@@ -957,6 +958,7 @@ class Compiler {
           st.a = mi;
           return push(st);
         }
+        if (e.k == EK::call && (e.name == "delete" || e.name == "clear" || e.name == "zero")) return map_op_stmt(e);
         if (e.k == EK::call && e.name == "exit") {
           if (!e.kids.empty()) fail(e.pos, "exit() takes no arguments");
           st.op = StmtOp::exit_;
@@ -970,6 +972,31 @@ class Compiler {
       }
     }
     return -1;
+  }
+
+  // delete(@m[k]), clear(@m), zero(@m), with bpftrace 0.17's errors.
+  std::int32_t map_op_stmt(const Expr& e) {
+    if (e.kids.size() != 1)
+      fail(e.call(), e.name + "() requires one argument (" + std::to_string(e.kids.size()) + " provided)");
+    const Expr& m = *e.kids[0];
+    if (m.k != EK::map) fail(e.call(), e.name + "() expects a map to be provided");
+    if (e.name != "delete" && !m.kids.empty())
+      fail(e.call(), "The map passed to " + e.name + "() should not be indexed by a key");
+    std::int32_t mi = -1;
+    const MapInfo* info = find_map(m.name, mi);
+    if (!info) fail(e.call(), "Undefined map: " + m.name);
+    Stmt st{};
+    st.a = mi;
+    if (e.name == "delete") {
+      st.op = StmtOp::map_delete;
+      st.b = key_list(m, *info);
+      st.c = static_cast<std::int32_t>(m.kids.size());
+      st.d = std::any_of(m.kids.begin(), m.kids.end(),
+                         [](const ExprP& k) { return k->k == EK::builtin && k->name == "tid"; }) ? 1 : 0;
+    } else {
+      st.op = e.name == "clear" ? StmtOp::map_clear : StmtOp::map_zero;
+    }
+    return push(st);
   }
 
   std::int32_t printf_stmt(const Expr& e) {
@@ -1077,6 +1104,8 @@ class Compiler {
       case EK::call: {
         if (e.name == "printf" || e.name == "exit" || is_agg_fn(e.name))
           fail(e.pos, e.name + "() cannot be used in an expression");
+        if (e.name == "delete" || e.name == "clear" || e.name == "zero")
+          fail(e.call(), e.name + "() should not be used in an assignment or as a map key");
         if (e.name == "str") {
           if (e.kids.empty() || e.kids.size() > 2)
             fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
@@ -1169,8 +1198,13 @@ class Compiler {
       if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::usdt)
         fail(e.pos, "The " + n + " builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes");
       if (cur_kind_ == ProbeKind::usdt) fail(e.pos, "USDT arguments (" + n + ") are not supported by uprobe-trace yet");
-      if (k > 5) fail(e.pos, n + " is not supported by uprobe-trace yet (arg0-arg5: the argument registers)");
+      if (k > 5) fail(e.pos, "x86_64 doesn't support " + n);  // (bpftrace 0.17's: sarg0... are the stack's)
       return leaf(Op::arg, false, false, k);
+    }
+    if (n.size() == 5 && n.rfind("sarg", 0) == 0 && std::isdigit(static_cast<unsigned char>(n[4]))) {
+      if (cur_kind_ != ProbeKind::uprobe)
+        fail(e.pos, "The " + n + " builtin can only be used with 'kprobes' and 'uprobes' probes");
+      return leaf(Op::sarg, false, false, n[4] - '0');
     }
     auto it = kOps.find(n);
     if (it == kOps.end()) {
@@ -1365,9 +1399,11 @@ void merge_value(const MapDesc& m, std::vector<std::uint64_t>& o, const std::vec
   }
 }
 
+// A slot's value words (all 0 for a zeroed slot).
 std::vector<std::uint64_t> slot_value(const MapDesc& m, const std::uint64_t* s) {
   std::vector<std::uint64_t> val(m.value_words);
-  for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+  if (const std::uint64_t* v = Vm::value_of(m, s))
+    for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(v + k);
   return val;
 }
 
@@ -1379,7 +1415,8 @@ void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, 
   const std::uint32_t sw = m.slot_words();
   for (std::uint32_t i = 0; i < m.nslots; ++i) {
     const std::uint64_t* s = table + std::uint64_t{i} * sw;
-    if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != 1) continue;
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE) & kSlotStateMask;
+    if (st != kSlotLive && st != kSlotZeroed) continue;
     std::vector<std::uint64_t> key(s + 1, s + 1 + m.key_words);
     std::vector<std::uint64_t> val = slot_value(m, s);
     auto [it, fresh] = into.try_emplace(key, val);
@@ -1491,8 +1528,11 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
     const MapDesc& m = p.maps[mi];
     const std::string name = p.strtab + m.name;
     MapData data = contents;
-    if (data.empty() && m.nkeys == 0 && (m.agg == Agg::count || m.agg == Agg::sum))
+    // (bpftrace 0.17: a key-less count() map with no value prints 0, any
+    // other empty map an empty line; avg and stats add theirs)
+    if (data.empty() && m.nkeys == 0 && m.agg == Agg::count)
       data[std::vector<std::uint64_t>(m.key_words, 0)] = std::vector<std::uint64_t>(m.value_words, 0);
+    if (data.empty()) out += "\n";
     using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
     std::vector<Row> rows(data.begin(), data.end());
     auto sort_by = [&](auto f) {
@@ -1536,7 +1576,7 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
           break;
       }
     }
-    if ((m.agg == Agg::avg || m.agg == Agg::stats) && !rows.empty()) out += "\n";
+    if (m.agg == Agg::avg || m.agg == Agg::stats) out += "\n";
   }
   return out;
 }

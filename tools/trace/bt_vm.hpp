@@ -64,6 +64,7 @@ enum class Op : std::uint8_t {
   ternary,   ///< a ? b : c
   cast,      ///< a cast to imm bits (sub 1: signed)
   str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
+  sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with process_vm_readv)
 };
 
 enum BinOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMod, kAnd, kOr, kXor, kShl, kShr, kEq, kNe, kLt, kLe, kGt, kGe };
@@ -88,6 +89,9 @@ enum class StmtOp : std::uint8_t {
   exit_,
   expr,      ///< evaluate a (no effect)
   print_map, ///< print(@map a): an event; the CLI prints the map as it is when it reads the event
+  map_delete, ///< delete(@map a [keys: list b, count c]); d 1: a key component is `tid` (no other thread has it)
+  map_clear, ///< clear(@map a): an event; the CLI removes every key of every table when it reads it
+  map_zero,  ///< zero(@map a): an event; the CLI zeroes every key's value when it reads it
 };
 
 struct Stmt {
@@ -152,6 +156,22 @@ struct EventHeader {
   std::uint32_t pad;
 };
 inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2, kEvPrint = 3;  ///< kEvPrint: fmt is the map
+/// Map operations (fmt is the map): kEvDelete carries the key's words (the
+/// CLI deletes it from every other table), kEvClear and kEvZero nothing.
+inline constexpr std::uint32_t kEvDelete = 4, kEvClear = 5, kEvZero = 6;
+
+/// A table slot's first word: the state in its low 2 bits, a generation
+/// above them (bumped each time the writer revives or reuses the slot, so the
+/// CLI's compare-and-swap of a state cannot act on a later key: no ABA).
+/// A deleted slot keeps its key: a lookup goes past it, an insert of that
+/// key revives it, of another key reuses the first one on its path.
+enum SlotState : std::uint64_t {
+  kSlotEmpty = 0,
+  kSlotLive = 1,
+  kSlotDeleted = 2,  ///< delete()/clear(): not in the map
+  kSlotZeroed = 3,   ///< zero(): in the map, its value 0 (the words are stale until the writer revives it)
+};
+inline constexpr std::uint64_t kSlotStateMask = 3, kSlotGen = 4;
 
 struct BlobHeader {
   std::uint64_t magic = kBlobMagic;
@@ -197,6 +217,7 @@ struct Program {
 /// What a hit knows (filled by the caller).
 struct HitContext {
   const std::uint64_t* args = nullptr;  ///< arg0..arg5 (nullptr: all 0)
+  std::uint64_t sp = 0;                 ///< the stack pointer at the probe (sargN), 0: none (sargN gives 0)
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
   const char* probe = "";  ///< NUL-terminated
@@ -209,7 +230,15 @@ struct HitContext {
   /// (the agent): the calling thread's own table. Not async-signal-safe.
   bool (*read_map)(void* ctx, std::uint32_t map, const std::uint64_t* key, std::int64_t& value) = nullptr;
   void* read_map_ctx = nullptr;
+  /// CLI only: delete (kEvDelete, with the encoded key) in every table at
+  /// once. nullptr (the agent): delete acts on the calling thread's table
+  /// and sends an event for the others. (clear and zero are events in both:
+  /// bpftrace applies them when its CLI reads them, in order with print().)
+  /// Not async-signal-safe.
+  void (*map_op)(void* ctx, std::uint32_t op, std::uint32_t map, const std::uint64_t* key) = nullptr;
+  void* map_op_ctx = nullptr;
 };
+
 
 inline std::uint64_t now_ns() noexcept {
   timespec ts;
@@ -256,24 +285,71 @@ class Vm {
     exec(pd.body, pd.nbody);
   }
 
-  /// Finds a map's table slot for a key in `area` (nullptr: absent, or
-  /// full when `insert`). Also used by the CLI to read tables.
+  /// Finds a map's table slot for a key in `area`. Without `insert`: the
+  /// slot when the key is in the map (live or zeroed; nullptr: absent). With
+  /// `insert` (the table's writer only): a live slot for the key, its value
+  /// words zeroed when it was not live (a new key, a deleted or zeroed one);
+  /// nullptr when the table is full. Also used by the CLI to read tables.
   static std::uint64_t* slot(const MapDesc& m, std::uint64_t* area, const std::uint64_t* key, bool insert) noexcept {
     std::uint64_t* table = area + m.offset;
     const std::uint32_t sw = m.slot_words();
     const std::uint64_t mask = m.nslots - 1;
     std::uint64_t i = hash_words(key, m.key_words) & mask;
+    std::uint64_t* reuse = nullptr;  // the first deleted slot on the path
     for (std::uint32_t n = 0; n < m.nslots; ++n, i = (i + 1) & mask) {
       std::uint64_t* s = table + i * sw;
-      if (load(s) == 0) {
+      const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+      if (st == kSlotEmpty) {
         if (!insert) return nullptr;
+        if (reuse) return take(m, reuse, key);
         for (std::uint32_t k = 0; k < m.key_words; ++k) store(s + 1 + k, key[k]);
-        __atomic_store_n(s, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(s, kSlotLive, __ATOMIC_RELEASE);
         return s;
       }
-      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) return s;
+      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) {
+        if ((st & kSlotStateMask) == kSlotLive) return s;
+        if (!insert) return (st & kSlotStateMask) == kSlotZeroed ? s : nullptr;
+        return take(m, s, key);
+      }
+      if (insert && !reuse && (st & kSlotStateMask) == kSlotDeleted) reuse = s;
     }
-    return nullptr;
+    return insert && reuse ? take(m, reuse, key) : nullptr;
+  }
+
+  /// The value words of a slot slot() found: nullptr for a zeroed one (0).
+  static const std::uint64_t* value_of(const MapDesc& m, const std::uint64_t* s) noexcept {
+    return (__atomic_load_n(s, __ATOMIC_ACQUIRE) & kSlotStateMask) == kSlotLive ? s + 1 + m.key_words : nullptr;
+  }
+
+  /// The writer's clear (kSlotDeleted) or zero (kSlotZeroed) of its own table.
+  void mark_all(const MapDesc& m, std::uint64_t to) noexcept {
+    std::uint64_t* table = c_.area + m.offset;
+    for (std::uint32_t i = 0; i < m.nslots; ++i) {
+      std::uint64_t* s = table + std::uint64_t{i} * m.slot_words();
+      const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+      if ((st & kSlotStateMask) == kSlotLive || (st & kSlotStateMask) == kSlotZeroed)
+        __atomic_store_n(s, (st & ~kSlotStateMask) | to, __ATOMIC_RELEASE);
+    }
+  }
+
+  /// The writer's delete of a slot (its own table): deleted, key kept.
+  static void mark_deleted(std::uint64_t* s) noexcept {
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+    if ((st & kSlotStateMask) == kSlotLive || (st & kSlotStateMask) == kSlotZeroed)
+      __atomic_store_n(s, (st & ~kSlotStateMask) | kSlotDeleted, __ATOMIC_RELEASE);
+  }
+
+  /// The CLI's change of a slot in any table, while its writer may run:
+  /// live or zeroed -> `to` (kSlotDeleted or kSlotZeroed), by compare-and-
+  /// swap of the state word it read (`seen`). An update the writer makes at
+  /// once is ordered before the change (its value is not seen); the writer's
+  /// next update of the key revives the slot from zero.
+  static bool cli_mark(std::uint64_t* s, std::uint64_t seen, std::uint64_t to) noexcept {
+    const std::uint64_t st = seen & kSlotStateMask;
+    if (st != kSlotLive && st != kSlotZeroed) return false;
+    if (to == kSlotZeroed && st == kSlotZeroed) return true;
+    return __atomic_compare_exchange_n(s, &seen, (seen & ~kSlotStateMask) | to, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
   }
 
  private:
@@ -283,6 +359,26 @@ class Vm {
   };
 
   static std::int64_t truth(const Val& v) noexcept { return v.s ? 1 : v.i; }
+
+  // A slot for `key` taken by the writer: the key, zeroed value words, live
+  // with the next generation.
+  static std::uint64_t* take(const MapDesc& m, std::uint64_t* s, const std::uint64_t* key) noexcept {
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+    for (std::uint32_t k = 0; k < m.key_words; ++k) store(s + 1 + k, key[k]);
+    for (std::uint32_t k = 0; k < m.value_words; ++k) store(s + 1 + m.key_words + k, 0);
+    __atomic_store_n(s, ((st & ~kSlotStateMask) + kSlotGen) | kSlotLive, __ATOMIC_RELEASE);
+    return s;
+  }
+
+  // sargN: the word at sp + 8 * (N + 1), read with process_vm_readv (0 when
+  // it cannot be read; never a fault).
+  std::uint64_t stack_arg(std::int64_t n) const noexcept {
+    if (!c_.sp) return 0;
+    std::uint64_t w = 0;
+    iovec local{&w, 8}, remote{reinterpret_cast<void*>(c_.sp + 8 * static_cast<std::uint64_t>(n + 1)), 8};
+    if (syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1, &remote, 1, 0) != 8) return 0;
+    return w;
+  }
 
   const char* literal(std::int32_t off) const noexcept { return p_.strtab + off; }
 
@@ -348,6 +444,7 @@ class Vm {
       case Op::num: v.i = n.imm; break;
       case Op::str: v.s = literal(n.a); break;
       case Op::arg: v.i = c_.args ? static_cast<std::int64_t>(c_.args[n.imm]) : 0; break;
+      case Op::sarg: v.i = static_cast<std::int64_t>(stack_arg(n.imm)); break;
       case Op::retval: v.i = static_cast<std::int64_t>(c_.retval); break;
       case Op::pid: v.i = syscall(SYS_getpid); break;
       case Op::tid: v.i = syscall(SYS_gettid); break;
@@ -382,8 +479,8 @@ class Vm {
         if (c_.read_map) {
           if (!c_.read_map(c_.read_map_ctx, static_cast<std::uint32_t>(n.a), key, v.i)) v.i = 0;
         } else if (const std::uint64_t* s = slot(m, c_.area, key, false)) {
-          const std::uint64_t* val = s + 1 + m.key_words;
-          v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
+          if (const std::uint64_t* val = value_of(m, s))
+            v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
         }
         break;
       }
@@ -459,6 +556,17 @@ class Vm {
         case StmtOp::map_agg: agg(s); break;
         case StmtOp::printf_: emit(s); break;
         case StmtOp::print_map: emit(s, kEvPrint); break;
+        case StmtOp::map_delete: del(s); break;
+        case StmtOp::map_clear:
+        case StmtOp::map_zero: {
+          // The calling thread's table at once (the agent), then an event:
+          // the CLI applies it to every other table when it reads it (in
+          // the CLI, to all of them then: in order with print(), as
+          // bpftrace's CLI applies its clear and zero events).
+          if (!c_.map_op) mark_all(p_.maps[s.a], s.op == StmtOp::map_clear ? kSlotDeleted : kSlotZeroed);
+          emit(s, s.op == StmtOp::map_clear ? kEvClear : kEvZero);
+          break;
+        }
       }
     }
   }
@@ -497,12 +605,28 @@ class Vm {
     }
   }
 
-  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf) noexcept {
+  // delete(@m[k]): from the calling thread's table at once; then, unless a
+  // key component is `tid` (no other thread can have it), an event: the CLI
+  // deletes the key from every other table when it reads it (a `@m[k] = x`
+  // store made after the delete stays: the CLI compares the store's time).
+  void del(const Stmt& s) noexcept {
+    const MapDesc& m = p_.maps[s.a];
+    const std::uint64_t* key = encode_key(m, s.b, s.c);
+    if (c_.map_op) {
+      c_.map_op(c_.map_op_ctx, kEvDelete, static_cast<std::uint32_t>(s.a), key);
+      return;
+    }
+    if (std::uint64_t* sl = slot(m, c_.area, key, false)) mark_deleted(sl);
+    if (!s.d) emit(s, kEvDelete, key);
+  }
+
+  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf, const std::uint64_t* key = nullptr) noexcept {
     static constexpr FmtDesc kNoArgs{};
     const FmtDesc& f = kind == kEvPrintf ? p_.fmts[s.a] : kNoArgs;
+    const std::uint32_t key_bytes = kind == kEvDelete ? p_.maps[s.a].key_words * 8 : 0;
     // Room for the longest strings is checked; the event takes what its
     // strings need (NUL-terminated, padded to 8 bytes).
-    std::uint32_t bytes = sizeof(EventHeader);
+    std::uint32_t bytes = sizeof(EventHeader) + key_bytes;
     for (std::uint32_t k = 0; k < f.nargs; ++k) bytes += f.arg_is_str[k] ? kStrLen : 8;
     std::uint64_t* area = c_.area;
     const std::uint64_t ring = p_.h->ring_bytes;
@@ -530,6 +654,7 @@ class Vm {
     e->fmt = static_cast<std::uint32_t>(s.a);
     e->pad = 0;
     unsigned char* out = base + pos + sizeof(EventHeader);
+    if (key_bytes && key) std::memcpy(out, key, key_bytes), out += key_bytes;
     for (std::uint32_t k = 0; k < f.nargs; ++k) {
       Val v = eval(p_.lists[s.b + static_cast<std::int32_t>(k)]);
       if (f.arg_is_str[k]) {

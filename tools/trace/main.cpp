@@ -498,6 +498,8 @@ class BtRun {
       c.exit_flag = kind == bt::ProbeKind::end ? nullptr : reinterpret_cast<volatile std::uint64_t*>(&h_->bt_exit);
       c.read_map = &BtRun::read_map;
       c.read_map_ctx = this;
+      c.map_op = &BtRun::map_op;
+      c.map_op_ctx = this;
       bt::Vm vm(p_, c);
       vm.run_probe(ap.probe);
     }
@@ -513,14 +515,62 @@ class BtRun {
     return bt::merged_read(r->p_, m, areas, key, value);
   }
 
+  // delete, clear or zero in BEGIN, END or interval: in every table now.
+  static void map_op(void* self, std::uint32_t op, std::uint32_t m, const std::uint64_t* key) {
+    auto* r = static_cast<BtRun*>(self);
+    r->map_new_blocks();
+    r->apply(op, m, key, 0, nullptr);
+  }
+
+  // Applies a map operation to every table but `except`'s (a delete's
+  // sender, which did its own): delete removes the key (from a `@m[k] = x`
+  // map only when its store is older than `ts`, the delete's time; 0: any),
+  // clear every key, zero every key's value (compare-and-swap of each
+  // slot's state: the threads keep running).
+  void apply(std::uint32_t op, std::uint32_t mi, const std::uint64_t* key, std::uint64_t ts,
+             const std::uint64_t* except) {
+    const bt::MapDesc& m = p_.maps[mi];
+    std::vector<std::uint64_t*> areas{own_.data()};
+    for (auto& b : blocks_) areas.push_back(b.area);
+    for (std::uint64_t* area : areas) {
+      if (area == except) continue;
+      if (op == bt::kEvDelete) {
+        for (int tries = 0; tries < 8; ++tries) {
+          std::uint64_t* s = bt::Vm::slot(m, area, key, false);
+          if (!s) break;
+          const std::uint64_t seen = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+          if (ts && m.agg == bt::Agg::assign && (seen & bt::kSlotStateMask) == bt::kSlotLive &&
+              bt::load(s + 1 + m.key_words + 1) >= ts)
+            break;  // stored again after the delete
+          if (bt::Vm::cli_mark(s, seen, bt::kSlotDeleted)) break;
+        }
+        continue;
+      }
+      std::uint64_t* table = area + m.offset;
+      for (std::uint32_t i = 0; i < m.nslots; ++i) {
+        std::uint64_t* s = table + std::uint64_t{i} * m.slot_words();
+        for (int tries = 0; tries < 8; ++tries)
+          if (bt::Vm::cli_mark(s, __atomic_load_n(s, __ATOMIC_ACQUIRE),
+                               op == bt::kEvClear ? bt::kSlotDeleted : bt::kSlotZeroed))
+            break;
+          else if (!(__atomic_load_n(s, __ATOMIC_ACQUIRE) & 1))  // (neither live nor zeroed)
+            break;
+      }
+    }
+  }
+
   // Prints the printf events written since the last drain, in time order
-  // (each thread's in its own order).
+  // (each thread's in its own order), with the print(@map), delete, clear
+  // and zero events in that order among them.
   void drain() {
     map_new_blocks();
     struct Ev {
       std::uint64_t ts;
       std::size_t seq;
+      std::uint32_t kind, map;
       std::string text;
+      std::vector<std::uint64_t> key;
+      const std::uint64_t* from;
     };
     std::vector<Ev> evs;
     auto take = [&](std::uint64_t* area) {
@@ -532,10 +582,17 @@ class BtRun {
       while (tail < head) {
         const auto* e = reinterpret_cast<const bt::EventHeader*>(base + (tail & (ring - 1)));
         if (e->bytes == 0 || e->bytes > ring) break;
-        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts)
-          evs.push_back({e->ts, evs.size(), bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1))});
-        else if (e->kind == bt::kEvPrint && e->fmt < p_.h->nmaps)
-          evs.push_back({e->ts, evs.size(), map_text(e->fmt)});
+        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts) {
+          evs.push_back({e->ts, evs.size(), e->kind, 0,
+                         bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1)), {}, area});
+        } else if ((e->kind == bt::kEvPrint || e->kind == bt::kEvClear || e->kind == bt::kEvZero) &&
+                   e->fmt < p_.h->nmaps) {
+          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {}, area});
+        } else if (e->kind == bt::kEvDelete && e->fmt < p_.h->nmaps &&
+                   sizeof *e + p_.maps[e->fmt].key_words * 8 <= e->bytes) {
+          const auto* k = reinterpret_cast<const std::uint64_t*>(e + 1);
+          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {k, k + p_.maps[e->fmt].key_words}, area});
+        }
         tail += e->bytes;
       }
       __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
@@ -544,8 +601,18 @@ class BtRun {
     take(own_.data());
     for (auto& b : blocks_) take(b.area);
     std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ts < b.ts; });
-    for (const Ev& e : evs) std::fwrite(e.text.data(), 1, e.text.size(), out_);
-    if (!evs.empty()) std::fflush(out_);
+    bool wrote = false;
+    for (const Ev& e : evs) {
+      if (e.kind == bt::kEvPrintf || e.kind == bt::kEvPrint) {
+        const std::string t = e.kind == bt::kEvPrint ? map_text(e.map) : e.text;
+        std::fwrite(t.data(), 1, t.size(), out_);
+        wrote = true;
+      } else {
+        // (the sender did its own table, but for the CLI's own events)
+        apply(e.kind, e.map, e.key.data(), e.ts, e.from == own_.data() ? nullptr : e.from);
+      }
+    }
+    if (wrote) std::fflush(out_);
   }
 
   // print(@map): the map as it is now, merged.
