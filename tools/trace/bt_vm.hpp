@@ -142,6 +142,7 @@ enum AreaWord : std::size_t {
   kRingTail = 1,   ///< bytes ever consumed (the CLI's)
   kLostEvents = 2, ///< printf events dropped: the ring was full
   kMapDrops = 3,   ///< map updates dropped: the table was full
+  kSelfPid = 4,    ///< the process's ID for process_vm_readv (0: not known yet; a fork child has new blocks)
   kAreaHeaderWords = 8,
 };
 
@@ -370,13 +371,26 @@ class Vm {
     return s;
   }
 
+  // This process's ID for process_vm_readv, kept in the thread's area (one
+  // system call less per read: the area belongs to this process, a fork
+  // child makes its own; a vfork child, which shares its parent's blocks,
+  // reads its parent's memory, which is its own).
+  long self_pid() const noexcept {
+    std::uint64_t pid = c_.area ? load(c_.area + kSelfPid) : 0;
+    if (!pid) {
+      pid = static_cast<std::uint64_t>(syscall(SYS_getpid));
+      if (c_.area) store(c_.area + kSelfPid, pid);
+    }
+    return static_cast<long>(pid);
+  }
+
   // sargN: the word at sp + 8 * (N + 1), read with process_vm_readv (0 when
   // it cannot be read; never a fault).
   std::uint64_t stack_arg(std::int64_t n) const noexcept {
     if (!c_.sp) return 0;
     std::uint64_t w = 0;
     iovec local{&w, 8}, remote{reinterpret_cast<void*>(c_.sp + 8 * static_cast<std::uint64_t>(n + 1)), 8};
-    if (syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1, &remote, 1, 0) != 8) return 0;
+    if (syscall(SYS_process_vm_readv, self_pid(), &local, 1, &remote, 1, 0) != 8) return 0;
     return w;
   }
 
@@ -394,9 +408,9 @@ class Vm {
   // Copies the string at `addr` of this process (at most size - 1 bytes,
   // then NUL) with process_vm_readv: an unmapped or unreadable address gives
   // what it could read (bpftrace's str() of a bad pointer: ""), never a fault.
-  static void read_string(std::uint64_t addr, char* out, std::size_t size) noexcept {
+  void read_string(std::uint64_t addr, char* out, std::size_t size) const noexcept {
     std::memset(out, 0, kStrDefault);
-    const long pid = syscall(SYS_getpid);
+    const long pid = self_pid();
     std::size_t done = 0;
     while (done + 1 < size) {
       const std::uint64_t at = addr + done;
