@@ -1441,25 +1441,35 @@ bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint
 
 namespace {
 
-std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
-  if (m.nkeys == 0) return "";
-  std::string out = "[";
+// A key's components as bpftrace prints them.
+std::vector<std::string> key_parts(const MapDesc& m, const std::vector<std::uint64_t>& key) {
+  std::vector<std::string> out;
   const auto* b = reinterpret_cast<const unsigned char*>(key.data());
   for (unsigned k = 0; k < m.nkeys; ++k) {
-    if (k) out += ", ";
     if (m.key_is_str[k] == 1) {
       char s[kStrLen + 1] = {};
       std::memcpy(s, b, kStrLen);
-      out += s;
+      out.emplace_back(s);
       b += kStrLen;
     } else {
       std::int64_t v;
       std::memcpy(&v, b, 8);
-      out += std::to_string(v);  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
+      out.push_back(std::to_string(v));  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
       b += 8;
     }
   }
-  return out + "]";
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
+  if (m.nkeys == 0) return "";
+  return "[" + join(key_parts(m, key), ", ") + "]";
 }
 
 // bpftrace's hist bucket labels: 1K, 2M, ...
@@ -1511,29 +1521,34 @@ std::string hist_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
 
 }  // namespace
 
-std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
+namespace {
+std::vector<std::uint32_t> name_order(const Program& p) {
   std::vector<std::uint32_t> order(p.h->nmaps);
   for (std::uint32_t i = 0; i < p.h->nmaps; ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
     return std::strcmp(p.strtab + p.maps[a].name, p.strtab + p.maps[b].name) < 0;
   });
+  return order;
+}
+}  // namespace
+
+std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
   std::string out;
-  for (std::uint32_t mi : order) out += format_map(p, mi, maps[mi]);
+  for (std::uint32_t mi : name_order(p)) out += format_map(p, mi, maps[mi]);
   return out;
 }
 
-std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
-  std::string out;
-  {
-    const MapDesc& m = p.maps[mi];
-    const std::string name = p.strtab + m.name;
+namespace {
+
+using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+
+// A map's rows in bpftrace's order (by value, hist by total count; keys
+// with equal values in key order). A key-less count() map with no value
+// has one row, 0, as in bpftrace 0.17.
+std::vector<Row> sorted_rows(const MapDesc& m, const MapData& contents) {
     MapData data = contents;
-    // (bpftrace 0.17: a key-less count() map with no value prints 0, any
-    // other empty map an empty line; avg and stats add theirs)
     if (data.empty() && m.nkeys == 0 && m.agg == Agg::count)
       data[std::vector<std::uint64_t>(m.key_words, 0)] = std::vector<std::uint64_t>(m.value_words, 0);
-    if (data.empty()) out += "\n";
-    using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
     std::vector<Row> rows(data.begin(), data.end());
     auto sort_by = [&](auto f) {
       std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return f(a.second) < f(b.second); });
@@ -1555,6 +1570,114 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
         });
         break;
     }
+    return rows;
+}
+
+std::int64_t average(const std::vector<std::uint64_t>& v) {
+  return v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0;
+}
+
+std::string value_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  return m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0]);
+}
+
+// A hist/lhist value as bpftrace's JSON: the buckets from the first to the
+// last non-empty one.
+std::string hist_json(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  std::size_t first = v.size(), last = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i]) first = std::min(first, i), last = i;
+  if (first == v.size()) return "";
+  std::string out = "[";
+  for (std::size_t i = first; i <= last; ++i) {
+    if (i > first) out += ", ";
+    out += "{";
+    if (m.agg == Agg::hist) {
+      if (i == 0) out += "\"max\": -1, ";
+      else if (i == 1) out += "\"min\": 0, \"max\": 0, ";
+      else if (i == 2) out += "\"min\": 1, \"max\": 1, ";
+      else {
+        const std::uint64_t lo = std::uint64_t{1} << (i - 2);
+        out += "\"min\": " + std::to_string(lo) + ", \"max\": " + std::to_string(lo * 2 - 1) + ", ";
+      }
+    } else {
+      if (i == 0) out += "\"max\": " + std::to_string(m.lmin - 1) + ", ";
+      else if (i == v.size() - 1) out += "\"min\": " + std::to_string(m.lmax) + ", ";
+      else {
+        const std::int64_t lo = m.lmin + static_cast<std::int64_t>(i - 1) * m.lstep;
+        out += "\"min\": " + std::to_string(lo) + ", \"max\": " + std::to_string(lo + m.lstep - 1) + ", ";
+      }
+    }
+    out += "\"count\": " + std::to_string(v[i]) + "}";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c >= 0 && c <= 0x1f) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          out += b;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string format_map_json(const Program& p, std::uint32_t mi, const MapData& contents) {
+  const MapDesc& m = p.maps[mi];
+  const std::vector<Row> rows = sorted_rows(m, contents);
+  if (rows.empty()) return "";  // (bpftrace prints nothing for an empty map)
+  const char* type = m.agg == Agg::hist || m.agg == Agg::lhist ? "hist"
+                     : m.agg == Agg::avg || m.agg == Agg::stats ? "stats" : "map";
+  std::string out = std::string("{\"type\": \"") + type + "\", \"data\": {\"" + json_escape(p.strtab + m.name) + "\": ";
+  if (m.nkeys) out += "{";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<std::uint64_t>& v = rows[i].second;
+    if (i) out += ", ";
+    if (m.nkeys) out += "\"" + json_escape(join(key_parts(m, rows[i].first), ",")) + "\": ";
+    switch (m.agg) {
+      case Agg::hist: case Agg::lhist: out += hist_json(m, v); break;
+      case Agg::avg: out += std::to_string(average(v)); break;
+      case Agg::stats:
+        out += "{\"count\": " + std::to_string(v[0]) + ", \"average\": " + std::to_string(average(v)) +
+               ", \"total\": " + std::to_string(static_cast<std::int64_t>(v[1])) + "}";
+        break;
+      case Agg::count: out += std::to_string(v[0]); break;
+      default: out += value_text(m, v); break;
+    }
+  }
+  if (m.nkeys) out += "}";
+  return out + "}}\n";
+}
+
+std::string format_maps_json(const Program& p, const std::vector<MapData>& maps) {
+  std::string out;
+  for (std::uint32_t mi : name_order(p)) out += format_map_json(p, mi, maps[mi]);
+  return out;
+}
+
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
+  std::string out;
+  {
+    const MapDesc& m = p.maps[mi];
+    const std::string name = p.strtab + m.name;
+    const std::vector<Row> rows = sorted_rows(m, contents);
+    // (bpftrace 0.17: an empty map prints an empty line; avg and stats add theirs)
+    if (rows.empty()) out += "\n";
     for (const Row& r : rows) {
       const std::string head = name + key_text(m, r.first) + ": ";
       const std::vector<std::uint64_t>& v = r.second;

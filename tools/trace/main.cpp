@@ -55,8 +55,8 @@ namespace {
 using namespace uptrace;
 
 const char* const kUsage =
-    "usage: uprobe-trace [-q] [-o FILE] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
-    "       uprobe-trace [-q] [-o FILE] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "usage: uprobe-trace [-q] [-o FILE] [-f text|json] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "       uprobe-trace [-q] [-o FILE] [-f text|json] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
     "       uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [--per-thread] [--no-follow] [--] PROG [ARGS...]\n"
     "       uprobe-trace -l PATH|SPEC [-v]\n"
     "\n"
@@ -78,7 +78,7 @@ const char* const kUsage =
     "  -q                 no \"Attaching N probes...\" line\n"
     "  -o FILE            write the output (the report) to FILE (default: standard output for programs,\n"
     "                     standard error for the report of SPECs)\n"
-    "  --format F         text (default) or json (SPECs)\n"
+    "  -f, --format F     text (default) or json (bpftrace's JSON lines for a program)\n"
     "  --per-thread       also report counts per process and thread (SPECs)\n"
     "  --no-follow        do not trace the programs PROG execs (forked children are always traced)\n"
     "  -l PATH|SPEC       list the probe-able functions and USDT probes of PATH (or those a SPEC matches)\n"
@@ -476,7 +476,8 @@ struct TraceSignals {
 // rings: it writes their tail words).
 class BtRun {
  public:
-  BtRun(const bt::Program& p, std::FILE* out, int counts_fd) : p_(p), out_(out), fd_(counts_fd) {
+  BtRun(const bt::Program& p, std::FILE* out, int counts_fd, bool json)
+      : p_(p), out_(out), fd_(counts_fd), json_(json) {
     void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (m == MAP_FAILED) die(std::string("counts file: mmap: ") + std::strerror(errno));
     h_ = static_cast<counts::Header*>(m);
@@ -604,7 +605,9 @@ class BtRun {
     bool wrote = false;
     for (const Ev& e : evs) {
       if (e.kind == bt::kEvPrintf || e.kind == bt::kEvPrint) {
-        const std::string t = e.kind == bt::kEvPrint ? map_text(e.map) : e.text;
+        const std::string t = e.kind == bt::kEvPrint ? map_text(e.map)
+                              : json_ ? "{\"type\": \"printf\", \"data\": \"" + bt::json_escape(e.text) + "\"}\n"
+                                      : e.text;
         std::fwrite(t.data(), 1, t.size(), out_);
         wrote = true;
       } else {
@@ -620,7 +623,7 @@ class BtRun {
     bt::MapData data;
     bt::merge_table(p_, m, own_.data(), data);
     for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data);
-    return bt::format_map(p_, m, data);
+    return json_ ? bt::format_map_json(p_, m, data) : bt::format_map(p_, m, data);
   }
 
   // The maps merged over every thread of every process (and the CLI's own area).
@@ -631,7 +634,7 @@ class BtRun {
       bt::merge_table(p_, m, own_.data(), data[m]);
       for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data[m]);
     }
-    return bt::format_maps(p_, data);
+    return json_ ? bt::format_maps_json(p_, data) : bt::format_maps(p_, data);
   }
 
   std::uint64_t lost_events() {
@@ -687,6 +690,7 @@ class BtRun {
   const bt::Program& p_;
   std::FILE* out_;
   int fd_;
+  bool json_;  // -f json: bpftrace's JSON lines
   counts::Header* h_ = nullptr;
   std::vector<std::uint64_t> own_;  // the CLI's area (BEGIN, END, interval)
   std::vector<Block> blocks_;
@@ -716,7 +720,7 @@ struct BtOptions {
   std::string text, name;  // the program and its name in errors ("stdin" for -e)
   std::vector<std::string> cmd;  // the program to run (empty: none)
   std::string out_file;
-  bool quiet = false, follow = true;
+  bool quiet = false, follow = true, json = false;
 };
 
 int run_bpftrace(const BtOptions& o) {
@@ -782,8 +786,9 @@ int run_bpftrace(const BtOptions& o) {
       die(prog_file + ": cannot write");
     }
   }
-  BtRun run(p, out, counts_fd);
-  if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
+  BtRun run(p, out, counts_fd, o.json);
+  if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
+  else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
   std::fflush(out);
   run.run_here(bt::ProbeKind::begin, c->attach);
 
@@ -917,7 +922,7 @@ int main(int argc, char** argv) {
                                     {nullptr, 0, nullptr, 0}};
   int c;
 again:
-  while ((c = getopt_long(argc, argv, "+e:o:l:p:c:qvh", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "+e:o:l:p:c:f:qvh", longopts, nullptr)) != -1) {
     switch (c) {
       case 'e': spec_texts.emplace_back(optarg); break;
       case 'o': out_file = optarg; break;
@@ -930,6 +935,7 @@ again:
       case 'q': quiet = true; break;
       case kPerThread: per_thread = true; break;
       case 'v': verbose = true; break;
+      case 'f':
       case kFormat: format = optarg; break;
       case kNoFollow: follow = false; break;
       case 'h': std::fputs(kUsage, stdout); return 0;
@@ -988,7 +994,8 @@ again:
     o.out_file = out_file;
     o.quiet = quiet;
     o.follow = follow;
-    if (format != "text") die("--format json is not supported with a bpftrace program yet");
+    if (format != "text" && format != "json") die("-f: text or json");
+    o.json = format == "json";
     return run_bpftrace(o);
   }
   if (format != "text" && format != "json") die("--format: text or json");
