@@ -249,6 +249,10 @@ const Refusal kRefusals[] = {
     {"SyntaxError", "uprobe:@FIXTURE@:bt_add { $x = 1 + ; }", ";", "syntax error, unexpected ;"},
     {"MissingBrace", "uprobe:@FIXTURE@:bt_add { @ = count(); ", "",
      "syntax error, unexpected end of file, expecting }"},
+    {"IncrementInAnExpression", "uprobe:@FIXTURE@:bt_add { $y = @x++; }", "++",
+     "the ++ operator in an expression is not supported by uprobe-trace yet (only as a statement)"},
+    {"IncrementOfACount", "uprobe:@FIXTURE@:bt_add { @h = count(); @h++; }", "@h++",
+     "The ++ operator can not be used on expressions of type 'count'"},
     {"TimeNotYet", "uprobe:@FIXTURE@:bt_add { time(); }", "time", "time() is not supported by uprobe-trace yet"},
     // (delete, clear and zero: bpftrace 0.17's errors)
     {"DeleteOfNotAMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(1); }", "delete(1)",
@@ -463,6 +467,16 @@ TEST(Bpftrace, MapOpsInAProbeReachEveryThreadAndProcess) {
            "--", kUsdtFixture, "fork", "5"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "child_status=0\n\n\n@all: 15\n\n");
+}
+
+// `@x++` and `@x += e` from several threads add up, as in bpftrace's one map
+// (a map only ever updated with + and - is a sum of per-thread tables).
+TEST(Bpftrace, IncrementsFromEveryThreadAddUp) {
+  const Result r = run({kTrace, "-q", "-e",
+                        "uprobe:" + kUsdtFixture + ":trace_fn { @x++; @y += 2; @z--; @k[1] -= 3; }", "--",
+                        kUsdtFixture, "threads", "4", "100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\n\n@k[1]: 18446744073709550416\n@x: 400\n@y: 800\n@z: -400\n");
 }
 
 // A printf per fnmatch call of find over /usr/include (the load:

@@ -53,6 +53,12 @@ struct StmtA {
   Pos pos;
   ExprP target;  // $var or @map
   ExprP value;   // or the expression / condition
+  // An update (`@m[k]++`, `--$v`, `@m[k] += e`, ...): value is then
+  // `target OP e`; upd the operator ("+", "-", "*", ...), delta what a
+  // `+`/`-` update adds (e, -e, 1 or -1); incdec: ++ or --.
+  std::string upd;
+  ExprP delta;
+  bool incdec = false;
   std::vector<std::unique_ptr<StmtA>> then_, else_;
 };
 using StmtP = std::unique_ptr<StmtA>;
@@ -226,21 +232,82 @@ class Parser {
     for (const char* kw : {"unroll", "while", "for", "return"})
       if (s_.compare(i_, std::strlen(kw), kw) == 0 && !ident_char(peek(std::strlen(kw))))
         fail(here(std::strlen(kw)), std::string("'") + kw + "' is not supported by uprobe-trace yet");
+    // ++@m[k], --$v
+    std::string prefix;
+    if ((peek() == '+' || peek() == '-') && peek(1) == peek()) {
+      prefix = s_.substr(i_, 2);
+      adv(2);
+    }
     ExprP e = expr();
     skip_ws();
+    if (!prefix.empty() && e->k != EK::var && e->k != EK::map)
+      fail(e->pos, "The " + prefix + " operator must be applied to a map or variable");
+    if (!prefix.empty()) return update(std::move(st), std::move(e), prefix);
     if ((e->k == EK::var || e->k == EK::map) && peek() == '=' && peek(1) != '=') {
       adv();
       st->k = e->k == EK::var ? SK::var_assign : SK::map_assign;
       st->target = std::move(e);
       st->value = expr();
+      no_incdec_here();
       return st;
     }
-    for (const char* op : {"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
-      if (s_.compare(i_, std::strlen(op), op) == 0)
-        fail(here(std::strlen(op)), std::string("the ") + op + " operator is not supported by uprobe-trace yet");
+    for (const char* op : {"++", "--", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}) {
+      const std::size_t n = std::strlen(op);
+      if (s_.compare(i_, n, op) != 0) continue;
+      if (e->k != EK::var && e->k != EK::map)
+        fail(here(n), std::string("The ") + op + " operator must be applied to a map or variable");
+      adv(n);
+      return update(std::move(st), std::move(e), op);
+    }
     st->k = SK::expr;
     st->value = std::move(e);
     return st;
+  }
+
+  // `x++` `x--` `++x` `--x` `x OP= e` as the statement `x = x OP e` (with
+  // the delta of a + or - update kept apart: a map only ever updated so is
+  // a sum, merged over threads).
+  StmtP update(StmtP st, ExprP target, const std::string& op) {
+    st->k = target->k == EK::var ? SK::var_assign : SK::map_assign;
+    st->incdec = op == "++" || op == "--";
+    st->upd = op.substr(0, op.size() - 1);  // "+" "-" "*" ... "<<"
+    ExprP rhs;
+    if (st->incdec) {
+      st->upd = op.substr(0, 1);
+      rhs = make(EK::num, target->pos);
+      rhs->num = 1;
+    } else {
+      rhs = expr();
+      no_incdec_here();
+    }
+    if (st->upd == "+" || st->upd == "-") {
+      ExprP d = clone(*rhs);
+      if (st->upd == "-") {
+        ExprP neg = make(EK::unary, d->pos);
+        neg->name = "-";
+        neg->kids.push_back(std::move(d));
+        d = std::move(neg);
+      }
+      st->delta = std::move(d);
+    }
+    st->value = bin(EK::binary, st->upd, clone(*target), std::move(rhs));
+    st->target = std::move(target);
+    return st;
+  }
+
+  void no_incdec_here() {
+    skip_ws();
+    if ((peek() == '+' || peek() == '-') && peek(1) == peek())
+      fail(here(2), std::string("the ") + s_.substr(i_, 2) +
+                        " operator in an expression is not supported by uprobe-trace yet (only as a statement)");
+  }
+
+  static ExprP clone(const Expr& e) {
+    auto c = std::make_unique<Expr>();
+    c->k = e.k, c->pos = e.pos, c->name = e.name, c->num = e.num, c->bits = e.bits, c->sgn = e.sgn;
+    c->call_end = e.call_end;
+    for (const auto& k : e.kids) c->kids.push_back(clone(*k));
+    return c;
   }
 
   // ---- expressions (C precedence)
@@ -606,6 +673,7 @@ struct MapInfo {
   std::int64_t lmin = 0, lmax = 0, lstep = 1;
   bool value_signed = true;
   Pos pos;
+  bool from_update = false;  // a sum made of `+`/`-` updates (@m++, @m -= e) only
 };
 
 bool is_agg_fn(const std::string& n) {
@@ -786,6 +854,31 @@ class Compiler {
     MapInfo mi;
     mi.name = m.name;
     mi.pos = m.pos;
+    if (!s.upd.empty()) {
+      // (bpftrace 0.17: a map made by ++/-- prints signed, one made by OP= unsigned)
+      mi.from_update = s.upd == "+" || s.upd == "-";
+      mi.agg = mi.from_update ? Agg::sum : Agg::assign;
+      mi.value_signed = s.incdec;
+      for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
+      if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
+      for (MapInfo& o : maps_) {
+        if (o.name != mi.name) continue;
+        if (o.key_kinds.size() != mi.key_kinds.size())
+          fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
+                          std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
+                          std::to_string(o.key_kinds.size()) + "]");
+        if (o.agg != Agg::assign && !o.from_update) {
+          static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+          fail(Pos{m.pos.line, m.pos.col, m.pos.end + 2}, "The " + (s.incdec ? s.upd + s.upd : s.upd + "=") +
+                                                          " operator can not be used on expressions of type '" +
+                                                          kNames[static_cast<int>(o.agg)] + "'");
+        }
+        if (!(o.from_update && mi.from_update)) o.agg = Agg::assign, o.from_update = false;  // (read-modify-write)
+        return;
+      }
+      maps_.push_back(mi);
+      return;
+    }
     if (v.k == EK::call && is_agg_fn(v.name)) {
       static const std::map<std::string, Agg> kAgg = {{"count", Agg::count}, {"sum", Agg::sum},
                                                       {"avg", Agg::avg},     {"min", Agg::min},
@@ -825,8 +918,14 @@ class Compiler {
       mi.value_signed = true;  // (bpftrace 0.17 prints them signed, whatever the argument)
     for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
-    for (const MapInfo& o : maps_) {
+    for (MapInfo& o : maps_) {
       if (o.name != mi.name) continue;
+      if (o.from_update && mi.agg == Agg::assign) o.agg = Agg::assign, o.from_update = false;
+      if (o.from_update && mi.agg != Agg::assign) {
+        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+        fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                               kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type 'integer");
+      }
       if (o.key_kinds.size() != mi.key_kinds.size())
         fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                         std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
@@ -936,7 +1035,11 @@ class Compiler {
         st.b = key_list(*s.target, *m);
         st.c = static_cast<std::int32_t>(s.target->kids.size());
         const Expr& v = *s.value;
-        if (m->agg == Agg::assign) {
+        if (m->from_update) {  // a sum of the deltas
+          st.d = expr(*s.delta);
+          if (nodes_[static_cast<std::size_t>(st.d)].is_str)
+            fail(s.delta->pos, "maps of strings are not supported by uprobe-trace yet");
+        } else if (m->agg == Agg::assign) {
           st.d = expr(v);
           if (nodes_[static_cast<std::size_t>(st.d)].is_str)
             fail(v.pos, "maps of strings are not supported by uprobe-trace yet");
