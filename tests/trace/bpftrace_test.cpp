@@ -186,6 +186,29 @@ TEST(Bpftrace, LiveBpftracePrintsTheSame) {
   remove_tree(tree);
 }
 
+// -l as bpftrace 0.17 lists: a library named `libc` by the dynamic linker
+// cache's path, .symtab's versioned names, no `.part.N`; the same lines as
+// bpftrace -l itself prints (live, as above).
+TEST(Bpftrace, ListingIsBpftraces) {
+  Result r = run({kTrace, "-l", "uprobe:libc:fnmatch"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "uprobe:/lib/x86_64-linux-gnu/libc.so.6:fnmatch\n");
+  r = run({kTrace, "-l", "uprobe:" + kFixture + ":bt_*"});
+  EXPECT_EQ(r.out, "uprobe:" + kFixture + ":bt_add\nuprobe:" + kFixture + ":bt_many\nuprobe:" + kFixture +
+                       ":bt_name\nuprobe:" + kFixture + ":bt_neg\n");
+  struct stat st;
+  if (geteuid() != 0 || stat("/usr/bin/bpftrace", &st) != 0 || stat("/sys/kernel/tracing/uprobe_events", &st) != 0)
+    GTEST_SKIP() << "needs root, /usr/bin/bpftrace and tracefs at /sys/kernel/tracing";
+  for (const std::string& what : {std::string("uprobe:libc:*"), "uprobe:" + kFixture + ":*", "usdt:" + kUsdtFixture + ":*"}) {
+    SCOPED_TRACE(what);
+    const Result b = run({"/usr/bin/bpftrace", "-l", what});
+    if (b.status != 0) GTEST_SKIP() << "bpftrace cannot run here: " << b.err;
+    const Result u = run({kTrace, "-l", what});
+    EXPECT_EQ(u.out, b.out);
+    EXPECT_NE(u.out, "");
+  }
+}
+
 // A refused program: exit status 1, bpftrace's error shape on stderr (the
 // exact first line, then the line and ~ under the construct), nothing on
 // stdout, and the command never ran.

@@ -159,6 +159,50 @@ std::string resolve_here(const std::string& name, const std::string& prog_path) 
   return {};
 }
 
+// The path bpftrace 0.17 names a library by in its `probe` strings and its
+// -l listing, for a name with no '/' that starts with "lib" (`libc`,
+// `libz`): the first 64-bit entry of the dynamic linker's cache (ldconfig
+// -p, in the cache's order) whose name starts with NAME.so, as bcc's
+// bcc_procutils_which_so() picks it (/lib/x86_64-linux-gnu/libc.so.6 on
+// Debian 12, where the path uprobe-trace resolves is /usr/lib/...). Empty
+// when none.
+std::string ld_cache_path(const std::string& name) {
+  if (name.rfind("lib", 0) != 0 || name.find('/') != std::string::npos) return {};
+  static std::map<std::string, std::string> memo;
+  if (auto it = memo.find(name); it != memo.end()) return it->second;
+  std::string found;
+  for (const char* ldconfig : {"/sbin/ldconfig", "/usr/sbin/ldconfig"}) {
+    if (access(ldconfig, X_OK) != 0) continue;
+    std::FILE* f = popen((std::string(ldconfig) + " -p 2>/dev/null").c_str(), "re");
+    if (!f) break;
+    char line[4096];
+    while (found.empty() && std::fgets(line, sizeof line, f)) {
+      // "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1"
+      std::string l(line);
+      const auto open = l.find(" ("), arrow = l.find(") => ");
+      if (open == std::string::npos || arrow == std::string::npos) continue;
+      std::size_t b = 0;
+      while (b < l.size() && std::isspace(static_cast<unsigned char>(l[b]))) ++b;
+      const std::string soname = l.substr(b, open - b), flags = l.substr(open + 2, arrow - open - 2);
+      if (soname.rfind(name + ".so", 0) != 0 || flags.find("x86-64") == std::string::npos) continue;
+      found = l.substr(arrow + 5);
+      while (!found.empty() && (found.back() == '\n' || found.back() == ' ')) found.pop_back();
+    }
+    pclose(f);
+    break;
+  }
+  return memo[name] = found;
+}
+
+// PATH as bpftrace 0.17 shows it: as written when it has a '/', the
+// dynamic linker cache's path for a `lib...` name, else what this process
+// resolves.
+std::string bpftrace_path(const std::string& name, const std::string& resolved) {
+  if (name.find('/') != std::string::npos) return name;
+  if (std::string c = ld_cache_path(name); !c.empty()) return c;
+  return resolved;
+}
+
 // ---------------------------------------------------------------- -l
 
 bool fnmatch_like(const std::string& glob, const std::string& s) { return fnmatch(glob.c_str(), s.c_str(), 0) == 0; }
@@ -192,19 +236,25 @@ int list(const std::string& arg, bool verbose) {
     if (parts.size() == 2 && !has_glob(parts[1])) usdt_provider = "*", usdt_name = parts[1];
   }
   if (path.empty()) die("-l: empty PATH");
-  std::string file = resolve_here(path, {});
+  const std::string file = resolve_here(path, {});
   if (file.empty()) die(path + ": no such file, loaded library, library on the search path or program in $PATH");
+  // (listed by the path bpftrace shows: as written, or libc's from the linker's cache)
+  const std::string shown = bpftrace_path(path, file);
   std::string out;
   try {
     if (want_sym) {
+      // bpftrace's names: .symtab's as they are (`fnmatch@@GLIBC_2.2.5` in
+      // libc6-dbg's), .dynsym's without their version.
       std::set<std::string> names;
       for (const auto& s : uprobe::read_symbols(file)) {
         if (!s.executable || !s.in_file) continue;
         if (s.type != STT_FUNC && s.type != STT_GNU_IFUNC) continue;
-        std::string n = s.hidden_version ? s.name + "@" + s.version : s.name;
-        if (fnmatch_like(sym_glob, n)) names.insert(n);
+        // (and, as bpftrace 0.17's listing, no GCC partial function `f.part.N`)
+        if (s.name.find(".part.") != std::string::npos) continue;
+        for (const std::string& n : {s.name, s.dynamic ? s.name : s.full_name()})
+          if (fnmatch_like(sym_glob, n)) names.insert(n);
       }
-      for (const auto& n : names) out += "uprobe:" + file + ":" + n + "\n";
+      for (const auto& n : names) out += "uprobe:" + shown + ":" + n + "\n";
     }
     if (want_usdt) {
       std::vector<std::string> order;
@@ -215,7 +265,7 @@ int list(const std::string& arg, bool verbose) {
       std::map<std::string, Info> info;
       for (const auto& p : uprobe::usdt::probes(file)) {
         if (!fnmatch_like(usdt_provider, p.provider) || !fnmatch_like(usdt_name, p.name)) continue;
-        std::string k = "usdt:" + file + ":" + p.provider + ":" + p.name;
+        std::string k = "usdt:" + shown + ":" + p.provider + ":" + p.name;
         auto [it, fresh] = info.try_emplace(k);
         if (fresh) order.push_back(k);
         it->second.sites++;
@@ -752,7 +802,12 @@ int run_bpftrace(const BtOptions& o) {
     if (!s) die(perr);
     validate(*s, prog_path);
     nprobes += expansions(*s, prog_path);
-    joined += std::to_string(ap.probe) + "\t" + ap.spec + "\n";
+    // (the `probe` strings name PATH as bpftrace does: as written, or a
+    // `lib...` name by the dynamic linker cache's path)
+    std::string shown;
+    if (s->binary.find('/') != std::string::npos) shown = s->binary;
+    else shown = ld_cache_path(s->binary);
+    joined += std::to_string(ap.probe) + "\t" + ap.spec + (shown.empty() ? "" : "\t" + shown) + "\n";
     user_probes = true;
   }
   if (user_probes && o.cmd.empty())
