@@ -276,6 +276,9 @@ const Refusal kRefusals[] = {
      "the ++ operator in an expression is not supported by uprobe-trace yet (only as a statement)"},
     {"IncrementOfACount", "uprobe:@FIXTURE@:bt_add { @h = count(); @h++; }", "@h++",
      "The ++ operator can not be used on expressions of type 'count'"},
+    {"StringVariableGetsAnInteger", "uprobe:@FIXTURE@:bt_name { $s = str(arg0); $s = 7777; }", "7777",
+     "Type mismatch for $s: trying to assign value of type 'int64' when variable already contains a value of type "
+     "'string[64]'"},
     {"TimeNotYet", "uprobe:@FIXTURE@:bt_add { time(); }", "time", "time() is not supported by uprobe-trace yet"},
     // (delete, clear and zero: bpftrace 0.17's errors)
     {"DeleteOfNotAMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(1); }", "delete(1)",

@@ -687,8 +687,10 @@ class Compiler {
     Compiled out;
     strtab_.push_back('\0');
     // Maps: first definition wins (in source order), uses must agree.
-    for (auto& p : probes)
+    for (auto& p : probes) {
+      var_kinds_.clear();
       for (auto& s : p.body) define_maps(*s);
+    }
     for (std::size_t pi = 0; pi < probes.size(); ++pi) {
       ProbeA& pa = probes[pi];
       ProbeDesc pd{};
@@ -706,6 +708,7 @@ class Compiler {
       cur_ret_ = any_ret_;
       any_ret_ = false;
       vars_.clear();
+      svars_.clear();
       if (pa.pred) {
         pd.pred = expr(*pa.pred);
         if (nodes_[static_cast<std::size_t>(pd.pred)].is_str) fail(pa.pred->pos, "Invalid type for predicate: string");
@@ -715,6 +718,7 @@ class Compiler {
       pd.body = list(body);
       pd.nbody = static_cast<std::int32_t>(body.size());
       pd.nvars = static_cast<std::int32_t>(vars_.size());
+      pd.nsvars = static_cast<std::int32_t>(svars_.size());
       probes_.push_back(pd);
     }
     // Layout of a thread's area.
@@ -848,6 +852,10 @@ class Compiler {
       for (auto& t : s.else_) define_maps(*t);
       return;
     }
+    if (s.k == SK::var_assign) {
+      if (!var_kinds_.count(s.target->name)) var_kinds_[s.target->name] = static_kind(*s.value) == 1 ? 1 : 2;
+      return;
+    }
     if (s.k != SK::map_assign) return;
     Expr& m = *s.target;
     Expr& v = *s.value;
@@ -946,6 +954,10 @@ class Compiler {
   std::uint8_t static_kind(const Expr& e) {
     switch (e.k) {
       case EK::str: return 1;
+      case EK::var: {
+        auto it = var_kinds_.find(e.name);
+        return it != var_kinds_.end() && it->second == 1 ? 1 : 2;
+      }
       case EK::builtin:
         if (e.name == "comm" || e.name == "func" || e.name == "probe") return 1;
         if (e.name.rfind("arg", 0) == 0 || e.name == "retval" || e.name == "nsecs" || e.name == "elapsed") return 0;
@@ -1022,9 +1034,14 @@ class Compiler {
       case SK::var_assign: {
         st.op = StmtOp::set_var;
         st.b = expr(*s.value);
-        if (nodes_[static_cast<std::size_t>(st.b)].is_str)
-          fail(s.value->pos, "string $variables are not supported by uprobe-trace yet");
-        st.a = var_slot(s.target->name, s.target->pos, true);
+        const bool is_s = nodes_[static_cast<std::size_t>(st.b)].is_str != 0;
+        const std::string& name = s.target->name;
+        if (is_s ? vars_.count(name) != 0 : svars_.count(name) != 0)  // (bpftrace 0.17's error)
+          fail(s.value->pos, "Type mismatch for " + name + ": trying to assign value of type '" +
+                                 (is_s ? "string[64]" : "int64") + "' when variable already contains a value of type '" +
+                                 (is_s ? "int64" : "string[64]") + "'");
+        st.a = is_s ? svar_slot(name, s.target->pos) : var_slot(name, s.target->pos, true);
+        st.c = is_s ? 1 : 0;
         return push(st);
       }
       case SK::map_assign: {
@@ -1142,6 +1159,15 @@ class Compiler {
     return push(st);
   }
 
+  std::int32_t svar_slot(const std::string& name, Pos pos) {
+    auto it = svars_.find(name);
+    if (it != svars_.end()) return it->second;
+    if (svars_.size() >= kMaxStrVars) fail(pos, "too many string $variables (at most " + std::to_string(kMaxStrVars) + ")");
+    const auto slot = static_cast<std::int32_t>(svars_.size());
+    svars_[name] = slot;
+    return slot;
+  }
+
   std::int32_t var_slot(const std::string& name, Pos pos, bool define) {
     auto it = vars_.find(name);
     if (it != vars_.end()) return it->second;
@@ -1186,6 +1212,11 @@ class Compiler {
       }
       case EK::builtin: return builtin(e);
       case EK::var: {
+        if (auto sv = svars_.find(e.name); sv != svars_.end()) {
+          std::int32_t r = leaf(Op::var, true, false);
+          nodes_[static_cast<std::size_t>(r)].a = sv->second;
+          return r;
+        }
         std::int32_t slot = var_slot(e.name, e.pos, false);
         std::int32_t r = leaf(Op::var, false, true);
         nodes_[static_cast<std::size_t>(r)].a = slot;
@@ -1333,7 +1364,8 @@ class Compiler {
   std::vector<ProbeDesc> probes_;
   std::vector<FmtDesc> fmts_;
   std::vector<char> strtab_;
-  std::map<std::string, std::int32_t> vars_;
+  std::map<std::string, std::int32_t> vars_, svars_;  // this probe's integer and string $variables
+  std::map<std::string, std::uint8_t> var_kinds_;  // define_maps(): this probe's $variables' static_kind()
   unsigned if_depth_ = 0;
   std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;

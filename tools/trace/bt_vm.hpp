@@ -39,6 +39,7 @@ namespace uptrace::bt {
 inline constexpr std::uint64_t kBlobMagic = 0x316d76747470750aull;
 inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL included (a `probe` string is PATH and more)
 inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
+inline constexpr unsigned kMaxStrVars = 8;     ///< string $variables per probe (kStrLen bytes each, on the hit's stack)
 inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
 inline constexpr unsigned kMaxIfDepth = 64;    ///< if/else nesting (`else if` included): exec()'s recursion
 inline constexpr unsigned kMaxArgs = 8;        ///< map key components
@@ -56,7 +57,7 @@ enum class Op : std::uint8_t {
   str,       ///< string literal at strtab offset a
   arg,       ///< argN, N = imm
   retval, pid, tid, uid, comm, func, probe, nsecs, elapsed, cpu,
-  var,       ///< $variable slot a
+  var,       ///< $variable slot a (is_str: string $variable slot a)
   map_read,  ///< map a, key list b (count c)
   unary,     ///< sub: '-', '!', '~'
   binary,    ///< sub: BinOp, children a b; imm 1: signed
@@ -82,7 +83,7 @@ struct Node {
 enum class Agg : std::uint8_t { count, sum, avg, min, max, stats, hist, lhist, assign };
 
 enum class StmtOp : std::uint8_t {
-  set_var,   ///< $var a = expr b
+  set_var,   ///< $var a = expr b (c 1: a string $variable)
   map_agg,   ///< map a [keys: list b, count c] (agg of the map) with value expr d (or none)
   printf_,   ///< format a, args: list b, count c
   if_,       ///< cond a; then: list b count c; else: list d count e
@@ -109,6 +110,7 @@ struct ProbeDesc {
   std::int32_t pred = -1;        ///< predicate expr, -1: none
   std::int32_t body = 0, nbody = 0;  ///< statements: list range
   std::int32_t nvars = 0;
+  std::int32_t nsvars = 0;       ///< string $variables
   std::int64_t interval_ns = 0;
 };
 
@@ -279,6 +281,7 @@ class Vm {
   void run_probe(std::uint32_t pi) noexcept {
     const ProbeDesc& pd = p_.probes[pi];
     std::memset(vars_, 0, static_cast<std::size_t>(pd.nvars) * sizeof vars_[0]);  // (only those it uses)
+    for (std::int32_t k = 0; k < pd.nsvars; ++k) svars_[k][0] = 0;
     if (pd.pred >= 0) {
       Val v = eval(pd.pred);
       if (truth(v) == 0) return;
@@ -486,7 +489,10 @@ class Vm {
       case Op::probe: v.s = c_.probe; break;
       case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
       case Op::elapsed: v.i = static_cast<std::int64_t>(now_ns() - c_.start_ns); break;
-      case Op::var: v.i = vars_[n.a]; break;
+      case Op::var:
+        if (n.is_str) v.s = svars_[n.a];
+        else v.i = vars_[n.a];
+        break;
       case Op::map_read: {
         const MapDesc& m = p_.maps[n.a];
         const std::uint64_t* key = encode_key(m, n.b, n.c);
@@ -560,7 +566,19 @@ class Vm {
       if (c_.exit_flag && *c_.exit_flag) return;
       const Stmt& s = p_.stmts[p_.lists[l + k]];
       switch (s.op) {
-        case StmtOp::set_var: vars_[s.a] = eval(s.b).i; break;
+        case StmtOp::set_var: {
+          const Val x = eval(s.b);
+          if (s.c) {  // (a copy: the value may be a str() scratch buffer, or this variable)
+            char tmp[kStrLen];
+            std::size_t j = 0;
+            for (const char* src = x.s ? x.s : ""; j < kStrLen - 1 && src[j]; ++j) tmp[j] = src[j];
+            tmp[j] = 0;
+            std::memcpy(svars_[s.a], tmp, j + 1);
+          } else {
+            vars_[s.a] = x.i;
+          }
+          break;
+        }
         case StmtOp::expr: eval(s.a); break;
         case StmtOp::exit_: if (c_.exit_flag) *c_.exit_flag = 1; return;
         case StmtOp::if_:
@@ -694,6 +712,7 @@ class Vm {
   // Not cleared as a whole at each hit: run_probe() clears the variables the
   // probe uses, encode_key() the key words of its map.
   std::int64_t vars_[kMaxVars];
+  char svars_[kMaxStrVars][kStrLen];
   std::uint64_t key_[kKeyStackWords];
   unsigned key_top_ = 0;
   char comm_[17];
