@@ -43,6 +43,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.CommandWordsExitStatusAndNoCommand trace.Bpftrace.NoPrintfEventLostOnFind
                      trace.Bpftrace.DeepNestingIsRefusedNotACrash trace.Bpftrace.MapOpsInAProbeReachEveryThreadAndProcess
                      trace.Bpftrace.IncrementsFromEveryThreadAddUp trace.Bpftrace.ListingIsBpftraces
+                     trace.Bpftrace.CtrlCEndsTheProgramAndPrintsTheMaps
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()

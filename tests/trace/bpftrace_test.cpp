@@ -6,6 +6,7 @@
 // exact error line, before anything runs.
 
 #include <fcntl.h>
+#include <csignal>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -503,6 +504,44 @@ TEST(Bpftrace, IncrementsFromEveryThreadAddUp) {
                         kUsdtFixture, "threads", "4", "100"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "\n\n@k[1]: 18446744073709550416\n@x: 400\n@y: 800\n@z: -400\n");
+}
+
+// Ctrl-C as bpftrace takes it: END runs, the maps are printed and the
+// program is ended, even one that ignores SIGINT (blockign: it waits for a
+// signal with SIGINT ignored); one Ctrl-C is enough, the exit status is 0.
+TEST(Bpftrace, CtrlCEndsTheProgramAndPrintsTheMaps) {
+  char t[] = "/tmp/bt-ctrlc.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::vector<std::string> args{kTrace, "-e",
+                                      "uprobe:" + kUsdtFixture + ":trace_fn { @n = count(); } END { printf(\"end\\n\"); }",
+                                      "--", kUsdtFixture, "blockign", "7"};
+  const pid_t p = fork();
+  if (p == 0) {
+    setpgid(0, 0);
+    const int o = open((d + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = open((d + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1), dup2(e, 2);
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  setpgid(p, p);
+  for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=7\n") == std::string::npos; ++i) usleep(10000);
+  kill(-p, SIGINT);  // (the terminal's Ctrl-C: the whole group)
+  int st = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && (done = waitpid(p, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (done != p) {
+    kill(-p, SIGKILL);
+    waitpid(p, &st, 0);
+  }
+  EXPECT_EQ(done, p) << "still running 10 s after one Ctrl-C";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << " " << slurp(d + "/err");
+  EXPECT_EQ(slurp(d + "/out"), "Attaching 2 probes...\nfn=7\nend\n\n\n@n: 7\n");
+  for (const char* f : {"/out", "/err"}) unlink((d + f).c_str());
+  rmdir(d.c_str());
 }
 
 // A printf per fnmatch call of find over /usr/include (the load:

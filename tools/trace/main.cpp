@@ -934,6 +934,13 @@ int run_bpftrace(const BtOptions& o) {
       const ssize_t n = read(sig_fd, &si, sizeof si);
       if (n == static_cast<ssize_t>(sizeof si) && si.ssi_signo == SIGINT) {
         if (child < 0 || ++interrupts >= 2) break;
+        // bpftrace's Ctrl-C: END, the maps, and the program ended (SIGTERM,
+        // as after exit(); one that survives SIGINT too): once it is gone,
+        // with every event it made, here; a second Ctrl-C does not wait.
+        if (!terminated) {
+          terminated = true;
+          if (g_child > 0) kill(g_child, SIGTERM);
+        }
       }
     }
   }
