@@ -44,6 +44,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.DeepNestingIsRefusedNotACrash trace.Bpftrace.MapOpsInAProbeReachEveryThreadAndProcess
                      trace.Bpftrace.IncrementsFromEveryThreadAddUp trace.Bpftrace.ListingIsBpftraces
                      trace.Bpftrace.CtrlCEndsTheProgramAndPrintsTheMaps
+                     trace.Bpftrace.LostEventsAreCountedInTheOutput
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()

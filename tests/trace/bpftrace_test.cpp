@@ -544,6 +544,47 @@ TEST(Bpftrace, CtrlCEndsTheProgramAndPrintsTheMaps) {
   rmdir(d.c_str());
 }
 
+// A full printf ring (the CLI stopped while the program makes 100000
+// events) loses events, and says how many as bpftrace does, in the output:
+// "Lost N events"; every event is printed or counted there.
+TEST(Bpftrace, LostEventsAreCountedInTheOutput) {
+  char t[] = "/tmp/bt-lost.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::vector<std::string> args{kTrace, "-q", "-e", "uprobe:" + kUsdtFixture + ":trace_fn { printf(\"e\\n\"); }",
+                                      "--", "/bin/sh", "-c", "sleep 0.5; exec " + kUsdtFixture + " block 100000"};
+  const pid_t p = fork();
+  if (p == 0) {
+    setpgid(0, 0);
+    const int o = open((d + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1);
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  setpgid(p, p);
+  usleep(100000);
+  kill(p, SIGSTOP);  // (the CLI only: its rings are not drained now)
+  for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=100000\n") == std::string::npos; ++i) usleep(10000);
+  kill(p, SIGCONT);
+  kill(-p, SIGINT);
+  int st = 0;
+  waitpid(p, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  std::istringstream in(slurp(d + "/out"));
+  unsigned long events = 0, lost = 0, lost_lines = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l == "e") ++events;
+    else if (l.rfind("Lost ", 0) == 0) lost += std::stoul(l.substr(5)), ++lost_lines;
+  }
+  EXPECT_GT(lost, 0u);
+  EXPECT_GE(lost_lines, 1u);
+  EXPECT_EQ(events + lost, 100000u);
+  unlink((d + "/out").c_str());
+  rmdir(d.c_str());
+}
+
 // A printf per fnmatch call of find over /usr/include (the load:
 // some 25000 events in a fraction of a second): every event is printed, in
 // the order of the calls, none lost.

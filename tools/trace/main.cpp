@@ -647,7 +647,6 @@ class BtRun {
         tail += e->bytes;
       }
       __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
-      lost_ += 0;
     };
     take(own_.data());
     for (auto& b : blocks_) take(b.area);
@@ -664,6 +663,15 @@ class BtRun {
         // (the sender did its own table, but for the CLI's own events)
         apply(e.kind, e.map, e.key.data(), e.ts, e.from == own_.data() ? nullptr : e.from);
       }
+    }
+    // Events a full ring dropped since the last drain: bpftrace's line, in
+    // the output (its perf reader prints it when it learns of them).
+    if (const std::uint64_t lost = lost_events(); lost > lost_) {
+      const unsigned long long d = lost - lost_;
+      if (json_) std::fprintf(out_, "{\"type\": \"lost_events\", \"data\": {\"events\": %llu}}\n", d);
+      else std::fprintf(out_, "Lost %llu events\n", d);
+      lost_ = lost;
+      wrote = true;
     }
     if (wrote) std::fflush(out_);
   }
@@ -746,7 +754,7 @@ class BtRun {
   std::vector<Block> blocks_;
   std::uint64_t next_slot_ = 0;
   std::set<std::uint64_t> pending_;
-  std::uint64_t lost_ = 0;
+  std::uint64_t lost_ = 0;  // lost events already reported
 };
 
 // Number of probes bpftrace would attach for a spec (its wildcard expansions).
