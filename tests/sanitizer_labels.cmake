@@ -41,7 +41,10 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame
                      trace.Bpftrace.OutputFileProgramFileAndDashDash trace.Bpftrace.BareSpecStillCounts
                      trace.Bpftrace.CommandWordsExitStatusAndNoCommand trace.Bpftrace.NoPrintfEventLostOnFind
-                     trace.Bpftrace.DeepNestingIsRefusedNotACrash
+                     trace.Bpftrace.DeepNestingIsRefusedNotACrash trace.Bpftrace.MapOpsInAProbeReachEveryThreadAndProcess
+                     trace.Bpftrace.IncrementsFromEveryThreadAddUp trace.Bpftrace.ListingIsBpftraces
+                     trace.Bpftrace.CtrlCEndsTheProgramAndPrintsTheMaps
+                     trace.Bpftrace.LostEventsAreCountedInTheOutput
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()

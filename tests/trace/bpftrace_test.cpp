@@ -6,6 +6,7 @@
 // exact error line, before anything runs.
 
 #include <fcntl.h>
+#include <csignal>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -186,6 +187,29 @@ TEST(Bpftrace, LiveBpftracePrintsTheSame) {
   remove_tree(tree);
 }
 
+// -l as bpftrace 0.17 lists: a library named `libc` by the dynamic linker
+// cache's path, .symtab's versioned names, no `.part.N`; the same lines as
+// bpftrace -l itself prints (live, as above).
+TEST(Bpftrace, ListingIsBpftraces) {
+  Result r = run({kTrace, "-l", "uprobe:libc:fnmatch"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "uprobe:/lib/x86_64-linux-gnu/libc.so.6:fnmatch\n");
+  r = run({kTrace, "-l", "uprobe:" + kFixture + ":bt_*"});
+  EXPECT_EQ(r.out, "uprobe:" + kFixture + ":bt_add\nuprobe:" + kFixture + ":bt_many\nuprobe:" + kFixture +
+                       ":bt_name\nuprobe:" + kFixture + ":bt_neg\n");
+  struct stat st;
+  if (geteuid() != 0 || stat("/usr/bin/bpftrace", &st) != 0 || stat("/sys/kernel/tracing/uprobe_events", &st) != 0)
+    GTEST_SKIP() << "needs root, /usr/bin/bpftrace and tracefs at /sys/kernel/tracing";
+  for (const std::string& what : {std::string("uprobe:libc:*"), "uprobe:" + kFixture + ":*", "usdt:" + kUsdtFixture + ":*"}) {
+    SCOPED_TRACE(what);
+    const Result b = run({"/usr/bin/bpftrace", "-l", what});
+    if (b.status != 0) GTEST_SKIP() << "bpftrace cannot run here: " << b.err;
+    const Result u = run({kTrace, "-l", what});
+    EXPECT_EQ(u.out, b.out);
+    EXPECT_NE(u.out, "");
+  }
+}
+
 // A refused program: exit status 1, bpftrace's error shape on stderr (the
 // exact first line, then the line and ~ under the construct), nothing on
 // stdout, and the command never ran.
@@ -249,14 +273,33 @@ const Refusal kRefusals[] = {
     {"SyntaxError", "uprobe:@FIXTURE@:bt_add { $x = 1 + ; }", ";", "syntax error, unexpected ;"},
     {"MissingBrace", "uprobe:@FIXTURE@:bt_add { @ = count(); ", "",
      "syntax error, unexpected end of file, expecting }"},
-    {"ClearNotYet", "uprobe:@FIXTURE@:bt_add { @x = count(); clear(@x); }", "clear",
-     "clear() is not supported by uprobe-trace yet"},
+    {"IncrementInAnExpression", "uprobe:@FIXTURE@:bt_add { $y = @x++; }", "++",
+     "the ++ operator in an expression is not supported by uprobe-trace yet (only as a statement)"},
+    {"IncrementOfACount", "uprobe:@FIXTURE@:bt_add { @h = count(); @h++; }", "@h++",
+     "The ++ operator can not be used on expressions of type 'count'"},
+    {"StringVariableGetsAnInteger", "uprobe:@FIXTURE@:bt_name { $s = str(arg0); $s = 7777; }", "7777",
+     "Type mismatch for $s: trying to assign value of type 'int64' when variable already contains a value of type "
+     "'string[64]'"},
+    {"TimeNotYet", "uprobe:@FIXTURE@:bt_add { time(); }", "time", "time() is not supported by uprobe-trace yet"},
+    // (delete, clear and zero: bpftrace 0.17's errors)
+    {"DeleteOfNotAMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(1); }", "delete(1)",
+     "delete() expects a map to be provided"},
+    {"ClearOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); clear(@x[1]); }", "clear(@x[1])",
+     "The map passed to clear() should not be indexed by a key"},
+    {"ZeroOfTwoMaps", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); zero(@x, @x); }", "zero(@x, @x)",
+     "zero() requires one argument (2 provided)"},
+    {"DeleteOfAnUndefinedMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(@u[1]); }", "delete(@u[1])",
+     "Undefined map: @u"},
+    {"ClearInAnAssignment", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); $y = clear(@x); }", "clear(@x)",
+     "clear() should not be used in an assignment or as a map key"},
     {"PrintOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); print(@x[1]); }", "print(@x[1])",
      "print() of a whole map (print(@name)) is all uprobe-trace supports yet"},
     {"UstackNotYet", "uprobe:@FIXTURE@:bt_add { @[ustack] = count(); }", "ustack",
      "ustack is not supported by uprobe-trace yet"},
-    {"Arg6NotYet", "uprobe:@FIXTURE@:bt_add { @ = sum(arg6); }", "arg6",
-     "arg6 is not supported by uprobe-trace yet (arg0-arg5: the argument registers)"},
+    // (bpftrace 0.17 on x86-64: arg0-arg5 are the registers; the stack's are sarg0...)
+    {"Arg6", "uprobe:@FIXTURE@:bt_many { @ = sum(arg6); }", "arg6", "x86_64 doesn't support arg6"},
+    {"StackArgInUretprobe", "uretprobe:@FIXTURE@:bt_many { @ = sum(sarg0); }", "sarg0",
+     "The sarg0 builtin can only be used with 'kprobes' and 'uprobes' probes"},
     {"ArgInUretprobe", "uretprobe:@FIXTURE@:bt_add { @ = arg0; }", "arg0",
      "The arg0 builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes"},
     {"CountWithArgument", "uprobe:@FIXTURE@:bt_add { @ = count(1); }", "count(1)",
@@ -429,6 +472,117 @@ TEST(Bpftrace, CommandWordsExitStatusAndNoCommand) {
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "uprobe-trace: uprobe, uretprobe and usdt probes need a program to trace: -c 'CMD' or -- PROG ARGS "
                    "(uprobe-trace runs in the programs it starts, not system-wide)\n");
+}
+
+// delete(), clear() and zero() in a probe act on the one map bpftrace has,
+// not on the calling thread's table only: keys other threads and other
+// processes stored are gone (or zeroed) too.
+TEST(Bpftrace, MapOpsInAProbeReachEveryThreadAndProcess) {
+  // 4 threads count; the main thread (which never calls trace_fn) clears,
+  // deletes and zeroes at exit().
+  Result r = run({kTrace, "-e",
+                  "uprobe:" + kUsdtFixture + ":trace_fn { @c[tid] = count(); @k[1] = count(); @z[1] = count(); @n = count(); } "
+                  "uprobe:libc:exit { clear(@c); delete(@k[1]); zero(@z); }",
+                  "--", kUsdtFixture, "threads", "4", "100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 2 probes...\n\n\n\n\n@n: 400\n@z[1]: 0\n");
+  // fork 5: the parent counts 5, its child 10; the parent deletes the key
+  // after the child has ended (in its static say(), after waitpid).
+  r = run({kTrace, "-q", "-e",
+           "uprobe:" + kUsdtFixture + ":trace_fn { @c[1] = count(); @all = count(); } uprobe:" + kUsdtFixture +
+               ":say { delete(@c[1]); }",
+           "--", kUsdtFixture, "fork", "5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "child_status=0\n\n\n@all: 15\n\n");
+}
+
+// `@x++` and `@x += e` from several threads add up, as in bpftrace's one map
+// (a map only ever updated with + and - is a sum of per-thread tables).
+TEST(Bpftrace, IncrementsFromEveryThreadAddUp) {
+  const Result r = run({kTrace, "-q", "-e",
+                        "uprobe:" + kUsdtFixture + ":trace_fn { @x++; @y += 2; @z--; @k[1] -= 3; }", "--",
+                        kUsdtFixture, "threads", "4", "100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\n\n@k[1]: 18446744073709550416\n@x: 400\n@y: 800\n@z: -400\n");
+}
+
+// Ctrl-C as bpftrace takes it: END runs, the maps are printed and the
+// program is ended, even one that ignores SIGINT (blockign: it waits for a
+// signal with SIGINT ignored); one Ctrl-C is enough, the exit status is 0.
+TEST(Bpftrace, CtrlCEndsTheProgramAndPrintsTheMaps) {
+  char t[] = "/tmp/bt-ctrlc.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::vector<std::string> args{kTrace, "-e",
+                                      "uprobe:" + kUsdtFixture + ":trace_fn { @n = count(); } END { printf(\"end\\n\"); }",
+                                      "--", kUsdtFixture, "blockign", "7"};
+  const pid_t p = fork();
+  if (p == 0) {
+    setpgid(0, 0);
+    const int o = open((d + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = open((d + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1), dup2(e, 2);
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  setpgid(p, p);
+  for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=7\n") == std::string::npos; ++i) usleep(10000);
+  kill(-p, SIGINT);  // (the terminal's Ctrl-C: the whole group)
+  int st = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && (done = waitpid(p, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (done != p) {
+    kill(-p, SIGKILL);
+    waitpid(p, &st, 0);
+  }
+  EXPECT_EQ(done, p) << "still running 10 s after one Ctrl-C";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << " " << slurp(d + "/err");
+  EXPECT_EQ(slurp(d + "/out"), "Attaching 2 probes...\nfn=7\nend\n\n\n@n: 7\n");
+  for (const char* f : {"/out", "/err"}) unlink((d + f).c_str());
+  rmdir(d.c_str());
+}
+
+// A full printf ring (the CLI stopped while the program makes 100000
+// events) loses events, and says how many as bpftrace does, in the output:
+// "Lost N events"; every event is printed or counted there.
+TEST(Bpftrace, LostEventsAreCountedInTheOutput) {
+  char t[] = "/tmp/bt-lost.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::vector<std::string> args{kTrace, "-q", "-e", "uprobe:" + kUsdtFixture + ":trace_fn { printf(\"e\\n\"); }",
+                                      "--", "/bin/sh", "-c", "sleep 0.5; exec " + kUsdtFixture + " block 100000"};
+  const pid_t p = fork();
+  if (p == 0) {
+    setpgid(0, 0);
+    const int o = open((d + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1);
+    std::vector<char*> cargs;
+    for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  setpgid(p, p);
+  usleep(100000);
+  kill(p, SIGSTOP);  // (the CLI only: its rings are not drained now)
+  for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=100000\n") == std::string::npos; ++i) usleep(10000);
+  kill(p, SIGCONT);
+  kill(-p, SIGINT);
+  int st = 0;
+  waitpid(p, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  std::istringstream in(slurp(d + "/out"));
+  unsigned long events = 0, lost = 0, lost_lines = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l == "e") ++events;
+    else if (l.rfind("Lost ", 0) == 0) lost += std::stoul(l.substr(5)), ++lost_lines;
+  }
+  EXPECT_GT(lost, 0u);
+  EXPECT_GE(lost_lines, 1u);
+  EXPECT_EQ(events + lost, 100000u);
+  unlink((d + "/out").c_str());
+  rmdir(d.c_str());
 }
 
 // A printf per fnmatch call of find over /usr/include (the load:

@@ -277,6 +277,7 @@ void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret) 
   for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
   bt::HitContext ctx;
   ctx.args = args;
+  ctx.sp = regs.sp();  // (sargN: uprobes only, the compiler checks)
   ctx.retval = ret ? regs.ret() : 0;
   ctx.start_ns = g->header->bt_start_ns;
   ctx.area = b + g->bt_area;
@@ -629,12 +630,14 @@ void attach(const std::vector<std::string>& texts) {
   std::map<std::pair<std::string, std::uint64_t>, FnPlan> fns;
   std::map<std::string, UsdtPlan> usdts;
   for (const std::string& line : texts) {
-    // "PROBE\tSPEC": an attach point of the bpftrace program's probe block PROBE.
+    // "PROBE\tSPEC[\tSHOWN]": an attach point of the bpftrace program's probe
+    // block PROBE; SHOWN: the PATH its `probe` strings name (bpftrace's).
     long bt_probe = -1;
-    std::string text = line;
+    std::string text = line, shown;
     if (const auto tab = line.find('\t'); tab != std::string::npos) {
       bt_probe = std::strtol(line.c_str(), nullptr, 10);
       text = line.substr(tab + 1);
+      if (const auto t2 = text.find('\t'); t2 != std::string::npos) shown = text.substr(t2 + 1), text.resize(t2);
       if (!g_bt_blob || bt_probe < 0 || static_cast<std::uint64_t>(bt_probe) >= g_bt.h->nprobes) continue;
     }
     meta->specs.push_back({text, 0, ""});
@@ -662,7 +665,10 @@ void attach(const std::vector<std::string>& texts) {
           if (fresh) it->second.key = key, mine.insert(key), it->second.count = bt_probe < 0;
           if (bt_probe < 0) it->second.count = true;
           else if (bt_done.insert(key).second)
-            it->second.bt.push_back({static_cast<std::uint32_t>(bt_probe), strdup(key.c_str()), strdup(p.name.c_str())});
+            it->second.bt.push_back({static_cast<std::uint32_t>(bt_probe),
+                                     strdup(shown.empty() ? key.c_str()
+                                                          : ("usdt:" + shown + ":" + p.provider + ":" + p.name).c_str()),
+                                     strdup(p.name.c_str())});
           it->second.specs.insert(si);
           if (mine.count(key)) it->second.sites.push_back(std::move(p));
         }
@@ -682,7 +688,8 @@ void attach(const std::vector<std::string>& texts) {
           if (f.name.empty()) f.name = what;
           f.specs.insert(si);
           if (bt_probe >= 0) {
-            const std::string probe_name = std::string(kind_name(spec->kind)) + ":" + loc.path + ":" + what;
+            const std::string probe_name =
+                std::string(kind_name(spec->kind)) + ":" + (shown.empty() ? loc.path : shown) + ":" + what;
             (spec->kind == Kind::uprobe ? f.bt_entries : f.bt_rets)
                 .push_back({static_cast<std::uint32_t>(bt_probe), strdup(probe_name.c_str()),
                             strdup(display_symbol(loc.symbol).c_str())});

@@ -53,6 +53,12 @@ struct StmtA {
   Pos pos;
   ExprP target;  // $var or @map
   ExprP value;   // or the expression / condition
+  // An update (`@m[k]++`, `--$v`, `@m[k] += e`, ...): value is then
+  // `target OP e`; upd the operator ("+", "-", "*", ...), delta what a
+  // `+`/`-` update adds (e, -e, 1 or -1); incdec: ++ or --.
+  std::string upd;
+  ExprP delta;
+  bool incdec = false;
   std::vector<std::unique_ptr<StmtA>> then_, else_;
 };
 using StmtP = std::unique_ptr<StmtA>;
@@ -73,11 +79,11 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 const std::set<std::string> kUnsupportedFns = {
-    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg", "clear", "zero", "delete",
+    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg",
     "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
-                                                     "cgroup", "args", "ctx", "sarg0", "sarg1", "sarg2", "jiffies",
+                                                     "cgroup", "args", "ctx", "jiffies",
                                                      "numaid"};
 
 class Parser {
@@ -226,21 +232,82 @@ class Parser {
     for (const char* kw : {"unroll", "while", "for", "return"})
       if (s_.compare(i_, std::strlen(kw), kw) == 0 && !ident_char(peek(std::strlen(kw))))
         fail(here(std::strlen(kw)), std::string("'") + kw + "' is not supported by uprobe-trace yet");
+    // ++@m[k], --$v
+    std::string prefix;
+    if ((peek() == '+' || peek() == '-') && peek(1) == peek()) {
+      prefix = s_.substr(i_, 2);
+      adv(2);
+    }
     ExprP e = expr();
     skip_ws();
+    if (!prefix.empty() && e->k != EK::var && e->k != EK::map)
+      fail(e->pos, "The " + prefix + " operator must be applied to a map or variable");
+    if (!prefix.empty()) return update(std::move(st), std::move(e), prefix);
     if ((e->k == EK::var || e->k == EK::map) && peek() == '=' && peek(1) != '=') {
       adv();
       st->k = e->k == EK::var ? SK::var_assign : SK::map_assign;
       st->target = std::move(e);
       st->value = expr();
+      no_incdec_here();
       return st;
     }
-    for (const char* op : {"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
-      if (s_.compare(i_, std::strlen(op), op) == 0)
-        fail(here(std::strlen(op)), std::string("the ") + op + " operator is not supported by uprobe-trace yet");
+    for (const char* op : {"++", "--", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}) {
+      const std::size_t n = std::strlen(op);
+      if (s_.compare(i_, n, op) != 0) continue;
+      if (e->k != EK::var && e->k != EK::map)
+        fail(here(n), std::string("The ") + op + " operator must be applied to a map or variable");
+      adv(n);
+      return update(std::move(st), std::move(e), op);
+    }
     st->k = SK::expr;
     st->value = std::move(e);
     return st;
+  }
+
+  // `x++` `x--` `++x` `--x` `x OP= e` as the statement `x = x OP e` (with
+  // the delta of a + or - update kept apart: a map only ever updated so is
+  // a sum, merged over threads).
+  StmtP update(StmtP st, ExprP target, const std::string& op) {
+    st->k = target->k == EK::var ? SK::var_assign : SK::map_assign;
+    st->incdec = op == "++" || op == "--";
+    st->upd = op.substr(0, op.size() - 1);  // "+" "-" "*" ... "<<"
+    ExprP rhs;
+    if (st->incdec) {
+      st->upd = op.substr(0, 1);
+      rhs = make(EK::num, target->pos);
+      rhs->num = 1;
+    } else {
+      rhs = expr();
+      no_incdec_here();
+    }
+    if (st->upd == "+" || st->upd == "-") {
+      ExprP d = clone(*rhs);
+      if (st->upd == "-") {
+        ExprP neg = make(EK::unary, d->pos);
+        neg->name = "-";
+        neg->kids.push_back(std::move(d));
+        d = std::move(neg);
+      }
+      st->delta = std::move(d);
+    }
+    st->value = bin(EK::binary, st->upd, clone(*target), std::move(rhs));
+    st->target = std::move(target);
+    return st;
+  }
+
+  void no_incdec_here() {
+    skip_ws();
+    if ((peek() == '+' || peek() == '-') && peek(1) == peek())
+      fail(here(2), std::string("the ") + s_.substr(i_, 2) +
+                        " operator in an expression is not supported by uprobe-trace yet (only as a statement)");
+  }
+
+  static ExprP clone(const Expr& e) {
+    auto c = std::make_unique<Expr>();
+    c->k = e.k, c->pos = e.pos, c->name = e.name, c->num = e.num, c->bits = e.bits, c->sgn = e.sgn;
+    c->call_end = e.call_end;
+    for (const auto& k : e.kids) c->kids.push_back(clone(*k));
+    return c;
   }
 
   // ---- expressions (C precedence)
@@ -606,6 +673,7 @@ struct MapInfo {
   std::int64_t lmin = 0, lmax = 0, lstep = 1;
   bool value_signed = true;
   Pos pos;
+  bool from_update = false;  // a sum made of `+`/`-` updates (@m++, @m -= e) only
 };
 
 bool is_agg_fn(const std::string& n) {
@@ -619,8 +687,10 @@ class Compiler {
     Compiled out;
     strtab_.push_back('\0');
     // Maps: first definition wins (in source order), uses must agree.
-    for (auto& p : probes)
+    for (auto& p : probes) {
+      var_kinds_.clear();
       for (auto& s : p.body) define_maps(*s);
+    }
     for (std::size_t pi = 0; pi < probes.size(); ++pi) {
       ProbeA& pa = probes[pi];
       ProbeDesc pd{};
@@ -638,6 +708,7 @@ class Compiler {
       cur_ret_ = any_ret_;
       any_ret_ = false;
       vars_.clear();
+      svars_.clear();
       if (pa.pred) {
         pd.pred = expr(*pa.pred);
         if (nodes_[static_cast<std::size_t>(pd.pred)].is_str) fail(pa.pred->pos, "Invalid type for predicate: string");
@@ -647,12 +718,14 @@ class Compiler {
       pd.body = list(body);
       pd.nbody = static_cast<std::int32_t>(body.size());
       pd.nvars = static_cast<std::int32_t>(vars_.size());
+      pd.nsvars = static_cast<std::int32_t>(svars_.size());
       probes_.push_back(pd);
     }
     // Layout of a thread's area.
     BlobHeader h{};
     const bool events = !fmts_.empty() || std::any_of(stmts_.begin(), stmts_.end(), [](const Stmt& st) {
-      return st.op == StmtOp::print_map;
+      return st.op == StmtOp::print_map || st.op == StmtOp::map_clear || st.op == StmtOp::map_zero ||
+             (st.op == StmtOp::map_delete && !st.d);
     });
     h.ring_bytes = events ? (std::uint64_t{1} << 20) : 0;  // 1 MiB per thread that hits
     std::uint64_t off = kAreaHeaderWords + h.ring_bytes / 8;
@@ -779,12 +852,41 @@ class Compiler {
       for (auto& t : s.else_) define_maps(*t);
       return;
     }
+    if (s.k == SK::var_assign) {
+      if (!var_kinds_.count(s.target->name)) var_kinds_[s.target->name] = static_kind(*s.value) == 1 ? 1 : 2;
+      return;
+    }
     if (s.k != SK::map_assign) return;
     Expr& m = *s.target;
     Expr& v = *s.value;
     MapInfo mi;
     mi.name = m.name;
     mi.pos = m.pos;
+    if (!s.upd.empty()) {
+      // (bpftrace 0.17: a map made by ++/-- prints signed, one made by OP= unsigned)
+      mi.from_update = s.upd == "+" || s.upd == "-";
+      mi.agg = mi.from_update ? Agg::sum : Agg::assign;
+      mi.value_signed = s.incdec;
+      for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
+      if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
+      for (MapInfo& o : maps_) {
+        if (o.name != mi.name) continue;
+        if (o.key_kinds.size() != mi.key_kinds.size())
+          fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
+                          std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
+                          std::to_string(o.key_kinds.size()) + "]");
+        if (o.agg != Agg::assign && !o.from_update) {
+          static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+          fail(Pos{m.pos.line, m.pos.col, m.pos.end + 2}, "The " + (s.incdec ? s.upd + s.upd : s.upd + "=") +
+                                                          " operator can not be used on expressions of type '" +
+                                                          kNames[static_cast<int>(o.agg)] + "'");
+        }
+        if (!(o.from_update && mi.from_update)) o.agg = Agg::assign, o.from_update = false;  // (read-modify-write)
+        return;
+      }
+      maps_.push_back(mi);
+      return;
+    }
     if (v.k == EK::call && is_agg_fn(v.name)) {
       static const std::map<std::string, Agg> kAgg = {{"count", Agg::count}, {"sum", Agg::sum},
                                                       {"avg", Agg::avg},     {"min", Agg::min},
@@ -824,8 +926,14 @@ class Compiler {
       mi.value_signed = true;  // (bpftrace 0.17 prints them signed, whatever the argument)
     for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
-    for (const MapInfo& o : maps_) {
+    for (MapInfo& o : maps_) {
       if (o.name != mi.name) continue;
+      if (o.from_update && mi.agg == Agg::assign) o.agg = Agg::assign, o.from_update = false;
+      if (o.from_update && mi.agg != Agg::assign) {
+        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
+        fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                               kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type 'integer");
+      }
       if (o.key_kinds.size() != mi.key_kinds.size())
         fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                         std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
@@ -846,6 +954,10 @@ class Compiler {
   std::uint8_t static_kind(const Expr& e) {
     switch (e.k) {
       case EK::str: return 1;
+      case EK::var: {
+        auto it = var_kinds_.find(e.name);
+        return it != var_kinds_.end() && it->second == 1 ? 1 : 2;
+      }
       case EK::builtin:
         if (e.name == "comm" || e.name == "func" || e.name == "probe") return 1;
         if (e.name.rfind("arg", 0) == 0 || e.name == "retval" || e.name == "nsecs" || e.name == "elapsed") return 0;
@@ -922,9 +1034,14 @@ class Compiler {
       case SK::var_assign: {
         st.op = StmtOp::set_var;
         st.b = expr(*s.value);
-        if (nodes_[static_cast<std::size_t>(st.b)].is_str)
-          fail(s.value->pos, "string $variables are not supported by uprobe-trace yet");
-        st.a = var_slot(s.target->name, s.target->pos, true);
+        const bool is_s = nodes_[static_cast<std::size_t>(st.b)].is_str != 0;
+        const std::string& name = s.target->name;
+        if (is_s ? vars_.count(name) != 0 : svars_.count(name) != 0)  // (bpftrace 0.17's error)
+          fail(s.value->pos, "Type mismatch for " + name + ": trying to assign value of type '" +
+                                 (is_s ? "string[64]" : "int64") + "' when variable already contains a value of type '" +
+                                 (is_s ? "int64" : "string[64]") + "'");
+        st.a = is_s ? svar_slot(name, s.target->pos) : var_slot(name, s.target->pos, true);
+        st.c = is_s ? 1 : 0;
         return push(st);
       }
       case SK::map_assign: {
@@ -935,7 +1052,11 @@ class Compiler {
         st.b = key_list(*s.target, *m);
         st.c = static_cast<std::int32_t>(s.target->kids.size());
         const Expr& v = *s.value;
-        if (m->agg == Agg::assign) {
+        if (m->from_update) {  // a sum of the deltas
+          st.d = expr(*s.delta);
+          if (nodes_[static_cast<std::size_t>(st.d)].is_str)
+            fail(s.delta->pos, "maps of strings are not supported by uprobe-trace yet");
+        } else if (m->agg == Agg::assign) {
           st.d = expr(v);
           if (nodes_[static_cast<std::size_t>(st.d)].is_str)
             fail(v.pos, "maps of strings are not supported by uprobe-trace yet");
@@ -957,6 +1078,7 @@ class Compiler {
           st.a = mi;
           return push(st);
         }
+        if (e.k == EK::call && (e.name == "delete" || e.name == "clear" || e.name == "zero")) return map_op_stmt(e);
         if (e.k == EK::call && e.name == "exit") {
           if (!e.kids.empty()) fail(e.pos, "exit() takes no arguments");
           st.op = StmtOp::exit_;
@@ -970,6 +1092,31 @@ class Compiler {
       }
     }
     return -1;
+  }
+
+  // delete(@m[k]), clear(@m), zero(@m), with bpftrace 0.17's errors.
+  std::int32_t map_op_stmt(const Expr& e) {
+    if (e.kids.size() != 1)
+      fail(e.call(), e.name + "() requires one argument (" + std::to_string(e.kids.size()) + " provided)");
+    const Expr& m = *e.kids[0];
+    if (m.k != EK::map) fail(e.call(), e.name + "() expects a map to be provided");
+    if (e.name != "delete" && !m.kids.empty())
+      fail(e.call(), "The map passed to " + e.name + "() should not be indexed by a key");
+    std::int32_t mi = -1;
+    const MapInfo* info = find_map(m.name, mi);
+    if (!info) fail(e.call(), "Undefined map: " + m.name);
+    Stmt st{};
+    st.a = mi;
+    if (e.name == "delete") {
+      st.op = StmtOp::map_delete;
+      st.b = key_list(m, *info);
+      st.c = static_cast<std::int32_t>(m.kids.size());
+      st.d = std::any_of(m.kids.begin(), m.kids.end(),
+                         [](const ExprP& k) { return k->k == EK::builtin && k->name == "tid"; }) ? 1 : 0;
+    } else {
+      st.op = e.name == "clear" ? StmtOp::map_clear : StmtOp::map_zero;
+    }
+    return push(st);
   }
 
   std::int32_t printf_stmt(const Expr& e) {
@@ -1010,6 +1157,15 @@ class Compiler {
     st.b = list(args);
     st.c = static_cast<std::int32_t>(args.size());
     return push(st);
+  }
+
+  std::int32_t svar_slot(const std::string& name, Pos pos) {
+    auto it = svars_.find(name);
+    if (it != svars_.end()) return it->second;
+    if (svars_.size() >= kMaxStrVars) fail(pos, "too many string $variables (at most " + std::to_string(kMaxStrVars) + ")");
+    const auto slot = static_cast<std::int32_t>(svars_.size());
+    svars_[name] = slot;
+    return slot;
   }
 
   std::int32_t var_slot(const std::string& name, Pos pos, bool define) {
@@ -1056,6 +1212,11 @@ class Compiler {
       }
       case EK::builtin: return builtin(e);
       case EK::var: {
+        if (auto sv = svars_.find(e.name); sv != svars_.end()) {
+          std::int32_t r = leaf(Op::var, true, false);
+          nodes_[static_cast<std::size_t>(r)].a = sv->second;
+          return r;
+        }
         std::int32_t slot = var_slot(e.name, e.pos, false);
         std::int32_t r = leaf(Op::var, false, true);
         nodes_[static_cast<std::size_t>(r)].a = slot;
@@ -1077,6 +1238,8 @@ class Compiler {
       case EK::call: {
         if (e.name == "printf" || e.name == "exit" || is_agg_fn(e.name))
           fail(e.pos, e.name + "() cannot be used in an expression");
+        if (e.name == "delete" || e.name == "clear" || e.name == "zero")
+          fail(e.call(), e.name + "() should not be used in an assignment or as a map key");
         if (e.name == "str") {
           if (e.kids.empty() || e.kids.size() > 2)
             fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
@@ -1169,8 +1332,13 @@ class Compiler {
       if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::usdt)
         fail(e.pos, "The " + n + " builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes");
       if (cur_kind_ == ProbeKind::usdt) fail(e.pos, "USDT arguments (" + n + ") are not supported by uprobe-trace yet");
-      if (k > 5) fail(e.pos, n + " is not supported by uprobe-trace yet (arg0-arg5: the argument registers)");
+      if (k > 5) fail(e.pos, "x86_64 doesn't support " + n);  // (bpftrace 0.17's: sarg0... are the stack's)
       return leaf(Op::arg, false, false, k);
+    }
+    if (n.size() == 5 && n.rfind("sarg", 0) == 0 && std::isdigit(static_cast<unsigned char>(n[4]))) {
+      if (cur_kind_ != ProbeKind::uprobe)
+        fail(e.pos, "The " + n + " builtin can only be used with 'kprobes' and 'uprobes' probes");
+      return leaf(Op::sarg, false, false, n[4] - '0');
     }
     auto it = kOps.find(n);
     if (it == kOps.end()) {
@@ -1196,7 +1364,8 @@ class Compiler {
   std::vector<ProbeDesc> probes_;
   std::vector<FmtDesc> fmts_;
   std::vector<char> strtab_;
-  std::map<std::string, std::int32_t> vars_;
+  std::map<std::string, std::int32_t> vars_, svars_;  // this probe's integer and string $variables
+  std::map<std::string, std::uint8_t> var_kinds_;  // define_maps(): this probe's $variables' static_kind()
   unsigned if_depth_ = 0;
   std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;
@@ -1365,9 +1534,11 @@ void merge_value(const MapDesc& m, std::vector<std::uint64_t>& o, const std::vec
   }
 }
 
+// A slot's value words (all 0 for a zeroed slot).
 std::vector<std::uint64_t> slot_value(const MapDesc& m, const std::uint64_t* s) {
   std::vector<std::uint64_t> val(m.value_words);
-  for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(s + 1 + m.key_words + k);
+  if (const std::uint64_t* v = Vm::value_of(m, s))
+    for (std::uint32_t k = 0; k < m.value_words; ++k) val[k] = load(v + k);
   return val;
 }
 
@@ -1379,7 +1550,8 @@ void merge_table(const Program& p, std::uint32_t mi, const std::uint64_t* area, 
   const std::uint32_t sw = m.slot_words();
   for (std::uint32_t i = 0; i < m.nslots; ++i) {
     const std::uint64_t* s = table + std::uint64_t{i} * sw;
-    if (__atomic_load_n(s, __ATOMIC_ACQUIRE) != 1) continue;
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE) & kSlotStateMask;
+    if (st != kSlotLive && st != kSlotZeroed) continue;
     std::vector<std::uint64_t> key(s + 1, s + 1 + m.key_words);
     std::vector<std::uint64_t> val = slot_value(m, s);
     auto [it, fresh] = into.try_emplace(key, val);
@@ -1404,25 +1576,35 @@ bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint
 
 namespace {
 
-std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
-  if (m.nkeys == 0) return "";
-  std::string out = "[";
+// A key's components as bpftrace prints them.
+std::vector<std::string> key_parts(const MapDesc& m, const std::vector<std::uint64_t>& key) {
+  std::vector<std::string> out;
   const auto* b = reinterpret_cast<const unsigned char*>(key.data());
   for (unsigned k = 0; k < m.nkeys; ++k) {
-    if (k) out += ", ";
     if (m.key_is_str[k] == 1) {
       char s[kStrLen + 1] = {};
       std::memcpy(s, b, kStrLen);
-      out += s;
+      out.emplace_back(s);
       b += kStrLen;
     } else {
       std::int64_t v;
       std::memcpy(&v, b, 8);
-      out += std::to_string(v);  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
+      out.push_back(std::to_string(v));  // (bpftrace 0.17 prints 64-bit integer keys signed, (uint64)-1 as -1)
       b += 8;
     }
   }
-  return out + "]";
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string key_text(const MapDesc& m, const std::vector<std::uint64_t>& key) {
+  if (m.nkeys == 0) return "";
+  return "[" + join(key_parts(m, key), ", ") + "]";
 }
 
 // bpftrace's hist bucket labels: 1K, 2M, ...
@@ -1474,26 +1656,34 @@ std::string hist_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
 
 }  // namespace
 
-std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
+namespace {
+std::vector<std::uint32_t> name_order(const Program& p) {
   std::vector<std::uint32_t> order(p.h->nmaps);
   for (std::uint32_t i = 0; i < p.h->nmaps; ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
     return std::strcmp(p.strtab + p.maps[a].name, p.strtab + p.maps[b].name) < 0;
   });
+  return order;
+}
+}  // namespace
+
+std::string format_maps(const Program& p, const std::vector<MapData>& maps) {
   std::string out;
-  for (std::uint32_t mi : order) out += format_map(p, mi, maps[mi]);
+  for (std::uint32_t mi : name_order(p)) out += format_map(p, mi, maps[mi]);
   return out;
 }
 
-std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
-  std::string out;
-  {
-    const MapDesc& m = p.maps[mi];
-    const std::string name = p.strtab + m.name;
+namespace {
+
+using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+
+// A map's rows in bpftrace's order (by value, hist by total count; keys
+// with equal values in key order). A key-less count() map with no value
+// has one row, 0, as in bpftrace 0.17.
+std::vector<Row> sorted_rows(const MapDesc& m, const MapData& contents) {
     MapData data = contents;
-    if (data.empty() && m.nkeys == 0 && (m.agg == Agg::count || m.agg == Agg::sum))
+    if (data.empty() && m.nkeys == 0 && m.agg == Agg::count)
       data[std::vector<std::uint64_t>(m.key_words, 0)] = std::vector<std::uint64_t>(m.value_words, 0);
-    using Row = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
     std::vector<Row> rows(data.begin(), data.end());
     auto sort_by = [&](auto f) {
       std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return f(a.second) < f(b.second); });
@@ -1515,6 +1705,114 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
         });
         break;
     }
+    return rows;
+}
+
+std::int64_t average(const std::vector<std::uint64_t>& v) {
+  return v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0;
+}
+
+std::string value_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  return m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0]);
+}
+
+// A hist/lhist value as bpftrace's JSON: the buckets from the first to the
+// last non-empty one.
+std::string hist_json(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  std::size_t first = v.size(), last = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i]) first = std::min(first, i), last = i;
+  if (first == v.size()) return "";
+  std::string out = "[";
+  for (std::size_t i = first; i <= last; ++i) {
+    if (i > first) out += ", ";
+    out += "{";
+    if (m.agg == Agg::hist) {
+      if (i == 0) out += "\"max\": -1, ";
+      else if (i == 1) out += "\"min\": 0, \"max\": 0, ";
+      else if (i == 2) out += "\"min\": 1, \"max\": 1, ";
+      else {
+        const std::uint64_t lo = std::uint64_t{1} << (i - 2);
+        out += "\"min\": " + std::to_string(lo) + ", \"max\": " + std::to_string(lo * 2 - 1) + ", ";
+      }
+    } else {
+      if (i == 0) out += "\"max\": " + std::to_string(m.lmin - 1) + ", ";
+      else if (i == v.size() - 1) out += "\"min\": " + std::to_string(m.lmax) + ", ";
+      else {
+        const std::int64_t lo = m.lmin + static_cast<std::int64_t>(i - 1) * m.lstep;
+        out += "\"min\": " + std::to_string(lo) + ", \"max\": " + std::to_string(lo + m.lstep - 1) + ", ";
+      }
+    }
+    out += "\"count\": " + std::to_string(v[i]) + "}";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c >= 0 && c <= 0x1f) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          out += b;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string format_map_json(const Program& p, std::uint32_t mi, const MapData& contents) {
+  const MapDesc& m = p.maps[mi];
+  const std::vector<Row> rows = sorted_rows(m, contents);
+  if (rows.empty()) return "";  // (bpftrace prints nothing for an empty map)
+  const char* type = m.agg == Agg::hist || m.agg == Agg::lhist ? "hist"
+                     : m.agg == Agg::avg || m.agg == Agg::stats ? "stats" : "map";
+  std::string out = std::string("{\"type\": \"") + type + "\", \"data\": {\"" + json_escape(p.strtab + m.name) + "\": ";
+  if (m.nkeys) out += "{";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<std::uint64_t>& v = rows[i].second;
+    if (i) out += ", ";
+    if (m.nkeys) out += "\"" + json_escape(join(key_parts(m, rows[i].first), ",")) + "\": ";
+    switch (m.agg) {
+      case Agg::hist: case Agg::lhist: out += hist_json(m, v); break;
+      case Agg::avg: out += std::to_string(average(v)); break;
+      case Agg::stats:
+        out += "{\"count\": " + std::to_string(v[0]) + ", \"average\": " + std::to_string(average(v)) +
+               ", \"total\": " + std::to_string(static_cast<std::int64_t>(v[1])) + "}";
+        break;
+      case Agg::count: out += std::to_string(v[0]); break;
+      default: out += value_text(m, v); break;
+    }
+  }
+  if (m.nkeys) out += "}";
+  return out + "}}\n";
+}
+
+std::string format_maps_json(const Program& p, const std::vector<MapData>& maps) {
+  std::string out;
+  for (std::uint32_t mi : name_order(p)) out += format_map_json(p, mi, maps[mi]);
+  return out;
+}
+
+std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents) {
+  std::string out;
+  {
+    const MapDesc& m = p.maps[mi];
+    const std::string name = p.strtab + m.name;
+    const std::vector<Row> rows = sorted_rows(m, contents);
+    // (bpftrace 0.17: an empty map prints an empty line; avg and stats add theirs)
+    if (rows.empty()) out += "\n";
     for (const Row& r : rows) {
       const std::string head = name + key_text(m, r.first) + ": ";
       const std::vector<std::uint64_t>& v = r.second;
@@ -1536,7 +1834,7 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
           break;
       }
     }
-    if ((m.agg == Agg::avg || m.agg == Agg::stats) && !rows.empty()) out += "\n";
+    if (m.agg == Agg::avg || m.agg == Agg::stats) out += "\n";
   }
   return out;
 }

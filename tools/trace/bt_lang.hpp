@@ -79,5 +79,11 @@ bool merged_read(const Program& p, std::uint32_t mi, const std::vector<std::uint
 std::string format_maps(const Program& p, const std::vector<MapData>& maps);
 /// One map as bpftrace prints it (at exit, or for print(@map)).
 std::string format_map(const Program& p, std::uint32_t mi, const MapData& contents);
+/// The same with `-f json`: bpftrace 0.17's one line (`{"type": "map"|"hist"|"stats", "data": {...}}`),
+/// nothing for an empty map.
+std::string format_map_json(const Program& p, std::uint32_t mi, const MapData& contents);
+std::string format_maps_json(const Program& p, const std::vector<MapData>& maps);
+/// A string as bpftrace's JSON output escapes it (`"` `\` `\n` `\r` `\t`, other bytes below 0x20 as \u00XX).
+std::string json_escape(const std::string& s);
 
 }  // namespace uptrace::bt

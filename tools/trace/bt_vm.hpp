@@ -39,6 +39,7 @@ namespace uptrace::bt {
 inline constexpr std::uint64_t kBlobMagic = 0x316d76747470750aull;
 inline constexpr std::size_t kStrLen = 160;    ///< bytes of a string value, NUL included (a `probe` string is PATH and more)
 inline constexpr unsigned kMaxVars = 32;       ///< $variables per probe
+inline constexpr unsigned kMaxStrVars = 8;     ///< string $variables per probe (kStrLen bytes each, on the hit's stack)
 inline constexpr unsigned kMaxDepth = 48;      ///< expression nesting
 inline constexpr unsigned kMaxIfDepth = 64;    ///< if/else nesting (`else if` included): exec()'s recursion
 inline constexpr unsigned kMaxArgs = 8;        ///< map key components
@@ -56,7 +57,7 @@ enum class Op : std::uint8_t {
   str,       ///< string literal at strtab offset a
   arg,       ///< argN, N = imm
   retval, pid, tid, uid, comm, func, probe, nsecs, elapsed, cpu,
-  var,       ///< $variable slot a
+  var,       ///< $variable slot a (is_str: string $variable slot a)
   map_read,  ///< map a, key list b (count c)
   unary,     ///< sub: '-', '!', '~'
   binary,    ///< sub: BinOp, children a b; imm 1: signed
@@ -64,6 +65,7 @@ enum class Op : std::uint8_t {
   ternary,   ///< a ? b : c
   cast,      ///< a cast to imm bits (sub 1: signed)
   str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
+  sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with process_vm_readv)
 };
 
 enum BinOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMod, kAnd, kOr, kXor, kShl, kShr, kEq, kNe, kLt, kLe, kGt, kGe };
@@ -81,13 +83,16 @@ struct Node {
 enum class Agg : std::uint8_t { count, sum, avg, min, max, stats, hist, lhist, assign };
 
 enum class StmtOp : std::uint8_t {
-  set_var,   ///< $var a = expr b
+  set_var,   ///< $var a = expr b (c 1: a string $variable)
   map_agg,   ///< map a [keys: list b, count c] (agg of the map) with value expr d (or none)
   printf_,   ///< format a, args: list b, count c
   if_,       ///< cond a; then: list b count c; else: list d count e
   exit_,
   expr,      ///< evaluate a (no effect)
   print_map, ///< print(@map a): an event; the CLI prints the map as it is when it reads the event
+  map_delete, ///< delete(@map a [keys: list b, count c]); d 1: a key component is `tid` (no other thread has it)
+  map_clear, ///< clear(@map a): an event; the CLI removes every key of every table when it reads it
+  map_zero,  ///< zero(@map a): an event; the CLI zeroes every key's value when it reads it
 };
 
 struct Stmt {
@@ -105,6 +110,7 @@ struct ProbeDesc {
   std::int32_t pred = -1;        ///< predicate expr, -1: none
   std::int32_t body = 0, nbody = 0;  ///< statements: list range
   std::int32_t nvars = 0;
+  std::int32_t nsvars = 0;       ///< string $variables
   std::int64_t interval_ns = 0;
 };
 
@@ -138,6 +144,7 @@ enum AreaWord : std::size_t {
   kRingTail = 1,   ///< bytes ever consumed (the CLI's)
   kLostEvents = 2, ///< printf events dropped: the ring was full
   kMapDrops = 3,   ///< map updates dropped: the table was full
+  kSelfPid = 4,    ///< the process's ID for process_vm_readv (0: not known yet; a fork child has new blocks)
   kAreaHeaderWords = 8,
 };
 
@@ -152,6 +159,22 @@ struct EventHeader {
   std::uint32_t pad;
 };
 inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2, kEvPrint = 3;  ///< kEvPrint: fmt is the map
+/// Map operations (fmt is the map): kEvDelete carries the key's words (the
+/// CLI deletes it from every other table), kEvClear and kEvZero nothing.
+inline constexpr std::uint32_t kEvDelete = 4, kEvClear = 5, kEvZero = 6;
+
+/// A table slot's first word: the state in its low 2 bits, a generation
+/// above them (bumped each time the writer revives or reuses the slot, so the
+/// CLI's compare-and-swap of a state cannot act on a later key: no ABA).
+/// A deleted slot keeps its key: a lookup goes past it, an insert of that
+/// key revives it, of another key reuses the first one on its path.
+enum SlotState : std::uint64_t {
+  kSlotEmpty = 0,
+  kSlotLive = 1,
+  kSlotDeleted = 2,  ///< delete()/clear(): not in the map
+  kSlotZeroed = 3,   ///< zero(): in the map, its value 0 (the words are stale until the writer revives it)
+};
+inline constexpr std::uint64_t kSlotStateMask = 3, kSlotGen = 4;
 
 struct BlobHeader {
   std::uint64_t magic = kBlobMagic;
@@ -197,6 +220,7 @@ struct Program {
 /// What a hit knows (filled by the caller).
 struct HitContext {
   const std::uint64_t* args = nullptr;  ///< arg0..arg5 (nullptr: all 0)
+  std::uint64_t sp = 0;                 ///< the stack pointer at the probe (sargN), 0: none (sargN gives 0)
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
   const char* probe = "";  ///< NUL-terminated
@@ -209,7 +233,15 @@ struct HitContext {
   /// (the agent): the calling thread's own table. Not async-signal-safe.
   bool (*read_map)(void* ctx, std::uint32_t map, const std::uint64_t* key, std::int64_t& value) = nullptr;
   void* read_map_ctx = nullptr;
+  /// CLI only: delete (kEvDelete, with the encoded key) in every table at
+  /// once. nullptr (the agent): delete acts on the calling thread's table
+  /// and sends an event for the others. (clear and zero are events in both:
+  /// bpftrace applies them when its CLI reads them, in order with print().)
+  /// Not async-signal-safe.
+  void (*map_op)(void* ctx, std::uint32_t op, std::uint32_t map, const std::uint64_t* key) = nullptr;
+  void* map_op_ctx = nullptr;
 };
+
 
 inline std::uint64_t now_ns() noexcept {
   timespec ts;
@@ -249,6 +281,7 @@ class Vm {
   void run_probe(std::uint32_t pi) noexcept {
     const ProbeDesc& pd = p_.probes[pi];
     std::memset(vars_, 0, static_cast<std::size_t>(pd.nvars) * sizeof vars_[0]);  // (only those it uses)
+    for (std::int32_t k = 0; k < pd.nsvars; ++k) svars_[k][0] = 0;
     if (pd.pred >= 0) {
       Val v = eval(pd.pred);
       if (truth(v) == 0) return;
@@ -256,24 +289,71 @@ class Vm {
     exec(pd.body, pd.nbody);
   }
 
-  /// Finds a map's table slot for a key in `area` (nullptr: absent, or
-  /// full when `insert`). Also used by the CLI to read tables.
+  /// Finds a map's table slot for a key in `area`. Without `insert`: the
+  /// slot when the key is in the map (live or zeroed; nullptr: absent). With
+  /// `insert` (the table's writer only): a live slot for the key, its value
+  /// words zeroed when it was not live (a new key, a deleted or zeroed one);
+  /// nullptr when the table is full. Also used by the CLI to read tables.
   static std::uint64_t* slot(const MapDesc& m, std::uint64_t* area, const std::uint64_t* key, bool insert) noexcept {
     std::uint64_t* table = area + m.offset;
     const std::uint32_t sw = m.slot_words();
     const std::uint64_t mask = m.nslots - 1;
     std::uint64_t i = hash_words(key, m.key_words) & mask;
+    std::uint64_t* reuse = nullptr;  // the first deleted slot on the path
     for (std::uint32_t n = 0; n < m.nslots; ++n, i = (i + 1) & mask) {
       std::uint64_t* s = table + i * sw;
-      if (load(s) == 0) {
+      const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+      if (st == kSlotEmpty) {
         if (!insert) return nullptr;
+        if (reuse) return take(m, reuse, key);
         for (std::uint32_t k = 0; k < m.key_words; ++k) store(s + 1 + k, key[k]);
-        __atomic_store_n(s, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(s, kSlotLive, __ATOMIC_RELEASE);
         return s;
       }
-      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) return s;
+      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) {
+        if ((st & kSlotStateMask) == kSlotLive) return s;
+        if (!insert) return (st & kSlotStateMask) == kSlotZeroed ? s : nullptr;
+        return take(m, s, key);
+      }
+      if (insert && !reuse && (st & kSlotStateMask) == kSlotDeleted) reuse = s;
     }
-    return nullptr;
+    return insert && reuse ? take(m, reuse, key) : nullptr;
+  }
+
+  /// The value words of a slot slot() found: nullptr for a zeroed one (0).
+  static const std::uint64_t* value_of(const MapDesc& m, const std::uint64_t* s) noexcept {
+    return (__atomic_load_n(s, __ATOMIC_ACQUIRE) & kSlotStateMask) == kSlotLive ? s + 1 + m.key_words : nullptr;
+  }
+
+  /// The writer's clear (kSlotDeleted) or zero (kSlotZeroed) of its own table.
+  void mark_all(const MapDesc& m, std::uint64_t to) noexcept {
+    std::uint64_t* table = c_.area + m.offset;
+    for (std::uint32_t i = 0; i < m.nslots; ++i) {
+      std::uint64_t* s = table + std::uint64_t{i} * m.slot_words();
+      const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+      if ((st & kSlotStateMask) == kSlotLive || (st & kSlotStateMask) == kSlotZeroed)
+        __atomic_store_n(s, (st & ~kSlotStateMask) | to, __ATOMIC_RELEASE);
+    }
+  }
+
+  /// The writer's delete of a slot (its own table): deleted, key kept.
+  static void mark_deleted(std::uint64_t* s) noexcept {
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+    if ((st & kSlotStateMask) == kSlotLive || (st & kSlotStateMask) == kSlotZeroed)
+      __atomic_store_n(s, (st & ~kSlotStateMask) | kSlotDeleted, __ATOMIC_RELEASE);
+  }
+
+  /// The CLI's change of a slot in any table, while its writer may run:
+  /// live or zeroed -> `to` (kSlotDeleted or kSlotZeroed), by compare-and-
+  /// swap of the state word it read (`seen`). An update the writer makes at
+  /// once is ordered before the change (its value is not seen); the writer's
+  /// next update of the key revives the slot from zero.
+  static bool cli_mark(std::uint64_t* s, std::uint64_t seen, std::uint64_t to) noexcept {
+    const std::uint64_t st = seen & kSlotStateMask;
+    if (st != kSlotLive && st != kSlotZeroed) return false;
+    if (to == kSlotZeroed && st == kSlotZeroed) return true;
+    return __atomic_compare_exchange_n(s, &seen, (seen & ~kSlotStateMask) | to, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
   }
 
  private:
@@ -283,6 +363,39 @@ class Vm {
   };
 
   static std::int64_t truth(const Val& v) noexcept { return v.s ? 1 : v.i; }
+
+  // A slot for `key` taken by the writer: the key, zeroed value words, live
+  // with the next generation.
+  static std::uint64_t* take(const MapDesc& m, std::uint64_t* s, const std::uint64_t* key) noexcept {
+    const std::uint64_t st = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+    for (std::uint32_t k = 0; k < m.key_words; ++k) store(s + 1 + k, key[k]);
+    for (std::uint32_t k = 0; k < m.value_words; ++k) store(s + 1 + m.key_words + k, 0);
+    __atomic_store_n(s, ((st & ~kSlotStateMask) + kSlotGen) | kSlotLive, __ATOMIC_RELEASE);
+    return s;
+  }
+
+  // This process's ID for process_vm_readv, kept in the thread's area (one
+  // system call less per read: the area belongs to this process, a fork
+  // child makes its own; a vfork child, which shares its parent's blocks,
+  // reads its parent's memory, which is its own).
+  long self_pid() const noexcept {
+    std::uint64_t pid = c_.area ? load(c_.area + kSelfPid) : 0;
+    if (!pid) {
+      pid = static_cast<std::uint64_t>(syscall(SYS_getpid));
+      if (c_.area) store(c_.area + kSelfPid, pid);
+    }
+    return static_cast<long>(pid);
+  }
+
+  // sargN: the word at sp + 8 * (N + 1), read with process_vm_readv (0 when
+  // it cannot be read; never a fault).
+  std::uint64_t stack_arg(std::int64_t n) const noexcept {
+    if (!c_.sp) return 0;
+    std::uint64_t w = 0;
+    iovec local{&w, 8}, remote{reinterpret_cast<void*>(c_.sp + 8 * static_cast<std::uint64_t>(n + 1)), 8};
+    if (syscall(SYS_process_vm_readv, self_pid(), &local, 1, &remote, 1, 0) != 8) return 0;
+    return w;
+  }
 
   const char* literal(std::int32_t off) const noexcept { return p_.strtab + off; }
 
@@ -298,9 +411,9 @@ class Vm {
   // Copies the string at `addr` of this process (at most size - 1 bytes,
   // then NUL) with process_vm_readv: an unmapped or unreadable address gives
   // what it could read (bpftrace's str() of a bad pointer: ""), never a fault.
-  static void read_string(std::uint64_t addr, char* out, std::size_t size) noexcept {
+  void read_string(std::uint64_t addr, char* out, std::size_t size) const noexcept {
     std::memset(out, 0, kStrDefault);
-    const long pid = syscall(SYS_getpid);
+    const long pid = self_pid();
     std::size_t done = 0;
     while (done + 1 < size) {
       const std::uint64_t at = addr + done;
@@ -348,6 +461,7 @@ class Vm {
       case Op::num: v.i = n.imm; break;
       case Op::str: v.s = literal(n.a); break;
       case Op::arg: v.i = c_.args ? static_cast<std::int64_t>(c_.args[n.imm]) : 0; break;
+      case Op::sarg: v.i = static_cast<std::int64_t>(stack_arg(n.imm)); break;
       case Op::retval: v.i = static_cast<std::int64_t>(c_.retval); break;
       case Op::pid: v.i = syscall(SYS_getpid); break;
       case Op::tid: v.i = syscall(SYS_gettid); break;
@@ -375,15 +489,18 @@ class Vm {
       case Op::probe: v.s = c_.probe; break;
       case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
       case Op::elapsed: v.i = static_cast<std::int64_t>(now_ns() - c_.start_ns); break;
-      case Op::var: v.i = vars_[n.a]; break;
+      case Op::var:
+        if (n.is_str) v.s = svars_[n.a];
+        else v.i = vars_[n.a];
+        break;
       case Op::map_read: {
         const MapDesc& m = p_.maps[n.a];
         const std::uint64_t* key = encode_key(m, n.b, n.c);
         if (c_.read_map) {
           if (!c_.read_map(c_.read_map_ctx, static_cast<std::uint32_t>(n.a), key, v.i)) v.i = 0;
         } else if (const std::uint64_t* s = slot(m, c_.area, key, false)) {
-          const std::uint64_t* val = s + 1 + m.key_words;
-          v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
+          if (const std::uint64_t* val = value_of(m, s))
+            v.i = static_cast<std::int64_t>(m.agg == Agg::avg ? (val[0] ? val[1] / val[0] : 0) : load(val));
         }
         break;
       }
@@ -449,7 +566,19 @@ class Vm {
       if (c_.exit_flag && *c_.exit_flag) return;
       const Stmt& s = p_.stmts[p_.lists[l + k]];
       switch (s.op) {
-        case StmtOp::set_var: vars_[s.a] = eval(s.b).i; break;
+        case StmtOp::set_var: {
+          const Val x = eval(s.b);
+          if (s.c) {  // (a copy: the value may be a str() scratch buffer, or this variable)
+            char tmp[kStrLen];
+            std::size_t j = 0;
+            for (const char* src = x.s ? x.s : ""; j < kStrLen - 1 && src[j]; ++j) tmp[j] = src[j];
+            tmp[j] = 0;
+            std::memcpy(svars_[s.a], tmp, j + 1);
+          } else {
+            vars_[s.a] = x.i;
+          }
+          break;
+        }
         case StmtOp::expr: eval(s.a); break;
         case StmtOp::exit_: if (c_.exit_flag) *c_.exit_flag = 1; return;
         case StmtOp::if_:
@@ -459,6 +588,17 @@ class Vm {
         case StmtOp::map_agg: agg(s); break;
         case StmtOp::printf_: emit(s); break;
         case StmtOp::print_map: emit(s, kEvPrint); break;
+        case StmtOp::map_delete: del(s); break;
+        case StmtOp::map_clear:
+        case StmtOp::map_zero: {
+          // The calling thread's table at once (the agent), then an event:
+          // the CLI applies it to every other table when it reads it (in
+          // the CLI, to all of them then: in order with print(), as
+          // bpftrace's CLI applies its clear and zero events).
+          if (!c_.map_op) mark_all(p_.maps[s.a], s.op == StmtOp::map_clear ? kSlotDeleted : kSlotZeroed);
+          emit(s, s.op == StmtOp::map_clear ? kEvClear : kEvZero);
+          break;
+        }
       }
     }
   }
@@ -497,12 +637,28 @@ class Vm {
     }
   }
 
-  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf) noexcept {
+  // delete(@m[k]): from the calling thread's table at once; then, unless a
+  // key component is `tid` (no other thread can have it), an event: the CLI
+  // deletes the key from every other table when it reads it (a `@m[k] = x`
+  // store made after the delete stays: the CLI compares the store's time).
+  void del(const Stmt& s) noexcept {
+    const MapDesc& m = p_.maps[s.a];
+    const std::uint64_t* key = encode_key(m, s.b, s.c);
+    if (c_.map_op) {
+      c_.map_op(c_.map_op_ctx, kEvDelete, static_cast<std::uint32_t>(s.a), key);
+      return;
+    }
+    if (std::uint64_t* sl = slot(m, c_.area, key, false)) mark_deleted(sl);
+    if (!s.d) emit(s, kEvDelete, key);
+  }
+
+  void emit(const Stmt& s, std::uint32_t kind = kEvPrintf, const std::uint64_t* key = nullptr) noexcept {
     static constexpr FmtDesc kNoArgs{};
     const FmtDesc& f = kind == kEvPrintf ? p_.fmts[s.a] : kNoArgs;
+    const std::uint32_t key_bytes = kind == kEvDelete ? p_.maps[s.a].key_words * 8 : 0;
     // Room for the longest strings is checked; the event takes what its
     // strings need (NUL-terminated, padded to 8 bytes).
-    std::uint32_t bytes = sizeof(EventHeader);
+    std::uint32_t bytes = sizeof(EventHeader) + key_bytes;
     for (std::uint32_t k = 0; k < f.nargs; ++k) bytes += f.arg_is_str[k] ? kStrLen : 8;
     std::uint64_t* area = c_.area;
     const std::uint64_t ring = p_.h->ring_bytes;
@@ -530,6 +686,7 @@ class Vm {
     e->fmt = static_cast<std::uint32_t>(s.a);
     e->pad = 0;
     unsigned char* out = base + pos + sizeof(EventHeader);
+    if (key_bytes && key) std::memcpy(out, key, key_bytes), out += key_bytes;
     for (std::uint32_t k = 0; k < f.nargs; ++k) {
       Val v = eval(p_.lists[s.b + static_cast<std::int32_t>(k)]);
       if (f.arg_is_str[k]) {
@@ -555,6 +712,7 @@ class Vm {
   // Not cleared as a whole at each hit: run_probe() clears the variables the
   // probe uses, encode_key() the key words of its map.
   std::int64_t vars_[kMaxVars];
+  char svars_[kMaxStrVars][kStrLen];
   std::uint64_t key_[kKeyStackWords];
   unsigned key_top_ = 0;
   char comm_[17];

@@ -55,8 +55,8 @@ namespace {
 using namespace uptrace;
 
 const char* const kUsage =
-    "usage: uprobe-trace [-q] [-o FILE] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
-    "       uprobe-trace [-q] [-o FILE] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "usage: uprobe-trace [-q] [-o FILE] [-f text|json] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "       uprobe-trace [-q] [-o FILE] [-f text|json] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
     "       uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [--per-thread] [--no-follow] [--] PROG [ARGS...]\n"
     "       uprobe-trace -l PATH|SPEC [-v]\n"
     "\n"
@@ -78,7 +78,7 @@ const char* const kUsage =
     "  -q                 no \"Attaching N probes...\" line\n"
     "  -o FILE            write the output (the report) to FILE (default: standard output for programs,\n"
     "                     standard error for the report of SPECs)\n"
-    "  --format F         text (default) or json (SPECs)\n"
+    "  -f, --format F     text (default) or json (bpftrace's JSON lines for a program)\n"
     "  --per-thread       also report counts per process and thread (SPECs)\n"
     "  --no-follow        do not trace the programs PROG execs (forked children are always traced)\n"
     "  -l PATH|SPEC       list the probe-able functions and USDT probes of PATH (or those a SPEC matches)\n"
@@ -159,6 +159,50 @@ std::string resolve_here(const std::string& name, const std::string& prog_path) 
   return {};
 }
 
+// The path bpftrace 0.17 names a library by in its `probe` strings and its
+// -l listing, for a name with no '/' that starts with "lib" (`libc`,
+// `libz`): the first 64-bit entry of the dynamic linker's cache (ldconfig
+// -p, in the cache's order) whose name starts with NAME.so, as bcc's
+// bcc_procutils_which_so() picks it (/lib/x86_64-linux-gnu/libc.so.6 on
+// Debian 12, where the path uprobe-trace resolves is /usr/lib/...). Empty
+// when none.
+std::string ld_cache_path(const std::string& name) {
+  if (name.rfind("lib", 0) != 0 || name.find('/') != std::string::npos) return {};
+  static std::map<std::string, std::string> memo;
+  if (auto it = memo.find(name); it != memo.end()) return it->second;
+  std::string found;
+  for (const char* ldconfig : {"/sbin/ldconfig", "/usr/sbin/ldconfig"}) {
+    if (access(ldconfig, X_OK) != 0) continue;
+    std::FILE* f = popen((std::string(ldconfig) + " -p 2>/dev/null").c_str(), "re");
+    if (!f) break;
+    char line[4096];
+    while (found.empty() && std::fgets(line, sizeof line, f)) {
+      // "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1"
+      std::string l(line);
+      const auto open = l.find(" ("), arrow = l.find(") => ");
+      if (open == std::string::npos || arrow == std::string::npos) continue;
+      std::size_t b = 0;
+      while (b < l.size() && std::isspace(static_cast<unsigned char>(l[b]))) ++b;
+      const std::string soname = l.substr(b, open - b), flags = l.substr(open + 2, arrow - open - 2);
+      if (soname.rfind(name + ".so", 0) != 0 || flags.find("x86-64") == std::string::npos) continue;
+      found = l.substr(arrow + 5);
+      while (!found.empty() && (found.back() == '\n' || found.back() == ' ')) found.pop_back();
+    }
+    pclose(f);
+    break;
+  }
+  return memo[name] = found;
+}
+
+// PATH as bpftrace 0.17 shows it: as written when it has a '/', the
+// dynamic linker cache's path for a `lib...` name, else what this process
+// resolves.
+std::string bpftrace_path(const std::string& name, const std::string& resolved) {
+  if (name.find('/') != std::string::npos) return name;
+  if (std::string c = ld_cache_path(name); !c.empty()) return c;
+  return resolved;
+}
+
 // ---------------------------------------------------------------- -l
 
 bool fnmatch_like(const std::string& glob, const std::string& s) { return fnmatch(glob.c_str(), s.c_str(), 0) == 0; }
@@ -192,19 +236,25 @@ int list(const std::string& arg, bool verbose) {
     if (parts.size() == 2 && !has_glob(parts[1])) usdt_provider = "*", usdt_name = parts[1];
   }
   if (path.empty()) die("-l: empty PATH");
-  std::string file = resolve_here(path, {});
+  const std::string file = resolve_here(path, {});
   if (file.empty()) die(path + ": no such file, loaded library, library on the search path or program in $PATH");
+  // (listed by the path bpftrace shows: as written, or libc's from the linker's cache)
+  const std::string shown = bpftrace_path(path, file);
   std::string out;
   try {
     if (want_sym) {
+      // bpftrace's names: .symtab's as they are (`fnmatch@@GLIBC_2.2.5` in
+      // libc6-dbg's), .dynsym's without their version.
       std::set<std::string> names;
       for (const auto& s : uprobe::read_symbols(file)) {
         if (!s.executable || !s.in_file) continue;
         if (s.type != STT_FUNC && s.type != STT_GNU_IFUNC) continue;
-        std::string n = s.hidden_version ? s.name + "@" + s.version : s.name;
-        if (fnmatch_like(sym_glob, n)) names.insert(n);
+        // (and, as bpftrace 0.17's listing, no GCC partial function `f.part.N`)
+        if (s.name.find(".part.") != std::string::npos) continue;
+        for (const std::string& n : {s.name, s.dynamic ? s.name : s.full_name()})
+          if (fnmatch_like(sym_glob, n)) names.insert(n);
       }
-      for (const auto& n : names) out += "uprobe:" + file + ":" + n + "\n";
+      for (const auto& n : names) out += "uprobe:" + shown + ":" + n + "\n";
     }
     if (want_usdt) {
       std::vector<std::string> order;
@@ -215,7 +265,7 @@ int list(const std::string& arg, bool verbose) {
       std::map<std::string, Info> info;
       for (const auto& p : uprobe::usdt::probes(file)) {
         if (!fnmatch_like(usdt_provider, p.provider) || !fnmatch_like(usdt_name, p.name)) continue;
-        std::string k = "usdt:" + file + ":" + p.provider + ":" + p.name;
+        std::string k = "usdt:" + shown + ":" + p.provider + ":" + p.name;
         auto [it, fresh] = info.try_emplace(k);
         if (fresh) order.push_back(k);
         it->second.sites++;
@@ -476,7 +526,8 @@ struct TraceSignals {
 // rings: it writes their tail words).
 class BtRun {
  public:
-  BtRun(const bt::Program& p, std::FILE* out, int counts_fd) : p_(p), out_(out), fd_(counts_fd) {
+  BtRun(const bt::Program& p, std::FILE* out, int counts_fd, bool json)
+      : p_(p), out_(out), fd_(counts_fd), json_(json) {
     void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (m == MAP_FAILED) die(std::string("counts file: mmap: ") + std::strerror(errno));
     h_ = static_cast<counts::Header*>(m);
@@ -498,6 +549,8 @@ class BtRun {
       c.exit_flag = kind == bt::ProbeKind::end ? nullptr : reinterpret_cast<volatile std::uint64_t*>(&h_->bt_exit);
       c.read_map = &BtRun::read_map;
       c.read_map_ctx = this;
+      c.map_op = &BtRun::map_op;
+      c.map_op_ctx = this;
       bt::Vm vm(p_, c);
       vm.run_probe(ap.probe);
     }
@@ -513,14 +566,62 @@ class BtRun {
     return bt::merged_read(r->p_, m, areas, key, value);
   }
 
+  // delete, clear or zero in BEGIN, END or interval: in every table now.
+  static void map_op(void* self, std::uint32_t op, std::uint32_t m, const std::uint64_t* key) {
+    auto* r = static_cast<BtRun*>(self);
+    r->map_new_blocks();
+    r->apply(op, m, key, 0, nullptr);
+  }
+
+  // Applies a map operation to every table but `except`'s (a delete's
+  // sender, which did its own): delete removes the key (from a `@m[k] = x`
+  // map only when its store is older than `ts`, the delete's time; 0: any),
+  // clear every key, zero every key's value (compare-and-swap of each
+  // slot's state: the threads keep running).
+  void apply(std::uint32_t op, std::uint32_t mi, const std::uint64_t* key, std::uint64_t ts,
+             const std::uint64_t* except) {
+    const bt::MapDesc& m = p_.maps[mi];
+    std::vector<std::uint64_t*> areas{own_.data()};
+    for (auto& b : blocks_) areas.push_back(b.area);
+    for (std::uint64_t* area : areas) {
+      if (area == except) continue;
+      if (op == bt::kEvDelete) {
+        for (int tries = 0; tries < 8; ++tries) {
+          std::uint64_t* s = bt::Vm::slot(m, area, key, false);
+          if (!s) break;
+          const std::uint64_t seen = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+          if (ts && m.agg == bt::Agg::assign && (seen & bt::kSlotStateMask) == bt::kSlotLive &&
+              bt::load(s + 1 + m.key_words + 1) >= ts)
+            break;  // stored again after the delete
+          if (bt::Vm::cli_mark(s, seen, bt::kSlotDeleted)) break;
+        }
+        continue;
+      }
+      std::uint64_t* table = area + m.offset;
+      for (std::uint32_t i = 0; i < m.nslots; ++i) {
+        std::uint64_t* s = table + std::uint64_t{i} * m.slot_words();
+        for (int tries = 0; tries < 8; ++tries)
+          if (bt::Vm::cli_mark(s, __atomic_load_n(s, __ATOMIC_ACQUIRE),
+                               op == bt::kEvClear ? bt::kSlotDeleted : bt::kSlotZeroed))
+            break;
+          else if (!(__atomic_load_n(s, __ATOMIC_ACQUIRE) & 1))  // (neither live nor zeroed)
+            break;
+      }
+    }
+  }
+
   // Prints the printf events written since the last drain, in time order
-  // (each thread's in its own order).
+  // (each thread's in its own order), with the print(@map), delete, clear
+  // and zero events in that order among them.
   void drain() {
     map_new_blocks();
     struct Ev {
       std::uint64_t ts;
       std::size_t seq;
+      std::uint32_t kind, map;
       std::string text;
+      std::vector<std::uint64_t> key;
+      const std::uint64_t* from;
     };
     std::vector<Ev> evs;
     auto take = [&](std::uint64_t* area) {
@@ -532,20 +633,47 @@ class BtRun {
       while (tail < head) {
         const auto* e = reinterpret_cast<const bt::EventHeader*>(base + (tail & (ring - 1)));
         if (e->bytes == 0 || e->bytes > ring) break;
-        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts)
-          evs.push_back({e->ts, evs.size(), bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1))});
-        else if (e->kind == bt::kEvPrint && e->fmt < p_.h->nmaps)
-          evs.push_back({e->ts, evs.size(), map_text(e->fmt)});
+        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts) {
+          evs.push_back({e->ts, evs.size(), e->kind, 0,
+                         bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1)), {}, area});
+        } else if ((e->kind == bt::kEvPrint || e->kind == bt::kEvClear || e->kind == bt::kEvZero) &&
+                   e->fmt < p_.h->nmaps) {
+          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {}, area});
+        } else if (e->kind == bt::kEvDelete && e->fmt < p_.h->nmaps &&
+                   sizeof *e + p_.maps[e->fmt].key_words * 8 <= e->bytes) {
+          const auto* k = reinterpret_cast<const std::uint64_t*>(e + 1);
+          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {k, k + p_.maps[e->fmt].key_words}, area});
+        }
         tail += e->bytes;
       }
       __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
-      lost_ += 0;
     };
     take(own_.data());
     for (auto& b : blocks_) take(b.area);
     std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ts < b.ts; });
-    for (const Ev& e : evs) std::fwrite(e.text.data(), 1, e.text.size(), out_);
-    if (!evs.empty()) std::fflush(out_);
+    bool wrote = false;
+    for (const Ev& e : evs) {
+      if (e.kind == bt::kEvPrintf || e.kind == bt::kEvPrint) {
+        const std::string t = e.kind == bt::kEvPrint ? map_text(e.map)
+                              : json_ ? "{\"type\": \"printf\", \"data\": \"" + bt::json_escape(e.text) + "\"}\n"
+                                      : e.text;
+        std::fwrite(t.data(), 1, t.size(), out_);
+        wrote = true;
+      } else {
+        // (the sender did its own table, but for the CLI's own events)
+        apply(e.kind, e.map, e.key.data(), e.ts, e.from == own_.data() ? nullptr : e.from);
+      }
+    }
+    // Events a full ring dropped since the last drain: bpftrace's line, in
+    // the output (its perf reader prints it when it learns of them).
+    if (const std::uint64_t lost = lost_events(); lost > lost_) {
+      const unsigned long long d = lost - lost_;
+      if (json_) std::fprintf(out_, "{\"type\": \"lost_events\", \"data\": {\"events\": %llu}}\n", d);
+      else std::fprintf(out_, "Lost %llu events\n", d);
+      lost_ = lost;
+      wrote = true;
+    }
+    if (wrote) std::fflush(out_);
   }
 
   // print(@map): the map as it is now, merged.
@@ -553,7 +681,7 @@ class BtRun {
     bt::MapData data;
     bt::merge_table(p_, m, own_.data(), data);
     for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data);
-    return bt::format_map(p_, m, data);
+    return json_ ? bt::format_map_json(p_, m, data) : bt::format_map(p_, m, data);
   }
 
   // The maps merged over every thread of every process (and the CLI's own area).
@@ -564,7 +692,7 @@ class BtRun {
       bt::merge_table(p_, m, own_.data(), data[m]);
       for (auto& b : blocks_) bt::merge_table(p_, m, b.area, data[m]);
     }
-    return bt::format_maps(p_, data);
+    return json_ ? bt::format_maps_json(p_, data) : bt::format_maps(p_, data);
   }
 
   std::uint64_t lost_events() {
@@ -620,12 +748,13 @@ class BtRun {
   const bt::Program& p_;
   std::FILE* out_;
   int fd_;
+  bool json_;  // -f json: bpftrace's JSON lines
   counts::Header* h_ = nullptr;
   std::vector<std::uint64_t> own_;  // the CLI's area (BEGIN, END, interval)
   std::vector<Block> blocks_;
   std::uint64_t next_slot_ = 0;
   std::set<std::uint64_t> pending_;
-  std::uint64_t lost_ = 0;
+  std::uint64_t lost_ = 0;  // lost events already reported
 };
 
 // Number of probes bpftrace would attach for a spec (its wildcard expansions).
@@ -649,7 +778,7 @@ struct BtOptions {
   std::string text, name;  // the program and its name in errors ("stdin" for -e)
   std::vector<std::string> cmd;  // the program to run (empty: none)
   std::string out_file;
-  bool quiet = false, follow = true;
+  bool quiet = false, follow = true, json = false;
 };
 
 int run_bpftrace(const BtOptions& o) {
@@ -681,7 +810,12 @@ int run_bpftrace(const BtOptions& o) {
     if (!s) die(perr);
     validate(*s, prog_path);
     nprobes += expansions(*s, prog_path);
-    joined += std::to_string(ap.probe) + "\t" + ap.spec + "\n";
+    // (the `probe` strings name PATH as bpftrace does: as written, or a
+    // `lib...` name by the dynamic linker cache's path)
+    std::string shown;
+    if (s->binary.find('/') != std::string::npos) shown = s->binary;
+    else shown = ld_cache_path(s->binary);
+    joined += std::to_string(ap.probe) + "\t" + ap.spec + (shown.empty() ? "" : "\t" + shown) + "\n";
     user_probes = true;
   }
   if (user_probes && o.cmd.empty())
@@ -715,8 +849,9 @@ int run_bpftrace(const BtOptions& o) {
       die(prog_file + ": cannot write");
     }
   }
-  BtRun run(p, out, counts_fd);
-  if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
+  BtRun run(p, out, counts_fd, o.json);
+  if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
+  else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
   std::fflush(out);
   run.run_here(bt::ProbeKind::begin, c->attach);
 
@@ -807,6 +942,13 @@ int run_bpftrace(const BtOptions& o) {
       const ssize_t n = read(sig_fd, &si, sizeof si);
       if (n == static_cast<ssize_t>(sizeof si) && si.ssi_signo == SIGINT) {
         if (child < 0 || ++interrupts >= 2) break;
+        // bpftrace's Ctrl-C: END, the maps, and the program ended (SIGTERM,
+        // as after exit(); one that survives SIGINT too): once it is gone,
+        // with every event it made, here; a second Ctrl-C does not wait.
+        if (!terminated) {
+          terminated = true;
+          if (g_child > 0) kill(g_child, SIGTERM);
+        }
       }
     }
   }
@@ -850,7 +992,7 @@ int main(int argc, char** argv) {
                                     {nullptr, 0, nullptr, 0}};
   int c;
 again:
-  while ((c = getopt_long(argc, argv, "+e:o:l:p:c:qvh", longopts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "+e:o:l:p:c:f:qvh", longopts, nullptr)) != -1) {
     switch (c) {
       case 'e': spec_texts.emplace_back(optarg); break;
       case 'o': out_file = optarg; break;
@@ -863,6 +1005,7 @@ again:
       case 'q': quiet = true; break;
       case kPerThread: per_thread = true; break;
       case 'v': verbose = true; break;
+      case 'f':
       case kFormat: format = optarg; break;
       case kNoFollow: follow = false; break;
       case 'h': std::fputs(kUsage, stdout); return 0;
@@ -921,7 +1064,8 @@ again:
     o.out_file = out_file;
     o.quiet = quiet;
     o.follow = follow;
-    if (format != "text") die("--format json is not supported with a bpftrace program yet");
+    if (format != "text" && format != "json") die("-f: text or json");
+    o.json = format == "json";
     return run_bpftrace(o);
   }
   if (format != "text" && format != "json") die("--format: text or json");
