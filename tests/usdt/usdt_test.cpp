@@ -665,6 +665,18 @@ TEST(UsdtReal, Python311) {
   auto fe = uprobe::usdt::find(py, "python", "function__entry");
   ASSERT_GE(fe.size(), 1u);
   EXPECT_EQ(fe[0].args.count(), 3u);
+  // Every site (sys/sdt.h's 1-byte nops) takes a jump (issue 16): a window
+  // of the nop and what follows, or a punned jump where a computed goto's
+  // label follows the nop (python:line).
+  for (const Probe& p : uprobe::usdt::probes(canonical(py))) {
+    const uprobe::SitePlan plan = uprobe::plan_site(p.path, p.offset);
+    EXPECT_TRUE(plan.tactic == uprobe::ProbeMode::optimized_window || plan.tactic == uprobe::ProbeMode::optimized_punned)
+        << p.full_name() << ": " << plan.tactic << ": " << plan.why_int3;
+    if (p.full_name() == "python:line") {
+      EXPECT_EQ(plan.tactic, uprobe::ProbeMode::optimized_punned) << plan.why_no_window;
+      EXPECT_NE(plan.why_no_window.find("the file's data holds the address"), std::string::npos) << plan.why_no_window;
+    }
+  }
 }
 
 TEST(UsdtReal, PostgresServer) {
