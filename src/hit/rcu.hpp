@@ -12,8 +12,13 @@
 #include <urcu/urcu-bp.h>
 
 extern "C" {
-/// urcu_bp_read_lock(), inlined. Async-signal-safe; nests.
+/// urcu_bp_read_lock(), inlined. Async-signal-safe; nests. A section
+/// entered inside liburcu-bp's own registration of the calling thread (a
+/// probe on what registration calls) is skipped, as its unlock (rcu_read.c).
 void uprobe_rcu_read_lock(void);
+/// urcu_bp_register_thread() for a thread not yet a reader, marked as a
+/// registration (hits inside it skip their sections: see rcu_read.c).
+void uprobe_rcu_register_thread(void);
 /// urcu_bp_read_unlock(), inlined. Async-signal-safe.
 void uprobe_rcu_read_unlock(void);
 /// urcu_bp_synchronize_rcu(): waits for a grace period (writers; not in a

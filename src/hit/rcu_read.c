@@ -22,10 +22,51 @@ static char tsan_grace_period;
  * its inline read side through URCU_TLS(urcu_bp_reader) is "misaligned" for
  * the type -- harmless on x86 (plain 8-byte accesses), and not our code. */
 
+/* A thread's first read-side section registers it (urcu_bp_register(),
+ * which locks and unlocks liburcu-bp's registry mutex, blocks signals, may
+ * mmap): a probe on a libc function that registration runs (the internal
+ * __pthread_mutex_unlock_usercnt under pthread_mutex_unlock, ...) is hit
+ * inside it, before the thread has a reader. That nested hit must not
+ * register again (it would wait forever for the registry mutex its own
+ * thread holds): its section is skipped, counted here so that its unlock is
+ * skipped too (sections nest). The same for a hit while liburcu-bp
+ * unregisters the thread at its exit (a key destructor, which clears the
+ * reader before it takes the same mutex): a thread that was a reader and has
+ * none is being unregistered. Such a hit reads the probe tables without a
+ * reader: while this thread holds the registry mutex no grace period can end
+ * (the writer's urcu_bp_synchronize_rcu() takes it too); only a hit in the
+ * mutex's acquisition itself, or after the thread's unregistration, runs
+ * unprotected. */
+static _Thread_local int uprobe_rcu_registering;
+static _Thread_local int uprobe_rcu_was_reader;
+static _Thread_local unsigned uprobe_rcu_skipped;
+
+__attribute__((visibility("hidden"))) void uprobe_rcu_register_thread(void) {
+  if (URCU_TLS(urcu_bp_reader)) return;
+  uprobe_rcu_registering = 1;
+  urcu_bp_register_thread();
+  uprobe_rcu_registering = 0;
+  uprobe_rcu_was_reader = 1;
+}
+
 __attribute__((visibility("hidden"))) void uprobe_rcu_read_lock(void) {
+  if (caa_unlikely(!URCU_TLS(urcu_bp_reader))) {
+    if (uprobe_rcu_registering || uprobe_rcu_was_reader) {
+      ++uprobe_rcu_skipped;
+      return;
+    }
+    uprobe_rcu_registering = 1;
+    urcu_bp_register();
+    uprobe_rcu_registering = 0;
+    uprobe_rcu_was_reader = 1;
+  }
   urcu_bp_read_lock();
 }
 __attribute__((visibility("hidden"))) void uprobe_rcu_read_unlock(void) {
+  if (caa_unlikely(uprobe_rcu_skipped != 0)) {
+    --uprobe_rcu_skipped;
+    return;
+  }
 #if UPROBE_TSAN
   __tsan_release(&tsan_grace_period);
 #endif

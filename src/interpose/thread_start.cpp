@@ -15,10 +15,10 @@
 
 #include "masks.hpp"
 #include "raw_syscall.hpp"
+#include "rcu.hpp"
 #include "sanitize.hpp"
 #include "thread_state.hpp"
 
-extern "C" void urcu_bp_register_thread(void);  // liburcu-bp: registers the caller if it is not yet
 
 namespace uprobe::detail {
 
@@ -77,7 +77,7 @@ UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
   // The registration's pthread_sigmask reaches masks.cpp, instrumented code:
   // under ThreadSanitizer not before TSan's own start routine has run (a new
   // thread then registers at its first hit).
-  if (!(UPROBE_TSAN && new_thread)) urcu_bp_register_thread();  // the hits' read sections need no registration
+  if (!(UPROBE_TSAN && new_thread)) uprobe_rcu_register_thread();  // the hits' read sections need no registration
 }
 
 }  // namespace uprobe::detail

@@ -12,10 +12,13 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
 #include <thread>
 #include <vector>
 
 #include "life_common.hpp"
+#include "uprobe/symbols.hpp"
 
 using namespace lifetest;
 
@@ -202,5 +205,53 @@ void check_cancel(Kind kind, int mode) {
 TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetParam(), 0); }
 TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
 TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
+
+/// Counts the hits whose first argument is one mutex.
+struct MutexArgCounter : uprobe::Consumer {
+  std::atomic<std::uint64_t> mine{0};
+  const void* mutex;
+  explicit MutexArgCounter(const void* m) : mutex(m) {}
+  uprobe::Action handler(uprobe::Regs& regs) override {
+    if (regs.rdi == reinterpret_cast<std::uint64_t>(mutex)) mine.fetch_add(1, std::memory_order_relaxed);
+    return uprobe::Action::keep;
+  }
+};
+
+/// A probe on what liburcu-bp's reader registration runs (libc's internal
+/// __pthread_mutex_unlock_usercnt, under pthread_mutex_unlock; named with
+/// libc6-dbg): a new thread's first hit registers it as a reader, and the
+/// hit inside that registration must not register again. It waited forever
+/// for the registry mutex its own thread held (uprobe:libc:* hung xz -T2).
+/// The new thread's own unlocks are counted exactly.
+TEST(Threads, ProbeOnWhatReaderRegistrationRunsDoesNotHang) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  uprobe::Symbol sym;
+  try {
+    sym = uprobe::find_symbol(libc, "__pthread_mutex_unlock_usercnt");
+  } catch (const uprobe::Error& e) {
+    GTEST_SKIP() << "no __pthread_mutex_unlock_usercnt symbol (libc6-dbg not installed?): " << e.what();
+  }
+  for (const bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimized" : "int3");
+    ConfigGuard guard;
+    uprobe::Config c = uprobe::configuration();
+    c.optimize = optimize;
+    uprobe::configure(c);
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    MutexArgCounter counter(&m);
+    uprobe::Attachment a(libc, sym.offset, counter);
+    constexpr int kUnlocks = 100;
+    // A new thread each round: its first hit is its reader registration.
+    std::future<void> done = std::async(std::launch::async, [] {
+      for (int i = 0; i < kUnlocks; ++i) {
+        pthread_mutex_lock(&m);
+        pthread_mutex_unlock(&m);
+      }
+    });
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the new thread hangs";
+    done.get();
+    EXPECT_EQ(counter.mine.load(), static_cast<std::uint64_t>(kUnlocks));
+  }
+}
 
 }  // namespace
