@@ -341,8 +341,8 @@ inline std::ostream& operator<<(std::ostream& os, ProbeMode mode) { return os <<
 struct ProbeInfo {
   FileOffset where;          ///< the probe key
   ProbeMode mode = ProbeMode::pending;  ///< how its sites are patched now
-  /// Bytes displaced by an optimized entry's jump (the relocated window;
-  /// 0 for nop5 and int3 probes or when the entry cannot be displaced).
+  /// Bytes displaced by an optimized entry's, window's or punned jump (the
+  /// relocated instructions; 0 for nop5 and int3 probes).
   unsigned displaced = 0;
   /// Why the probe is not optimized ("" when it is).
   std::string why_not_optimized;
