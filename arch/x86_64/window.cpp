@@ -153,21 +153,13 @@ bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std
   return true;
 }
 
-/// True when some instruction with its opcode byte at `p` could be a direct
-/// branch, or a `lea disp32(%rip)`, whose target lies in (win, win + len):
-/// every form branch_info() and lea_rip_target() read, with each operand size
-/// a decoder may give it (rel8; rel32; rel16 right after the opcode, or in the
-/// last two bytes of a rel32-sized instruction, as branch_info() reads a
-/// 66-prefixed one). Prefixes never move the end of an instruction relative
-/// to its opcode, so they need not be known. `win` is the window's first
-/// byte relative to `f` (0 for the window's own function; outside [0, size)
-/// for a neighbour).
-bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, std::int64_t win, std::size_t len) {
-  auto hit = [&](std::size_t end, std::int64_t rel) {
-    if (end > size) return false;
-    const std::int64_t t = static_cast<std::int64_t>(end) + rel;
-    return t > win && t < win + static_cast<std::int64_t>(len);
-  };
+/// Calls `visit(end, rel)` for each target `end + rel` that an instruction
+/// with its opcode byte at `p` could have as one of the forms branch_info()
+/// and lea_rip_target() read (see may_reach_window()), until `visit` returns
+/// true; returns whether it did. `end` may lie past `size` (the visitor
+/// decides). Operands past the end read as 0.
+template <typename Visit>
+bool branch_form_targets(const std::uint8_t* f, std::size_t size, std::size_t p, Visit&& visit) {
   auto i8 = [&](std::size_t at) { return at < size ? static_cast<std::int64_t>(static_cast<std::int8_t>(f[at])) : 0; };
   auto i16 = [&](std::size_t at) {
     if (at + 2 > size) return std::int64_t{0};
@@ -182,14 +174,33 @@ bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, st
     return static_cast<std::int64_t>(v);
   };
   // A relative branch whose displacement starts at `at` (rel32 form ending at at + 4).
-  auto relz = [&](std::size_t at) { return hit(at + 4, i32(at)) || hit(at + 2, i16(at)) || hit(at + 4, i16(at + 2)); };
+  auto relz = [&](std::size_t at) {
+    return visit(at + 4, i32(at)) || visit(at + 2, i16(at)) || visit(at + 4, i16(at + 2));
+  };
   const std::uint8_t op = f[p];
   const std::uint8_t op2 = p + 1 < size ? f[p + 1] : 0;
-  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) return hit(p + 2, i8(p + 1));
+  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) return visit(p + 2, i8(p + 1));
   if (op == 0xe8 || op == 0xe9) return relz(p + 1);
   if ((op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) || (op == 0xc7 && op2 == 0xf8)) return relz(p + 2);
-  if (op == 0x8d && (op2 & 0xc7) == 0x05) return hit(p + 6, i32(p + 2));
+  if (op == 0x8d && (op2 & 0xc7) == 0x05) return visit(p + 6, i32(p + 2));
   return false;
+}
+
+/// True when some instruction with its opcode byte at `p` could be a direct
+/// branch, or a `lea disp32(%rip)`, whose target lies in (win, win + len):
+/// every form branch_info() and lea_rip_target() read, with each operand size
+/// a decoder may give it (rel8; rel32; rel16 right after the opcode, or in the
+/// last two bytes of a rel32-sized instruction, as branch_info() reads a
+/// 66-prefixed one). Prefixes never move the end of an instruction relative
+/// to its opcode, so they need not be known. `win` is the window's first
+/// byte relative to `f` (0 for the window's own function; outside [0, size)
+/// for a neighbour).
+bool may_reach_window(const std::uint8_t* f, std::size_t size, std::size_t p, std::int64_t win, std::size_t len) {
+  return branch_form_targets(f, size, p, [&](std::size_t end, std::int64_t rel) {
+    if (end > size) return false;
+    const std::int64_t t = static_cast<std::int64_t>(end) + rel;
+    return t > win && t < win + static_cast<std::int64_t>(len);
+  });
 }
 
 /// Refuses a direct branch into bytes 1 .. len-1 of the window, or an
@@ -487,34 +498,11 @@ void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::v
   targets.clear();
   // may_reach_window()'s forms at every byte (whatever the instruction
   // boundaries), each target it would test recorded instead of tested.
-  auto add = [&](std::size_t end, std::int64_t rel) {
-    if (end <= size) targets.push_back(static_cast<std::int64_t>(end) + rel);
-  };
-  auto i16 = [&](std::size_t at) {
-    if (at + 2 > size) return std::int64_t{0};
-    std::int16_t v;
-    std::memcpy(&v, f + at, 2);
-    return static_cast<std::int64_t>(v);
-  };
-  auto i32 = [&](std::size_t at) {
-    if (at + 4 > size) return std::int64_t{0};
-    std::int32_t v;
-    std::memcpy(&v, f + at, 4);
-    return static_cast<std::int64_t>(v);
-  };
-  auto relz = [&](std::size_t at) {
-    add(at + 4, i32(at));
-    add(at + 2, i16(at));
-    add(at + 4, i16(at + 2));
-  };
   auto at = [&](std::size_t p) {
-    const std::uint8_t op = f[p];
-    const std::uint8_t op2 = p + 1 < size ? f[p + 1] : 0;
-    if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3))
-      add(p + 2, p + 1 < size ? static_cast<std::int64_t>(static_cast<std::int8_t>(f[p + 1])) : 0);
-    else if (op == 0xe8 || op == 0xe9) relz(p + 1);
-    else if ((op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) || (op == 0xc7 && op2 == 0xf8)) relz(p + 2);
-    else if (op == 0x8d && (op2 & 0xc7) == 0x05) add(p + 6, i32(p + 2));
+    branch_form_targets(f, size, p, [&](std::size_t end, std::int64_t rel) {
+      if (end <= size) targets.push_back(static_cast<std::int64_t>(end) + rel);
+      return false;
+    });
   };
   // 16 bytes at a time (SSE2, as check_function()'s scan): the positions of
   // those first bytes, then each of them in order.
