@@ -70,4 +70,16 @@ int wait_child(pid_t pid, int seconds) {
   return status;
 }
 
+testing::Environment* windows_off_environment() {
+  class WindowsOff : public testing::Environment {
+   public:
+    void SetUp() override {
+      uprobe::Config c = uprobe::configuration();
+      c.optimize_windows = false;
+      uprobe::configure(c);
+    }
+  };
+  return new WindowsOff;
+}
+
 }  // namespace lifetest

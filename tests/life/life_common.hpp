@@ -140,6 +140,12 @@ std::size_t read_all(int fd, void* p, std::size_t len);
 /// Waits for `pid` at most `seconds`, then SIGKILLs it; returns the status.
 int wait_child(pid_t pid, int seconds);
 
+/// A global test environment that turns Config::optimize_windows off, for
+/// the suites whose sites inside functions are meant to be int3 and
+/// out-of-line sites (tests/opt/window_test.cpp covers windows). Register
+/// with testing::AddGlobalTestEnvironment(windows_off_environment()).
+testing::Environment* windows_off_environment();
+
 }  // namespace lifetest
 
 #include <sys/wait.h>

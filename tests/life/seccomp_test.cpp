@@ -34,15 +34,8 @@ namespace {
 /// This suite's site inside a function is an out-of-line int3 site (what it
 /// checks is that path under a filter): windows inside functions stay off
 /// (Config::optimize_windows; tests/opt/window_test.cpp covers them).
-class WindowsOffEnvironment : public testing::Environment {
- public:
-  void SetUp() override {
-    uprobe::Config c = uprobe::configuration();
-    c.optimize_windows = false;
-    uprobe::configure(c);
-  }
-};
-[[maybe_unused]] testing::Environment* const g_windows_off = testing::AddGlobalTestEnvironment(new WindowsOffEnvironment);
+[[maybe_unused]] testing::Environment* const g_windows_off =
+    testing::AddGlobalTestEnvironment(windows_off_environment());
 
 int g_wr = -1;
 

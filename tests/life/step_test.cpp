@@ -25,15 +25,8 @@ namespace {
 /// This suite's sites inside functions are int3 and out-of-line sites (what
 /// it checks is how they step): windows inside functions stay off
 /// (Config::optimize_windows; tests/opt/window_test.cpp covers them).
-class WindowsOffEnvironment : public testing::Environment {
- public:
-  void SetUp() override {
-    uprobe::Config c = uprobe::configuration();
-    c.optimize_windows = false;
-    uprobe::configure(c);
-  }
-};
-[[maybe_unused]] testing::Environment* const g_windows_off = testing::AddGlobalTestEnvironment(new WindowsOffEnvironment);
+[[maybe_unused]] testing::Environment* const g_windows_off =
+    testing::AddGlobalTestEnvironment(windows_off_environment());
 
 constexpr std::uint64_t kTF = 0x100;
 constexpr int kMaxSteps = 256;
