@@ -164,6 +164,43 @@ inline bool compare_exchange_16(void* addr, std::uint64_t& exp_lo, std::uint64_t
   return ok;
 }
 
+/// rflags trap flag (TF).
+inline constexpr std::uint64_t kTrapFlag = 0x100;
+
+/// The rflags bits a consumer's handler may change (CF PF AF ZF SF TF DF OF,
+/// 0xdd5): what every path writes back from a Regs (the int3 path's
+/// ucontext, the optimized stub's frame, the return trampoline's frame).
+/// The others (IF, AC, the system bits) stay the interrupted code's.
+inline constexpr std::uint64_t kHandlerFlags = 0x0cd5 | kTrapFlag;
+
+/// rflags as the program continues with them: `orig`'s bits outside
+/// kHandlerFlags, the handlers' (`handled`) inside. Pure, async-signal-safe.
+inline constexpr std::uint64_t merge_handler_flags(std::uint64_t orig, std::uint64_t handled) noexcept {
+  return (orig & ~kHandlerFlags) | (handled & kHandlerFlags);
+}
+
+/// Hides `v`'s value from the optimizer (an empty asm with `v` as a register
+/// operand): a byte or word loop around it is not turned into a memcpy() or
+/// memcmp() call (libc's, which may be probed or use vector registers) nor
+/// folded away. Costs nothing at run time. Async-signal-safe.
+template <class T>
+inline void opaque(T& v) noexcept {
+  asm("" : "+r"(v));
+}
+
+/// Copies `words` 8-byte words from `from` to `to`, either side possibly
+/// misaligned, with general-register moves only (no libc call, no vector
+/// register): for frames on the paths that run before the vector state is
+/// saved. Async-signal-safe.
+inline void copy_words(void* to, const void* from, std::size_t words) noexcept {
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, static_cast<const unsigned char*>(from) + 8 * i, 8);
+    opaque(w);
+    __builtin_memcpy(static_cast<unsigned char*>(to) + 8 * i, &w, 8);
+  }
+}
+
 /// What an optimized hit keeps from the stub's frame while the handlers run.
 struct OptFrameSaved {
   std::uint64_t rflags;    ///< rflags at the site
@@ -188,7 +225,7 @@ inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
 /// frame is popped: rsp then stays. Async-signal-safe.
 inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
                             const OptFrameSaved& saved) noexcept {
-  regs.rflags = (saved.rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  regs.rflags = merge_handler_flags(saved.rflags, regs.rflags);
   const std::uint64_t target = regs.rip != site.site ? regs.rip : site.resume;
   std::uint64_t slot = saved.own_slot;
   if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
@@ -205,6 +242,31 @@ inline std::uint64_t return_trampoline_address() noexcept {
   return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);
 }
 
+/// Where the return address of the function entered with `regs` (at its
+/// first instruction) is kept: the stack slot at rsp. Its address also names
+/// the frame (a return instance is stale once rsp is above it). Pure.
+/// (The kernel's arch_uretprobe_hijack_return_addr() reads it.)
+inline std::uint64_t return_address_slot(const Regs& regs) noexcept { return regs.rsp; }
+
+/// The return address in the slot return_address_slot() named.
+/// Async-signal-safe.
+inline std::uint64_t read_return_address(std::uint64_t slot) noexcept {
+  return *reinterpret_cast<const std::uint64_t*>(slot);
+}
+
+/// Makes the function whose return address is at `slot` return to `to`
+/// (the return trampoline): the kernel's arch_uretprobe_hijack_return_addr()
+/// write. Async-signal-safe.
+inline void hijack_return_address(std::uint64_t slot, std::uint64_t to) noexcept {
+  *reinterpret_cast<std::uint64_t*>(slot) = to;
+}
+
+/// The stack pointer after the return the trampoline's frame `f` stands for
+/// (just above its ret_slot). Pure.
+inline std::uint64_t ret_frame_sp(const RetFrame* f) noexcept {
+  return reinterpret_cast<std::uint64_t>(f) + __builtin_offsetof(RetFrame, ret_slot) + 8;
+}
+
 /// The breakpoint instruction (int3) and its length.
 inline constexpr std::uint8_t kBreakpoint = 0xCC;
 inline constexpr std::size_t kBreakpointLen = 1;
@@ -212,8 +274,6 @@ inline constexpr std::size_t kBreakpointLen = 1;
 inline constexpr std::size_t kMaxInsnLen = 15;
 /// Size of one XOL slot (relocated instruction + jump back), bytes.
 inline constexpr std::size_t kXolSlotSize = 32;
-/// rflags trap flag (TF).
-inline constexpr std::uint64_t kTrapFlag = 0x100;
 
 /// How a probed instruction continues after the consumers ran.
 enum class InsnClass : std::uint8_t {
@@ -235,6 +295,11 @@ enum class InsnClass : std::uint8_t {
 /// kRipReg = rip-relative base).
 inline constexpr std::uint8_t kNoReg = 0xFF;
 inline constexpr std::uint8_t kRipReg = 0xFE;
+
+struct XolOps;
+/// The operations of an instruction that runs out of line with nothing to
+/// fix up (the default of an Insn not made by analyze()).
+extern const XolOps kDefaultXolOps;
 
 /// The result of analyzing one instruction, computed once at register time
 /// from the file's bytes and kept with the uprobe. Position independent: the
@@ -259,6 +324,10 @@ struct Insn {
   std::int32_t disp = 0;         ///< the original disp32
   std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
   bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
+  /// How a hit continues past this instruction (XolOps), chosen once by
+  /// analyze() from its class (the kernel's auprobe->ops, set by
+  /// arch_uprobe_analyze_insn()). Points at a static table: copies share it.
+  const XolOps* ops = &kDefaultXolOps;
 };
 
 /// Decodes and classifies the instruction at `code` (up to `avail` bytes).
@@ -347,6 +416,62 @@ enum class StepEnd : std::uint8_t {
 /// end, the target itself after a branch.
 StepEnd single_step_end(const StepPlan& plan, std::uint64_t trap_ip, std::uint64_t trap_sp,
                         std::uint64_t& resume) noexcept;
+
+/// What a single-stepped out-of-line copy leaves to its step trap, from
+/// XolOps::pre_xol to XolOps::post_xol (the kernel's struct arch_uprobe_task
+/// and its UPROBE_FIX_* flags). Copied into the thread's state: valid after
+/// the probe is gone.
+struct XolStep {
+  StepPlan plan;             ///< where the step trap arrives
+  const XolOps* ops = nullptr;  ///< the instruction's operations (post_xol reads the trap)
+  bool program_tf = false;   ///< the program had TF set itself at the probe: the step trap is also its own
+  bool fix_pushf = false;    ///< a pushf run under our TF: clear TF in the flags word it stored
+  bool keep_tf = false;      ///< a popf: TF after it is what it loaded (the kernel's UPROBE_FIX_SETF)
+};
+
+/// The per-instruction operations of a hit (the kernel's struct
+/// uprobe_xol_ops: branch_xol_ops, push_xol_ops, default_xol_ops), chosen by
+/// analyze() and called by the core's int3 path (src/hit/trap.cpp) without
+/// it looking at the instruction's class. The optimized path never uses
+/// them. There is no `abort`: the kernel's undoes a step the task leaves
+/// (a fatal signal, the XOL slot going away); here the step is the thread's
+/// own and resumes after any signal handler's sigreturn, and slots are never
+/// freed.
+struct XolOps {
+  /// Runs the instruction at `ip` on `regs` (as at the probe) and returns
+  /// true, with rip, rsp and the stack as after it (the kernel's
+  /// ops->emulate, arch_uprobe_skip_sstep()); nullptr for an instruction that
+  /// only runs out of line. Async-signal-safe, no allocation, no syscall.
+  bool (*emulate)(const Insn& insn, std::uint64_t ip, Regs& regs) noexcept;
+  /// The out-of-line copy would not do what the original does (a relative
+  /// branch or call counted from the slot, a return address pushed from it):
+  /// always emulated, whatever Config::emulate says (!xol_safe()).
+  bool emulate_only;
+  /// The copy is single-stepped even when its jump back would do: a popf,
+  /// after which TF is what it loaded, not ours (loads_flags()).
+  bool step_always;
+  /// The copy of `insn` (at `ip`) is about to run from `slot` single-stepped
+  /// (the kernel's ops->pre_xol, arch_uprobe_pre_xol()): sets TF in `regs`
+  /// (as the copy starts: rip = slot) and fills `step`; `program_tf` when the
+  /// program had TF set itself. Async-signal-safe.
+  void (*pre_xol)(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs, bool program_tf,
+                  XolStep& step) noexcept;
+  /// A single-step trap arrived (`uc`) while `step` was in flight: what it
+  /// means (the kernel's ops->post_xol, arch_uprobe_post_xol()). On done,
+  /// `uc` continues where the instruction took the thread and, unless the
+  /// program's own TF was set, TF and a stored flags word are the program's
+  /// again. Async-signal-safe.
+  StepEnd (*post_xol)(const XolStep& step, ucontext_t* uc) noexcept;
+};
+
+/// The operations table analyze() stores in Insn::ops, by the instruction's
+/// class (and for jmp_ind its rip-relative form, for xol pushf and popf).
+/// Pure, async-signal-safe.
+const XolOps& xol_ops_for(const Insn& insn) noexcept;
+
+/// The program's own TF in a SIGTRAP's ucontext: it is single-stepping
+/// itself (or a debugger steps it). Async-signal-safe.
+bool ucontext_single_stepping(const ucontext_t* uc) noexcept;
 
 /// True for an instruction that stores rflags to memory (pushf): run out of
 /// line under our own TF it would store TF = 1. Async-signal-safe.

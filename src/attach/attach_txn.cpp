@@ -60,7 +60,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
     s.jumped = site_is_optimized(s) ? 1 : 0;
-    if (!s.xol && !arch::is_emulated(up->insn))
+    if (!s.xol && !up->insn.ops->emulate)
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
     std::uint8_t cur;

@@ -313,8 +313,8 @@ ProbeInfo probe_state(const Uprobe* up) {
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   info.sites = up->applied && ss ? static_cast<unsigned>(ss->sites.size()) : 0;
   info.consumers = static_cast<unsigned>(up->consumers.load(std::memory_order_relaxed)->regs.size());
-  info.emulated = arch::is_emulated(up->insn) &&
-                  (g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn));
+  info.emulated = up->insn.ops->emulate &&
+                  (g_hot.emulate.load(std::memory_order_relaxed) || up->insn.ops->emulate_only);
   info.instruction = up->insn.text;
   info.why_not_optimized = why_not_optimized(up);
   info.mode = probe_mode(up);
