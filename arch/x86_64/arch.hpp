@@ -638,6 +638,84 @@ void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::v
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                              std::string& why);
 
+/// True when the `n` bytes at `b` are only filler: nops and int3 (the
+/// alignment between two functions, which nothing runs or branches to).
+/// Not async-signal-safe (Capstone). Thread-safe.
+bool is_filler(const std::uint8_t* b, std::size_t n);
+
+/// How a probe site is patched: the tactic plan() chooses.
+enum class Tactic : std::uint8_t {
+  int3,    ///< the breakpoint only: every hit traps (emulated or out of line)
+  nop5,    ///< a 5-byte nop (is_nop5()) becomes a jmp rel32 to a stub; nothing is displaced
+  window,  ///< a jmp rel32 over >= kJumpLen bytes of whole instructions, which run relocated from a
+           ///< window slot (at a function's entry: the core's "entry window"; E9Patch's B1 when one instruction)
+  punned,  ///< a jmp rel32 over one shorter instruction whose rel32's high bytes are the original bytes
+           ///< after it (E9Patch's B2): it lands on a hop, placed in punned_jump_range(), that jumps to the stub
+};
+
+/// What plan() asks the core about a site's surroundings: the facts of the
+/// file (function bounds, neighbours, data, exception tables) that the bytes
+/// at the site cannot show. Implemented by src/attach/validate.cpp at attach
+/// time. Not hot.
+class PlanContext {
+ public:
+  /// The bytes of the function enclosing the site, from its entry.
+  struct Function {
+    const std::uint8_t* code = nullptr;  ///< the function's bytes, then `padding` filler bytes
+    std::size_t size = 0;                ///< the function's size
+    std::size_t at = 0;                  ///< the site, relative to code
+    std::size_t padding = 0;             ///< filler after the function (is_filler()) that a window may cover
+  };
+  /// Whether the site is the entry of a function of known bounds.
+  virtual bool at_function_entry() const = 0;
+  /// The enclosing function for a window inside it; `tail`: when fewer bytes
+  /// than that follow the site in the function, the filler after it is
+  /// appended (Function::padding). False, with the reason in `why`, when no
+  /// function of known bounds holds the site, when its sweep from the entry
+  /// does not reach the site as an instruction start, or when the function
+  /// may be resumed where its bytes cannot show (exception landing pads).
+  virtual bool function(std::size_t tail, Function& out, std::string& why) = 0;
+  /// Whether nothing outside the function's own bytes may enter the window
+  /// (site, site + len): no neighbouring function's direct branch
+  /// (check_neighbour_branches()), no jump-table entry (rip_data_refs()) or
+  /// stored code address in the file's data. False with the reason in `why`.
+  virtual bool no_outside_entry(std::size_t len, std::string& why) = 0;
+  /// The file's `n` bytes at the site; false when fewer exist there.
+  virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
+
+ protected:
+  ~PlanContext() = default;
+};
+
+/// A probe site's patch plan (position independent: the same for every
+/// mapping of the file). What each site of it is built from, per mapping
+/// (src/attach/sites.cpp, xol.cpp): an XOL slot (kXolSlotSize, build_xol(),
+/// within disp32 reach of a rip-relative operand's target), a window slot
+/// when window.len (kWindowSlotSize, build_window_xol(), within rel32 reach
+/// of the site) and, for every tactic but int3, a stub (kOptStubSize,
+/// build_opt_stub(), within rel32 reach of the site; for punned, of a hop
+/// placed inside punned_jump_range()).
+struct PatchPlan {
+  Tactic tactic = Tactic::int3;
+  /// The displaced instructions and the original bytes the jump covers
+  /// (len 0: none). Planned for a nop5 too: its int3 hits run the window slot
+  /// while a conversion is under way.
+  EntryWindow window;
+  /// Why no window (nor punned jump) was planned; "" when one was.
+  std::string why_no_window;
+};
+
+/// The kernel has no counterpart (its uprobes always trap; kprobes'
+/// can_optimize() is the nearest): plans how the probe at the instruction
+/// `insn` (analyze()'s result for the site) is patched. In order: an
+/// instruction as long as the jump, off a function's entry, is a window of
+/// its own; else a window inside the enclosing function (plan_window(),
+/// then ctx.no_outside_entry()); else, for an instruction shorter than the
+/// jump, a punned jump (plan_punned() on ctx.site_bytes()). The tactic is
+/// nop5 for a 5-byte nop whatever the window, else punned, window or int3.
+/// Not async-signal-safe (Capstone). Thread-safe.
+PatchPlan plan(const Insn& insn, PlanContext& ctx);
+
 /// Offset of OptSite::owner inside a stub block.
 std::size_t opt_stub_owner_offset() noexcept;
 

@@ -42,11 +42,11 @@ ProbeMode probe_mode(const Uprobe* up) noexcept {
   if (!up->applied || !ss || ss->sites.empty()) return ProbeMode::pending;
   bool optimized = false;
   for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
-  return !optimized                ? ProbeMode::int3
-         : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
-         : up->window.punned       ? ProbeMode::optimized_punned
-         : up->function_entry      ? ProbeMode::optimized_entry
-                                   : ProbeMode::optimized_window;
+  return !optimized                           ? ProbeMode::int3
+         : up->tactic == arch::Tactic::nop5   ? ProbeMode::optimized_nop5
+         : up->tactic == arch::Tactic::punned ? ProbeMode::optimized_punned
+         : up->function_entry                 ? ProbeMode::optimized_entry
+                                              : ProbeMode::optimized_window;
 }
 
 /// A transaction's error as the batch API reports it: the uprobe::Error

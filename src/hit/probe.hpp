@@ -156,7 +156,10 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   std::uint64_t ref_ctr_offset = 0;  ///< file offset of the USDT semaphore, 0 = none
   std::string path;
   arch::Insn insn;
-  /// At a function entry whose first instructions can be displaced: the
+  /// How the site is patched (arch::plan()'s tactic): int3 only, or which
+  /// optimized jump. Immutable after registration.
+  arch::Tactic tactic = arch::Tactic::int3;
+  /// Where the site's instructions can be displaced (arch::plan()): the
   /// window an optimized jump replaces (len 0 otherwise, with the reason in
   /// window_why). Immutable after registration.
   arch::EntryWindow window;
