@@ -305,7 +305,7 @@ extern const XolOps kDefaultXolOps;
 /// from the file's bytes and kept with the uprobe. Position independent: the
 /// same Insn serves every mapping of the file (targets are relative to the
 /// end of the instruction).
-struct Insn {
+struct Insn {  // (96 bytes: traps sits in the padding after mem_scale)
   std::uint8_t bytes[16] = {};   ///< original bytes
   std::uint8_t len = 0;          ///< instruction length
   InsnClass cls = InsnClass::xol;
@@ -317,13 +317,13 @@ struct Insn {
   std::uint8_t mem_base = kNoReg;   ///< register or kRipReg
   std::uint8_t mem_index = kNoReg;
   std::uint8_t mem_scale = 1;
+  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
   std::int64_t mem_disp = 0;
   // XOL: rip-relative displacement, when present.
   bool rip_relative = false;     ///< instruction has a rip-relative memory operand
   std::uint8_t disp_offset = 0;  ///< byte offset of the disp32 in bytes[]
   std::int32_t disp = 0;         ///< the original disp32
   std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
-  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
   /// How a hit continues past this instruction (XolOps), chosen once by
   /// analyze() from its class (the kernel's auprobe->ops, set by
   /// arch_uprobe_analyze_insn()). Points at a static table: copies share it.
