@@ -782,4 +782,10 @@ std::uint64_t uprobe_ret_unwind_pop(std::uint64_t sp) noexcept;
 /// .cfi_personality): lands in uprobe_ret_unwind_landing in the cleanup phase.
 _Unwind_Reason_Code uprobe_ret_personality(int version, _Unwind_Action actions, _Unwind_Exception_Class cls,
                                            struct _Unwind_Exception* exc, struct _Unwind_Context* ctx);
+/// The calling thread's SIGTRAP bit as the program sees its own mask: 1 when
+/// the program asked for SIGTRAP blocked (it never is for real)
+/// (src/interpose/masks.cpp). Initial-exec TLS, read by
+/// arch/x86_64/interpose/context.S (getcontext(), __sigsetjmp()) and by the
+/// SIGTRAP handler. Written only by its own thread.
+extern __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec")));
 }

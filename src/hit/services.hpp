@@ -10,17 +10,16 @@
 
 #include <signal.h>
 
+#include "arch.hpp"  // uprobe_view_blocked
+
 #include <cstddef>
 #include <cstdint>
 
-extern "C" {
-/// The calling thread's SIGTRAP bit as the program sees its own mask: 1 when
-/// the program asked for SIGTRAP blocked (it never is for real). Initial-exec
-/// TLS, defined in src/interpose/masks.cpp, read by arch/x86_64/context.S
-/// (getcontext(), __sigsetjmp()) and by the SIGTRAP handler, which keeps a
-/// consumer's change from outliving it (as sigreturn restores the mask).
-extern __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec")));
-}
+// uprobe_view_blocked (the calling thread's SIGTRAP bit as the program sees
+// its own mask, defined in src/interpose/masks.cpp) is declared with the
+// other core symbols that arch code names, at the end of arch.hpp: the
+// SIGTRAP handler keeps a consumer's change to it from outliving the
+// consumer (as sigreturn restores the mask).
 
 namespace uprobe {
 class Uprobe;  // probe.hpp

@@ -22,8 +22,9 @@
 #include "services.hpp"
 
 // uprobe_view_blocked, the calling thread's SIGTRAP bit as the program sees
-// its own mask (initial-exec TLS, read by arch/x86_64/context.S): declared in
-// src/hit/services.hpp, defined in masks.cpp.
+// its own mask (initial-exec TLS, read by arch/x86_64/interpose/context.S):
+// declared with the core symbols arch code names (arch.hpp), defined in
+// masks.cpp.
 
 namespace uprobe::detail {
 
