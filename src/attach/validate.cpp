@@ -22,6 +22,7 @@
 #include "elf_info.hpp"
 #include "vma.hpp"
 #include "format.hpp"
+#include "hot.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -270,6 +271,8 @@ std::string plan_site_window(const Target& t, const ElfImage& info, const FuncSy
     window = arch::EntryWindow{};
     return why;
   }
+  if (!entry && g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_only)
+    return "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)";
   if (!fn)
     return "the offset is not inside a function of known size (no sized symbol in .symtab, .dynsym or a debug "
            "file, no .eh_frame FDE), and its instruction is shorter than the jump";
@@ -374,6 +377,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
       arch::plan_punned(five, arch::kJumpLen, insn, *window, why))
     return;
   *window = arch::EntryWindow{};
+  if (!why.empty()) *window_why += "; no punned jump either: " + why;
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {
