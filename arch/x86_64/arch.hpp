@@ -522,6 +522,11 @@ std::size_t opt_stub_owner_offset() noexcept;
 /// Encodes `jmp rel32` at `from` to `to` into out[0..4].
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;
 
+/// The target of the `jmp rel32` in `code` (kJumpLen bytes read at `from`),
+/// 0 when they are not one (a punned site's hop is one, to the site's stub).
+/// Async-signal-safe.
+std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code) noexcept;
+
 /// Copies the user registers out of / into a signal ucontext.
 /// Async-signal-safe. regs_to_ucontext only writes the fields a handler may
 /// change (GPRs, rip, rsp, arithmetic/direction/trap flags of rflags).
