@@ -552,8 +552,8 @@ bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& 
 /// Plans the window of a function entry from the function's bytes
 /// [func, func + size) (size from the symbol table). Refuses, with the reason
 /// in `why`: a function shorter than the jump; an instruction in the window
-/// that cannot be relocated (a return, a system call or trap, an indirect
-/// call, a call or indirect jump before the last instruction of the window;
+/// that cannot be relocated (a return, a system call or trap, a call (direct
+/// or indirect) or indirect jump before the last instruction of the window;
 /// direct jumps and Jcc anywhere are re-encoded); and a direct branch anywhere
 /// in the function whose target lies inside the window past its first byte
 /// (it would land in the middle of the jump: case C-04), or a rip-relative
@@ -632,7 +632,10 @@ void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::v
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a
 /// final direct branch re-encoded with a rel32 from the slot (a call pushes
-/// the original return address, ip + w.len), then a jump back to ip + w.len.
+/// the original return address, ip + w.len; an indirect call pushes its
+/// operand, then that return address, and jumps through the stack, leaving
+/// the target in the dead quadword below the callee's rsp), then a jump back
+/// to ip + w.len.
 /// Writes at most kWindowSlotSize bytes; returns the length, or 0 with `why`
 /// set when a target is out of rel32 reach of the slot. Not hot.
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
@@ -721,6 +724,11 @@ std::size_t opt_stub_owner_offset() noexcept;
 
 /// Encodes `jmp rel32` at `from` to `to` into out[0..4].
 void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;
+
+/// The target of the `jmp rel32` in `code` (kJumpLen bytes read at `from`),
+/// 0 when they are not one (a punned site's hop is one, to the site's stub).
+/// Async-signal-safe.
+std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code) noexcept;
 
 /// Copies the user registers out of / into a signal ucontext.
 /// Async-signal-safe. regs_to_ucontext only writes the fields a handler may

@@ -41,6 +41,13 @@ void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexce
   std::memcpy(out + 1, &rel, 4);
 }
 
+std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code) noexcept {
+  if (code[0] != kJumpOpcode) return 0;
+  std::int32_t rel;
+  std::memcpy(&rel, code + 1, 4);
+  return from + kJumpLen + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
+}
+
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept {
   const std::size_t n = code_len();
   static_assert(sizeof(OptSite) == 56);

@@ -48,12 +48,16 @@ PatchPlan plan(const Insn& insn, PlanContext& ctx) {
   }
   // No window: a punned jump (E9Patch's B2) over the instruction alone, its
   // bytes after it kept (a branch target there, the function's end, ...).
-  // (Its refusal leaves the window's reason as the one reported.)
+  // Its refusal's reason follows the window's.
   if (!out.window.len && insn.len < kJumpLen) {
     std::uint8_t five[kJumpLen];
     std::string pwhy;
-    if (!ctx.site_bytes(five, kJumpLen) || !plan_punned(five, kJumpLen, insn, out.window, pwhy))
+    if (!ctx.site_bytes(five, kJumpLen)) {
       out.window = EntryWindow{};
+    } else if (!plan_punned(five, kJumpLen, insn, out.window, pwhy)) {
+      out.window = EntryWindow{};
+      if (!pwhy.empty()) out.why_no_window += "; no punned jump either: " + pwhy;
+    }
   }
   out.tactic = is_nop5(insn)                 ? Tactic::nop5
                : out.window.punned           ? Tactic::punned

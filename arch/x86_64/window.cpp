@@ -339,6 +339,7 @@ bool displaceable(const Insn& insn, std::size_t at, bool last, bool before_paddi
       // window, a not-taken Jcc goes on with the next relocated instruction.
       return true;
     case InsnClass::call_rel:
+    case InsnClass::call_ind:
     case InsnClass::jmp_ind:
       // The callee would return into the window, or the rest is dead.
       if (!last && !(insn.cls == InsnClass::jmp_ind && before_padding))
@@ -366,6 +367,68 @@ bool rel32(std::uint64_t from_end, std::uint64_t target, std::int32_t& out) {
   const auto d = static_cast<std::int64_t>(target - from_end);
   if (d < INT32_MIN || d > INT32_MAX) return false;
   out = static_cast<std::int32_t>(d);
+  return true;
+}
+
+/// An indirect call (`call *reg`, `call *mem`, ff /2), the window's last
+/// instruction, relocated into `buf` at `n` (the slot at `slot`, the call
+/// originally at `orig`): the callee must see the original return address
+/// (orig + len), so the call becomes
+///   push <its operand>        ff /6, the same operand: the target on the stack
+///                             (a memory operand faults here, before any state
+///                             changes, as the call would; an rsp base is read
+///                             before the decrement, as the call reads it)
+///   push (%rsp)               the target again, 8 bytes lower
+///   movl $lo32, 8(%rsp)       the first slot becomes the return address
+///   movl $hi32, 12(%rsp)
+///   lea 8(%rsp), %rsp         rsp as after the call
+///   jmp *-8(%rsp)             to the target
+/// No register and no flag changes; the target is left in the quadword
+/// below the new rsp (the callee's dead stack, inside the red zone no signal
+/// frame overwrites). Prefixes other than REX (branch hints, notrack, bnd:
+/// meaningful only to the branch) are dropped.
+bool relocate_call_ind(const Insn& insn, std::uint64_t orig, std::uint64_t slot, std::uint8_t* buf, std::size_t& n,
+                       std::string& why) {
+  std::size_t o = 0;  // the ff opcode byte
+  std::uint8_t rex = 0;
+  for (; o < insn.len && insn.bytes[o] != 0xff; ++o) {
+    const std::uint8_t b = insn.bytes[o];
+    if ((b & 0xf0) == 0x40) rex = b;
+    else if (b != 0x2e && b != 0x3e && b != 0xf2 && b != 0xf3 && b != 0x26 && b != 0x36)
+      return why = "cannot relocate the indirect call `" + insn.text + "` (prefix " + hex(b) + ")", false;
+  }
+  if (o + 1 >= insn.len || ((insn.bytes[o + 1] >> 3) & 7) != 2)
+    return why = "cannot relocate the indirect call `" + insn.text + "`", false;
+  std::uint8_t push[16];
+  std::size_t k = 0;
+  if (rex) push[k++] = rex;
+  push[k++] = 0xff;
+  push[k++] = static_cast<std::uint8_t>((insn.bytes[o + 1] & ~0x38) | (6 << 3));  // ff /6: push r/m64
+  const std::size_t rest = insn.len - (o + 2);  // SIB and displacement, unchanged
+  std::memcpy(push + k, insn.bytes + o + 2, rest);
+  k += rest;
+  if (insn.rip_relative) {
+    std::int32_t d = 0;
+    const std::uint64_t t = rip_target(insn, orig);
+    if (!rel32(slot + n + k, t, d))
+      return why = "rip-relative target " + hex(t) + " out of reach of the window slot " + hex(slot), false;
+    std::memcpy(push + insn.disp_offset - (o + 2) + k - rest, &d, 4);
+  }
+  n = put(buf, n, push, k);
+  const std::uint64_t ret = orig + insn.len;
+  const auto lo32 = static_cast<std::uint32_t>(ret), hi32 = static_cast<std::uint32_t>(ret >> 32);
+  const std::uint8_t again[3] = {0xff, 0x34, 0x24};                 // push (%rsp)
+  const std::uint8_t lo[4] = {0xc7, 0x44, 0x24, 0x08};              // movl $imm32, 8(%rsp)
+  const std::uint8_t hi[4] = {0xc7, 0x44, 0x24, 0x0c};              // movl $imm32, 12(%rsp)
+  const std::uint8_t lea[5] = {0x48, 0x8d, 0x64, 0x24, 0x08};       // lea 8(%rsp), %rsp
+  const std::uint8_t jmp[4] = {0xff, 0x64, 0x24, 0xf8};             // jmp *-8(%rsp)
+  n = put(buf, n, again, sizeof again);
+  n = put(buf, n, lo, sizeof lo);
+  n = put(buf, n, &lo32, 4);
+  n = put(buf, n, hi, sizeof hi);
+  n = put(buf, n, &hi32, 4);
+  n = put(buf, n, lea, sizeof lea);
+  n = put(buf, n, jmp, sizeof jmp);
   return true;
 }
 
@@ -567,6 +630,11 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
         n = put(buf, n, &op, 1);
         if (!rel32(slot + n + 4, target, d)) return why = "call target " + hex(target) + " out of reach", 0;
         n = put(buf, n, &d, 4);
+        ends_in_branch = true;
+        break;
+      }
+      case InsnClass::call_ind: {
+        if (!relocate_call_ind(insn, orig, slot, buf, n, why)) return 0;
         ends_in_branch = true;
         break;
       }

@@ -90,6 +90,11 @@ struct Config {
   /// optimize_entries / optimize_windows as the site is an entry or not.
   /// Default true; false keeps such sites on int3.
   bool optimize_punned = true;
+  /// How a probe past a function's entry is planned (lab.hpp): the default
+  /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
+  /// only (the test suites run every class of instruction through punned
+  /// jumps with it). Read when a probe is created.
+  SiteTactics site_tactics = SiteTactics::windows;
   /// How a thread that keeps running is observed before an entry is
   /// converted. 0 (default): it is not; the conversion waits for the next
   /// attach. A real-time signal number (SIGRTMIN..SIGRTMAX, e.g. SIGRTMAX):

@@ -57,4 +57,17 @@ enum class RiLock : std::uint8_t {
            ///< (Stats::recursion_misses: its consumers do not run); nothing else takes it.
 };
 
+/// How a probe past a function's entry is planned (issue 16). Not a seed:
+/// the two ways of putting a jump at any instruction side by side, for the
+/// bench and for running the whole test suite through punned jumps.
+enum class SiteTactics : std::uint8_t {
+  windows,           ///< the kprobes optimizer's window (the instructions from the site on, after the function's
+                     ///< checks), else E9Patch's B1/B2 on the instruction alone (default)
+  instruction_only,  ///< E9Patch's way, with no control-flow analysis: only the instruction's own bytes change, as
+                     ///< a jump when it is at least 5 bytes long (B1), else a punned jump (B2); function entries
+                     ///< are planned as before. Costs: a hop page per punned site's address range, more sites left
+                     ///< on int3 where the punned bytes select no free address. Applies to probes created after
+                     ///< configure() (a probe keeps the plan it was analysed with).
+};
+
 }  // namespace uprobe

@@ -22,6 +22,7 @@
 #include "elf_info.hpp"
 #include "vma.hpp"
 #include "format.hpp"
+#include "hot.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -255,6 +256,10 @@ class SitePlanContext final : public arch::PlanContext {
   bool at_function_entry() const override { return fn_ && fn_->file_offset == offset_; }
 
   bool function(std::size_t tail, Function& out, std::string& why) override {
+    if (!at_function_entry() && g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_only) {
+      why = "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)";
+      return false;
+    }
     if (!fn_) {
       why = "the offset is not inside a function of known size (no sized symbol in .symtab, .dynsym or a debug "
             "file, no .eh_frame FDE), and its instruction is shorter than the jump";

@@ -108,30 +108,44 @@ void deliver_user_step(int sig, const siginfo_t* info, ucontext_t* uc) noexcept 
 enum class StepTaken { no, deliver, silent };
 
 /// A program single-stepping itself took the jmp of an optimized site: the
-/// trap arrives at the stub's entry. Runs the probe here, in the signal
+/// trap arrives at the stub's entry (at a punned site's hop, which jumps
+/// there: followed). Runs the probe here, in the signal
 /// handler, and continues where the stub would have (the stub itself is never
 /// stepped through), so a nop5 site steps as the one instruction it replaced.
 /// An entry site continues in its window slot (the displaced instructions,
 /// relocated, then a jump back): the traps inside the slot are not handed to
 /// the program, whose next step is the one after the jump back (the
 /// displaced window steps as one instruction).
+/// Reads n bytes at `ip`: directly when `mapped` (the trapping address's
+/// page) and they do not cross into the next page, else with a call that
+/// fails instead of faulting.
+bool peek_at_trap(std::uint64_t ip, std::uint8_t* code, std::size_t n, bool mapped) noexcept {
+  if (mapped && g_page_size - (ip & (g_page_size - 1)) >= n) {
+    peek_text(ip, code, n);
+    return true;
+  }
+  struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
+  // (system calls of its own: libc's wrappers are probe targets)
+  return arch::raw_syscall(SYS_process_vm_readv, arch::raw_syscall(SYS_getpid), reinterpret_cast<long>(&local), 1,
+                           reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(n);
+}
+
 StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   const StepTaken no = StepTaken::no;
   const std::uint64_t ip = arch::ucontext_ip(uc);
   std::uint8_t code[64];
   const std::size_t n = arch::opt_stub_probe_len();
-  if (n > sizeof code) return no;
-  // The trapping address's page is mapped; the next page may not be: read
-  // across a page end with a call that fails instead of faulting.
-  if (g_page_size - (ip & (g_page_size - 1)) >= n) {
-    peek_text(ip, code, n);
-  } else {
-    struct iovec local = {code, n}, remote = {reinterpret_cast<void*>(ip), n};
-    if (arch::raw_syscall(SYS_process_vm_readv, arch::raw_syscall(SYS_getpid), reinterpret_cast<long>(&local), 1,
-                          reinterpret_cast<long>(&remote), 1, 0) != static_cast<long>(n))
-      return no;  // (system calls of its own: libc's wrappers are probe targets)
+  if (n > sizeof code || n < arch::kJumpLen) return no;
+  if (!peek_at_trap(ip, code, n, true)) return no;
+  // A punned site's jump lands on its hop, a jump to the stub: follow it
+  // (the site's jump is checked below to aim at this hop).
+  std::uint64_t stub = ip;
+  if (arch::opt_stub_desc(ip, code) == 0) {
+    const std::uint64_t t = arch::decode_jump(ip, code);
+    if (!t || !peek_at_trap(t, code, n, false)) return no;  // any jump of the program's: t may be unmapped
+    stub = t;
   }
-  const std::uint64_t desc_addr = arch::opt_stub_desc(ip, code);
+  const std::uint64_t desc_addr = arch::opt_stub_desc(stub, code);
   if (!desc_addr) return no;
   arch::OptSite desc;
   peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);

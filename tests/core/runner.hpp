@@ -45,7 +45,7 @@ inline void PrintTo(const ClassCase& c, std::ostream* os) { *os << c.name; }
 /// relocated from its slot). single_step_no_emulate: the kernel-faithful
 /// single-step with emulation off, so every class the runtime lets run out of
 /// line (returns and indirect jumps too) is single-stepped from its slot.
-enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate };
+enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate, punned };
 
 inline const char* mode_name(Mode m) {
   switch (m) {
@@ -54,6 +54,7 @@ inline const char* mode_name(Mode m) {
     case Mode::single_step: return "single_step";
     case Mode::locked: return "locked_lookup";
     case Mode::entry_opt: return "entry_opt";
+    case Mode::punned: return "punned";
     case Mode::single_step_no_emulate: return "single_step_no_emulate";
   }
   return "?";
@@ -83,7 +84,10 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
   if (mode == Mode::single_step || mode == Mode::single_step_no_emulate) cfg.xol = uprobe::XolMode::single_step;
   if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
   cfg.optimize_entries = mode == Mode::entry_opt;
-  cfg.optimize_windows = mode == Mode::entry_opt;  // a site inside a function: a window too
+  cfg.optimize_windows = mode == Mode::entry_opt || mode == Mode::punned;  // a site inside a function: a window too
+  // Mode::punned: E9Patch's plan only past an entry (a jump over the
+  // instruction alone: B1, or a punned jump B2); entries trap.
+  if (mode == Mode::punned) cfg.site_tactics = uprobe::SiteTactics::instruction_only;
   uprobe::configure(cfg);
 
   const std::string exe = self_exe();
@@ -159,6 +163,23 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
                   w.find("branches to +") != std::string::npos || w.find("enters the kernel") != std::string::npos ||
                   w.find("run past the function's end") != std::string::npos)
           << info.instruction << ": " << w;
+    }
+    if (mode == Mode::punned && c.site != 0) {
+      // Past the entry only the instruction's own bytes may change: a punned
+      // jump for one shorter than the jump, B1 for one as long; int3 only
+      // for what cannot run displaced.
+      const std::size_t len = optimized ? info.displaced : 1;  // a jump over the instruction alone
+      if (optimized) {
+        EXPECT_EQ(info.mode, len < 5 ? uprobe::ProbeMode::optimized_punned : uprobe::ProbeMode::optimized_window)
+            << info.instruction;
+        EXPECT_GT(len, 0u) << info.instruction;
+      } else {
+        // What cannot run displaced at all: loop/jrcxz (rel8 only), traps.
+        EXPECT_NE(info.why_not_optimized.find("no punned jump either: the instruction `"), std::string::npos)
+            << info.instruction << ": " << info.why_not_optimized;
+      }
+      for (std::size_t k = c.site + len; k < now.size(); ++k)
+        EXPECT_EQ(now[k], orig[k]) << "byte " << k << " past the instruction changed while attached";
     }
     for (std::size_t k = 0; k < now.size(); ++k)
       if (k != c.site && !(optimized && k > c.site && k < c.site + 5)) {

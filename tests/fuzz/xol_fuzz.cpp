@@ -12,7 +12,15 @@
 //             (arch::xol_safe()): rip-relative operands re-aimed, absolute
 //             jump back to A + len;
 //   emulated  arch::emulate() on the signal context in a SIGTRAP handler, as
-//             the runtime's trap path does, when the class is emulated.
+//             the runtime's trap path does, when the class is emulated;
+//   window    the relocated copy build_window_xol() makes of a window of
+//             that one instruction in a window slot W (a third page), as an
+//             optimized probe runs it after its stub: a punned jump's window
+//             (plan_punned(), shorter than the jump) or E9Patch's B1 (the
+//             jump fits the instruction: plan_window()), when the planner
+//             accepts the instruction as a window's last; jumps and Jcc
+//             re-encoded with rel32, calls pushing the original return
+//             address, the jump back to A + len.
 // Every run must end in the same state as the original: the same signal
 // (si_signo, si_code, si_addr), every GPR, rflags, rip, the error code, trap
 // number and fault address, xmm0-15, MXCSR and the x87 state, and the bytes of
@@ -64,6 +72,7 @@ using xolfuzz::Stage;
 constexpr std::uint64_t kCode = 0x300000000000;  // the original instruction's page
 constexpr std::uint64_t kIp = kCode + 0x800;     // A
 constexpr std::uint64_t kSlot = kCode + 0x20000 + 0x400;  // B: the XOL slot
+constexpr std::uint64_t kWin = kCode + 0x40000 + 0x200;   // W: the window slot
 constexpr std::uint64_t kData = 0x100000;        // scratch: 16 pages
 constexpr std::size_t kDataPages = 16;
 constexpr std::uint64_t kDataMid = kData + kDataPages * kPage / 2;
@@ -81,7 +90,8 @@ Result* g_results = nullptr;  // Plan::kMaxVariants blocks, shared with the sand
 
 /// Printed at exit: how many instructions were compared, and how.
 struct Stats {
-  unsigned long inputs = 0, accepted = 0, xol_compared = 0, emulated_compared = 0, timeouts = 0, setup_failed = 0;
+  unsigned long inputs = 0, accepted = 0, xol_compared = 0, emulated_compared = 0, window_compared = 0, timeouts = 0,
+                setup_failed = 0;
 } g_stats;
 
 csh capstone() {
@@ -182,8 +192,37 @@ bool canonical(std::uint64_t a) {
   return static_cast<std::uint64_t>(static_cast<std::int64_t>(a << 16) >> 16) == a;
 }
 
-/// Compares a run with the original; `slot` != 0 maps rip from the slot back.
-void compare(const Insn& insn, const char* variant, const Result& a, Result& b, std::uint64_t slot) {
+/// The offset of writable address `addr` in Result::mem (the plan's
+/// writable pages in plan order), or -1.
+long mem_offset(std::uint64_t addr) {
+  long off = 0;
+  for (int i = 0; i < g_plan.npages; ++i) {
+    const Page& pg = g_plan.pages[i];
+    if (!(pg.prot & PROT_WRITE)) continue;
+    if (addr >= pg.addr && addr < pg.addr + kPage) return off + static_cast<long>(addr - pg.addr);
+    off += static_cast<long>(kPage);
+  }
+  return -1;
+}
+
+/// Compares a run with the original; `slot` != 0 maps rip from the slot
+/// back (a window copy: `slot_len` bytes there, `window` set).
+void compare(const Insn& insn, const char* variant, const Result& a, Result& b, std::uint64_t slot,
+             std::size_t slot_len = 0, bool window = false) {
+  if (window && insn.cls == uprobe::arch::InsnClass::call_ind) {
+    // The relocated indirect call leaves its target in the quadword below
+    // the callee's stack pointer (dead stack: the original rsp - 16), which
+    // the original call does not write.
+    const long o = mem_offset(g_plan.regs.rsp - 16);
+    if (o >= 0 && static_cast<std::size_t>(o) + 8 <= sizeof b.mem) std::memcpy(b.mem + o, a.mem + o, 8);
+    // A call to a non-canonical address raises #GP on the call itself (rip,
+    // rsp unchanged); relocated, on the closing `jmp *-8(%rsp)` in the slot
+    // after the pushes. SIGSEGV either way; accepted as this pair only.
+    if (a.sig == SIGSEGV && b.sig == SIGSEGV && a.code == SI_KERNEL && b.code == SI_KERNEL &&
+        static_cast<std::uint64_t>(a.gregs[REG_RIP]) == kIp &&
+        static_cast<std::uint64_t>(b.gregs[REG_RIP]) == slot + slot_len - 4)
+      return;
+  }
   if (b.stage == Stage::emulating) {
     // emulate() faulted in the handler: the instruction itself must fault
     // on the same address.
@@ -200,10 +239,14 @@ void compare(const Insn& insn, const char* variant, const Result& a, Result& b, 
       static_cast<std::uint64_t>(a.gregs[REG_RIP]) == kIp && !canonical(static_cast<std::uint64_t>(b.gregs[REG_RIP])))
     return;
   if (slot) {
+    // In a window copy the instruction may be re-encoded (rel32, a call's
+    // pushes): a fault anywhere in it is the instruction's.
+    const std::size_t span = window ? slot_len : insn.len;
     auto& rip = b.gregs[REG_RIP];
-    if (static_cast<std::uint64_t>(rip) >= slot && static_cast<std::uint64_t>(rip) < slot + insn.len)
-      rip = static_cast<greg_t>(static_cast<std::uint64_t>(rip) - slot + kIp);
-    if ((b.sig == SIGILL || b.sig == SIGFPE) && b.addr >= slot && b.addr < slot + insn.len) b.addr = b.addr - slot + kIp;
+    if (static_cast<std::uint64_t>(rip) >= slot && static_cast<std::uint64_t>(rip) < slot + span)
+      rip = static_cast<greg_t>(window ? kIp : static_cast<std::uint64_t>(rip) - slot + kIp);
+    if ((b.sig == SIGILL || b.sig == SIGFPE) && b.addr >= slot && b.addr < slot + span)
+      b.addr = window ? kIp : b.addr - slot + kIp;
   }
   // An instruction that sets TF (popf) is followed natively by one more
   // instruction before the single-step trap; the copy's jump back is that
@@ -241,10 +284,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_results = static_cast<Result*>(m);
   std::atexit([] {
     std::fprintf(stderr,
-                 "xol_fuzz: %lu inputs, %lu instructions run, %lu xol copies and %lu emulations compared with the "
-                 "original, %lu timeouts, %lu not mappable\n",
-                 g_stats.inputs, g_stats.accepted, g_stats.xol_compared, g_stats.emulated_compared, g_stats.timeouts,
-                 g_stats.setup_failed);
+                 "xol_fuzz: %lu inputs, %lu instructions run, %lu xol copies, %lu emulations and %lu window copies "
+                 "compared with the original, %lu timeouts, %lu not mappable\n",
+                 g_stats.inputs, g_stats.accepted, g_stats.xol_compared, g_stats.emulated_compared,
+                 g_stats.window_compared, g_stats.timeouts, g_stats.setup_failed);
   });
   return 0;
 }
@@ -267,7 +310,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     }
   }
-  if (slot_len == 0 && !via_emulation) return 0;  // the runtime would refuse the probe (out of reach)
+  // The window of this one instruction, when the planner takes it as a
+  // window's last (what a punned jump or B1 displaces).
+  std::uint8_t win_code[uprobe::arch::kWindowSlotSize];
+  std::size_t win_len = 0;
+  {
+    uprobe::arch::EntryWindow w;
+    std::string wwhy;
+    bool planned = false;
+    if (insn.len >= uprobe::arch::kJumpLen) {
+      planned = uprobe::arch::plan_window(insn.bytes, insn.len, 0, w, wwhy, &insn);
+    } else {
+      std::uint8_t five[uprobe::arch::kJumpLen];
+      std::memset(five, uprobe::arch::kBreakpoint, sizeof five);
+      std::memcpy(five, insn.bytes, insn.len);
+      planned = uprobe::arch::plan_punned(five, sizeof five, insn, w, wwhy);
+    }
+    if (planned) win_len = uprobe::arch::build_window_xol(w, kIp, kWin, win_code, wwhy);
+  }
+  if (slot_len == 0 && !via_emulation && win_len == 0) return 0;  // the runtime would refuse the probe (out of reach)
 
   auto at = [&](std::size_t i) -> std::uint8_t { return i < size ? data[i] : 0; };
   const Fill fill{size > 32 ? data + 32 : nullptr, size > 32 ? size - 32 : 0};
@@ -278,6 +339,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memcpy(code->bytes + (kIp - kCode), insn.bytes, insn.len);
   Page* slot = add_page(p, kSlot, PROT_READ | PROT_EXEC, nullptr, uprobe::arch::kBreakpoint);
   if (slot_len) std::memcpy(slot->bytes + (kSlot & (kPage - 1)), slot_code, slot_len);
+  if (win_len) {
+    Page* win = add_page(p, kWin, PROT_READ | PROT_EXEC, nullptr, uprobe::arch::kBreakpoint);
+    std::memcpy(win->bytes + (kWin & (kPage - 1)), win_code, win_len);
+  }
   for (std::size_t i = 0; i < kDataPages; ++i) add_page(p, kData + i * kPage, PROT_READ | PROT_WRITE, &fill, 0);
   if (insn.rip_relative) {
     // The operand (up to 64 bytes, zmm) and its neighbours, for every run.
@@ -309,6 +374,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (xol_at >= 0) p.variants[xol_at] = {kSlot, nullptr};
   const int emu_at = via_emulation ? p.nvariants++ : -1;
   if (emu_at >= 0) p.variants[emu_at] = {kIp, &insn};
+  const int win_at = win_len ? p.nvariants++ : -1;
+  if (win_at >= 0) p.variants[win_at] = {kWin, nullptr};
   Outcome out[Plan::kMaxVariants];
   xolfuzz::run(p, g_results, out);
   if (out[0] == Outcome::setup_failed) {  // an address already taken in this process
@@ -328,16 +395,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                    static_cast<unsigned long long>(g_results[k].gregs[REG_RIP]),
                    static_cast<unsigned long long>(g_results[k].gregs[REG_EFL]));
   }
-  for (int k : {xol_at, emu_at}) {
+  for (int k : {xol_at, emu_at, win_at}) {
     if (k < 0) continue;
-    const char* variant = k == xol_at ? "xol" : "emulated";
+    const char* variant = k == xol_at ? "xol" : k == emu_at ? "emulated" : "window";
     if (out[k] == Outcome::setup_failed) {
       std::fprintf(stderr, "xol_fuzz: the %s run could not start\n", variant);
       std::abort();
     }
     if ((out[k] == Outcome::timeout) != orig_timeout) mismatch(insn, variant, "one run timed out", orig, g_results[k]);
-    if (!orig_timeout) compare(insn, variant, orig, g_results[k], k == xol_at ? kSlot : 0);
-    ++(k == xol_at ? g_stats.xol_compared : g_stats.emulated_compared);
+    if (!orig_timeout) {
+      if (k == win_at) compare(insn, variant, orig, g_results[k], kWin, win_len, true);
+      else compare(insn, variant, orig, g_results[k], k == xol_at ? kSlot : 0);
+    }
+    ++(k == xol_at ? g_stats.xol_compared : k == emu_at ? g_stats.emulated_compared : g_stats.window_compared);
   }
   return 0;
 }

@@ -58,7 +58,7 @@ struct Plan {
     std::uint64_t rip = 0;
     const uprobe::arch::Insn* emulate = nullptr;
   };
-  static constexpr int kMaxVariants = 3;
+  static constexpr int kMaxVariants = 4;
   Variant variants[kMaxVariants];
   int nvariants = 0;
 };

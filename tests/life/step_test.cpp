@@ -198,6 +198,42 @@ void check_rep(uprobe::XolMode xol) {
 TEST(Step, ProbedRepMovsbStepsAsOne) { check_rep(uprobe::XolMode::jump_back); }
 TEST(Step, ProbedRepMovsbStepsAsOneSingleStepXol) { check_rep(uprobe::XolMode::single_step); }
 
+/// Punned jumps (E9Patch's B2) at the region's imul (4 bytes) and push (1
+/// byte) under the program's TF: the step after the site's jmp lands on the
+/// site's hop (in libuprobe's memory, not the stub), which is followed to the
+/// stub and run there as for a nop5; the displaced instruction then steps as
+/// one through its window slot. The program sees exactly its 15 traps.
+TEST(Step, RegionWithPunnedProbes) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const Baseline base = baseline();
+  ASSERT_EQ(base.result, 42u);
+  ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
+  uprobe::Config c = uprobe::configuration();
+  c.optimize = true;
+  c.optimize_windows = true;
+  c.site_tactics = uprobe::SiteTactics::instruction_only;
+  uprobe::configure(c);
+  // One at a time: the push is one of the bytes the imul's punned jump keeps.
+  for (const std::uint64_t site : {lf_step_xol_site, lf_step_push_site}) {
+    SCOPED_TRACE("site run+" + std::to_string(site));
+    Counter hits;
+    uprobe::Attachment a(at(lf_step_run, site), hits);
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_punned)
+        << uprobe::probe_info(a.probe()).why_not_optimized;
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      g_log.n = 0;
+      const std::uint64_t r = lf_step_run(5, 7);
+      const std::vector<std::uint64_t> steps = take_log();
+      EXPECT_EQ(r, base.result);
+      EXPECT_EQ(render(steps), render(base.steps)) << "single-step traps seen by the program";
+    }
+    EXPECT_EQ(hits.hits.load(), 3u);
+  }
+  EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
+}
+
 TEST(Step, RegionWithInt3Probes) { check_region(Kind::int3, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithOptimizedProbes) { check_region(Kind::optimized, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithInt3ProbesSingleStepXol) { check_region(Kind::int3, uprobe::XolMode::single_step); }

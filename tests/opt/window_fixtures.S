@@ -64,6 +64,65 @@ FUNC win_helper
         ret
 ENDF win_helper
 
+/* Returns its own return address (what an indirect call pushed). */
+FUNC win_retaddr
+        mov (%rsp), %rax
+        ret
+ENDF win_retaddr
+
+/* An indirect call through a register as the window's last instruction:
+ * add(3) + call *%rdx(2). a + b when the callee saw the original return
+ * address (label 2, right after the call), anything else otherwise. */
+FUNC win_icall_reg
+        push %rbx
+        lea win_retaddr(%rip), %rdx
+        mov %rsi, %rbx
+1:      add %rdi, %rbx
+        call *%rdx
+2:      lea 2b(%rip), %rcx
+        sub %rcx, %rax
+        add %rbx, %rax
+        pop %rbx
+        ret
+ENDF win_icall_reg
+        SITE win_icall_reg, 1b
+
+/* call *win_icall_ptr(%rip) (6 bytes, through a pointer in data as a GOT
+ * call is): a window of its own. a when the return address is right. */
+FUNC win_icall_rip
+        push %rbx
+        mov %rdi, %rbx
+1:      call *win_icall_ptr(%rip)
+2:      lea 2b(%rip), %rcx
+        sub %rcx, %rax
+        add %rbx, %rax
+        pop %rbx
+        ret
+ENDF win_icall_rip
+        SITE win_icall_rip, 1b
+        .section .data.rel.ro,"aw"
+        .p2align 3
+win_icall_ptr:
+        .quad win_retaddr
+        .text
+
+/* call *8(%rsp) (4 bytes, no window: a punned jump), the operand based on
+ * rsp (read before the push). a + b when the return address is right. */
+FUNC win_icall_rsp
+        lea win_retaddr(%rip), %rax
+        push %rax
+        push %rdi
+1:      call *8(%rsp)
+2:      lea 2b(%rip), %rcx
+        sub %rcx, %rax
+        pop %rdi
+        add %rdi, %rax
+        pop %rcx
+        add %rsi, %rax
+        ret
+ENDF win_icall_rsp
+        SITE win_icall_rsp, 1b
+
 /* Refused: an indirect call in the window (xor(2) + call *%rdx(2) + ...):
  * 2 * (a + 1) */
 FUNC win_call_inside

@@ -131,6 +131,7 @@ struct KindState {
   std::deque<std::unique_ptr<Window>> windows;
   uprobe::Uprobe* probe = nullptr;
   std::uint64_t attaches = 0, detaches = 0;
+  std::uint64_t as_expected = 0;  ///< attaches that took the kind's optimized_as mode
 };
 
 /// What one producer saw, per kind and window.
@@ -251,6 +252,9 @@ int run(const Options& o) {
           }
           s.gen.store(g + 2, std::memory_order_release);
           ++s.attaches;
+          if (kinds[k].optimized_as != uprobe::ProbeMode::pending &&
+              uprobe::probe_info(s.probe, uprobe::ProbeDetail::state).mode == kinds[k].optimized_as)
+            ++s.as_expected;
         }
       } catch (const std::exception& e) {
         fail.add(kinds[k].name + ((g & 2) ? ": unregister: " : ": register: ") + e.what());
@@ -354,6 +358,8 @@ int run(const Options& o) {
                 kind.name.c_str(), fn_name(kind.fn), s.windows.size(), static_cast<unsigned long long>(k_hits),
                 static_cast<unsigned long long>(k_must), static_cast<unsigned long long>(k_edge),
                 static_cast<unsigned long long>(k_lost), static_cast<unsigned long long>(k_extra));
+    if (kind.optimized_as != uprobe::ProbeMode::pending && s.attaches > 0 && s.as_expected == 0)
+      fail.add(kind.name + ": none of its " + u64(s.attaches) + " attaches took the expected optimized mode");
     checked += k_hits;
     if (kind.style != Style::once) {  // a once window counts at most one hit per producer, whatever ran inside
       must_total += k_must;

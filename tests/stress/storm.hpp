@@ -23,7 +23,9 @@ std::uint64_t storm_entry(std::uint64_t);       // 7x
 std::uint64_t storm_ret(std::uint64_t);         // x + 11
 std::uint64_t storm_usdt_sema(std::uint64_t);   // 2x + 1 while the semaphore is set, else 2x
 std::uint64_t storm_usdt_plain(std::uint64_t);  // x ^ 0x5a
-extern const std::uint64_t storm_mid_lea_site, storm_mid_rip_site, storm_nop5_site;
+std::uint64_t storm_pun(std::uint64_t);         // x < 2^63: 2x + 1, else x + 1
+std::uint64_t storm_win(std::uint64_t);         // 4x
+extern const std::uint64_t storm_mid_lea_site, storm_mid_rip_site, storm_nop5_site, storm_pun_site, storm_win_site;
 }
 
 namespace storm {
@@ -32,8 +34,8 @@ namespace storm {
 constexpr int kMaxProducers = 16;
 
 /// The probed functions.
-enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain, dl };
-constexpr int kFns = 7;
+enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain, dl, pun, win };
+constexpr int kFns = 9;
 const char* fn_name(Fn f);
 /// Calls `f(x)`. Fn::dl calls storm_dl_fn of libuprobe_storm_dl.so through
 /// the calling thread's own dlopen() handle (see DlHandle).
@@ -77,6 +79,9 @@ struct Kind {
   std::uint64_t offset = 0;   ///< file offset of the site
   std::uint64_t ref_ctr = 0;  ///< USDT semaphore file offset (0: none)
   std::uint64_t ip = 0;       ///< runtime address of the site
+  /// The mode an attach must take while Config::optimize is on (the storm
+  /// fails when none did); ProbeMode::pending: not checked.
+  uprobe::ProbeMode optimized_as = uprobe::ProbeMode::pending;
 };
 
 /// The kinds of this run (resolved from the fixtures and the USDT notes).

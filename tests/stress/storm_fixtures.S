@@ -49,6 +49,32 @@ FUNC storm_ret
         ret
 ENDF storm_ret
 
+/* x < 2^63: 2x + 1; else x + 1. The site `add %rax, %rax` (3 bytes) is
+ * followed by a branch target 3 bytes into the 5 a jump would displace, so
+ * no window applies: a punned jump (E9Patch's B2) whose rel32 keeps the
+ * `inc` bytes after it. */
+FUNC storm_pun
+        mov %rdi, %rax
+        test %rdi, %rdi
+        js 1f
+.Lpun:
+        add %rax, %rax
+1:      inc %rax
+        ret
+ENDF storm_pun
+OFF storm_pun, .Lpun, storm_pun_site
+
+/* x + 3x (4x) with the site at `lea` inside the function: a window of the
+ * lea and the add after it (4 + 3 bytes), relocated together. */
+FUNC storm_win
+        mov %rdi, %rcx
+.Lwin:
+        lea (%rcx,%rcx,2), %rax
+        add %rcx, %rax
+        ret
+ENDF storm_win
+OFF storm_win, .Lwin, storm_win_site
+
         .section .rodata
         .p2align 3
         .globl storm_mid_addend

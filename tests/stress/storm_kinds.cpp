@@ -56,7 +56,8 @@ void DlHandle::reopen() {
 
 const char* fn_name(Fn f) {
   static const char* const names[kFns] = {"storm_mid",       "storm_nop5",       "storm_entry", "storm_ret",
-                                          "storm_usdt_sema", "storm_usdt_plain", "storm_dl_fn"};
+                                          "storm_usdt_sema", "storm_usdt_plain", "storm_dl_fn",
+                                          "storm_pun",       "storm_win"};
   return names[static_cast<int>(f)];
 }
 
@@ -71,6 +72,8 @@ std::uint64_t call(Fn f, std::uint64_t x) {
     case Fn::dl:
       if (!t_dl.fn) t_dl.reopen();
       return t_dl.fn(x);
+    case Fn::pun: return storm_pun(x);
+    case Fn::win: return storm_win(x);
   }
   std::abort();
 }
@@ -86,6 +89,8 @@ bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on) {
       return r == 2 * x || r == 2 * x + 1;
     case Fn::usdt_plain: return r == (x ^ 0x5a);
     case Fn::dl: return r == 5 * x + 1;
+    case Fn::pun: return r == (static_cast<std::int64_t>(x) < 0 ? x + 1 : 2 * x + 1);
+    case Fn::win: return r == 4 * x;
   }
   return false;
 }
@@ -110,6 +115,11 @@ std::vector<Kind> make_kinds() {
   add("entry-once", Fn::entry, Style::once, entry, 0);
   add("uretprobe", Fn::ret, Style::ret, ret, 0);
   add("session", Fn::ret, Style::session, ret, 0);
+  add("punned", Fn::pun, Style::entry, reinterpret_cast<const void*>(&storm_pun), storm_pun_site);
+  k.back().optimized_as = uprobe::ProbeMode::optimized_punned;
+  add("punned-once", Fn::pun, Style::once, reinterpret_cast<const void*>(&storm_pun), storm_pun_site);
+  add("window", Fn::win, Style::entry, reinterpret_cast<const void*>(&storm_win), storm_win_site);
+  k.back().optimized_as = uprobe::ProbeMode::optimized_window;
   // USDT sites, from this executable's .note.stapsdt.
   const std::string exe = k[0].path;
   for (auto [name, probe, fn] : {std::tuple{"usdt-semaphore", "tick", Fn::usdt_sema},

@@ -564,7 +564,12 @@ TEST(Bpftrace, LostEventsAreCountedInTheOutput) {
     _exit(127);
   }
   setpgid(p, p);
-  usleep(100000);
+  // Stopped once it started the program (its child; under load the CLI's
+  // own start can take longer than any fixed wait), which sleeps 0.5 s
+  // before the fixture runs.
+  for (int i = 0; i < 1000 && slurp("/proc/" + std::to_string(p) + "/task/" + std::to_string(p) + "/children").empty();
+       ++i)
+    usleep(10000);
   kill(p, SIGSTOP);  // (the CLI only: its rings are not drained now)
   for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=100000\n") == std::string::npos; ++i) usleep(10000);
   kill(p, SIGCONT);

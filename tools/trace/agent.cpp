@@ -267,14 +267,26 @@ struct BtHit {
   const char* func;
 };
 
-/// Runs the program's probe blocks `hits` for one hit. Async-signal-safe: the
-/// interpreter (bt_vm.hpp) writes the thread's own block only.
-void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret) noexcept {
+/// argN of the bpftrace language: arg0..arg9 (bt::HitContext::args).
+constexpr unsigned kBtArgs = 10;
+
+/// Runs the program's probe blocks `hits` for one hit. `usdt`: the site's
+/// argument specs (argN as its note says), else argN are the SysV argument
+/// registers. Async-signal-safe: the interpreter (bt_vm.hpp) writes the
+/// thread's own block only; a USDT memory operand is read without faulting
+/// (ArgSpec::read(): an unreadable one gives 0).
+void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret,
+            const uprobe::usdt::ArgSpec* usdt = nullptr) noexcept {
   if (hits.empty() || !g->header || g->header->bt_exit.load(std::memory_order_relaxed)) return;
   std::uint64_t* b = my_block();
   if (!b || b[counts::kBlockShared]) return unrecorded(hits.size());
-  std::uint64_t args[6];
-  for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
+  std::uint64_t args[kBtArgs] = {};
+  if (usdt) {
+    for (unsigned i = 0; i < kBtArgs && i < usdt->count(); ++i)
+      if (!usdt->read(i, regs, args[i])) args[i] = 0;
+  } else {
+    for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
+  }
   bt::HitContext ctx;
   ctx.args = args;
   ctx.sp = regs.sp();  // (sargN: uprobes only, the compiler checks)
@@ -348,15 +360,17 @@ class FnConsumer final : public uprobe::Consumer {
   std::atomic<unsigned> setup_hits_{0};
 };
 
-/// A USDT probe (all its sites): a count.
+/// A USDT site: a count (the key is its probe's, shared by its sites), the
+/// probe blocks of a bpftrace program with the site's arguments.
 class CountConsumer final : public uprobe::Consumer {
  public:
-  CountConsumer(long key, std::vector<BtHit> bt) : key_(key), bt_(std::move(bt)) {
+  CountConsumer(long key, std::vector<BtHit> bt, const uprobe::usdt::ArgSpec& args)
+      : key_(key), bt_(std::move(bt)), args_(args) {
     if (bt_.empty()) set_vector_state_unused();  // as FnConsumer
   }
   uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) return uprobe::Action::keep;
-    run_bt(bt_, regs, false);
+    run_bt(bt_, regs, false, &args_);
     if (key_ < 0) return uprobe::Action::keep;
     if (std::uint64_t* b = my_block()) bump(b, kHeaderWords + static_cast<std::size_t>(key_));
     else unrecorded(1);
@@ -366,6 +380,7 @@ class CountConsumer final : public uprobe::Consumer {
  private:
   long key_;
   const std::vector<BtHit> bt_;
+  const uprobe::usdt::ArgSpec args_;  // the site's (fixed size: no heap)
 };
 
 // ---------------------------------------------------------------- set-up (not signal context)
@@ -769,9 +784,12 @@ void attach(const std::vector<std::string>& texts) {
     requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
   }
   for (auto& [u, idx] : pu) {
-    auto* c = new CountConsumer(idx, u->bt);  // never freed (see Meta)
-    for (const auto& site : u->sites)
+    for (const auto& site : u->sites) {
+      // One per site: each has its own argument specs (a site whose specs did
+      // not parse gives 0 for every argN, as none).
+      auto* c = new CountConsumer(idx, u->bt, site.args_error.empty() ? site.args : uprobe::usdt::ArgSpec{});  // never freed (see Meta)
       requests.push_back(uprobe::ProbeRequest::at(site.path, site.offset, *c, site.semaphore_offset));
+    }
   }
   const std::vector<uprobe::RegisterResult> results = uprobe::register_uprobes(requests);
 

@@ -1331,8 +1331,10 @@ class Compiler {
       const int k = n[3] - '0';
       if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::usdt)
         fail(e.pos, "The " + n + " builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes");
-      if (cur_kind_ == ProbeKind::usdt) fail(e.pos, "USDT arguments (" + n + ") are not supported by uprobe-trace yet");
-      if (k > 5) fail(e.pos, "x86_64 doesn't support " + n);  // (bpftrace 0.17's: sarg0... are the stack's)
+      // A USDT argument is the note's spec (uprobe::usdt::ArgSpec: a register,
+      // a memory operand, a constant), evaluated at the site by the agent.
+      if (k > 5 && cur_kind_ != ProbeKind::usdt)
+        fail(e.pos, "x86_64 doesn't support " + n);  // (bpftrace 0.17's: sarg0... are the stack's)
       return leaf(Op::arg, false, false, k);
     }
     if (n.size() == 5 && n.rfind("sarg", 0) == 0 && std::isdigit(static_cast<unsigned char>(n[4]))) {

@@ -219,7 +219,10 @@ struct Program {
 
 /// What a hit knows (filled by the caller).
 struct HitContext {
-  const std::uint64_t* args = nullptr;  ///< arg0..arg5 (nullptr: all 0)
+  /// arg0..arg9 (nullptr: all 0): a uprobe's SysV argument registers (arg0..arg5;
+  /// the compiler refuses more), or a USDT site's arguments as its note's
+  /// specs give them (0 past the site's count).
+  const std::uint64_t* args = nullptr;
   std::uint64_t sp = 0;                 ///< the stack pointer at the probe (sargN), 0: none (sargN gives 0)
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
