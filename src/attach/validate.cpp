@@ -710,7 +710,7 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
       for (const char* p : prefixes)
         if (fn->name.rfind(p, 0) == 0)
           throw Error(Errc::forbidden_target, t.path, offset,
-                      "the function " + fn->name + " is part of libuprobe's trap path; a probe there would recurse");
+                      "the function " + std::string(fn->name) + " is part of libuprobe's trap path; a probe there would recurse");
       continue;
     }
     throw Error(Errc::forbidden_target, t.path, offset,
