@@ -964,6 +964,10 @@ int run_bpftrace(const BtOptions& o) {
   remove_tree(dir);
   if (exec_errno != 0) return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;
   if (terminated || child < 0) return 0;
+  // The terminal's ^C reaches the program too: when it ended the program
+  // before this loop read it from the signalfd, it is still bpftrace's
+  // Ctrl-C (exit status 0), not a program that failed.
+  if (WIFSIGNALED(main_status) && WTERMSIG(main_status) == SIGINT) return 0;
   if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
   if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);
   return 1;
