@@ -460,6 +460,7 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
     }
   }
   if (!analyze_bytes(code, avail, out, why)) return false;
+  out.ops = &xol_ops_for(out);  // (the kernel's arch_uprobe_analyze_insn() choosing auprobe->ops)
   if (memo.size() >= 4096) {
     memo.clear();
     std::memset(lengths, 0, sizeof lengths);

@@ -164,6 +164,43 @@ inline bool compare_exchange_16(void* addr, std::uint64_t& exp_lo, std::uint64_t
   return ok;
 }
 
+/// rflags trap flag (TF).
+inline constexpr std::uint64_t kTrapFlag = 0x100;
+
+/// The rflags bits a consumer's handler may change (CF PF AF ZF SF TF DF OF,
+/// 0xdd5): what every path writes back from a Regs (the int3 path's
+/// ucontext, the optimized stub's frame, the return trampoline's frame).
+/// The others (IF, AC, the system bits) stay the interrupted code's.
+inline constexpr std::uint64_t kHandlerFlags = 0x0cd5 | kTrapFlag;
+
+/// rflags as the program continues with them: `orig`'s bits outside
+/// kHandlerFlags, the handlers' (`handled`) inside. Pure, async-signal-safe.
+inline constexpr std::uint64_t merge_handler_flags(std::uint64_t orig, std::uint64_t handled) noexcept {
+  return (orig & ~kHandlerFlags) | (handled & kHandlerFlags);
+}
+
+/// Hides `v`'s value from the optimizer (an empty asm with `v` as a register
+/// operand): a byte or word loop around it is not turned into a memcpy() or
+/// memcmp() call (libc's, which may be probed or use vector registers) nor
+/// folded away. Costs nothing at run time. Async-signal-safe.
+template <class T>
+inline void opaque(T& v) noexcept {
+  asm("" : "+r"(v));
+}
+
+/// Copies `words` 8-byte words from `from` to `to`, either side possibly
+/// misaligned, with general-register moves only (no libc call, no vector
+/// register): for frames on the paths that run before the vector state is
+/// saved. Async-signal-safe.
+inline void copy_words(void* to, const void* from, std::size_t words) noexcept {
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, static_cast<const unsigned char*>(from) + 8 * i, 8);
+    opaque(w);
+    __builtin_memcpy(static_cast<unsigned char*>(to) + 8 * i, &w, 8);
+  }
+}
+
 /// What an optimized hit keeps from the stub's frame while the handlers run.
 struct OptFrameSaved {
   std::uint64_t rflags;    ///< rflags at the site
@@ -188,7 +225,7 @@ inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
 /// frame is popped: rsp then stays. Async-signal-safe.
 inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
                             const OptFrameSaved& saved) noexcept {
-  regs.rflags = (saved.rflags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  regs.rflags = merge_handler_flags(saved.rflags, regs.rflags);
   const std::uint64_t target = regs.rip != site.site ? regs.rip : site.resume;
   std::uint64_t slot = saved.own_slot;
   if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
@@ -205,6 +242,31 @@ inline std::uint64_t return_trampoline_address() noexcept {
   return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);
 }
 
+/// Where the return address of the function entered with `regs` (at its
+/// first instruction) is kept: the stack slot at rsp. Its address also names
+/// the frame (a return instance is stale once rsp is above it). Pure.
+/// (The kernel's arch_uretprobe_hijack_return_addr() reads it.)
+inline std::uint64_t return_address_slot(const Regs& regs) noexcept { return regs.rsp; }
+
+/// The return address in the slot return_address_slot() named.
+/// Async-signal-safe.
+inline std::uint64_t read_return_address(std::uint64_t slot) noexcept {
+  return *reinterpret_cast<const std::uint64_t*>(slot);
+}
+
+/// Makes the function whose return address is at `slot` return to `to`
+/// (the return trampoline): the kernel's arch_uretprobe_hijack_return_addr()
+/// write. Async-signal-safe.
+inline void hijack_return_address(std::uint64_t slot, std::uint64_t to) noexcept {
+  *reinterpret_cast<std::uint64_t*>(slot) = to;
+}
+
+/// The stack pointer after the return the trampoline's frame `f` stands for
+/// (just above its ret_slot). Pure.
+inline std::uint64_t ret_frame_sp(const RetFrame* f) noexcept {
+  return reinterpret_cast<std::uint64_t>(f) + __builtin_offsetof(RetFrame, ret_slot) + 8;
+}
+
 /// The breakpoint instruction (int3) and its length.
 inline constexpr std::uint8_t kBreakpoint = 0xCC;
 inline constexpr std::size_t kBreakpointLen = 1;
@@ -212,8 +274,6 @@ inline constexpr std::size_t kBreakpointLen = 1;
 inline constexpr std::size_t kMaxInsnLen = 15;
 /// Size of one XOL slot (relocated instruction + jump back), bytes.
 inline constexpr std::size_t kXolSlotSize = 32;
-/// rflags trap flag (TF).
-inline constexpr std::uint64_t kTrapFlag = 0x100;
 
 /// How a probed instruction continues after the consumers ran.
 enum class InsnClass : std::uint8_t {
@@ -236,11 +296,16 @@ enum class InsnClass : std::uint8_t {
 inline constexpr std::uint8_t kNoReg = 0xFF;
 inline constexpr std::uint8_t kRipReg = 0xFE;
 
+struct XolOps;
+/// The operations of an instruction that runs out of line with nothing to
+/// fix up (the default of an Insn not made by analyze()).
+extern const XolOps kDefaultXolOps;
+
 /// The result of analyzing one instruction, computed once at register time
 /// from the file's bytes and kept with the uprobe. Position independent: the
 /// same Insn serves every mapping of the file (targets are relative to the
 /// end of the instruction).
-struct Insn {
+struct Insn {  // (96 bytes: traps sits in the padding after mem_scale)
   std::uint8_t bytes[16] = {};   ///< original bytes
   std::uint8_t len = 0;          ///< instruction length
   InsnClass cls = InsnClass::xol;
@@ -252,13 +317,17 @@ struct Insn {
   std::uint8_t mem_base = kNoReg;   ///< register or kRipReg
   std::uint8_t mem_index = kNoReg;
   std::uint8_t mem_scale = 1;
+  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
   std::int64_t mem_disp = 0;
   // XOL: rip-relative displacement, when present.
   bool rip_relative = false;     ///< instruction has a rip-relative memory operand
   std::uint8_t disp_offset = 0;  ///< byte offset of the disp32 in bytes[]
   std::int32_t disp = 0;         ///< the original disp32
   std::string text;              ///< disassembly, e.g. "movsd xmm0, qword ptr [rip + 0x2f0e]"
-  bool traps = false;            ///< syscall, sysenter, int n, ud*, hlt: enters the kernel or faults on purpose
+  /// How a hit continues past this instruction (XolOps), chosen once by
+  /// analyze() from its class (the kernel's auprobe->ops, set by
+  /// arch_uprobe_analyze_insn()). Points at a static table: copies share it.
+  const XolOps* ops = &kDefaultXolOps;
 };
 
 /// Decodes and classifies the instruction at `code` (up to `avail` bytes).
@@ -347,6 +416,62 @@ enum class StepEnd : std::uint8_t {
 /// end, the target itself after a branch.
 StepEnd single_step_end(const StepPlan& plan, std::uint64_t trap_ip, std::uint64_t trap_sp,
                         std::uint64_t& resume) noexcept;
+
+/// What a single-stepped out-of-line copy leaves to its step trap, from
+/// XolOps::pre_xol to XolOps::post_xol (the kernel's struct arch_uprobe_task
+/// and its UPROBE_FIX_* flags). Copied into the thread's state: valid after
+/// the probe is gone.
+struct XolStep {
+  StepPlan plan;             ///< where the step trap arrives
+  const XolOps* ops = nullptr;  ///< the instruction's operations (post_xol reads the trap)
+  bool program_tf = false;   ///< the program had TF set itself at the probe: the step trap is also its own
+  bool fix_pushf = false;    ///< a pushf run under our TF: clear TF in the flags word it stored
+  bool keep_tf = false;      ///< a popf: TF after it is what it loaded (the kernel's UPROBE_FIX_SETF)
+};
+
+/// The per-instruction operations of a hit (the kernel's struct
+/// uprobe_xol_ops: branch_xol_ops, push_xol_ops, default_xol_ops), chosen by
+/// analyze() and called by the core's int3 path (src/hit/trap.cpp) without
+/// it looking at the instruction's class. The optimized path never uses
+/// them. There is no `abort`: the kernel's undoes a step the task leaves
+/// (a fatal signal, the XOL slot going away); here the step is the thread's
+/// own and resumes after any signal handler's sigreturn, and slots are never
+/// freed.
+struct XolOps {
+  /// Runs the instruction at `ip` on `regs` (as at the probe) and returns
+  /// true, with rip, rsp and the stack as after it (the kernel's
+  /// ops->emulate, arch_uprobe_skip_sstep()); nullptr for an instruction that
+  /// only runs out of line. Async-signal-safe, no allocation, no syscall.
+  bool (*emulate)(const Insn& insn, std::uint64_t ip, Regs& regs) noexcept;
+  /// The out-of-line copy would not do what the original does (a relative
+  /// branch or call counted from the slot, a return address pushed from it):
+  /// always emulated, whatever Config::emulate says (!xol_safe()).
+  bool emulate_only;
+  /// The copy is single-stepped even when its jump back would do: a popf,
+  /// after which TF is what it loaded, not ours (loads_flags()).
+  bool step_always;
+  /// The copy of `insn` (at `ip`) is about to run from `slot` single-stepped
+  /// (the kernel's ops->pre_xol, arch_uprobe_pre_xol()): sets TF in `regs`
+  /// (as the copy starts: rip = slot) and fills `step`; `program_tf` when the
+  /// program had TF set itself. Async-signal-safe.
+  void (*pre_xol)(const Insn& insn, std::uint64_t ip, std::uint64_t slot, Regs& regs, bool program_tf,
+                  XolStep& step) noexcept;
+  /// A single-step trap arrived (`uc`) while `step` was in flight: what it
+  /// means (the kernel's ops->post_xol, arch_uprobe_post_xol()). On done,
+  /// `uc` continues where the instruction took the thread and, unless the
+  /// program's own TF was set, TF and a stored flags word are the program's
+  /// again. Async-signal-safe.
+  StepEnd (*post_xol)(const XolStep& step, ucontext_t* uc) noexcept;
+};
+
+/// The operations table analyze() stores in Insn::ops, by the instruction's
+/// class (and for jmp_ind its rip-relative form, for xol pushf and popf).
+/// Pure, async-signal-safe.
+const XolOps& xol_ops_for(const Insn& insn) noexcept;
+
+/// The program's own TF in a SIGTRAP's ucontext: it is single-stepping
+/// itself (or a debugger steps it). Async-signal-safe.
+bool ucontext_single_stepping(const ucontext_t* uc) noexcept;
 
 /// True for an instruction that stores rflags to memory (pushf): run out of
 /// line under our own TF it would store TF = 1. Async-signal-safe.
@@ -516,6 +641,84 @@ void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::v
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
                              std::string& why);
 
+/// True when the `n` bytes at `b` are only filler: nops and int3 (the
+/// alignment between two functions, which nothing runs or branches to).
+/// Not async-signal-safe (Capstone). Thread-safe.
+bool is_filler(const std::uint8_t* b, std::size_t n);
+
+/// How a probe site is patched: the tactic plan() chooses.
+enum class Tactic : std::uint8_t {
+  int3,    ///< the breakpoint only: every hit traps (emulated or out of line)
+  nop5,    ///< a 5-byte nop (is_nop5()) becomes a jmp rel32 to a stub; nothing is displaced
+  window,  ///< a jmp rel32 over >= kJumpLen bytes of whole instructions, which run relocated from a
+           ///< window slot (at a function's entry: the core's "entry window"; E9Patch's B1 when one instruction)
+  punned,  ///< a jmp rel32 over one shorter instruction whose rel32's high bytes are the original bytes
+           ///< after it (E9Patch's B2): it lands on a hop, placed in punned_jump_range(), that jumps to the stub
+};
+
+/// What plan() asks the core about a site's surroundings: the facts of the
+/// file (function bounds, neighbours, data, exception tables) that the bytes
+/// at the site cannot show. Implemented by src/attach/validate.cpp at attach
+/// time. Not hot.
+class PlanContext {
+ public:
+  /// The bytes of the function enclosing the site, from its entry.
+  struct Function {
+    const std::uint8_t* code = nullptr;  ///< the function's bytes, then `padding` filler bytes
+    std::size_t size = 0;                ///< the function's size
+    std::size_t at = 0;                  ///< the site, relative to code
+    std::size_t padding = 0;             ///< filler after the function (is_filler()) that a window may cover
+  };
+  /// Whether the site is the entry of a function of known bounds.
+  virtual bool at_function_entry() const = 0;
+  /// The enclosing function for a window inside it; `tail`: when fewer bytes
+  /// than that follow the site in the function, the filler after it is
+  /// appended (Function::padding). False, with the reason in `why`, when no
+  /// function of known bounds holds the site, when its sweep from the entry
+  /// does not reach the site as an instruction start, or when the function
+  /// may be resumed where its bytes cannot show (exception landing pads).
+  virtual bool function(std::size_t tail, Function& out, std::string& why) = 0;
+  /// Whether nothing outside the function's own bytes may enter the window
+  /// (site, site + len): no neighbouring function's direct branch
+  /// (check_neighbour_branches()), no jump-table entry (rip_data_refs()) or
+  /// stored code address in the file's data. False with the reason in `why`.
+  virtual bool no_outside_entry(std::size_t len, std::string& why) = 0;
+  /// The file's `n` bytes at the site; false when fewer exist there.
+  virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
+
+ protected:
+  ~PlanContext() = default;
+};
+
+/// A probe site's patch plan (position independent: the same for every
+/// mapping of the file). What each site of it is built from, per mapping
+/// (src/attach/sites.cpp, xol.cpp): an XOL slot (kXolSlotSize, build_xol(),
+/// within disp32 reach of a rip-relative operand's target), a window slot
+/// when window.len (kWindowSlotSize, build_window_xol(), within rel32 reach
+/// of the site) and, for every tactic but int3, a stub (kOptStubSize,
+/// build_opt_stub(), within rel32 reach of the site; for punned, of a hop
+/// placed inside punned_jump_range()).
+struct PatchPlan {
+  Tactic tactic = Tactic::int3;
+  /// The displaced instructions and the original bytes the jump covers
+  /// (len 0: none). Planned for a nop5 too: its int3 hits run the window slot
+  /// while a conversion is under way.
+  EntryWindow window;
+  /// Why no window (nor punned jump) was planned; "" when one was.
+  std::string why_no_window;
+};
+
+/// The kernel has no counterpart (its uprobes always trap; kprobes'
+/// can_optimize() is the nearest): plans how the probe at the instruction
+/// `insn` (analyze()'s result for the site) is patched. In order: an
+/// instruction as long as the jump, off a function's entry, is a window of
+/// its own; else a window inside the enclosing function (plan_window(),
+/// then ctx.no_outside_entry()); else, for an instruction shorter than the
+/// jump, a punned jump (plan_punned() on ctx.site_bytes()). The tactic is
+/// nop5 for a 5-byte nop whatever the window, else punned, window or int3.
+/// Not async-signal-safe (Capstone). Thread-safe.
+PatchPlan plan(const Insn& insn, PlanContext& ctx);
+
 /// Offset of OptSite::owner inside a stub block.
 std::size_t opt_stub_owner_offset() noexcept;
 
@@ -587,4 +790,10 @@ std::uint64_t uprobe_ret_unwind_pop(std::uint64_t sp) noexcept;
 /// .cfi_personality): lands in uprobe_ret_unwind_landing in the cleanup phase.
 _Unwind_Reason_Code uprobe_ret_personality(int version, _Unwind_Action actions, _Unwind_Exception_Class cls,
                                            struct _Unwind_Exception* exc, struct _Unwind_Context* ctx);
+/// The calling thread's SIGTRAP bit as the program sees its own mask: 1 when
+/// the program asked for SIGTRAP blocked (it never is for real)
+/// (src/interpose/masks.cpp). Initial-exec TLS, read by
+/// arch/x86_64/interpose/context.S (getcontext(), __sigsetjmp()) and by the
+/// SIGTRAP handler. Written only by its own thread.
+extern __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec")));
 }

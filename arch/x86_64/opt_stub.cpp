@@ -23,8 +23,6 @@ std::size_t code_len() noexcept {
 std::size_t desc_offset() noexcept { return (code_len() + 15) & ~std::size_t{15}; }
 }  // namespace
 
-bool is_nop5(const Insn& insn) noexcept { return insn.cls == InsnClass::nop && insn.len == kJumpLen; }
-
 std::size_t opt_stub_probe_len() noexcept {
   // The fixed code before the first patched immediate.
   return static_cast<std::size_t>(uprobe_opt_stub_desc_imm - uprobe_opt_stub_template);

@@ -23,7 +23,7 @@ namespace uprobe::arch {
 namespace {
 
 /// The rflags bits a handler may change: CF PF AF ZF SF TF DF OF.
-constexpr std::uint64_t kUserFlags = 0x0cd5 | kTrapFlag;
+constexpr std::uint64_t kUserFlags = kHandlerFlags;
 
 struct Map {
   std::uint64_t Regs::*field;
@@ -76,6 +76,8 @@ void ret_frame_to_ucontext(const RetFrame& f, ucontext_t* uc) noexcept {
     std::memcpy(&fp->_xmm[1], f.xmm1, sizeof f.xmm1);
   }
 }
+
+bool ucontext_single_stepping(const ucontext_t* uc) noexcept { return (ucontext_flags(uc) & kTrapFlag) != 0; }
 
 void clear_stored_trap_flag(const ucontext_t* uc) noexcept {
   *reinterpret_cast<std::uint64_t*>(ucontext_sp(uc)) &= ~kTrapFlag;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Lookup latency of the hit path against the number of probes and of VMAs,
 // on the runtime's own structures: detail::ProbeTable::find (src/hit/probe.hpp,
-// header-inline) and detail::VmaSnapshot::find (src/attach/vma.cpp, compiled in).
+// header-inline) and detail::VmaSnapshot::find (src/hit/vma_snapshot.hpp, header-inline).
 // BM_HitLookup* model trap.cpp's lookup(): VMA -> (dev, ino, offset) ->
 // uprobe, under the address-space sequence count (speculative) or the global
 // reader-writer lock (locked, seed 000's "before").

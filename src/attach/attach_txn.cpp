@@ -60,7 +60,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
     s.jumped = site_is_optimized(s) ? 1 : 0;
-    if (!s.xol && !arch::is_emulated(up->insn))
+    if (!s.xol && !up->insn.ops->emulate)
       throw Error(Errc::refused_instruction, up->path, up->key.offset,
                   "the instruction `" + up->insn.text + "` cannot run out of line at " + hex(s.addr) + ": " + why);
     std::uint8_t cur;
@@ -446,7 +446,11 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   up->ref_ctr_offset = q.ref_ctr_offset;
   up->path = path;
   try {
-    analyze_target(t, offset, up->insn, &up->window, &up->window_why, &up->function_entry);
+    arch::PatchPlan plan;
+    analyze_target(t, offset, up->insn, &plan, &up->function_entry);
+    up->tactic = plan.tactic;
+    up->window = std::move(plan.window);
+    up->window_why = std::move(plan.why_no_window);
     up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
     up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
   } catch (...) {

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "services.hpp"
+
 namespace uprobe::detail {
 
 /// Writes `len` bytes at `addr`. Returns 0 or an errno value.
@@ -58,8 +60,8 @@ class PeekCache {
   Page* owned_ = nullptr;
 };
 
-/// Reads `len` bytes at `addr` (mapped readable memory). Async-signal-safe.
-void peek_text(std::uint64_t addr, std::uint8_t* out, std::size_t len) noexcept;
+// peek_text(addr, out, len): declared in src/hit/services.hpp (the hit path
+// reads the text through it), defined in patch.cpp.
 
 /// Reads `len` bytes at `addr` without faulting when the memory is not mapped
 /// (any more): process_vm_readv(2) on this process (made directly, as

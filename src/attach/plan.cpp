@@ -24,24 +24,28 @@ SitePlan plan_site(const std::string& path, std::uint64_t offset) {
   open_target(path, offset, t);
   check_not_forbidden(t, offset);
   arch::Insn insn;
-  arch::EntryWindow window;
-  std::string why;
+  arch::PatchPlan patch;
   bool entry = false;
-  analyze_target(t, offset, insn, &window, &why, &entry);
+  analyze_target(t, offset, insn, &patch, &entry);
   SitePlan plan;
   plan.instruction = insn.text;
-  plan.why_no_window = why;
-  if (arch::is_nop5(insn)) {
-    plan.tactic = ProbeMode::optimized_nop5;
-  } else if (window.punned) {
-    plan.tactic = ProbeMode::optimized_punned;
-    plan.displaced = window.len;
-  } else if (window.len >= arch::kJumpLen) {
-    plan.tactic = entry ? ProbeMode::optimized_entry : ProbeMode::optimized_window;
-    plan.displaced = window.len;
-  } else {
-    plan.tactic = ProbeMode::int3;
-    plan.why_int3 = "the instruction `" + insn.text + "` is not a 5-byte nop, and " + why;
+  plan.why_no_window = patch.why_no_window;
+  switch (patch.tactic) {
+    case arch::Tactic::nop5:
+      plan.tactic = ProbeMode::optimized_nop5;
+      break;
+    case arch::Tactic::punned:
+      plan.tactic = ProbeMode::optimized_punned;
+      plan.displaced = patch.window.len;
+      break;
+    case arch::Tactic::window:
+      plan.tactic = entry ? ProbeMode::optimized_entry : ProbeMode::optimized_window;
+      plan.displaced = patch.window.len;
+      break;
+    case arch::Tactic::int3:
+      plan.tactic = ProbeMode::int3;
+      plan.why_int3 = "the instruction `" + insn.text + "` is not a 5-byte nop, and " + patch.why_no_window;
+      break;
   }
   return plan;
 }

@@ -42,11 +42,11 @@ ProbeMode probe_mode(const Uprobe* up) noexcept {
   if (!up->applied || !ss || ss->sites.empty()) return ProbeMode::pending;
   bool optimized = false;
   for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
-  return !optimized                ? ProbeMode::int3
-         : arch::is_nop5(up->insn) ? ProbeMode::optimized_nop5
-         : up->window.punned       ? ProbeMode::optimized_punned
-         : up->function_entry      ? ProbeMode::optimized_entry
-                                   : ProbeMode::optimized_window;
+  return !optimized                           ? ProbeMode::int3
+         : up->tactic == arch::Tactic::nop5   ? ProbeMode::optimized_nop5
+         : up->tactic == arch::Tactic::punned ? ProbeMode::optimized_punned
+         : up->function_entry                 ? ProbeMode::optimized_entry
+                                              : ProbeMode::optimized_window;
 }
 
 /// A transaction's error as the batch API reports it: the uprobe::Error
@@ -313,8 +313,8 @@ ProbeInfo probe_state(const Uprobe* up) {
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   info.sites = up->applied && ss ? static_cast<unsigned>(ss->sites.size()) : 0;
   info.consumers = static_cast<unsigned>(up->consumers.load(std::memory_order_relaxed)->regs.size());
-  info.emulated = arch::is_emulated(up->insn) &&
-                  (g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn));
+  info.emulated = up->insn.ops->emulate &&
+                  (g_hot.emulate.load(std::memory_order_relaxed) || up->insn.ops->emulate_only);
   info.instruction = up->insn.text;
   info.why_not_optimized = why_not_optimized(up);
   info.mode = probe_mode(up);

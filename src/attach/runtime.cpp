@@ -67,7 +67,7 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
   // afresh when it needs a new region).
   if (cur && file_mappings_unchanged(*cur).value_or(false)) return cur;
   auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
-  if (cur && cur->same_layout(*fresh)) return cur;
+  if (cur && same_layout(*cur, *fresh)) return cur;
   const VmaSnapshot* snap = fresh.release();
   publish(r, snap, nullptr);
   return snap;

@@ -92,13 +92,13 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
 
 /// The original bytes the jump replaces (the nop5, or the entry window).
 const std::uint8_t* original_bytes(const Uprobe* up) noexcept {
-  return arch::is_nop5(up->insn) ? up->insn.bytes : up->window.bytes;
+  return up->tactic == arch::Tactic::nop5 ? up->insn.bytes : up->window.bytes;
 }
 
-/// The shape allows a jump at all: a nop5, a displaceable window, or a
+/// The shape allows a jump at all: arch::plan() chose a nop5, a window or a
 /// punned jump.
 bool optimizable_shape(const Uprobe* up) noexcept {
-  return arch::is_nop5(up->insn) || up->window.len >= arch::kJumpLen || up->window.punned;
+  return up->tactic != arch::Tactic::int3;
 }
 
 /// Where the site's jump goes: its stub, or a punned site's hop.
@@ -106,7 +106,7 @@ std::uint64_t jump_target(const Site& s) noexcept { return s.hop ? s.hop : s.stu
 
 /// The bytes after byte 0 that the jump changes (see arch::jump_tail_len()).
 std::size_t tail_len(const Uprobe* up) noexcept {
-  return arch::is_nop5(up->insn) ? arch::kJumpLen - 1 : arch::jump_tail_len(up->window);
+  return up->tactic == arch::Tactic::nop5 ? arch::kJumpLen - 1 : arch::jump_tail_len(up->window);
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
 
 bool optimizable(const Uprobe* up) noexcept {
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return false;
-  if (!arch::is_nop5(up->insn) &&
+  if (up->tactic != arch::Tactic::nop5 &&
       (!up->window.len || !window_switch_on(up->function_entry) ||
        (up->window.punned && !g_hot.optimize_punned.load(std::memory_order_relaxed)) ||
        up->window_blocker.load(std::memory_order_relaxed) != 0))
@@ -205,7 +205,7 @@ bool optimizable(const Uprobe* up) noexcept {
 std::string why_not_optimizable(const Uprobe* up) {
   if (optimizable(up)) return "";
   if (!g_hot.optimize.load(std::memory_order_relaxed)) return "optimization is switched off (Config::optimize)";
-  if (!arch::is_nop5(up->insn)) {
+  if (up->tactic != arch::Tactic::nop5) {
     const std::string not_nop5 = "the instruction `" + up->insn.text + "` is not a 5-byte nop, and ";
     if (!up->window.len) return not_nop5 + up->window_why;
     if (!window_switch_on(up->function_entry))
@@ -244,7 +244,7 @@ std::uint64_t stub_of(std::uint64_t addr) {
 
 void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas) {
   if (!optimizable(up)) return;
-  const bool entry = !arch::is_nop5(up->insn);
+  const bool entry = up->tactic != arch::Tactic::nop5;
   std::vector<const Site*> todo;
   std::vector<AddrRange> windows;
   for (const Site& s : ss.sites) {
@@ -302,7 +302,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
   if (want > stubs().bucket_count() * stubs().max_load_factor()) stubs().reserve(want);
   for (Uprobe* up : ups) {
     if (!optimizable(up)) continue;
-    const bool entry = !arch::is_nop5(up->insn);
+    const bool entry = up->tactic != arch::Tactic::nop5;
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
       if (entry && (!s.window_xol || (up->window.punned && !s.hop))) continue;
       const std::uint64_t stub = write_stub(up, s, vmas, entry);  // unused until the jump is written

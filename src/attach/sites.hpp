@@ -18,9 +18,9 @@ namespace uprobe::detail {
 /// uprobe::Error(system). Registry side.
 void apply_sites(Uprobe* up, const SiteSet& ss);
 
-/// Restores the original bytes at every site that holds our int3 or our jump
-/// (un-optimizing through int3). Async-signal-safe (open/pwrite/membarrier).
-void restore_sites(Uprobe* up, const SiteSet& ss) noexcept;
+// restore_sites(up, ss): declared in src/hit/services.hpp (a hit whose
+// consumers all said Action::remove calls it, the kernel's unapply_uprobe()),
+// defined in sites.cpp.
 
 /// restore_sites() for many probes at once (unregister_uprobes()): the same
 /// protocol with one core serialisation per step for the whole batch instead

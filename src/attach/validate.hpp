@@ -50,14 +50,15 @@ void open_target(const std::string& path, std::uint64_t offset, Target& out);
 
 /// Checks that `offset` is executable code at an instruction start and that
 /// the instruction there can be probed; fills `insn` from the file's bytes.
-/// When `window` is given, also plans the displaced window of an optimized
-/// function-entry probe (window->len 0 and the reason in `window_why` when the
-/// offset is not a function entry that can be displaced). `function_entry`,
+/// When `plan` is given, also plans how the site is patched: arch::plan()
+/// with the file's facts around the offset (function bounds, the filler after
+/// a short function, neighbours' branches, data references, landing pads).
+/// `function_entry`,
 /// when given, is set to whether the offset is the entry of a function the
 /// symbol table sizes (an ABI boundary: see arch::SaveMode::entry).
 /// @throws uprobe::Error (not_executable, mid_instruction, refused_instruction).
-void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::EntryWindow* window = nullptr,
-                    std::string* window_why = nullptr, bool* function_entry = nullptr);
+void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arch::PatchPlan* plan = nullptr,
+                    bool* function_entry = nullptr);
 
 /// A return probe needs the return address at *rsp: refuses an offset that
 /// the symbol table places inside a function but not at its entry.

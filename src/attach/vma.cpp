@@ -107,25 +107,10 @@ std::vector<Vma> read_proc_maps() {
   return vmas;
 }
 
-const Vma* VmaSnapshot::find(std::uint64_t addr) const noexcept {
-  // Last VMA with start <= addr (binary search; no allocation).
-  std::size_t lo = 0, hi = vmas_.size();
-  while (lo < hi) {
-    std::size_t mid = lo + (hi - lo) / 2;
-    if (vmas_[mid].start <= addr)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (lo == 0) return nullptr;
-  const Vma& v = vmas_[lo - 1];
-  return v.contains(addr) ? &v : nullptr;
-}
-
-bool VmaSnapshot::same_layout(const VmaSnapshot& other) const noexcept {
-  if (vmas_.size() != other.vmas_.size()) return false;
-  for (std::size_t i = 0; i < vmas_.size(); ++i) {
-    const Vma &a = vmas_[i], &b = other.vmas_[i];
+bool same_layout(const VmaSnapshot& x, const VmaSnapshot& y) noexcept {
+  if (x.vmas().size() != y.vmas().size()) return false;
+  for (std::size_t i = 0; i < x.vmas().size(); ++i) {
+    const Vma &a = x.vmas()[i], &b = y.vmas()[i];
     if (a.start != b.start || a.end != b.end || a.prot != b.prot || a.pgoff != b.pgoff || a.dev != b.dev ||
         a.ino != b.ino)
       return false;

@@ -8,15 +8,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "arch.hpp"
+
 namespace uprobe::detail {
 
-/// memcpy(to, from, n) without calling libc (the empty asm keeps the
+/// memcpy(to, from, n) without calling libc (arch::opaque() keeps the
 /// compiler from turning the loop back into a memcpy() call). For a few
 /// bytes up to a page. Async-signal-safe.
 inline void copy_bytes(std::uint8_t* to, const std::uint8_t* from, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     std::uint8_t b = from[i];
-    asm("" : "+r"(b));
+    arch::opaque(b);
     to[i] = b;
   }
 }

@@ -87,6 +87,28 @@ const FuncSym* ElfImage::enclosing_function(std::uint64_t off) const noexcept {
   return best;
 }
 
+std::string ElfSymbol::full_name() const {
+  std::string out(name);
+  if (!version.empty()) out.append(hidden_version ? "@" : "@@").append(version);
+  return out;
+}
+
+Symbol ElfSymbol::to_symbol() const {
+  Symbol s;
+  s.name = name;
+  s.version = version;
+  s.hidden_version = hidden_version;
+  s.address = address;
+  s.size = size;
+  s.offset = offset;
+  s.in_file = in_file;
+  s.executable = executable;
+  s.type = type;
+  s.binding = binding;
+  s.dynamic = dynamic;
+  return s;
+}
+
 const char* bounds_source_name(BoundsSource s) noexcept {
   switch (s) {
     case BoundsSource::symtab: return "symtab";
@@ -98,7 +120,7 @@ const char* bounds_source_name(BoundsSource s) noexcept {
 }
 
 std::string FuncSym::display_name() const {
-  return name.empty() ? "the function at file offset " + hex_str(file_offset) : name;
+  return name.empty() ? "the function at file offset " + hex_str(file_offset) : std::string(name);
 }
 
 namespace {
@@ -152,12 +174,11 @@ void read_dynamic(Elf* e, Elf_Scn* scn, ElfImage& img) {
 }
 
 // Version index -> version name, from SHT_GNU_verdef.
-std::unordered_map<unsigned, std::string> read_verdef(Elf* e, Elf_Scn* scn) {
-  std::unordered_map<unsigned, std::string> names;
+void read_verdef(Elf* e, Elf_Scn* scn, std::unordered_map<unsigned, std::string>& names) {
   GElf_Shdr sh;
-  if (!scn || !gelf_getshdr(scn, &sh)) return names;
+  if (!scn || !gelf_getshdr(scn, &sh)) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
-  if (!data) return names;
+  if (!data) return;
   std::size_t off = 0;
   // sh_info is the number of entries; bound the walk by it and by the data size.
   for (std::size_t i = 0; i < sh.sh_info && i < 65536; ++i) {
@@ -170,11 +191,29 @@ std::unordered_map<unsigned, std::string> read_verdef(Elf* e, Elf_Scn* scn) {
     if (vd.vd_next == 0 || off + vd.vd_next >= data->d_size) break;
     off += vd.vd_next;
   }
-  return names;
 }
 
-void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
-                  const std::unordered_map<unsigned, std::string>& versions, ElfImage& img) {
+/// Hands `e` (and what it read) to the image, for its lifetime: `symbols`
+/// view its string tables. (Once it has read all it will, elf_cntl(e,
+/// ELF_C_FDDONE): its file descriptor is closed by its owner.)
+void keep_elf(Elf* e, ElfImage& img) {
+  img.elf_handles.emplace_back(e, [](void* p) { elf_end(static_cast<Elf*>(p)); });
+}
+
+/// The number of entries of symbol table `scn` (0 when unreadable), for a
+/// reservation: img.symbols is allocated once, never grown (and copied).
+std::size_t symbol_count(Elf_Scn* scn) {
+  GElf_Shdr sh;
+  if (!scn || !gelf_getshdr(scn, &sh) || !sh.sh_entsize) return 0;
+  Elf_Data* data = elf_getdata(scn, nullptr);  // (bounded by the bytes there are, as collect_symbols)
+  return data ? std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize : 0;
+}
+
+/// Appends the defined symbols of symbol table `scn` to img.symbols, with
+/// room reserved for `reserve_more` more (the table read next).
+void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img,
+                  std::size_t reserve_more = 0) {
+  const auto& versions = img.version_names;
   GElf_Shdr sh;
   if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
@@ -191,7 +230,7 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
   const bool raw_versions = vdata && vdata->d_type == ELF_T_HALF && vdata->d_buf;
   const std::size_t nversions = raw_versions ? vdata->d_size / sizeof(Elf64_Versym) : 0;
   const auto* vsyms = raw_versions ? static_cast<const Elf64_Versym*>(vdata->d_buf) : nullptr;
-  img.symbols.reserve(img.symbols.size() + n);
+  img.symbols.reserve(img.symbols.size() + n + reserve_more);
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
     if (raw) sym = syms[i];
@@ -199,17 +238,19 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn,
     const unsigned type = GELF_ST_TYPE(sym.st_info);
     if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON) continue;
     if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
+    // (A view of libelf's copy of the string table, which the image keeps:
+    // elf_strptr checks the offset and the terminating NUL.)
     const char* raw_name = elf_strptr(e, sh.sh_link, sym.st_name);
     if (!raw_name || !*raw_name) continue;
-    Symbol& s = img.symbols.emplace_back();
+    ElfSymbol& s = img.symbols.emplace_back();
     s.name = raw_name;
     if (!dynamic) {
       // Static symbol tables spell versions in the name: name@VER, name@@VER.
-      if (auto at = s.name.find('@'); at != std::string::npos && at > 0) {
+      if (auto at = s.name.find('@'); at != std::string_view::npos && at > 0) {
         bool dflt = at + 1 < s.name.size() && s.name[at + 1] == '@';
         s.version = s.name.substr(at + (dflt ? 2 : 1));
         s.hidden_version = !dflt;
-        s.name.resize(at);
+        s.name = s.name.substr(0, at);
       }
     } else if (vdata) {
       GElf_Versym vs;
@@ -313,7 +354,7 @@ std::string build_id_hex(Elf* e) {
 /// enter `img` as .symtab symbols (mapped through img's own segments, as the
 /// debug file's sections hold no code). Returns the debug file's path, or ""
 /// when there is none (or it is unreadable, or another build).
-std::string read_debug_symtab(Elf* e, const std::unordered_map<unsigned, std::string>& versions, ElfImage& img) {
+std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
   const std::string id = build_id_hex(e);
   if (id.empty()) return {};
   const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
@@ -321,19 +362,21 @@ std::string read_debug_symtab(Elf* e, const std::unordered_map<unsigned, std::st
   if (fd < 0) return {};
   std::string used;
   if (Elf* d = elf_begin(fd, ELF_C_READ, nullptr)) {
+    keep_elf(d, img);  // (ended with the image; views of its .strtab may be made below)
     GElf_Ehdr eh;
     if (elf_kind(d) == ELF_K_ELF && gelf_getehdr(d, &eh) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
         eh.e_machine == EM_X86_64 && build_id_hex(d) == id) {
       for (Elf_Scn* scn = elf_nextscn(d, nullptr); scn; scn = elf_nextscn(d, scn)) {
         GElf_Shdr sh;
         if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB) {
-          collect_symbols(d, scn, false, nullptr, versions, img);
+          collect_symbols(d, scn, false, nullptr, img, reserve_more);
           used = path;
           break;
         }
       }
     }
-    elf_end(d);
+    elf_cntl(d, ELF_C_FDDONE);
+    if (used.empty()) img.elf_handles.pop_back();  // (nothing views it)
   }
   ::close(fd);
   return used;
@@ -483,31 +526,30 @@ void index_reach(ElfImage& img) {
   }
 }
 
-/// img.funcs and img.reach from img.symbols and the FDE ranges.
+/// img.funcs and img.reach from img.symbols and the FDE ranges, built in
+/// place: every fresh page costs (a page fault is ~10-40 us in a VM), so no
+/// entry is built twice and no second vector is merged into.
 void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
-  // Sorted by (file_offset, size), with the sources' order among equals
-  // (then the order they were found in). The keys are sorted, not the
-  // entries (moving thousands of names was most of a cold attach's ELF cost).
-  struct Key {
-    std::uint64_t file_offset, size;
-    std::uint8_t source;
-    std::uint32_t index;  // into img.symbols
-  };
   const BoundsSource sym_source = img.debug_file.empty() ? BoundsSource::symtab : BoundsSource::debuginfo;
-  std::vector<Key> keys;
-  keys.reserve(img.symbols.size());
+  auto is_bounds = [](const ElfSymbol& s) {
+    return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
+  };
+  std::size_t nsyms = 0;
+  for (const ElfSymbol& s : img.symbols) nsyms += is_bounds(s);
+  img.funcs.reserve(nsyms + fdes.size());  // (reserved, not touched: no page is faulted in for it)
   for (std::size_t i = 0; i < img.symbols.size(); ++i) {
-    const Symbol& s = img.symbols[i];
-    if ((s.type != STT_FUNC && s.type != STT_GNU_IFUNC) || s.size == 0 || !s.in_file || !s.executable) continue;
-    const BoundsSource src = s.dynamic ? BoundsSource::dynsym : sym_source;
-    keys.push_back({s.offset, s.size, static_cast<std::uint8_t>(src), static_cast<std::uint32_t>(i)});
+    const ElfSymbol& s = img.symbols[i];
+    if (!is_bounds(s)) continue;
+    img.funcs.push_back({s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
+                         static_cast<std::uint32_t>(i)});
   }
-  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    return std::tie(a.file_offset, a.size, a.source, a.index) < std::tie(b.file_offset, b.size, b.source, b.index);
+  // Sorted by (file_offset, size), with the sources' order among equals
+  // (then the order they were found in).
+  std::sort(img.funcs.begin(), img.funcs.end(), [](const FuncSym& a, const FuncSym& b) {
+    return std::tie(a.file_offset, a.size, a.source, a.symbol_index) <
+           std::tie(b.file_offset, b.size, b.source, b.symbol_index);
   });
-  img.funcs.reserve(keys.size() + fdes.size());
-  for (const Key& k : keys)
-    img.funcs.push_back({img.symbols[k.index].name, k.file_offset, k.size, static_cast<BoundsSource>(k.source)});
+  img.reach.reserve(img.funcs.capacity());
   index_reach(img);
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
@@ -530,12 +572,10 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
     return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
   };
   std::stable_sort(extra.begin(), extra.end(), by_bounds);
-  std::vector<FuncSym> merged;
-  merged.reserve(img.funcs.size() + extra.size());
-  std::merge(std::make_move_iterator(img.funcs.begin()), std::make_move_iterator(img.funcs.end()),
-             std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()), std::back_inserter(merged),
-             by_bounds);
-  img.funcs = std::move(merged);
+  const auto middle = static_cast<std::ptrdiff_t>(img.funcs.size());
+  img.funcs.insert(img.funcs.end(), extra.begin(), extra.end());
+  // (Stable: the symbols' entries first among equal bounds, as std::merge.)
+  std::inplace_merge(img.funcs.begin(), img.funcs.begin() + middle, img.funcs.end(), by_bounds);
   index_reach(img);
 }
 
@@ -559,6 +599,9 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
                 "not an executable or shared object (ELF type " + std::to_string(eh.e_type) + ")");
 
   auto img = std::make_shared<ElfImage>();
+  Elf* const kept = h.elf;
+  h.elf = nullptr;
+  keep_elf(kept, *img);  // (its symbols' names are views of its string tables)
   img->type = eh.e_type;
   std::size_t nph = 0;
   if (elf_getphdrnum(e, &nph) != 0) nph = 0;
@@ -591,10 +634,11 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   }
   img->has_symtab = symtab != nullptr;
   img->has_dynsym = dynsym != nullptr;
-  auto versions = read_verdef(e, verdef);
-  if (symtab) collect_symbols(e, symtab, false, nullptr, versions, *img);
-  else img->debug_file = read_debug_symtab(e, versions, *img);
-  if (dynsym) collect_symbols(e, dynsym, true, versym, versions, *img);
+  read_verdef(e, verdef, img->version_names);
+  const std::size_t ndynsym = symbol_count(dynsym);
+  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, ndynsym);
+  else img->debug_file = read_debug_symtab(e, *img, ndynsym);
+  if (dynsym) collect_symbols(e, dynsym, true, versym, *img);
   const auto fdes = eh_frame_ranges(e, shstrndx);
   img->fde_count = fdes.size();
   index_functions(*img, fdes);
@@ -603,6 +647,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
     img->has_stapsdt_section = true;
     read_stapsdt(stapsdt, *img);
   }
+  elf_cntl(e, ELF_C_FDDONE);  // everything is read: the caller closes fd
   return img;
 }
 

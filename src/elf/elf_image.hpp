@@ -7,9 +7,10 @@
 // /usr/lib/debug/.build-id/, e.g. Debian's libc6-dbg) when it has none of its
 // own, its function bounds (FuncSym: from those symbols and from the
 // .eh_frame FDEs, which stripped files keep), its .dynamic strings (SONAME,
-// RPATH, RUNPATH) and its .note.stapsdt notes. Read with libelf and libdw,
-// copied out, and cached per (dev, ino, size, mtime). Not used on the hit
-// path.
+// RPATH, RUNPATH) and its .note.stapsdt notes. Read with libelf (into
+// memory, section by section, never mapped) and libdw; symbol names are
+// views of the string tables libelf read, which the image keeps; cached per
+// (dev, ino, size, mtime). Not used on the hit path.
 
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -18,6 +19,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "uprobe/symbols.hpp"
@@ -28,6 +31,22 @@ struct LoadSegment {
   std::uint64_t offset = 0, vaddr = 0, filesz = 0, memsz = 0;
   std::uint32_t flags = 0;  ///< PF_R / PF_W / PF_X
   bool executable() const noexcept;
+};
+
+/// A defined symbol of an ElfImage: uprobe::Symbol's fields, with the name
+/// and version as views of the string tables the image keeps (no allocation
+/// per symbol: libc with its debug file has 11,000), valid while the image
+/// lives.
+struct ElfSymbol {
+  std::string_view name;     ///< without version
+  std::string_view version;  ///< GNU symbol version; empty when unversioned
+  std::uint64_t address = 0, size = 0, offset = 0;
+  std::uint8_t type = 0, binding = 0;
+  bool hidden_version = false, in_file = false, executable = false, dynamic = false;
+  /// `name`, `name@VER` or `name@@VER` (Symbol::full_name()).
+  std::string full_name() const;
+  /// The public form: a copy.
+  Symbol to_symbol() const;
 };
 
 /// One NT_STAPSDT note, fields as written in the file.
@@ -49,20 +68,35 @@ const char* bounds_source_name(BoundsSource s) noexcept;
 
 /// The bounds of one function: where it starts in the file and how long it is.
 struct FuncSym {
-  std::string name;  ///< the symbol's name; "" for an FDE (see display_name())
+  /// The symbol's name, "" for an FDE (see display_name()): a view of the
+  /// name of an entry of ElfImage::symbols, valid while the image lives.
+  std::string_view name;
   std::uint64_t file_offset = 0;  ///< where the function starts in the file
   std::uint64_t size = 0;
   BoundsSource source = BoundsSource::symtab;
+  std::uint32_t symbol_index = ~0u;  ///< the entry of ElfImage::symbols it comes from; ~0u for an FDE
   /// `name`, or "the function at file offset 0x..." for an unnamed one.
   std::string display_name() const;
 };
 
 struct ElfImage {
+  ElfImage() = default;
+  ElfImage(const ElfImage&) = delete;  // (funcs' names are views into symbols)
+  ElfImage& operator=(const ElfImage&) = delete;
   dev_t dev = 0;
   ino_t ino = 0;
   std::uint16_t type = 0;  ///< ET_EXEC or ET_DYN
   std::vector<LoadSegment> loads;
-  std::vector<Symbol> symbols;  ///< defined symbols, .symtab (or the debug file's) entries first, then .dynsym
+  std::vector<ElfSymbol> symbols;  ///< defined symbols, .symtab (or the debug file's) entries first, then .dynsym
+  /// What `symbols`' names are views of: the libelf descriptors (Elf*, of
+  /// the file and of its debug file) that read the string tables, kept with
+  /// what they read. Read into memory (ELF_C_READ), never mapped: a file
+  /// truncated meanwhile (`cp new old`) cannot raise SIGBUS here later; their
+  /// file descriptors are closed (ELF_C_FDDONE).
+  std::vector<std::shared_ptr<void>> elf_handles;
+  /// .gnu.version_d index -> name, what dynamic symbols' versions view
+  /// (node-based: never moved).
+  std::unordered_map<unsigned, std::string> version_names;
   bool has_symtab = false;
   bool has_dynsym = false;
   /// The separate debug file whose .symtab was read (its build-id matches

@@ -117,22 +117,23 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
   }
   std::vector<IfuncBinding> out;
   bool any = false;
-  for (const Symbol& s : img->symbols) any = any || (s.dynamic && s.type == STT_GNU_IFUNC);
+  for (const ElfSymbol& s : img->symbols) any = any || (s.dynamic && s.type == STT_GNU_IFUNC);
   if (any && real_dlopen() && real_dlclose()) {
     // The object as the dynamic linker knows it: dlopen(NULL) is the main
     // program (its lookups start there); a library by its recorded name, or
     // by path (RTLD_NOLOAD matches the file's identity too).
     void* h = real_dlopen()(obj->name.empty() ? nullptr : obj->name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
     if (h) {
-      for (const Symbol& s : img->symbols) {
+      for (const ElfSymbol& s : img->symbols) {
         if (!s.dynamic || s.type != STT_GNU_IFUNC) continue;
         // A hidden version (name@VER) only through dlvsym; the default one
         // (name@@VER, or unversioned) as dlsym binds it.
-        void* impl = s.version.empty() ? dlsym(h, s.name.c_str()) : dlvsym(h, s.name.c_str(), s.version.c_str());
+        const std::string name(s.name), version(s.version);
+        void* impl = version.empty() ? dlsym(h, name.c_str()) : dlvsym(h, name.c_str(), version.c_str());
         // (The handle's lookup scope starts with the object itself, so the
         // definition found is this symbol; its resolver's answer is usually
         // code of the same file, but need not be.)
-        IfuncBinding b{s, {}, 0, 0, 0};
+        IfuncBinding b{s.to_symbol(), {}, 0, 0, 0};
         struct stat ist;
         if (!impl || !file_offset_of_code(impl, b.impl_path, b.impl_offset) || ::stat(b.impl_path.c_str(), &ist) != 0)
           continue;

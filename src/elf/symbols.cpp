@@ -25,6 +25,7 @@
 namespace uprobe {
 
 using detail::ElfImage;
+using detail::ElfSymbol;
 using detail::hex_str;
 using detail::load_elf_image;
 using detail::LoadSegment;
@@ -53,11 +54,11 @@ const char* type_name(unsigned t) {
   }
 }
 
-bool is_code(const Symbol& s) {
+bool is_code(const ElfSymbol& s) {
   return s.in_file && s.executable && (s.type == STT_FUNC || s.type == STT_GNU_IFUNC || s.type == STT_NOTYPE);
 }
 
-int binding_rank(const Symbol& s) {
+int binding_rank(const ElfSymbol& s) {
   switch (s.binding) {
     case STB_GLOBAL: return 0;
     case STB_GNU_UNIQUE: return 0;
@@ -66,10 +67,40 @@ int binding_rank(const Symbol& s) {
   }
 }
 
-// The alias to report for one address.
-bool preferred(const Symbol& a, const Symbol& b) {
-  return std::make_tuple(binding_rank(a), a.hidden_version, a.size == 0, a.name.size(), a.name, a.dynamic) <
-         std::make_tuple(binding_rank(b), b.hidden_version, b.size == 0, b.name.size(), b.name, b.dynamic);
+// The alias to report for one address (`a` with size `asize`, `b` with `bsize`).
+bool preferred(const ElfSymbol& a, std::uint64_t asize, const ElfSymbol& b, std::uint64_t bsize) {
+  return std::make_tuple(binding_rank(a), a.hidden_version, asize == 0, a.name.size(), a.name, a.dynamic) <
+         std::make_tuple(binding_rank(b), b.hidden_version, bsize == 0, b.name.size(), b.name, b.dynamic);
+}
+bool preferred(const ElfSymbol& a, const ElfSymbol& b) { return preferred(a, a.size, b, b.size); }
+
+/// The code symbols of `img` whose name (full_name() when the glob has an
+/// `@`) matches `glob`, one per offset (the preferred alias, with the largest
+/// size of the aliases there), by offset.
+struct Match {
+  const ElfSymbol* sym;
+  std::uint64_t size;
+};
+std::vector<Match> match_in(const ElfImage& img, std::string_view glob) {
+  const std::string pat(glob);
+  const bool full = pat.find('@') != std::string::npos;
+  std::map<std::uint64_t, Match> by_offset;
+  std::string subject;
+  for (const ElfSymbol& s : img.symbols) {
+    if (!is_code(s)) continue;
+    subject = full ? s.full_name() : std::string(s.name);
+    if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
+    auto [it, inserted] = by_offset.emplace(s.offset, Match{&s, s.size});
+    if (!inserted) {
+      std::uint64_t size = std::max(it->second.size, s.size);
+      if (preferred(s, s.size, *it->second.sym, it->second.size)) it->second.sym = &s;
+      it->second.size = size;
+    }
+  }
+  std::vector<Match> out;
+  out.reserve(by_offset.size());
+  for (auto& [off, m] : by_offset) out.push_back(m);
+  return out;
 }
 
 // A parsed NAME / NAME@VER / NAME@@VER.
@@ -144,7 +175,8 @@ Location location_in(const std::string& path, const LoadSegment* seg, std::uint6
 /// For an IFUNC symbol `s` at +`off`: marks `l` as one and, for +0 when the
 /// file is loaded here, moves it to the implementation the dynamic linker
 /// bound the name to (symbols.hpp).
-void apply_ifunc(Location& l, const Symbol& s, std::uint64_t off) {
+template <class Sym>  // Symbol or ElfSymbol
+void apply_ifunc(Location& l, const Sym& s, std::uint64_t off) {
   if (s.type != STT_GNU_IFUNC) return;
   l.ifunc = true;
   l.ifunc_resolver = s.offset;
@@ -167,7 +199,13 @@ void apply_ifunc(Location& l, const Symbol& s, std::uint64_t off) {
 
 }  // namespace
 
-std::vector<Symbol> read_symbols(const std::string& path) { return load_elf_image(path)->symbols; }
+std::vector<Symbol> read_symbols(const std::string& path) {
+  auto img = load_elf_image(path);
+  std::vector<Symbol> out;
+  out.reserve(img->symbols.size());
+  for (const ElfSymbol& s : img->symbols) out.push_back(s.to_symbol());
+  return out;
+}
 
 Symbol find_symbol(const std::string& path, std::string_view name) {
   auto img = load_elf_image(path);
@@ -177,9 +215,9 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
   if (img->symbols.empty())
     throw Error(Errc::bad_offset, path, 0, "symbol `" + shown + "' cannot be looked up: " + stripped_hint(*img));
 
-  std::vector<const Symbol*> cands;
-  std::vector<const Symbol*> same_name;
-  for (const Symbol& s : img->symbols) {
+  std::vector<const ElfSymbol*> cands;
+  std::vector<const ElfSymbol*> same_name;
+  for (const ElfSymbol& s : img->symbols) {
     if (s.name != spec.name) continue;
     same_name.push_back(&s);
     if (spec.has_version && (s.version != spec.version || (spec.require_default && s.hidden_version))) continue;
@@ -189,7 +227,7 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
     std::string why = "symbol `" + shown + "' not found in .symtab or .dynsym";
     if (!same_name.empty()) {
       std::set<std::string> have;
-      for (const Symbol* s : same_name) have.insert(s->full_name());
+      for (const ElfSymbol* s : same_name) have.insert(s->full_name());
       std::string list;
       for (const auto& h : have) list += (list.empty() ? "" : ", ") + h;
       why = "symbol `" + shown + "' not found; versions present: " + list;
@@ -198,61 +236,49 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
     }
     throw Error(Errc::bad_offset, path, 0, why);
   }
-  auto distinct = [](const std::vector<const Symbol*>& v) {
+  auto distinct = [](const std::vector<const ElfSymbol*>& v) {
     std::set<std::uint64_t> a;
-    for (const Symbol* s : v) a.insert(s->address);
+    for (const ElfSymbol* s : v) a.insert(s->address);
     return a.size();
   };
   auto keep_if = [&](auto pred) {
-    std::vector<const Symbol*> kept;
-    for (const Symbol* s : cands)
+    std::vector<const ElfSymbol*> kept;
+    for (const ElfSymbol* s : cands)
       if (pred(*s)) kept.push_back(s);
     if (!kept.empty()) cands = std::move(kept);
   };
-  if (distinct(cands) > 1 && !spec.has_version) keep_if([](const Symbol& s) { return !s.hidden_version; });
-  if (distinct(cands) > 1) keep_if([](const Symbol& s) { return s.binding != STB_LOCAL; });
+  if (distinct(cands) > 1 && !spec.has_version) keep_if([](const ElfSymbol& s) { return !s.hidden_version; });
+  if (distinct(cands) > 1) keep_if([](const ElfSymbol& s) { return s.binding != STB_LOCAL; });
   if (distinct(cands) > 1) {
     std::string list;
     std::set<std::pair<std::uint64_t, std::string>> seen;
-    for (const Symbol* s : cands) seen.insert({s->address, s->full_name()});
+    for (const ElfSymbol* s : cands) seen.insert({s->address, s->full_name()});
     for (const auto& [a, n] : seen) list += (list.empty() ? "" : ", ") + n + " at " + hex_str(a);
     throw Error(Errc::conflict, path, 0, "symbol `" + shown + "' is ambiguous: " + list);
   }
   // Report the most informative entry for that address: sized, versioned.
-  const Symbol* best = cands[0];
-  for (const Symbol* s : cands) {
-    auto score = [](const Symbol& x) { return std::make_tuple(x.size > 0, !x.version.empty(), x.binding != STB_LOCAL); };
+  const ElfSymbol* best = cands[0];
+  for (const ElfSymbol* s : cands) {
+    auto score = [](const ElfSymbol& x) { return std::make_tuple(x.size > 0, !x.version.empty(), x.binding != STB_LOCAL); };
     if (score(*s) > score(*best)) best = s;
   }
-  return *best;
+  return best->to_symbol();
 }
 
 std::vector<Symbol> match_symbols(const std::string& path, std::string_view glob) {
   auto img = load_elf_image(path);
-  const std::string pat(glob);
-  const bool full = pat.find('@') != std::string::npos;
-  std::map<std::uint64_t, Symbol> by_offset;
-  for (const Symbol& s : img->symbols) {
-    if (!is_code(s)) continue;
-    const std::string subject = full ? s.full_name() : s.name;
-    if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
-    auto [it, inserted] = by_offset.emplace(s.offset, s);
-    if (!inserted) {
-      std::uint64_t size = std::max(it->second.size, s.size);
-      if (preferred(s, it->second)) it->second = s;
-      it->second.size = size;
-    }
-  }
   std::vector<Symbol> out;
-  out.reserve(by_offset.size());
-  for (auto& [off, s] : by_offset) out.push_back(std::move(s));
+  for (const Match& m : match_in(*img, glob)) {
+    out.push_back(m.sym->to_symbol());
+    out.back().size = m.size;
+  }
   return out;
 }
 
 std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
   auto img = load_elf_image(path);
-  const Symbol* best = nullptr;
-  for (const Symbol& s : img->symbols) {
+  const ElfSymbol* best = nullptr;
+  for (const ElfSymbol& s : img->symbols) {
     if (!is_code(s)) continue;
     bool holds = s.size ? (offset >= s.offset && offset - s.offset < s.size) : offset == s.offset;
     if (!holds) continue;
@@ -261,11 +287,11 @@ std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
       continue;
     }
     // Tightest sized symbol; among equals the preferred alias.
-    auto span = [](const Symbol& x) { return x.size ? x.size : UINT64_MAX; };
+    auto span = [](const ElfSymbol& x) { return x.size ? x.size : UINT64_MAX; };
     if (span(s) < span(*best) || (span(s) == span(*best) && preferred(s, *best))) best = &s;
   }
   if (!best) return std::nullopt;
-  return *best;
+  return best->to_symbol();
 }
 
 std::uint64_t address_to_offset(const std::string& path, std::uint64_t address) {
@@ -336,7 +362,7 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
     return {location_in(path, img->segment_of_vaddr(n), off, "address")};
   }
   if (has_glob(what)) {
-    std::vector<Symbol> m = match_symbols(path, what);
+    const std::vector<Match> m = match_in(*img, what);
     if (m.empty()) {
       std::string why = "no code symbol matches `" + std::string(what) + "'";
       if (std::string h = stripped_hint(*img); !h.empty()) why += " (" + h + ")";
@@ -344,7 +370,9 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
     }
     std::vector<Location> out;
     std::set<std::pair<std::string, std::uint64_t>> bound;
-    for (const Symbol& s : m) {
+    out.reserve(m.size());
+    for (const Match& mm : m) {
+      const ElfSymbol& s = *mm.sym;
       Location l;
       l.path = path;
       l.offset = s.offset;

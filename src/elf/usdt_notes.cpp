@@ -43,7 +43,7 @@ std::vector<Probe> probes_of(const std::string& path, const ElfImage& img) {
   auto lookup = [&](std::string_view name) -> std::optional<std::uint64_t> {
     if (!syms_built) {
       syms_built = true;
-      for (const Symbol& s : img.symbols) {
+      for (const detail::ElfSymbol& s : img.symbols) {
         auto [it, inserted] = syms.emplace(s.name, s.address);
         if (!inserted && it->second != s.address) it->second = kAmbiguous;
       }

@@ -10,8 +10,7 @@
 #include "arch.hpp"
 #include "hot.hpp"
 
-#include "patch.hpp"
-#include "sites.hpp"
+#include "services.hpp"
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 
@@ -213,19 +212,6 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
 
 namespace {
 
-/// Copies the 18 words of a Regs frame, either side possibly misaligned (an
-/// 8-byte __builtin_memcpy is one general-register move). The empty asm keeps
-/// the loop from becoming a memcpy() call (libc's may use vector registers,
-/// which are not saved for every site).
-inline void copy_regs_words(void* to, const void* from) noexcept {
-  for (int i = 0; i < 18; ++i) {
-    std::uint64_t w;
-    __builtin_memcpy(&w, static_cast<const unsigned char*>(from) + 8 * i, 8);
-    asm("" : "+r"(w));
-    __builtin_memcpy(static_cast<unsigned char*>(to) + 8 * i, &w, 8);
-  }
-}
-
 /// uprobe_opt_hit() for a frame that is not 8-byte aligned: hand-written code
 /// may reach a site with such an rsp, and the stub's frame inherits it. A
 /// misaligned Regs is undefined behaviour (UBSan's alignment check), in the
@@ -234,11 +220,11 @@ __attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
                                                         const uprobe::arch::OptSite* site) noexcept {
   using namespace uprobe;
   Regs regs;
-  copy_regs_words(&regs, frame);
+  arch::copy_words(&regs, frame, sizeof(Regs) / 8);  // no libc memcpy: no vector register
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
   detail::optimized_hit_inline(*site, regs, false);
   arch::opt_frame_leave(frame, regs, *site, saved);  // the target slot is above the 18 words
-  copy_regs_words(frame, &regs);
+  arch::copy_words(frame, &regs, sizeof(Regs) / 8);
 }
 
 }  // namespace

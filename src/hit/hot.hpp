@@ -10,7 +10,7 @@
 #include "probe.hpp"
 #include "spin_rwlock.hpp"
 #include "uprobe/config.hpp"
-#include "vma.hpp"
+#include "vma_snapshot.hpp"
 
 namespace uprobe::detail {
 

@@ -153,10 +153,13 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   /// The offset is the entry of a function the symbol table sizes: an ABI
   /// boundary (SaveMode::entry) rather than any other site (SaveMode::full).
   bool function_entry = false;
+  /// How the site is patched (arch::plan()'s tactic): int3 only, or which
+  /// optimized jump. Immutable after registration.
+  arch::Tactic tactic = arch::Tactic::int3;
   std::uint64_t ref_ctr_offset = 0;  ///< file offset of the USDT semaphore, 0 = none
   std::string path;
   arch::Insn insn;
-  /// At a function entry whose first instructions can be displaced: the
+  /// Where the site's instructions can be displaced (arch::plan()): the
   /// window an optimized jump replaces (len 0 otherwise, with the reason in
   /// window_why). Immutable after registration.
   arch::EntryWindow window;

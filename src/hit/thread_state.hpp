@@ -71,13 +71,9 @@ struct ThreadState {
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
   bool sstep_active;         ///< single-step of an XOL copy in flight
-  bool sstep_user_tf;        ///< the program itself had TF set at the probe
-  bool sstep_fix_pushf;      ///< the stepped copy is a pushf: clear our TF from the stored flags
-  bool sstep_keep_tf;        ///< the stepped copy is a popf: TF after it is the one it loaded
   bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
   std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
   std::uint64_t wstep_hi;
-  arch::StepPlan sstep;      ///< the stepped copy: probe address, slot, where its step trap arrives
   ReturnStack rstack;        ///< pending return instances
   std::uint64_t* cookie;     ///< session cookie of the running callback, if any
   std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
@@ -88,6 +84,8 @@ struct ThreadState {
   std::uint32_t holds;       ///< SIGTRAPs held on this thread so far
   std::uint32_t handler_runs;  ///< program signal handlers run on this thread so far
   siginfo_t held_info;       ///< the held SIGTRAP's siginfo
+  // (Last: the int3 path's single-step only, after what every hit reads.)
+  arch::XolStep sstep;       ///< the stepped copy (its ops' pre_xol filled it): probe address, slot, fix-ups
 };
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));

@@ -17,15 +17,13 @@
 #include <cerrno>
 
 #include "arch.hpp"
-#include "patch.hpp"
 #include "probe.hpp"
 #include "hot.hpp"
-#include "signals.hpp"
 #include "trap.hpp"
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "dispatch.hpp"
-#include "masks.hpp"
+#include "services.hpp"
 
 namespace uprobe::detail {
 
@@ -81,8 +79,7 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
 bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
   ThreadState& ts = t_state;
   if (!ts.sstep_active) return false;
-  std::uint64_t resume = 0;
-  switch (arch::single_step_end(ts.sstep, arch::ucontext_ip(uc), arch::ucontext_sp(uc), resume)) {
+  switch (ts.sstep.ops->post_xol(ts.sstep, uc)) {
     case arch::StepEnd::foreign:
       return false;
     case arch::StepEnd::again:
@@ -92,13 +89,7 @@ bool finish_single_step(ucontext_t* uc, bool& user_step) noexcept {
       break;
   }
   ts.sstep_active = false;
-  arch::set_ucontext_ip(uc, resume);
-  if (!ts.sstep_user_tf) {
-    if (!ts.sstep_keep_tf) arch::set_ucontext_flags(uc, arch::ucontext_flags(uc) & ~arch::kTrapFlag);
-    // The copy ran under our TF: flags it stored must read as the program's.
-    if (ts.sstep_fix_pushf) arch::clear_stored_trap_flag(uc);
-  }
-  user_step = ts.sstep_user_tf;
+  user_step = ts.sstep.program_tf;
   return true;
 }
 
@@ -223,7 +214,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     const std::uint64_t outer_trap_ip = sst.trap_ip.load(std::memory_order_relaxed);
     if (ts.sstep_active) {
       ts.trap_uc = uc;
-      sst.trap_ip.store(ts.sstep.ip, std::memory_order_release);
+      sst.trap_ip.store(ts.sstep.plan.ip, std::memory_order_release);
     }
     struct RestoreTrapIp {
       StatBlock& st;
@@ -292,7 +283,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   // single-step trap for the probed instruction, after it, as the kernel
   // arranges (arch_uprobe_skip_sstep / post_xol send SIGTRAP when the task's
   // TF was set).
-  const bool raw_tf = arch::ucontext_flags(uc) & arch::kTrapFlag;
+  const arch::XolOps& ops = *up->insn.ops;  // how this instruction continues (chosen by arch::analyze())
+  const bool raw_tf = arch::ucontext_single_stepping(uc);
   const bool user_tf = raw_tf && program_handles_sigtrap();
   bool emulated_step = false;
   // A consumer's mask change ends with it, as sigreturn restores the mask.
@@ -319,8 +311,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     // displaced instruction step at its own address.)
     count(st.out_of_line);
     regs.rip = site->window_xol;
-  } else if ((g_hot.emulate.load(std::memory_order_relaxed) || !arch::xol_safe(up->insn)) &&
-             arch::emulate(up->insn, ip, regs)) {
+  } else if (ops.emulate && (ops.emulate_only || g_hot.emulate.load(std::memory_order_relaxed)) &&
+             ops.emulate(up->insn, ip, regs)) {
     count(st.emulated);
     emulated_step = user_tf;
   } else if (site->xol != 0) {
@@ -328,21 +320,16 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     regs.rip = site->xol;
     // Under the program's own TF the copy is single-stepped too: the jump
     // back after it must not be seen as an extra step. So is a popf, which
-    // may set TF: the program's first step is then after the next
-    // instruction, not after our jump back.
-    const bool loads = arch::loads_flags(up->insn);
-    if (user_tf || loads || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
-      ts.sstep_user_tf = raw_tf;
-      ts.sstep_fix_pushf = !raw_tf && arch::stores_flags(up->insn);
-      ts.sstep_keep_tf = loads;
-      ts.sstep = arch::plan_single_step(up->insn, ip, site->xol, regs);
+    // may set TF (step_always): the program's first step is then after the
+    // next instruction, not after our jump back.
+    if (user_tf || ops.step_always || g_hot.xol.load(std::memory_order_relaxed) == XolMode::single_step) {
+      ops.pre_xol(up->insn, ip, site->xol, regs, raw_tf, ts.sstep);
       ts.sstep_active = true;
-      regs.rflags |= arch::kTrapFlag;
     }
   } else {
     // No slot (only for emulated classes whose slot could not be placed):
     // emulate even when emulation is switched off.
-    arch::emulate(up->insn, ip, regs);
+    if (ops.emulate) ops.emulate(up->insn, ip, regs);
     count(st.emulated);
     emulated_step = user_tf;
   }

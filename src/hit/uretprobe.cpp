@@ -264,8 +264,8 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
   StatBlock& st = stat_block();
   ReturnStack* rs = return_stack();
   const std::uint64_t tramp = arch::return_trampoline_address();
-  const std::uint64_t slot = regs.rsp;
-  std::uint64_t orig = *reinterpret_cast<const std::uint64_t*>(slot);
+  const std::uint64_t slot = arch::return_address_slot(regs);
+  std::uint64_t orig = arch::read_return_address(slot);
   const bool chained = orig == tramp;
   {
     BookkeepingLock lock;
@@ -298,7 +298,7 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
     rs->top = ri;
     rs->depth = rs->depth + 1;
   }
-  *reinterpret_cast<std::uint64_t*>(slot) = tramp;
+  arch::hijack_return_address(slot, tramp);
 }
 
 }  // namespace uprobe::detail
@@ -320,7 +320,7 @@ __attribute__((noinline, cold)) void ret_dispatch_misaligned(uprobe::arch::RetFr
 /// Called by the return trampoline (through arch's uprobe_ret_entry()) with
 /// its saved frame. The kernel's handle_trampoline().
 extern "C" __attribute__((visibility("hidden"))) void uprobe_ret_dispatch(uprobe::arch::RetFrame* f) noexcept {
-  const std::uint64_t sp = reinterpret_cast<std::uint64_t>(f) + offsetof(uprobe::arch::RetFrame, ret_slot) + 8;
+  const std::uint64_t sp = uprobe::arch::ret_frame_sp(f);
   if (__builtin_expect(reinterpret_cast<std::uintptr_t>(f) % alignof(uprobe::arch::RetFrame) != 0, 0))
     return ret_dispatch_misaligned(f, sp);
   ret_dispatch(f, sp, false);  // a tail call
@@ -376,7 +376,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
     if (valid) break;
   }
   uprobe_rcu_read_unlock();
-  regs.rflags = (flags & ~0xdd5ull) | (regs.rflags & 0xdd5ull);
+  regs.rflags = arch::merge_handler_flags(flags, regs.rflags);
   f->ret_slot = regs.rip;
 }
 

@@ -497,7 +497,7 @@ int bsd_mask(int how, int mask) noexcept {
 /// `p` as the compiler cannot see it: libc's headers declare the argument
 /// nonnull, and a program may pass null all the same (libc then reports EFAULT).
 const sigset_t* opaque(const sigset_t* p) noexcept {
-  asm("" : "+r"(p));
+  uprobe::arch::opaque(p);
   return p;
 }
 }  // namespace
@@ -590,10 +590,10 @@ UPROBE_INTERPOSED int __sigpause(int sig_or_mask, int is_sig) { return sigpause_
 /// Interposed __xpg_sigpause (X/Open sigpause(): removes one signal).
 UPROBE_INTERPOSED int __xpg_sigpause(int sig) { return sigpause_impl(sig, true); }
 
-/// Interposed BSD sigpause(mask) (the `sigpause` symbol; <signal.h> maps
-/// X/Open programs to __xpg_sigpause).
-UPROBE_INTERPOSED int uprobe_bsd_sigpause(int mask) __asm__("sigpause");
-int uprobe_bsd_sigpause(int mask) { return sigpause_impl(mask, false); }
+/// The BSD sigpause(mask): the `sigpause` symbol is bsd_sigpause.c's (in C,
+/// without <signal.h>, which maps X/Open programs' sigpause to
+/// __xpg_sigpause), which calls this. Hidden.
+extern "C" UPROBE_NO_SANITIZE int uprobe_bsd_sigpause(int mask) { return sigpause_impl(mask, false); }
 
 namespace {
 /// A relative timeout, resumable: the time left at each retry.

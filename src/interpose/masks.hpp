@@ -19,12 +19,12 @@
 
 #include <cstdint>
 
-extern "C" {
-/// The calling thread's SIGTRAP bit as the program sees its own mask: 1 when
-/// the program asked for SIGTRAP blocked (it never is for real). Initial-exec
-/// TLS, read by arch/x86_64/context.S (getcontext(), __sigsetjmp()).
-extern __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec")));
-}
+#include "services.hpp"
+
+// uprobe_view_blocked, the calling thread's SIGTRAP bit as the program sees
+// its own mask (initial-exec TLS, read by arch/x86_64/interpose/context.S):
+// declared with the core symbols arch code names (arch.hpp), defined in
+// masks.cpp.
 
 namespace uprobe::detail {
 
@@ -52,9 +52,9 @@ long raw_sigprocmask(int how, const sigset_t* set, sigset_t* old) noexcept;
 /// 0 or an errno value (EINVAL for a bad `how`). Async-signal-safe.
 int program_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept;
 
-/// Sets the calling thread's view bit; when it becomes clear, delivers a
-/// held SIGTRAP (deliver_held_sigtrap()). Async-signal-safe.
-void set_view(bool blocked) noexcept;
+// set_view(blocked): declared in src/hit/services.hpp, defined in masks.cpp
+// (when the view becomes clear, it delivers a held SIGTRAP:
+// deliver_held_sigtrap()).
 
 /// What the SIGTRAP handler does with a SIGTRAP that is neither a probe hit
 /// nor libuprobe's own step trap, sent (not forced: si_code <= 0) while the

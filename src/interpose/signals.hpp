@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include "services.hpp"
 #include "uprobe/lab.hpp"
 
 namespace uprobe::detail {
@@ -18,15 +19,8 @@ void install_trap_handler(SignalMask mask);
 /// per-signal locks (signals.cpp).
 void signals_after_fork_child() noexcept;
 
-/// Passes a SIGTRAP that is not ours to the program's disposition
-/// (signals.cpp). Async-signal-safe.
-void forward_foreign_trap(int sig, siginfo_t* info, void* uc) noexcept;
-
-/// True when the program's SIGTRAP disposition is a handler (not SIG_DFL or
-/// SIG_IGN): only then can the program be single-stepping itself, and only
-/// then does the SIGTRAP handler hand it the single-step trap of a probed
-/// instruction (a TF without a handler is a debugger's, which sees its own
-/// traps through ptrace). Async-signal-safe.
-bool program_handles_sigtrap() noexcept;
+// forward_foreign_trap() and program_handles_sigtrap(): declared in
+// src/hit/services.hpp (the SIGTRAP handler calls them), defined in
+// signals.cpp.
 
 }  // namespace uprobe::detail

@@ -330,22 +330,31 @@ void check_site(const uprobe::Location& loc) {
   }
 }
 
-void validate(const Spec& s, const std::string& prog_path) {
+/// Also returns the number of probes bpftrace would attach for the spec (its
+/// wildcard expansions; 1 without a wildcard or where this process cannot
+/// tell), from the same resolution: a glob over libc is resolved once.
+std::size_t validate(const Spec& s, const std::string& prog_path) {
   std::string file = resolve_here(s.binary, prog_path);
-  if (file.empty()) return;
+  if (file.empty()) return 1;
   if (!is_elf(file)) {
     // Named by a path: that file is what the user means, and it cannot be
     // probed. (By name, a script run by PROG resolves differently in the agent.)
     if (s.binary.find('/') != std::string::npos) die(s.binary + ": not an ELF file");
-    return;
+    return 1;
   }
   try {
-    if (s.kind == Kind::usdt) uprobe::usdt::find(file + ":" + s.what);
-    else
-      for (const auto& loc : uprobe::resolve_location(file + ":" + s.what)) check_site(loc);
+    if (s.kind == Kind::usdt) {
+      std::set<std::string> names;
+      for (const auto& p : uprobe::usdt::find(file + ":" + s.what)) names.insert(p.provider + ":" + p.name);
+      return has_glob(s.what) ? std::max<std::size_t>(names.size(), 1) : 1;
+    }
+    const std::vector<uprobe::Location> locs = uprobe::resolve_location(file + ":" + s.what);
+    for (const auto& loc : locs) check_site(loc);
+    return has_glob(s.what) ? std::max<std::size_t>(locs.size(), 1) : 1;
   } catch (const uprobe::Error& e) {
     if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
   }
+  return 1;
 }
 
 // ---------------------------------------------------------------- run
@@ -757,23 +766,6 @@ class BtRun {
   std::uint64_t lost_ = 0;  // lost events already reported
 };
 
-// Number of probes bpftrace would attach for a spec (its wildcard expansions).
-std::size_t expansions(const Spec& s, const std::string& prog_path) {
-  if (!has_glob(s.what)) return 1;
-  std::string file = resolve_here(s.binary, prog_path);
-  if (file.empty()) return 1;
-  try {
-    if (s.kind == Kind::usdt) {
-      std::set<std::string> names;
-      for (const auto& p : uprobe::usdt::find(file + ":" + s.what)) names.insert(p.provider + ":" + p.name);
-      return std::max<std::size_t>(names.size(), 1);
-    }
-    return std::max<std::size_t>(uprobe::resolve_location(file + ":" + s.what).size(), 1);
-  } catch (const uprobe::Error&) {
-    return 1;
-  }
-}
-
 struct BtOptions {
   std::string text, name;  // the program and its name in errors ("stdin" for -e)
   std::vector<std::string> cmd;  // the program to run (empty: none)
@@ -808,8 +800,7 @@ int run_bpftrace(const BtOptions& o) {
     std::string perr;
     auto s = parse_spec(ap.spec, perr);
     if (!s) die(perr);
-    validate(*s, prog_path);
-    nprobes += expansions(*s, prog_path);
+    nprobes += validate(*s, prog_path);
     // (the `probe` strings name PATH as bpftrace does: as written, or a
     // `lib...` name by the dynamic linker cache's path)
     std::string shown;

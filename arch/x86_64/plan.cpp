@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+/// @file plan.cpp
+/// plan(): the one entry point that chooses how a probe site is patched
+/// (int3, nop5, window, punned) from the instruction, its function's bytes
+/// and what the core knows of the file (PlanContext); is_nop5(), the nop5
+/// tactic's test, and is_filler(), the test of the bytes after a short
+/// function.
+
+#include "arch.hpp"
+
+namespace uprobe::arch {
+
+bool is_nop5(const Insn& insn) noexcept { return insn.cls == InsnClass::nop && insn.len == kJumpLen; }
+
+bool is_filler(const std::uint8_t* b, std::size_t n) {
+  std::string why;
+  for (std::size_t p = 0; p < n;) {
+    if (b[p] == kBreakpoint) {
+      ++p;
+      continue;
+    }
+    Insn x;
+    if (!analyze(b + p, n - p, x, why) || x.cls != InsnClass::nop) return false;
+    p += x.len;
+  }
+  return true;
+}
+
+PatchPlan plan(const Insn& insn, PlanContext& ctx) {
+  PatchPlan out;
+  std::string why;
+  bool ok = false;
+  // An instruction as long as the jump (E9Patch's tactic B1) is a window of
+  // its own: only its bytes change, and nothing branches into the middle of
+  // an instruction, so no function, neighbour or data check applies and no
+  // bounds are needed. (At an entry the whole plan below runs.)
+  if (!ctx.at_function_entry() && insn.len >= kJumpLen) {
+    ok = plan_window(insn.bytes, insn.len, 0, out.window, why, &insn);
+  } else {
+    PlanContext::Function f;
+    ok = ctx.function(kJumpLen, f, why) &&
+         plan_window(f.code, f.size, f.at, out.window, why, &insn, f.padding) &&
+         ctx.no_outside_entry(out.window.len, why);
+  }
+  if (!ok) {
+    out.window = EntryWindow{};
+    out.why_no_window = why;
+  }
+  // No window: a punned jump (E9Patch's B2) over the instruction alone, its
+  // bytes after it kept (a branch target there, the function's end, ...).
+  // Its refusal's reason follows the window's.
+  if (!out.window.len && insn.len < kJumpLen) {
+    std::uint8_t five[kJumpLen];
+    std::string pwhy;
+    if (!ctx.site_bytes(five, kJumpLen)) {
+      out.window = EntryWindow{};
+    } else if (!plan_punned(five, kJumpLen, insn, out.window, pwhy)) {
+      out.window = EntryWindow{};
+      if (!pwhy.empty()) out.why_no_window += "; no punned jump either: " + pwhy;
+    }
+  }
+  out.tactic = is_nop5(insn)                 ? Tactic::nop5
+               : out.window.punned           ? Tactic::punned
+               : out.window.len >= kJumpLen ? Tactic::window
+                                             : Tactic::int3;
+  return out;
+}
+
+}  // namespace uprobe::arch
