@@ -10,18 +10,22 @@
 //   uprobe-coverage [LIBRARY]        default libc.so.6; a path or a loaded library's name
 //   uprobe-coverage -v [LIBRARY]     also lists every function that is not optimized
 //   uprobe-coverage --every-instruction [-v] [FILE]
-//                                    attaches a probe at every instruction start of every
-//                                    function of known bounds (uprobe::function_sites()), in
-//                                    32 rounds (round k: instructions k, k + 32, ... of every
-//                                    function, in batches of register_uprobes(), then detached:
-//                                    probes of one round are 32 bytes apart or more, so none
-//                                    blocks another's window), reports the mode each took by tactic and why the
-//                                    others are int3 or refused, checks the text is the file's
-//                                    again, and ends with `trap-free: N of M instruction sites
-//                                    (P%)`. FILE not loaded here (a program): its segments are
-//                                    mapped, not run.
-//   uprobe-coverage --every-instruction --plan [-v] [FILE]
-//                                    the same from uprobe::plan_site() alone (nothing attached)
+//                                    plans (uprobe::plan_site(), nothing attached) a probe at
+//                                    every instruction start of every function of known bounds
+//                                    (uprobe::function_sites()), reports how many would take a
+//                                    jump (trap-free) by tactic and why the others would not, and
+//                                    ends with `trap-free: N of M instruction sites (P%)`
+//   uprobe-coverage --every-instruction --attach [-v] [FILE]
+//                                    attaches them instead, in 32 rounds (round k: instructions
+//                                    k, k + 32, ... of every function, in batches of
+//                                    register_uprobes(), then detached: probes of one round are
+//                                    32 bytes apart or more, so none blocks another's window),
+//                                    reports the mode each took, checks the text is the file's
+//                                    again, and ends with the same line. FILE not loaded here (a
+//                                    program): its segments are mapped, not run. Slow on a large
+//                                    file: hops and slots are kept per site (never freed), so the
+//                                    process accumulates mappings (libc: ~20,000 after 100,000
+//                                    sites, near vm.max_map_count at 300,000)
 
 #include <elf.h>
 #include <fcntl.h>
@@ -94,10 +98,9 @@ std::vector<std::uint8_t> read_file_range(const std::string& path, std::uint64_t
   return v;
 }
 
-/// The executable PT_LOAD segments of `path`: (file offset, size in the file).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> exec_segments(const std::string& path, Elf64_Ehdr& eh,
-                                                                  std::vector<Elf64_Phdr>& phdrs) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+/// The executable PT_LOAD segments of `path`.
+std::vector<Elf64_Phdr> exec_segments(const std::string& path, Elf64_Ehdr& eh, std::vector<Elf64_Phdr>& phdrs) {
+  std::vector<Elf64_Phdr> out;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return out;
   if (::pread(fd, &eh, sizeof eh, 0) == static_cast<ssize_t>(sizeof eh) && eh.e_phentsize == sizeof(Elf64_Phdr) &&
@@ -108,15 +111,15 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> exec_segments(const std::st
   }
   ::close(fd);
   for (const Elf64_Phdr& ph : phdrs)
-    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) out.emplace_back(ph.p_offset, ph.p_filesz);
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) out.push_back(ph);
   return out;
 }
 
 /// Maps the PT_LOAD segments of `path` (not loaded in this process: a
 /// program) as its loader would, without running anything: at the link
 /// addresses for ET_EXEC, at a free base for ET_DYN; text R-X, the rest R.
-/// False with `why` when it cannot.
-bool map_object(const std::string& path, std::string& why) {
+/// False with `why` when it cannot; `base`: what its addresses are offset by.
+bool map_object(const std::string& path, std::uint64_t& base, std::string& why) {
   Elf64_Ehdr eh{};
   std::vector<Elf64_Phdr> phdrs;
   exec_segments(path, eh, phdrs);
@@ -127,7 +130,7 @@ bool map_object(const std::string& path, std::string& why) {
   if (hi <= lo) return why = "no PT_LOAD segment", false;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return why = std::string("cannot open: ") + std::strerror(errno), false;
-  std::uint64_t base = 0;
+  base = 0;
   if (eh.e_type == ET_DYN) {
     void* r = ::mmap(nullptr, hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r == MAP_FAILED) return ::close(fd), why = "no room for the object", false;
@@ -155,9 +158,12 @@ bool map_object(const std::string& path, std::string& why) {
 int every_instruction_attached(const std::string& path, bool verbose) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<uprobe::FunctionSites> fns = uprobe::function_sites(path);
+  bool mapped_here = false;  // mapped by map_object(), at `base` (not by the dynamic linker)
+  std::uint64_t base = 0;
   if (!fns.empty() && uprobe::runtime_addresses(path, fns[0].offset).empty()) {
     std::string why;
-    if (!map_object(path, why)) {
+    mapped_here = true;
+    if (!map_object(path, base, why)) {
       std::fprintf(stderr, "uprobe-coverage: %s is not loaded here and cannot be mapped: %s\n", path.c_str(),
                    why.c_str());
       return 2;
@@ -222,9 +228,11 @@ int every_instruction_attached(const std::string& path, bool verbose) {
   Elf64_Ehdr eh{};
   std::vector<Elf64_Phdr> phdrs;
   std::size_t differ = 0, compared = 0;
-  for (const auto& [off, size] : exec_segments(path, eh, phdrs)) {
-    const std::vector<std::uint8_t> file = read_file_range(path, off, static_cast<std::size_t>(size));
-    for (std::uintptr_t a : uprobe::runtime_addresses(path, off)) {
+  for (const Elf64_Phdr& ph : exec_segments(path, eh, phdrs)) {
+    const std::vector<std::uint8_t> file = read_file_range(path, ph.p_offset, static_cast<std::size_t>(ph.p_filesz));
+    const std::vector<std::uintptr_t> at = mapped_here ? std::vector<std::uintptr_t>{base + ph.p_vaddr}
+                                                       : uprobe::runtime_addresses(path, ph.p_offset);
+    for (std::uintptr_t a : at) {
       for (std::size_t i = 0; i < file.size(); ++i) differ += reinterpret_cast<const std::uint8_t*>(a)[i] != file[i];
       compared += file.size();
     }
@@ -329,18 +337,18 @@ int every_instruction(const std::string& path, bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool verbose = false, every = false, plan_only = false;
+  bool verbose = false, every = false, attach = false;
   std::string lib = "libc.so.6";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-v") == 0) {
       verbose = true;
     } else if (std::strcmp(argv[i], "--every-instruction") == 0) {
       every = true;
-    } else if (std::strcmp(argv[i], "--plan") == 0) {
-      plan_only = true;
+    } else if (std::strcmp(argv[i], "--attach") == 0) {
+      attach = true;
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n"
-                  "       uprobe-coverage --every-instruction [--plan] [-v] [FILE]\n");
+                  "       uprobe-coverage --every-instruction [--attach] [-v] [FILE]\n");
       return 0;
     } else {
       lib = argv[i];
@@ -348,7 +356,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string path = uprobe::resolve_library(lib, uprobe::LibrarySearch::search_path);
-    if (every) return plan_only ? every_instruction(path, verbose) : every_instruction_attached(path, verbose);
+    if (every) return attach ? every_instruction_attached(path, verbose) : every_instruction(path, verbose);
     std::set<std::uint64_t> seen;
     struct Fn {
       std::string name;
