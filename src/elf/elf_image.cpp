@@ -462,6 +462,9 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
   struct Cie {
     int encoding;  // its FDE encoding
     bool lsda;     // its augmentation has 'L': its FDEs' augmentation data hold an LSDA pointer
+    bool signal;   // 'S': a signal trampoline's frame (glibc's __restore_rt), whose FDE starts one byte
+                   // before its code (inside the filler before it) so that unwinders looking up pc - 1
+                   // find it: not a function's bounds (a sweep from there decodes out of step)
   };
   std::unordered_map<Dwarf_Off, Cie> cies;  // CIE offset -> what its FDEs need
   Dwarf_Off off = 0;
@@ -475,11 +478,12 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
     off = next;
     if (dwarf_cfi_cie_p(&entry)) {
       const char* aug = entry.cie.augmentation;
-      cies[here] = {fde_encoding(entry.cie), aug && aug[0] == 'z' && std::strchr(aug, 'L') != nullptr};
+      const bool z = aug && aug[0] == 'z';
+      cies[here] = {fde_encoding(entry.cie), z && std::strchr(aug, 'L') != nullptr, z && std::strchr(aug, 'S') != nullptr};
       continue;
     }
     const auto it = cies.find(entry.fde.CIE_pointer);
-    if (it == cies.end() || it->second.encoding < 0) continue;
+    if (it == cies.end() || it->second.encoding < 0 || it->second.signal) continue;
     const auto enc = static_cast<std::uint8_t>(it->second.encoding);
     const std::uint8_t app = enc & 0x70;
     if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect

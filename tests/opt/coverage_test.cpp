@@ -70,3 +70,27 @@ TEST(Coverage, LibcEntriesAreOptimized) {
 }
 
 }  // namespace
+
+// --every-instruction --attach on a program this process does not run
+// (/bin/true: its segments are mapped, not executed): a probe at every
+// instruction start, attached in rounds and detached; every text byte is the
+// file's again (exit status 0) and the last line is the trap-free count.
+TEST(Coverage, EveryInstructionAttachedOnAMappedProgram) {
+  int status = -1;
+  const std::string out = run(UPROBE_COVERAGE_BIN " --every-instruction --attach /bin/true", status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("text bytes differing from the file after detach: 0 of "), std::string::npos) << out;
+  EXPECT_EQ(out.find("text bytes differing from the file after detach: 0 of 0\n"), std::string::npos) << out;
+  const std::size_t last = out.rfind("trap-free: ");
+  ASSERT_NE(last, std::string::npos) << out;
+  long n = -1, m = -1;
+  double pct = -1;
+  char tail[64] = {};
+  ASSERT_EQ(std::sscanf(out.c_str() + last, "trap-free: %ld of %ld instruction sites (%lf%%)%63s", &n, &m, &pct, tail),
+            3)
+      << out.substr(last);
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(out.find('\n', last), out.size() - 1) << "not the last line";
+  EXPECT_GT(m, 1000);
+  EXPECT_GE(n * 100, 90 * m) << out;
+}

@@ -10,6 +10,10 @@
 // window's last instruction, exception landing pads, a neighbour's branch. Every refused site
 // still counts every call exactly and the function still computes right.
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
 
@@ -372,6 +376,38 @@ TEST(Window, FunctionSitesListsEveryInstructionStart) {
   EXPECT_EQ(it->size, 15u);
   EXPECT_EQ(it->starts, (std::vector<std::uint32_t>{0, 3, 7, 10, 14}));
   EXPECT_TRUE(std::is_sorted(fns.begin(), fns.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; }));
+}
+
+/// glibc's signal trampoline (__restore_rt, what the kernel returns to from
+/// every handler) has an .eh_frame FDE of a signal frame ('S') that starts one
+/// byte before its code, inside the filler before it: a sweep from there
+/// decoded out of step and listed +2 (inside its `mov $15, %rax`) as an
+/// instruction start, where a probe broke every signal return (SIGILL). Such
+/// an FDE bounds no function.
+TEST(Window, SignalTrampolineFdeBoundsNoFunction) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) {};
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, nullptr), 0);
+  struct {  // the kernel's struct sigaction (rt_sigaction): glibc's sa_restorer is __restore_rt
+    void* handler;
+    unsigned long flags;
+    void* restorer;
+    unsigned long mask;
+  } k{};
+  ASSERT_EQ(syscall(SYS_rt_sigaction, SIGUSR2, nullptr, &k, 8), 0);
+  ASSERT_NE(k.restorer, nullptr);
+  signal(SIGUSR2, SIG_DFL);
+  const uprobe::FileOffset rt = uprobe::resolve_address(k.restorer);
+  ASSERT_NE(rt.path.find("libc.so"), std::string::npos) << rt.path;
+  ASSERT_EQ(hex_bytes(mem(k.restorer, 7)), "48 c7 c0 0f 00 00 00") << "mov $15, %rax (rt_sigreturn)";
+  for (const uprobe::FunctionSites& f : uprobe::function_sites(rt.path)) {
+    EXPECT_NE(f.offset, rt.offset - 1) << "the signal frame's FDE, one byte early";
+    if (f.offset <= rt.offset && rt.offset < f.offset + f.size) {
+      for (std::uint32_t s : f.starts) {
+        EXPECT_TRUE(f.offset + s <= rt.offset || f.offset + s >= rt.offset + 7) << f.name << "+" << s;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -12,10 +12,25 @@
 //   uprobe-coverage --every-instruction [-v] [FILE]
 //                                    plans (uprobe::plan_site(), nothing attached) a probe at
 //                                    every instruction start of every function of known bounds
-//                                    (uprobe::function_sites()) and reports how many would take a
-//                                    jump (trap-free) by tactic, and why the others would not
+//                                    (uprobe::function_sites()), reports how many would take a
+//                                    jump (trap-free) by tactic and why the others would not, and
+//                                    ends with `trap-free: N of M instruction sites (P%)`
+//   uprobe-coverage --every-instruction --attach [-v] [FILE]
+//                                    attaches them instead, in 32 rounds (round k: instructions
+//                                    k, k + 32, ... of every function, in batches of
+//                                    register_uprobes(), then detached: probes of one round are
+//                                    32 bytes apart or more, so none blocks another's window),
+//                                    reports the mode each took, checks the text is the file's
+//                                    again, and ends with the same line. FILE not loaded here (a
+//                                    program): its segments are mapped, not run. Slow on a large
+//                                    file: hops and slots are kept per site (never freed), so the
+//                                    process accumulates mappings (libc: ~20,000 after 100,000
+//                                    sites, near vm.max_map_count at 300,000)
 
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "uprobe/batch.hpp"
 #include "uprobe/symbols.hpp"
 #include "uprobe/uprobe.hpp"
 
@@ -82,7 +98,168 @@ std::vector<std::uint8_t> read_file_range(const std::string& path, std::uint64_t
   return v;
 }
 
-/// --every-instruction: plans every instruction start of `path` on two
+/// The executable PT_LOAD segments of `path`.
+std::vector<Elf64_Phdr> exec_segments(const std::string& path, Elf64_Ehdr& eh, std::vector<Elf64_Phdr>& phdrs) {
+  std::vector<Elf64_Phdr> out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  if (::pread(fd, &eh, sizeof eh, 0) == static_cast<ssize_t>(sizeof eh) && eh.e_phentsize == sizeof(Elf64_Phdr) &&
+      eh.e_phnum < 256) {
+    phdrs.resize(eh.e_phnum);
+    const auto len = static_cast<ssize_t>(eh.e_phnum * sizeof(Elf64_Phdr));
+    if (::pread(fd, phdrs.data(), static_cast<std::size_t>(len), static_cast<off_t>(eh.e_phoff)) != len) phdrs.clear();
+  }
+  ::close(fd);
+  for (const Elf64_Phdr& ph : phdrs)
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) out.push_back(ph);
+  return out;
+}
+
+/// Maps the PT_LOAD segments of `path` (not loaded in this process: a
+/// program) as its loader would, without running anything: at the link
+/// addresses for ET_EXEC, at a free base for ET_DYN; text R-X, the rest R.
+/// False with `why` when it cannot; `base`: what its addresses are offset by.
+bool map_object(const std::string& path, std::uint64_t& base, std::string& why) {
+  Elf64_Ehdr eh{};
+  std::vector<Elf64_Phdr> phdrs;
+  exec_segments(path, eh, phdrs);
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::uint64_t lo = ~0ull, hi = 0;
+  for (const Elf64_Phdr& ph : phdrs)
+    if (ph.p_type == PT_LOAD) lo = std::min(lo, ph.p_vaddr & ~(page - 1)), hi = std::max(hi, ph.p_vaddr + ph.p_memsz);
+  if (hi <= lo) return why = "no PT_LOAD segment", false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return why = std::string("cannot open: ") + std::strerror(errno), false;
+  base = 0;
+  if (eh.e_type == ET_DYN) {
+    void* r = ::mmap(nullptr, hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) return ::close(fd), why = "no room for the object", false;
+    ::munmap(r, hi - lo);
+    base = reinterpret_cast<std::uint64_t>(r) - lo;
+  }
+  for (const Elf64_Phdr& ph : phdrs) {
+    if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+    const std::uint64_t a = (base + ph.p_vaddr) & ~(page - 1), skew = (base + ph.p_vaddr) - a;
+    const int prot = PROT_READ | ((ph.p_flags & PF_X) ? PROT_EXEC : 0);
+    void* m = ::mmap(reinterpret_cast<void*>(a), ph.p_filesz + skew, prot, MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd,
+                     static_cast<off_t>(ph.p_offset - skew));
+    if (m == MAP_FAILED || reinterpret_cast<std::uint64_t>(m) != a) {
+      ::close(fd);
+      return why = "cannot map its segment at " + std::to_string(a) + ": " + std::strerror(errno), false;
+    }
+  }
+  ::close(fd);
+  return true;
+}
+
+/// --every-instruction (attached): every instruction start of `path`, in
+/// rounds (see the file comment); prints the tactics, the reasons, whether
+/// the text is the file's again, and the trap-free line last.
+int every_instruction_attached(const std::string& path, bool verbose) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uprobe::FunctionSites> fns = uprobe::function_sites(path);
+  bool mapped_here = false;  // mapped by map_object(), at `base` (not by the dynamic linker)
+  std::uint64_t base = 0;
+  if (!fns.empty() && uprobe::runtime_addresses(path, fns[0].offset).empty()) {
+    std::string why;
+    mapped_here = true;
+    if (!map_object(path, base, why)) {
+      std::fprintf(stderr, "uprobe-coverage: %s is not loaded here and cannot be mapped: %s\n", path.c_str(),
+                   why.c_str());
+      return 2;
+    }
+  }
+  // Round k takes instructions k, k + kRounds, k + 2 kRounds, ... of every
+  // function: sites of one round are at least kRounds bytes apart (an
+  // instruction is at least a byte), past any window (at most 19 bytes) or
+  // kept punned bytes (4), so no probe of a round changes another's plan.
+  constexpr std::size_t kRounds = 32;
+  const std::size_t rounds = kRounds;
+  Count c;
+  std::map<std::string, long> modes;
+  std::map<std::string, std::pair<long, std::string>> reasons;
+  std::vector<std::string> details;
+  constexpr std::size_t kBatch = 4096;
+  std::vector<uprobe::ProbeRequest> requests;
+  std::vector<std::string> names;
+  auto flush = [&] {
+    if (requests.empty()) return;
+    const std::vector<uprobe::RegisterResult> res = uprobe::register_uprobes(requests);
+    std::vector<uprobe::ProbeConsumer> undo;
+    for (std::size_t i = 0; i < res.size(); ++i) {
+      std::string mode, why;
+      if (res[i]) {
+        undo.push_back({res[i].probe, &c});
+        mode = uprobe::to_string(res[i].mode);
+        if (res[i].mode == uprobe::ProbeMode::int3 || res[i].mode == uprobe::ProbeMode::pending)
+          why = uprobe::probe_info(res[i].probe).why_not_optimized;
+      } else {
+        mode = "refused";
+        why = res[i].error->what();
+      }
+      ++modes[mode];
+      if (!why.empty()) {
+        auto& r = reasons[(mode == "refused" ? "refused: " : "") + kind_of(why)];
+        if (r.first++ == 0) r.second = names[i] + ": " + why;
+        if (verbose) details.push_back("  " + mode + " " + names[i] + ": " + why);
+      }
+    }
+    for (const auto& e : uprobe::unregister_uprobes(undo))
+      if (e) std::fprintf(stderr, "uprobe-coverage: unregister: %s\n", e->what());
+    requests.clear();
+    names.clear();
+  };
+  long done = 0;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    for (const uprobe::FunctionSites& f : fns) {
+      for (std::size_t i = k; i < f.starts.size(); i += kRounds) {
+        requests.push_back(uprobe::ProbeRequest::at(path, f.offset + f.starts[i], c));
+        names.push_back((f.name.empty() ? "fde@" + std::to_string(f.offset) : f.name) + "+" +
+                        std::to_string(f.starts[i]));
+        if (requests.size() == kBatch) done += static_cast<long>(requests.size()), flush();
+      }
+    }
+    done += static_cast<long>(requests.size());
+    flush();  // a round's probes are gone before the next round's come
+    if (verbose) std::fprintf(stderr, "uprobe-coverage: round %zu of %zu: %ld sites so far\n", k + 1, rounds, done);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  // The text is the file's again, every byte of every executable segment.
+  Elf64_Ehdr eh{};
+  std::vector<Elf64_Phdr> phdrs;
+  std::size_t differ = 0, compared = 0;
+  for (const Elf64_Phdr& ph : exec_segments(path, eh, phdrs)) {
+    const std::vector<std::uint8_t> file = read_file_range(path, ph.p_offset, static_cast<std::size_t>(ph.p_filesz));
+    const std::vector<std::uintptr_t> at = mapped_here ? std::vector<std::uintptr_t>{base + ph.p_vaddr}
+                                                       : uprobe::runtime_addresses(path, ph.p_offset);
+    for (std::uintptr_t a : at) {
+      for (std::size_t i = 0; i < file.size(); ++i) differ += reinterpret_cast<const std::uint8_t*>(a)[i] != file[i];
+      compared += file.size();
+    }
+  }
+  long total = 0;
+  for (const auto& [k, v] : modes) total += v;
+  const long jump =
+      modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
+  std::printf("uprobe-coverage: %s: %zu functions of known bounds, %ld instruction starts, attached in %zu rounds\n",
+              path.c_str(), fns.size(), total, rounds);
+  for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "pending",
+                        "refused"})
+    std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
+  std::vector<std::pair<long, std::string>> by_count;
+  for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
+  std::sort(by_count.rbegin(), by_count.rend());
+  if (!by_count.empty()) std::printf("why not (most frequent first):\n");
+  for (const auto& [n, k] : by_count) std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
+  if (verbose)
+    for (const std::string& d : details) std::printf("%s\n", d.c_str());
+  std::printf("attached and detached in %.1f s; text bytes differing from the file after detach: %zu of %zu\n",
+              std::chrono::duration<double>(t1 - t0).count(), differ, compared);
+  std::printf("trap-free: %ld of %ld instruction sites (%.1f%%)\n", jump, total, total ? 100.0 * jump / total : 0.0);
+  return differ == 0 && compared > 0 ? 0 : 1;
+}
+
+/// --every-instruction --plan: plans every instruction start of `path` on two
 /// threads; prints the tactics, the trap-free share and the reasons.
 int every_instruction(const std::string& path, bool verbose) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -150,25 +327,28 @@ int every_instruction(const std::string& path, bool verbose) {
   std::sort(by_count.rbegin(), by_count.rend());
   if (!by_count.empty()) std::printf("why not (most frequent first):\n");
   for (const auto& [n, k] : by_count) std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
-  std::printf("planned in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
   if (verbose)
     for (const std::string& d : details) std::printf("%s\n", d.c_str());
+  std::printf("planned in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
+  std::printf("trap-free: %ld of %ld instruction sites (%.1f%%)\n", jump, total, total ? 100.0 * jump / total : 0.0);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool verbose = false, every = false;
+  bool verbose = false, every = false, attach = false;
   std::string lib = "libc.so.6";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-v") == 0) {
       verbose = true;
     } else if (std::strcmp(argv[i], "--every-instruction") == 0) {
       every = true;
+    } else if (std::strcmp(argv[i], "--attach") == 0) {
+      attach = true;
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n"
-                  "       uprobe-coverage --every-instruction [-v] [FILE]\n");
+                  "       uprobe-coverage --every-instruction [--attach] [-v] [FILE]\n");
       return 0;
     } else {
       lib = argv[i];
@@ -176,7 +356,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string path = uprobe::resolve_library(lib, uprobe::LibrarySearch::search_path);
-    if (every) return every_instruction(path, verbose);
+    if (every) return attach ? every_instruction_attached(path, verbose) : every_instruction(path, verbose);
     std::set<std::uint64_t> seen;
     struct Fn {
       std::string name;
