@@ -616,12 +616,12 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
       case InsnClass::call_rel: {
         // push $(orig + len) without touching the flags, then jmp target: the
         // callee sees the original return address, as after the original call.
+        // The first store is a push, so an unwritable stack faults before rsp
+        // changes, as the call itself would (found by fuzz_xol's window run).
         const std::uint64_t ret = orig + insn.len;
-        const std::uint8_t lea[5] = {0x48, 0x8d, 0x64, 0x24, 0xf8};  // lea -8(%rsp), %rsp
-        n = put(buf, n, lea, sizeof lea);
-        const std::uint8_t lo[3] = {0xc7, 0x04, 0x24};  // movl $imm32, (%rsp)
         const auto lo32 = static_cast<std::uint32_t>(ret), hi32 = static_cast<std::uint32_t>(ret >> 32);
-        n = put(buf, n, lo, sizeof lo);
+        const std::uint8_t push = 0x68;  // push $imm32 (sign-extended: the high half is set next)
+        n = put(buf, n, &push, 1);
         n = put(buf, n, &lo32, 4);
         const std::uint8_t hi[4] = {0xc7, 0x44, 0x24, 0x04};  // movl $imm32, 4(%rsp)
         n = put(buf, n, hi, sizeof hi);
