@@ -98,6 +98,58 @@ std::vector<std::uint8_t> read_file_range(const std::string& path, std::uint64_t
   return v;
 }
 
+/// Modes and reasons of --every-instruction (planned or attached), and its
+/// report.
+struct SiteTally {
+  std::map<std::string, long> modes;
+  std::map<std::string, std::pair<long, std::string>> reasons;  // kind -> (count, first example)
+  std::vector<std::string> details;                               // -v: every site with a reason
+
+  void add(const std::string& mode, const std::string& why, const std::string& site, bool verbose) {
+    ++modes[mode];
+    if (why.empty()) return;
+    auto& r = reasons[(mode == "refused" ? "refused: " : "") + kind_of(why)];
+    if (r.first++ == 0) r.second = site + ": " + why;
+    if (verbose) details.push_back("  " + mode + " " + site + ": " + why);
+  }
+  void merge(const SiteTally& o) {
+    for (const auto& [k, v] : o.modes) modes[k] += v;
+    for (const auto& [k, v] : o.reasons) {
+      auto& r = reasons[k];
+      if (r.first == 0) r.second = v.second;
+      r.first += v.first;
+    }
+    details.insert(details.end(), o.details.begin(), o.details.end());
+  }
+  /// The report: `header` after the path, the modes, the reasons, the sites
+  /// (-v), `done` (a line of its own), and the trap-free line last.
+  void print(const std::string& path, const std::string& header, bool verbose, const std::string& done) {
+    long total = 0;
+    for (const auto& [k, v] : modes) total += v;
+    const long jump =
+        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
+    std::printf("uprobe-coverage: %s: %s\n", path.c_str(), header.c_str());
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3",
+                          "pending", "refused"})
+      std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
+    std::vector<std::pair<long, std::string>> by_count;
+    for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
+    std::sort(by_count.rbegin(), by_count.rend());
+    if (!by_count.empty()) std::printf("why not (most frequent first):\n");
+    for (const auto& [n, k] : by_count)
+      std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
+    if (verbose)
+      for (const std::string& d : details) std::printf("%s\n", d.c_str());
+    std::printf("%s\n", done.c_str());
+    std::printf("trap-free: %ld of %ld instruction sites (%.1f%%)\n", jump, total, total ? 100.0 * jump / total : 0.0);
+  }
+  long total() const {
+    long t = 0;
+    for (const auto& [k, v] : modes) t += v;
+    return t;
+  }
+};
+
 /// The executable PT_LOAD segments of `path`.
 std::vector<Elf64_Phdr> exec_segments(const std::string& path, Elf64_Ehdr& eh, std::vector<Elf64_Phdr>& phdrs) {
   std::vector<Elf64_Phdr> out;
@@ -176,9 +228,7 @@ int every_instruction_attached(const std::string& path, bool verbose) {
   constexpr std::size_t kRounds = 32;
   const std::size_t rounds = kRounds;
   Count c;
-  std::map<std::string, long> modes;
-  std::map<std::string, std::pair<long, std::string>> reasons;
-  std::vector<std::string> details;
+  SiteTally tally;
   constexpr std::size_t kBatch = 4096;
   std::vector<uprobe::ProbeRequest> requests;
   std::vector<std::string> names;
@@ -187,22 +237,14 @@ int every_instruction_attached(const std::string& path, bool verbose) {
     const std::vector<uprobe::RegisterResult> res = uprobe::register_uprobes(requests);
     std::vector<uprobe::ProbeConsumer> undo;
     for (std::size_t i = 0; i < res.size(); ++i) {
-      std::string mode, why;
-      if (res[i]) {
-        undo.push_back({res[i].probe, &c});
-        mode = uprobe::to_string(res[i].mode);
-        if (res[i].mode == uprobe::ProbeMode::int3 || res[i].mode == uprobe::ProbeMode::pending)
-          why = uprobe::probe_info(res[i].probe).why_not_optimized;
-      } else {
-        mode = "refused";
-        why = res[i].error->what();
+      if (!res[i]) {
+        tally.add("refused", res[i].error->what(), names[i], verbose);
+        continue;
       }
-      ++modes[mode];
-      if (!why.empty()) {
-        auto& r = reasons[(mode == "refused" ? "refused: " : "") + kind_of(why)];
-        if (r.first++ == 0) r.second = names[i] + ": " + why;
-        if (verbose) details.push_back("  " + mode + " " + names[i] + ": " + why);
-      }
+      undo.push_back({res[i].probe, &c});
+      const bool trapping = res[i].mode == uprobe::ProbeMode::int3 || res[i].mode == uprobe::ProbeMode::pending;
+      tally.add(uprobe::to_string(res[i].mode), trapping ? uprobe::probe_info(res[i].probe).why_not_optimized : "",
+                names[i], verbose);
     }
     for (const auto& e : uprobe::unregister_uprobes(undo))
       if (e) std::fprintf(stderr, "uprobe-coverage: unregister: %s\n", e->what());
@@ -237,25 +279,13 @@ int every_instruction_attached(const std::string& path, bool verbose) {
       compared += file.size();
     }
   }
-  long total = 0;
-  for (const auto& [k, v] : modes) total += v;
-  const long jump =
-      modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
-  std::printf("uprobe-coverage: %s: %zu functions of known bounds, %ld instruction starts, attached in %zu rounds\n",
-              path.c_str(), fns.size(), total, rounds);
-  for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "pending",
-                        "refused"})
-    std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
-  std::vector<std::pair<long, std::string>> by_count;
-  for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
-  std::sort(by_count.rbegin(), by_count.rend());
-  if (!by_count.empty()) std::printf("why not (most frequent first):\n");
-  for (const auto& [n, k] : by_count) std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
-  if (verbose)
-    for (const std::string& d : details) std::printf("%s\n", d.c_str());
-  std::printf("attached and detached in %.1f s; text bytes differing from the file after detach: %zu of %zu\n",
-              std::chrono::duration<double>(t1 - t0).count(), differ, compared);
-  std::printf("trap-free: %ld of %ld instruction sites (%.1f%%)\n", jump, total, total ? 100.0 * jump / total : 0.0);
+  char summary[160];
+  std::snprintf(summary, sizeof summary, "attached and detached in %.1f s; text bytes differing from the file after detach: %zu of %zu",
+                std::chrono::duration<double>(t1 - t0).count(), differ, compared);
+  tally.print(path,
+              std::to_string(fns.size()) + " functions of known bounds, " + std::to_string(tally.total()) +
+                  " instruction starts, attached in " + std::to_string(rounds) + " rounds",
+              verbose, summary);
   return differ == 0 && compared > 0 ? 0 : 1;
 }
 
@@ -265,14 +295,10 @@ int every_instruction(const std::string& path, bool verbose) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<uprobe::FunctionSites> fns = uprobe::function_sites(path);
   std::mutex mu;
-  std::map<std::string, long> modes;
-  std::map<std::string, std::pair<long, std::string>> reasons;
-  std::vector<std::string> details;
+  SiteTally tally;
   std::size_t next = 0;
   auto work = [&] {
-    std::map<std::string, long> my_modes;
-    std::map<std::string, std::pair<long, std::string>> my_reasons;
-    std::vector<std::string> my_details;
+    SiteTally mine;
     for (;;) {
       std::size_t i;
       {
@@ -283,54 +309,28 @@ int every_instruction(const std::string& path, bool verbose) {
       const uprobe::FunctionSites& f = fns[i];
       const std::string name = f.name.empty() ? "fde@" + std::to_string(f.offset) : f.name;
       for (const std::uint32_t at : f.starts) {
-        std::string mode, why;
+        const std::string site = name + "+" + std::to_string(at);
         try {
           const uprobe::SitePlan p = uprobe::plan_site(path, f.offset + at);
-          mode = uprobe::to_string(p.tactic);
-          why = p.why_int3;
+          mine.add(uprobe::to_string(p.tactic), p.why_int3, site, verbose);
         } catch (const uprobe::Error& e) {
-          mode = "refused";
-          why = e.what();
-        }
-        ++my_modes[mode];
-        if (!why.empty()) {
-          auto& r = my_reasons[(mode == "refused" ? "refused: " : "") + kind_of(why)];
-          if (r.first++ == 0) r.second = name + "+" + std::to_string(at) + ": " + why;
-          if (verbose) my_details.push_back("  " + mode + " " + name + "+" + std::to_string(at) + ": " + why);
+          mine.add("refused", e.what(), site, verbose);
         }
       }
     }
     std::lock_guard<std::mutex> l(mu);
-    for (const auto& [k, v] : my_modes) modes[k] += v;
-    for (const auto& [k, v] : my_reasons) {
-      auto& r = reasons[k];
-      if (r.first == 0) r.second = v.second;
-      r.first += v.first;
-    }
-    details.insert(details.end(), my_details.begin(), my_details.end());
+    tally.merge(mine);
   };
   std::thread helper(work);
   work();
   helper.join();
   const auto t1 = std::chrono::steady_clock::now();
-  long total = 0;
-  for (const auto& [k, v] : modes) total += v;
-  const long jump =
-      modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
-  std::printf("uprobe-coverage: %s: %zu functions of known bounds, %ld instruction starts (plans, nothing attached)\n",
-              path.c_str(), fns.size(), total);
-  for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "refused"})
-    std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
-  std::printf("  trap-free        %7ld  %5.1f%%\n", jump, total ? 100.0 * jump / total : 0.0);
-  std::vector<std::pair<long, std::string>> by_count;
-  for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
-  std::sort(by_count.rbegin(), by_count.rend());
-  if (!by_count.empty()) std::printf("why not (most frequent first):\n");
-  for (const auto& [n, k] : by_count) std::printf("  %7ld  %s\n           e.g. %s\n", n, k.c_str(), reasons[k].second.c_str());
-  if (verbose)
-    for (const std::string& d : details) std::printf("%s\n", d.c_str());
-  std::printf("planned in %.1f s\n", std::chrono::duration<double>(t1 - t0).count());
-  std::printf("trap-free: %ld of %ld instruction sites (%.1f%%)\n", jump, total, total ? 100.0 * jump / total : 0.0);
+  char done[64];
+  std::snprintf(done, sizeof done, "planned in %.1f s", std::chrono::duration<double>(t1 - t0).count());
+  tally.print(path,
+              std::to_string(fns.size()) + " functions of known bounds, " + std::to_string(tally.total()) +
+                  " instruction starts (plans, nothing attached)",
+              verbose, done);
   return 0;
 }
 
