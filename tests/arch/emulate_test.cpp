@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arch.hpp"
+#include "decode.hpp"
 #include "fixtures.hpp"
 
 namespace uprobe::arch {
@@ -20,12 +21,7 @@ using Bytes = std::vector<std::uint8_t>;
 constexpr std::uint64_t kCF = 0x1, kPF = 0x4, kZF = 0x40, kSF = 0x80, kOF = 0x800;
 constexpr std::uint64_t kIp = 0x0000'5555'0000'1000ull;
 
-Insn decode(const Bytes& b) {
-  Insn insn;
-  std::string why;
-  EXPECT_TRUE(analyze(b.data(), b.size(), insn, why)) << why;
-  return insn;
-}
+using uprobe::test::decode;
 
 /// Regs with every GPR distinct, rsp at the middle of `stack`.
 Regs make_regs(std::uint64_t* stack_top) {

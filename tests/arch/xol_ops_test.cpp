@@ -15,18 +15,14 @@
 #include <vector>
 
 #include "arch.hpp"
+#include "decode.hpp"
 
 namespace uprobe::arch {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-Insn decode(const Bytes& b) {
-  Insn insn;
-  std::string why;
-  EXPECT_TRUE(analyze(b.data(), b.size(), insn, why)) << why;
-  return insn;
-}
+using uprobe::test::decode;
 
 // Every encoding here: the table analyze() stored is the one xol_ops_for()
 // picks, and it says what is_emulated(), xol_safe() and loads_flags() say.

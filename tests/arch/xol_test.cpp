@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "arch.hpp"
+#include "decode.hpp"
 #include "fixtures.hpp"
 
 namespace uprobe::arch {
@@ -21,12 +22,7 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-Insn decode(const Bytes& b) {
-  Insn insn;
-  std::string why;
-  EXPECT_TRUE(analyze(b.data(), b.size(), insn, why)) << why;
-  return insn;
-}
+using uprobe::test::decode;
 
 std::string hex(std::uint64_t v) {
   char buf[24];

@@ -107,6 +107,20 @@ Baseline baseline() {
   return b;
 }
 
+/// Runs lf_step_run(5, 7) `rounds` times: each gives the unprobed result and
+/// the program sees exactly the unprobed run's single-step traps.
+void runs_as_baseline(const Baseline& base, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    g_log.n = 0;
+    const std::uint64_t r = lf_step_run(5, 7);
+    const std::vector<std::uint64_t> steps = take_log();
+    EXPECT_EQ(r, base.result);
+    EXPECT_EQ(render(steps), render(base.steps)) << "single-step traps seen by the program";
+    EXPECT_EQ(steps.size(), base.steps.size());
+  }
+}
+
 void check_region(Kind kind, uprobe::XolMode xol) {
   ConfigGuard guard;
   ProgramHandler ph;
@@ -129,15 +143,7 @@ void check_region(Kind kind, uprobe::XolMode xol) {
   ASSERT_FALSE(uprobe::probe_info(b.probe()).emulated) << "the imul runs out of line";
   ASSERT_TRUE(uprobe::probe_info(p.probe()).emulated) << "the push is emulated";
   const uprobe::Stats s0 = uprobe::stats();
-  for (int round = 0; round < 3; ++round) {
-    SCOPED_TRACE("round " + std::to_string(round));
-    g_log.n = 0;
-    const std::uint64_t r = lf_step_run(5, 7);
-    const std::vector<std::uint64_t> steps = take_log();
-    EXPECT_EQ(r, base.result);
-    EXPECT_EQ(render(steps), render(base.steps)) << "single-step traps seen by the program";
-    EXPECT_EQ(steps.size(), base.steps.size());
-  }
+  runs_as_baseline(base, 3);
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
   EXPECT_EQ(nop5.hits.load(), 3u);
   EXPECT_EQ(xolc.hits.load(), 3u);
@@ -221,14 +227,7 @@ TEST(Step, RegionWithPunnedProbes) {
     uprobe::Attachment a(at(lf_step_run, site), hits);
     ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_punned)
         << uprobe::probe_info(a.probe()).why_not_optimized;
-    for (int round = 0; round < 3; ++round) {
-      SCOPED_TRACE("round " + std::to_string(round));
-      g_log.n = 0;
-      const std::uint64_t r = lf_step_run(5, 7);
-      const std::vector<std::uint64_t> steps = take_log();
-      EXPECT_EQ(r, base.result);
-      EXPECT_EQ(render(steps), render(base.steps)) << "single-step traps seen by the program";
-    }
+    runs_as_baseline(base, 3);
     EXPECT_EQ(hits.hits.load(), 3u);
   }
   EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
