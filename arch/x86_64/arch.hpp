@@ -115,6 +115,20 @@ bool set_preserve_strategy(PreserveStrategy s) noexcept;
 /// jmp rel32, the optimized form of a probe site.
 inline constexpr std::uint8_t kJumpOpcode = 0xE9;
 inline constexpr std::size_t kJumpLen = 5;
+/// Most redundant prefixes a padded punned jump (E9Patch's tactic T1) puts
+/// before its opcode: one less than the longest instruction a punned jump
+/// replaces (4 bytes), since the opcode must stay inside the instruction.
+inline constexpr std::size_t kMaxJumpPad = 3;
+/// The prefixes of a padded jump, the first `pad` of them in this order:
+/// segment overrides (ES, SS, DS), which a `jmp rel32` ignores in 64-bit
+/// mode (no memory operand; DS is a branch hint only on Jcc and `notrack`
+/// only on an indirect branch). Not 0x66, which an AMD CPU honours on a
+/// near jump (rel16, rip truncated to 16 bits); not REX, which must be last.
+/// E9Patch pads with segment overrides and REX.W. tests/arch checks that
+/// this CPU runs each padded form as the plain jump.
+inline constexpr std::uint8_t kJumpPadPrefix[kMaxJumpPad] = {0x26, 0x36, 0x3e};
+/// Longest jump a site holds: kMaxJumpPad prefixes, then `jmp rel32`.
+inline constexpr std::size_t kMaxJumpLen = kJumpLen + kMaxJumpPad;
 /// Bytes of one optimized-probe stub (code + its OptSite descriptor).
 inline constexpr std::size_t kOptStubSize = 192;
 
@@ -525,7 +539,26 @@ struct EntryWindow {
   /// bytes [len, kJumpLen) are the original bytes after it, unchanged, so its
   /// target is fixed by them up to the free low bytes (punned_jump_range()).
   bool punned = false;
+  /// A punned jump may be padded (E9Patch's tactic T1): `pad` prefixes
+  /// (kJumpPadPrefix) before its opcode, for any pad in [min_pad, max_pad],
+  /// each choosing other bytes for its rel32 (those at [pad + 1, pad + 5),
+  /// the ones past the instruction fixed) and so another range of targets,
+  /// tried in order when the previous range has no free page (a site's pad
+  /// is chosen at attach: Site::pad). max_pad < len (the opcode stays inside
+  /// the instruction, whose bytes alone change) and the bytes up to
+  /// max_pad + kJumpLen exist in the file (bytes holds them). min_pad 0: B2
+  /// first. Position independent, as the rest of the plan.
+  std::uint8_t min_pad = 0;
+  std::uint8_t max_pad = 0;
 };
+
+/// Bytes from the site on that a window's jump may cover and whose values it
+/// needs unchanged: its window, or for a punned jump its longest padded form
+/// (max_pad + kJumpLen; a probe inside them would change the jump's
+/// target). Pure.
+inline std::size_t jump_extent(const EntryWindow& w) noexcept {
+  return w.punned ? kJumpLen + w.max_pad : w.len;
+}
 
 /// Bytes of the jump a window's site holds once optimized that differ from
 /// the original ones after byte 0 (the tail written before byte 0, and
@@ -540,14 +573,19 @@ inline std::size_t jump_tail_len(const EntryWindow& w) noexcept {
 /// instruction when it is shorter than the jump and may run displaced as a
 /// window's last instruction. Only the instruction's own bytes change (no
 /// thread can be inside an instruction, nothing branches into one), so none
-/// of plan_window()'s function checks apply. False with `why` otherwise.
-/// Thread-safe.
+/// of plan_window()'s function checks apply. With more bytes available
+/// (`avail` up to kMaxJumpLen), padded forms too (EntryWindow::max_pad:
+/// min(len - 1, avail - kJumpLen, kMaxJumpPad)); min_pad is left 0. False
+/// with `why` otherwise. Thread-safe.
 bool plan_punned(const std::uint8_t* code, std::size_t avail, const Insn& insn, EntryWindow& out, std::string& why);
 
-/// The targets [lo, hi) a punned `jmp rel32` at `site` may take: its rel32
-/// bytes past the window (w.bytes[w.len .. kJumpLen)) are fixed, the ones
-/// before are free. False when the range lies outside user space. Pure.
-bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi) noexcept;
+/// The targets [lo, hi) a punned `jmp rel32` at `site`, after `pad`
+/// prefixes (<= w.max_pad), may take: its rel32 is the bytes
+/// [pad + 1, pad + 5); those past the window (w.bytes[w.len ..)) are fixed,
+/// the ones before free (none when pad = w.len - 1: a single target). False
+/// when the range lies outside user space or pad is not planned. Pure.
+bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi,
+                       std::size_t pad = 0) noexcept;
 
 /// Plans the window of a function entry from the function's bytes
 /// [func, func + size) (size from the symbol table). Refuses, with the reason
@@ -722,13 +760,23 @@ PatchPlan plan(const Insn& insn, PlanContext& ctx);
 /// Offset of OptSite::owner inside a stub block.
 std::size_t opt_stub_owner_offset() noexcept;
 
-/// Encodes `jmp rel32` at `from` to `to` into out[0..4].
-void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out) noexcept;
+/// Encodes `jmp rel32` at `from` to `to` into out[0 .. pad + kJumpLen):
+/// `pad` (<= kMaxJumpPad) prefixes of kJumpPadPrefix first (a padded punned
+/// jump, E9Patch's T1), the rel32 counted from from + pad + kJumpLen. Pure,
+/// async-signal-safe.
+void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out, std::size_t pad = 0) noexcept;
 
-/// The target of the `jmp rel32` in `code` (kJumpLen bytes read at `from`),
-/// 0 when they are not one (a punned site's hop is one, to the site's stub).
-/// Async-signal-safe.
-std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code) noexcept;
+/// The length of the (possibly padded) `jmp rel32` that `code` (n bytes)
+/// starts with, as encode_jump() writes it: pad + kJumpLen when code holds
+/// up to kMaxJumpPad bytes of kJumpPadPrefix (in any order) and then the
+/// opcode, else 0. Reads at most kMaxJumpPad + 1 bytes (a caller that read
+/// kJumpLen bytes learns how many it needs). Pure, async-signal-safe.
+std::size_t jump_len(const std::uint8_t* code, std::size_t n) noexcept;
+
+/// The target of the (possibly padded, jump_len()) `jmp rel32` in `code`
+/// (n bytes read at `from`), 0 when they are not one or are too few (a
+/// punned site's hop is one, to the site's stub). Async-signal-safe.
+std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code, std::size_t n = kJumpLen) noexcept;
 
 /// Copies the user registers out of / into a signal ucontext.
 /// Async-signal-safe. regs_to_ucontext only writes the fields a handler may

@@ -6,6 +6,8 @@
 /// tactic's test, and is_filler(), the test of the bytes after a short
 /// function.
 
+#include <algorithm>
+
 #include "arch.hpp"
 
 namespace uprobe::arch {
@@ -49,12 +51,17 @@ PatchPlan plan(const Insn& insn, PlanContext& ctx) {
   // No window: a punned jump (E9Patch's B2) over the instruction alone, its
   // bytes after it kept (a branch target there, the function's end, ...).
   // Its refusal's reason follows the window's.
+  // With the bytes a padded form (T1) needs, when the file has them.
   if (!out.window.len && insn.len < kJumpLen) {
-    std::uint8_t five[kJumpLen];
+    std::uint8_t code[kMaxJumpLen];
+    std::size_t avail = kJumpLen + std::min<std::size_t>(insn.len - 1, kMaxJumpPad);
+    bool have = false;
+    for (; avail >= kJumpLen && !(have = ctx.site_bytes(code, avail)); --avail) {
+    }
     std::string pwhy;
-    if (!ctx.site_bytes(five, kJumpLen)) {
+    if (!have) {
       out.window = EntryWindow{};
-    } else if (!plan_punned(five, kJumpLen, insn, out.window, pwhy)) {
+    } else if (!plan_punned(code, avail, insn, out.window, pwhy)) {
       out.window = EntryWindow{};
       if (!pwhy.empty()) out.why_no_window += "; no punned jump either: " + pwhy;
     }

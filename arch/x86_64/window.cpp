@@ -529,20 +529,25 @@ bool plan_punned(const std::uint8_t* code, std::size_t avail, const Insn& insn, 
   out.insns.push_back(insn);
   out.len = static_cast<std::uint8_t>(insn.len);
   out.punned = true;
-  std::memcpy(out.bytes, code, kJumpLen);
+  // Padded forms (T1): the opcode inside the instruction, the rel32's fixed
+  // bytes known.
+  out.max_pad = static_cast<std::uint8_t>(std::min({insn.len - std::size_t{1}, avail - kJumpLen, kMaxJumpPad}));
+  std::memcpy(out.bytes, code, kJumpLen + out.max_pad);
   return true;
 }
 
-bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi) noexcept {
-  if (!w.punned || w.len == 0 || w.len >= kJumpLen) return false;
-  // rel32 = bytes[1..4] little-endian; bytes[1 .. len) are free (0 here),
-  // bytes [len, 5) fixed; the sign byte (bytes[4]) is always fixed.
+bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& lo, std::uint64_t& hi,
+                       std::size_t pad) noexcept {
+  if (!w.punned || w.len == 0 || w.len >= kJumpLen || pad > w.max_pad || pad >= w.len) return false;
+  // rel32 = bytes[pad + 1 .. pad + 4] little-endian; bytes [pad + 1, len)
+  // are free (0 here), bytes [len, pad + 5) fixed; the sign byte
+  // (bytes[pad + 4], at or past len) is always fixed.
   std::uint8_t rel[4] = {};
-  for (std::size_t i = w.len; i < kJumpLen; ++i) rel[i - 1] = w.bytes[i];
+  for (std::size_t i = w.len; i < pad + kJumpLen; ++i) rel[i - pad - 1] = w.bytes[i];
   std::int32_t fixed;
   std::memcpy(&fixed, rel, 4);
-  const std::int64_t base = static_cast<std::int64_t>(site) + static_cast<std::int64_t>(kJumpLen) + fixed;
-  const std::int64_t span = std::int64_t{1} << (8 * (w.len - 1));
+  const std::int64_t base = static_cast<std::int64_t>(site + pad + kJumpLen) + fixed;
+  const std::int64_t span = std::int64_t{1} << (8 * (w.len - 1 - pad));
   const std::int64_t kLow = 0x10000, kHigh = 0x7ffffffff000;  // user space, above mmap_min_addr
   const std::int64_t l = std::max(base, kLow), h = std::min(base + span, kHigh);
   if (l >= h) return false;

@@ -68,6 +68,11 @@ enum class SiteTactics : std::uint8_t {
                      ///< are planned as before. Costs: a hop page per punned site's address range, more sites left
                      ///< on int3 where the punned bytes select no free address. Applies to probes created after
                      ///< configure() (a probe keeps the plan it was analysed with).
+  /// instruction_only, with every punned jump padded when the instruction allows (E9Patch's T1 first: one to
+  /// three redundant prefixes before the jump's opcode, the fewest whose target range has a free page;
+  /// ProbeMode::optimized_padded), B2 only for a 1-byte instruction. By default a padded jump is taken only
+  /// when B2's range has no free page; this exercises it at every site (the test suites' padded mode).
+  instruction_padded,
 };
 
 }  // namespace uprobe

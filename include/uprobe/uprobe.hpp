@@ -316,11 +316,17 @@ enum class ProbeMode : std::uint8_t {
                      ///< original bytes after it, unchanged; it lands on a hop placed at the address those bytes
                      ///< select, which goes on to the stub. The instruction runs relocated (ProbeInfo::displaced
                      ///< = its length). Nothing a branch can reach changes, so no thread check is needed.
+  optimized_padded,  ///< a punned jump padded with 1-3 redundant prefixes before its opcode (E9Patch's tactic T1),
+                     ///< taken where the unpadded one's target range has no free page (another mapping there, or
+                     ///< outside user space): each prefix moves the jump's rel32 one byte further over the bytes
+                     ///< after the instruction, so they select another range. As optimized_punned otherwise: only
+                     ///< the instruction's own bytes change (the prefixes, the opcode, the rel32's free bytes).
 };
 
 /// The mode's name as the tools print it: "pending", "int3",
 /// "optimized-nop5", "optimized-entry", "optimized-window",
-/// "optimized-punned" ("?" for a value outside the enum).
+/// "optimized-punned", "optimized-punned-padded" ("?" for a value outside
+/// the enum).
 /// Pure; async-signal-safe.
 constexpr const char* to_string(ProbeMode mode) noexcept {
   switch (mode) {
@@ -330,6 +336,7 @@ constexpr const char* to_string(ProbeMode mode) noexcept {
     case ProbeMode::optimized_entry: return "optimized-entry";
     case ProbeMode::optimized_window: return "optimized-window";
     case ProbeMode::optimized_punned: return "optimized-punned";
+    case ProbeMode::optimized_padded: return "optimized-punned-padded";
   }
   return "?";
 }
@@ -410,7 +417,8 @@ ProbeInfo probe_info(const Uprobe* probe, ProbeDetail detail);
 /// libuprobe's windows).
 struct SitePlan {
   /// optimized_nop5, optimized_entry, optimized_window or optimized_punned
-  /// (when a page at the address its bytes select is free) when the site's
+  /// (when a page at the address its bytes select is free; an attach may pad
+  /// it, optimized_padded, where that page is taken) when the site's
   /// shape takes a jump; int3 when it does not (why_int3 says why). An
   /// attached probe can still end int3 where the plan says a jump, for
   /// reasons of the moment (Config switches, another probe inside the

@@ -53,9 +53,15 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     if (up->window.len) {
       std::string wwhy;
       s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
-      std::uint64_t lo = 0, hi = 0;
-      if (up->window.punned && arch::punned_jump_range(s.addr, up->window, lo, hi))
+      // A punned jump: B2, else padded with 1, 2, 3 prefixes (T1), each
+      // aiming at another range, the first whose hop is placed.
+      for (std::size_t pad = up->window.min_pad; up->window.punned && !s.hop && pad <= up->window.max_pad; ++pad) {
+        std::uint64_t lo = 0, hi = 0;
+        if (!arch::punned_jump_range(s.addr, up->window, lo, hi, pad)) continue;
         s.hop = xol_area().hop_in(s.addr, lo, hi, arch::kJumpLen, wwhy);
+        s.pad = static_cast<std::uint8_t>(pad);
+      }
+      if (!s.hop) s.pad = 0;
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
@@ -179,8 +185,8 @@ void publish_probes(Registry& r) {
 std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
   const ProbeKey& k = up->key;
   // A punned jump keeps the bytes after its window: a probe there would
-  // change its target.
-  const std::uint64_t end = k.offset + (up->window.punned ? arch::kJumpLen : up->window.len);
+  // change its target (padded, it covers more of them).
+  const std::uint64_t end = k.offset + arch::jump_extent(up->window);
   if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
     return extra->offset;
   for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {

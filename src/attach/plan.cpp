@@ -35,7 +35,7 @@ SitePlan plan_site(const std::string& path, std::uint64_t offset) {
       plan.tactic = ProbeMode::optimized_nop5;
       break;
     case arch::Tactic::punned:
-      plan.tactic = ProbeMode::optimized_punned;
+      plan.tactic = patch.window.min_pad ? ProbeMode::optimized_padded : ProbeMode::optimized_punned;
       plan.displaced = patch.window.len;
       break;
     case arch::Tactic::window:

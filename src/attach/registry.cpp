@@ -40,10 +40,15 @@ namespace {
 ProbeMode probe_mode(const Uprobe* up) noexcept {
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   if (!up->applied || !ss || ss->sites.empty()) return ProbeMode::pending;
-  bool optimized = false;
-  for (const Site& s : ss->sites) optimized = optimized || site_is_optimized(s);
+  bool optimized = false, padded = false;
+  for (const Site& s : ss->sites) {
+    const bool opt = site_is_optimized(s);
+    optimized = optimized || opt;
+    padded = padded || (opt && s.pad > 0);
+  }
   return !optimized                           ? ProbeMode::int3
          : up->tactic == arch::Tactic::nop5   ? ProbeMode::optimized_nop5
+         : padded                             ? ProbeMode::optimized_padded
          : up->tactic == arch::Tactic::punned ? ProbeMode::optimized_punned
          : up->function_entry                 ? ProbeMode::optimized_entry
                                               : ProbeMode::optimized_window;
@@ -303,6 +308,19 @@ ProbeInfo probe_info(const Uprobe* up, ProbeDetail detail) {
 
 namespace {
 
+/// Why a punned site found no hop: its range, and each padded form's
+/// (E9Patch's T1) when planned, or why none was.
+std::string no_hop_reason(const arch::EntryWindow& w) {
+  std::string why = "no free page at the addresses the punned jump's bytes after the instruction select";
+  if (w.max_pad > 0)
+    return why + ", nor at those its " + std::to_string(w.max_pad) +
+           (w.max_pad == 1 ? " padded form (a redundant prefix before the opcode) selects"
+                           : " padded forms (1 to " + std::to_string(w.max_pad) +
+                                 " redundant prefixes before the opcode) select");
+  return why + (w.len == 1 ? " (a 1-byte instruction has no room for a padded form)"
+                           : " (no padded form: the file ends within the bytes it would keep)");
+}
+
 /// The probe's state (everything but describe_code()), under the registry mutex.
 ProbeInfo probe_state(const Uprobe* up) {
   Registry& r = registry();
@@ -324,7 +342,7 @@ ProbeInfo probe_state(const Uprobe* up) {
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites)
     info.why_not_optimized = up->window.punned && ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return !s.hop; })
-                                 ? "no free page at the addresses the punned jump's bytes after the instruction select"
+                                 ? no_hop_reason(up->window)
                                  : "no stub memory within reach";
   return info;
 }

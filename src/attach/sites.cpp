@@ -109,6 +109,30 @@ std::size_t tail_len(const Uprobe* up) noexcept {
   return up->tactic == arch::Tactic::nop5 ? arch::kJumpLen - 1 : arch::jump_tail_len(up->window);
 }
 
+/// The jump the site holds once optimized (a punned one after its Site::pad
+/// prefixes) into out[0 .. kMaxJumpLen); returns its length.
+std::size_t site_jump(const Site& s, std::uint8_t* out) noexcept {
+  arch::encode_jump(s.addr, jump_target(s), out, s.pad);
+  return s.pad + arch::kJumpLen;
+}
+
+/// The bytes from the site on that must be the file's before its jump is
+/// written: the window, or the whole (padded) punned jump, whose bytes past
+/// the instruction are kept.
+std::size_t checked_len(const Uprobe* up, const Site& s) noexcept {
+  return up->window.punned ? s.pad + arch::kJumpLen : up->window.len;
+}
+
+/// A punned jump's bytes past its instruction are the original ones (its
+/// hop was placed by them); anything else would change bytes a thread may
+/// run or branch to. Always true for the other tactics.
+bool keeps_bytes_after(const Uprobe* up, const Site& s) noexcept {
+  if (!up->window.punned) return true;
+  std::uint8_t jmp[arch::kMaxJumpLen];
+  const std::size_t n = site_jump(s, jmp);
+  return same_bytes(jmp + up->window.len, up->window.bytes + up->window.len, n - up->window.len);
+}
+
 }  // namespace
 
 bool init_core_sync() {
@@ -231,10 +255,10 @@ bool site_is_optimized(const Site& s) noexcept {
   // Our jump, not the program's own (a function may start with a jmp rel32):
   // it targets this site's stub, which lives in our memory only.
   if (!s.stub) return false;
-  std::uint8_t b[arch::kJumpLen], want[arch::kJumpLen];
-  if (!peek_text_checked(s.addr, b, arch::kJumpLen)) return false;  // unmapped meanwhile
-  arch::encode_jump(s.addr, jump_target(s), want);
-  return same_bytes(b, want, arch::kJumpLen);  // (runs after breakpoints are in: not libc's memcmp)
+  std::uint8_t b[arch::kMaxJumpLen], want[arch::kMaxJumpLen];
+  const std::size_t n = site_jump(s, want);
+  if (!peek_text_checked(s.addr, b, n)) return false;  // unmapped meanwhile
+  return same_bytes(b, want, n);  // (runs after breakpoints are in: not libc's memcmp)
 }
 
 std::uint64_t stub_of(std::uint64_t addr) {
@@ -249,7 +273,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
   std::vector<AddrRange> windows;
   for (const Site& s : ss.sites) {
     std::uint8_t cur[arch::kMaxWindowLen];
-    const std::size_t len = entry ? up->window.len : arch::kJumpLen;
+    const std::size_t len = entry ? checked_len(up, s) : arch::kJumpLen;
     if (!peek_text_checked(s.addr, cur, len)) continue;  // unmapped meanwhile: nothing to write there
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (entry) {
@@ -257,7 +281,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
       if (!s.window_xol || !same_bytes(cur + 1, up->window.bytes + 1, len - 1)) continue;
       if (up->window.punned) {
         // Only the instruction's own bytes change: no thread can be inside.
-        if (!s.hop) continue;
+        if (!s.hop || !keeps_bytes_after(up, s)) continue;
       } else {
         windows.emplace_back(s.addr, s.addr + len);
         // The first instruction's own XOL slot jumps back into the window (the
@@ -286,8 +310,8 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (!stub) continue;  // stays int3
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
-    std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(s.addr, jump_target(s), jmp);
+    std::uint8_t jmp[arch::kMaxJumpLen];
+    site_jump(s, jmp);
     if (tail_len(up)) poke_text(s.addr + 1, jmp + 1, tail_len(up));
     sync_cores();
     poke_text(s.addr, jmp, 1);
@@ -304,7 +328,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
     if (!optimizable(up)) continue;
     const bool entry = up->tactic != arch::Tactic::nop5;
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
-      if (entry && (!s.window_xol || (up->window.punned && !s.hop))) continue;
+      if (entry && (!s.window_xol || (up->window.punned && (!s.hop || !keeps_bytes_after(up, s))))) continue;
       const std::uint64_t stub = write_stub(up, s, vmas, entry);  // unused until the jump is written
       if (!stub) continue;                                               // stays int3
       b.items.push_back(OptBatch::Item{up, &s, entry, stub});
@@ -320,7 +344,7 @@ void finish_optimize_batch(OptBatch& b) {
   std::vector<std::pair<std::size_t, AddrRange>> wins;
   for (const OptBatch::Item& it : b.items) {
     std::uint8_t cur[arch::kMaxWindowLen];
-    const std::size_t len = it.entry ? it.up->window.len : arch::kJumpLen;
+    const std::size_t len = it.entry ? checked_len(it.up, *it.site) : arch::kJumpLen;
     peek_text(it.site->addr, cur, len);
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (it.entry) {
@@ -376,14 +400,14 @@ void finish_optimize_batch(OptBatch& b) {
   for (const OptBatch::Item& it : b.items) {
     it.site->stub = it.stub;
     __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
-    std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(it.site->addr, jump_target(*it.site), jmp);
+    std::uint8_t jmp[arch::kMaxJumpLen];
+    site_jump(*it.site, jmp);
     if (tail_len(it.up)) poke_text(it.site->addr + 1, jmp + 1, tail_len(it.up));
   }
   sync_cores();
   for (const OptBatch::Item& it : b.items) {
-    std::uint8_t jmp[arch::kJumpLen];
-    arch::encode_jump(it.site->addr, jump_target(*it.site), jmp);
+    std::uint8_t jmp[arch::kMaxJumpLen];
+    site_jump(*it.site, jmp);
     poke_text(it.site->addr, jmp, 1);
   }
   sync_cores();

@@ -265,8 +265,12 @@ class SitePlanContext final : public arch::PlanContext {
   bool at_function_entry() const override { return fn_ && fn_->file_offset == offset_; }
 
   bool function(std::size_t tail, Function& out, std::string& why) override {
-    if (!at_function_entry() && g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_only) {
-      why = "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)";
+    const SiteTactics st = g_hot.site_tactics.load(std::memory_order_relaxed);
+    if (!at_function_entry() && st != SiteTactics::windows) {
+      why = st == SiteTactics::instruction_only
+                ? "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)"
+                : "no window is planned past a function's entry (Config::site_tactics is "
+                  "SiteTactics::instruction_padded)";
       return false;
     }
     if (!fn_) {
@@ -387,6 +391,10 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (!plan) return;
   SitePlanContext ctx(t, *info, fn, *seg, offset, code, fn_len, swept_to_site);
   *plan = arch::plan(insn, ctx);
+  // SiteTactics::instruction_padded: a padded form (T1) first wherever one is planned.
+  if (plan->window.punned && plan->window.max_pad > 0 &&
+      g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_padded)
+    plan->window.min_pad = 1;
 }
 
 void check_function_entry(const Target& t, std::uint64_t offset) {

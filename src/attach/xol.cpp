@@ -232,7 +232,10 @@ std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWind
 std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len,
                               std::string& why) {
   const std::uint64_t key = site | (3ull << 62);  // apart from stubs and window slots
-  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second;
+  // The site's hop when it lies in the range asked (a padded jump asks for
+  // another range than the unpadded one: a hop of one is no hop of the other).
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end() && it->second >= lo && it->second < hi)
+    return it->second;
   auto take = [&](Region& r, std::uint64_t a) {
     for (std::size_t i = 0; i < len; ++i) r.hop_used[a - r.base + i] = true;
     code_by_site_[key] = a;

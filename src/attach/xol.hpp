@@ -51,8 +51,11 @@ class XolArea {
   /// jump's hop (the jump that E9Patch's tactic B2 lands on, which goes on to
   /// the site's stub): in a page of hops already mapped, or in a new page
   /// mapped there (MAP_FIXED_NOREPLACE, R-X, written through an RW alias like
-  /// every region). The same A again for the same `site`. 0 with `why` set
-  /// when every page that could hold it is taken by another mapping.
+  /// every region). The same A again for the same `site` while it lies in
+  /// [lo, hi) (a padded jump, E9Patch's T1, asks for another range than the
+  /// unpadded one; a hop found for a new range becomes the site's, the old
+  /// one's bytes stay taken). 0 with `why` set when every page that could
+  /// hold it is taken by another mapping.
   /// Registry mutex held.
   std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
 

@@ -96,6 +96,10 @@ struct Site {
   /// no page at the address the jump's fixed bytes select was free (the site
   /// stays int3).
   std::uint64_t hop = 0;
+  /// The redundant prefixes before a punned jump's opcode (E9Patch's T1,
+  /// arch::EntryWindow::min_pad .. max_pad): the first pad for which a hop
+  /// was found; 0 for B2 and the other tactics.
+  std::uint8_t pad = 0;
   /// 1 from before the jump's tail is written until the original bytes are
   /// back and serialised (the int3 path then never resumes inside the
   /// window); read by the trap path with __atomic_load_n.

@@ -141,7 +141,7 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   // (the site's jump is checked below to aim at this hop).
   std::uint64_t stub = ip;
   if (arch::opt_stub_desc(ip, code) == 0) {
-    const std::uint64_t t = arch::decode_jump(ip, code);
+    const std::uint64_t t = arch::decode_jump(ip, code, n);
     if (!t || !peek_at_trap(t, code, n, false)) return no;  // any jump of the program's: t may be unmapped
     stub = t;
   }
@@ -150,10 +150,12 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   arch::OptSite desc;
   peek_text(desc_addr, reinterpret_cast<std::uint8_t*>(&desc), sizeof desc);
   desc.owner = 0;  // a copy read outside the RCU read lock: optimized_hit() looks the key up
-  std::uint8_t jmp[arch::kJumpLen], want[arch::kJumpLen];
-  peek_text(desc.site, jmp, sizeof jmp);
-  arch::encode_jump(desc.site, ip, want);
-  if (std::memcmp(jmp, want, sizeof jmp) != 0) return no;  // not the site's stub (any more)
+  // The site's jump (a padded punned one: its prefixes first) aims here.
+  std::uint8_t jmp[arch::kMaxJumpLen];
+  peek_text(desc.site, jmp, arch::kJumpLen);
+  const std::size_t len = arch::jump_len(jmp, arch::kJumpLen);
+  if (len > arch::kJumpLen && !peek_at_trap(desc.site, jmp, len, false)) return no;
+  if (len == 0 || arch::decode_jump(desc.site, jmp, len) != ip) return no;  // not the site's stub (any more)
   Regs regs;
   arch::regs_from_ucontext(uc, regs);
   regs.rip = desc.site;

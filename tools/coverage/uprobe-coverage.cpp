@@ -127,11 +127,13 @@ struct SiteTally {
     long total = 0;
     for (const auto& [k, v] : modes) total += v;
     const long jump =
-        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
+        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] +
+        modes["optimized-punned-padded"] + modes["optimized-nop5"];
     std::printf("uprobe-coverage: %s: %s\n", path.c_str(), header.c_str());
-    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3",
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded",
+                          "optimized-nop5", "int3",
                           "pending", "refused"})
-      std::printf("  %-16s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
+      std::printf("  %-23s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
     std::vector<std::pair<long, std::string>> by_count;
     for (const auto& [k, v] : reasons) by_count.emplace_back(v.first, k);
     std::sort(by_count.rbegin(), by_count.rend());
@@ -427,11 +429,13 @@ int main(int argc, char** argv) {
     std::printf("uprobe-coverage: %s: %d function entries (.dynsym STT_FUNC/STT_GNU_IFUNC and the %d IFUNC "
                 "implementations bound here, distinct offsets)\n",
                 path.c_str(), total, impls);
-    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-nop5", "int3", "pending", "refused"})
-      std::printf("  %-16s %5d  %5.1f%% of all, %5.1f%% of attached\n", m, modes[m], 100.0 * modes[m] / total,
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded",
+                          "optimized-nop5", "int3", "pending", "refused"})
+      std::printf("  %-23s %5d  %5.1f%% of all, %5.1f%% of attached\n", m, modes[m], 100.0 * modes[m] / total,
                   std::strcmp(m, "refused") == 0 ? 0.0 : 100.0 * modes[m] / (attached_n ? attached_n : 1));
     const int optimized =
-        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] + modes["optimized-nop5"];
+        modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] +
+        modes["optimized-punned-padded"] + modes["optimized-nop5"];
     std::printf("  optimized        %5d  %5.1f%% of all, %5.1f%% of attached\n", optimized, 100.0 * optimized / total,
                 100.0 * optimized / (attached_n ? attached_n : 1));
     if (!reasons.empty()) std::printf("why int3:\n");
