@@ -35,32 +35,6 @@ std::uint64_t opt_stub_desc(std::uint64_t ip, const std::uint8_t* code) noexcept
 
 std::size_t opt_stub_owner_offset() noexcept { return desc_offset() + offsetof(OptSite, owner); }
 
-void encode_jump(std::uint64_t from, std::uint64_t to, std::uint8_t* out, std::size_t pad) noexcept {
-  for (std::size_t i = 0; i < pad; ++i) out[i] = kJumpPadPrefix[i];
-  auto rel = static_cast<std::int32_t>(static_cast<std::int64_t>(to - (from + pad + kJumpLen)));
-  out[pad] = kJumpOpcode;
-  std::memcpy(out + pad + 1, &rel, 4);
-}
-
-std::size_t jump_len(const std::uint8_t* code, std::size_t n) noexcept {
-  auto is_pad = [](std::uint8_t b) {
-    for (std::uint8_t p : kJumpPadPrefix)
-      if (b == p) return true;
-    return false;
-  };
-  std::size_t pad = 0;
-  while (pad < n && pad < kMaxJumpPad && is_pad(code[pad])) ++pad;
-  return pad < n && code[pad] == kJumpOpcode ? pad + kJumpLen : 0;
-}
-
-std::uint64_t decode_jump(std::uint64_t from, const std::uint8_t* code, std::size_t n) noexcept {
-  const std::size_t len = jump_len(code, n);
-  if (len == 0 || len > n) return 0;
-  std::int32_t rel;
-  std::memcpy(&rel, code + len - 4, 4);
-  return from + len + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
-}
-
 std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t* out) noexcept {
   const std::size_t n = code_len();
   static_assert(sizeof(OptSite) == 56);
