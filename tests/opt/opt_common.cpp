@@ -75,18 +75,26 @@ std::string hex_bytes(const std::vector<std::uint8_t>& v) {
   return s;
 }
 
+std::size_t jump_pad(const void* site) {
+  const std::vector<std::uint8_t> b = mem(site, 4);
+  std::size_t pad = 0;
+  while (pad < 3 && (b[pad] == 0x26 || b[pad] == 0x36 || b[pad] == 0x3e)) ++pad;
+  return b[pad] == 0xE9 ? pad : 0;
+}
+
 std::uint64_t jump_target(const void* site) {
-  auto b = mem(site, 5);
-  if (b[0] != 0xE9) return 0;
+  const std::size_t pad = jump_pad(site);
+  auto b = mem(site, pad + 5);
+  if (b[pad] != 0xE9) return 0;
   std::int32_t rel;
-  std::memcpy(&rel, b.data() + 1, 4);
-  return reinterpret_cast<std::uint64_t>(site) + 5 + static_cast<std::int64_t>(rel);
+  std::memcpy(&rel, b.data() + pad + 1, 4);
+  return reinterpret_cast<std::uint64_t>(site) + pad + 5 + static_cast<std::int64_t>(rel);
 }
 
 std::string check_jump_into_xol(const void* site) {
-  auto b = mem(site, 5);
-  if (b[0] != 0xE9) return "site " + hex(reinterpret_cast<std::uint64_t>(site)) + " holds " + hex_bytes(b) +
-                            ", not e9 rel32";
+  auto b = mem(site, jump_pad(site) + 5);
+  if (b[b.size() - 5] != 0xE9)
+    return "site " + hex(reinterpret_cast<std::uint64_t>(site)) + " holds " + hex_bytes(b) + ", not e9 rel32";
   const std::uint64_t t = jump_target(site);
   auto m = mapping_of(t);
   if (!m) return "jump target " + hex(t) + " is in no mapping";

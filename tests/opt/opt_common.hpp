@@ -120,11 +120,16 @@ std::vector<std::uint8_t> file_bytes_at(const void* addr, std::size_t len);
 std::string hex(std::uint64_t v);
 std::string hex_bytes(const std::vector<std::uint8_t>& v);
 
-/// If the 5 bytes at `site` are `jmp rel32`, its target; else 0.
+/// The redundant prefixes (26, 36, 3e: up to 3) before `jmp rel32` at
+/// `site`: a padded punned jump's (E9Patch's T1); 0 when none or no jump.
+std::size_t jump_pad(const void* site);
+
+/// If the bytes at `site` are `jmp rel32` (after jump_pad() prefixes), its
+/// target; else 0.
 std::uint64_t jump_target(const void* site);
 
-/// "" when the site at `site` is `e9 rel32` into r-x XOL memory
-/// (/memfd:libuprobe-xol, not writable); else a description.
+/// "" when the site at `site` is `e9 rel32` (after jump_pad() prefixes) into
+/// r-x XOL memory (/memfd:libuprobe-xol, not writable); else a description.
 std::string check_jump_into_xol(const void* site);
 
 using testsupport::stats_delta;  // tests/support/stats_delta.hpp
