@@ -547,7 +547,8 @@ struct EntryWindow {
   /// is chosen at attach: Site::pad). max_pad < len (the opcode stays inside
   /// the instruction, whose bytes alone change) and the bytes up to
   /// max_pad + kJumpLen exist in the file (bytes holds them). min_pad 0: B2
-  /// first. Position independent, as the rest of the plan.
+  /// first; else min_pad .. max_pad, then B2. Position independent, as the
+  /// rest of the plan.
   std::uint8_t min_pad = 0;
   std::uint8_t max_pad = 0;
 };

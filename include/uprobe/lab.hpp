@@ -70,7 +70,8 @@ enum class SiteTactics : std::uint8_t {
                      ///< configure() (a probe keeps the plan it was analysed with).
   /// instruction_only, with every punned jump padded when the instruction allows (E9Patch's T1 first: one to
   /// three redundant prefixes before the jump's opcode, the fewest whose target range has a free page;
-  /// ProbeMode::optimized_padded), B2 only for a 1-byte instruction. By default a padded jump is taken only
+  /// ProbeMode::optimized_padded), B2 only for a 1-byte instruction or where no padded form's pages are free. By
+  /// default a padded jump is taken only
   /// when B2's range has no free page; this exercises it at every site (the test suites' padded mode).
   instruction_padded,
 };

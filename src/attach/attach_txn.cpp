@@ -54,10 +54,13 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       std::string wwhy;
       s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
       // A punned jump: B2, else padded with 1, 2, 3 prefixes (T1), each
-      // aiming at another range, the first whose hop is placed.
-      for (std::size_t pad = up->window.min_pad; up->window.punned && !s.hop && pad <= up->window.max_pad; ++pad) {
+      // aiming at another range, the first whose hop is placed (from
+      // min_pad on; B2 last when min_pad skipped it).
+      const arch::EntryWindow& w = up->window;
+      for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
+        const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
         std::uint64_t lo = 0, hi = 0;
-        if (!arch::punned_jump_range(s.addr, up->window, lo, hi, pad)) continue;
+        if (!arch::punned_jump_range(s.addr, w, lo, hi, pad)) continue;
         s.hop = xol_area().hop_in(s.addr, lo, hi, arch::kJumpLen, wwhy);
         s.pad = static_cast<std::uint8_t>(pad);
       }

@@ -173,8 +173,9 @@ class Emulated : public testing::TestWithParam<std::tuple<ClassCase, Mode>> {};
 TEST_P(Emulated, ThousandCallsExact) { run_class_case(std::get<0>(GetParam()), std::get<1>(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(Class, Emulated,
-                         testing::Combine(testing::ValuesIn(cases()), testing::Values(Mode::def, Mode::no_emulate, Mode::entry_opt, Mode::punned,
-                                                                                Mode::single_step_no_emulate)),
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          testing::Values(Mode::def, Mode::no_emulate, Mode::entry_opt, Mode::punned,
+                                                          Mode::padded, Mode::single_step_no_emulate)),
                          case_name);
 
 // Both outcomes of every Jcc occur with the edge inputs (so "taken" and "not

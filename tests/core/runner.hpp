@@ -45,7 +45,10 @@ inline void PrintTo(const ClassCase& c, std::ostream* os) { *os << c.name; }
 /// relocated from its slot). single_step_no_emulate: the kernel-faithful
 /// single-step with emulation off, so every class the runtime lets run out of
 /// line (returns and indirect jumps too) is single-stepped from its slot.
-enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate, punned };
+/// punned: E9Patch's B1/B2 past an entry (SiteTactics::instruction_only);
+/// padded: the same with every punned jump of a 2-4 byte instruction padded
+/// with redundant prefixes (T1, SiteTactics::instruction_padded).
+enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate, punned, padded };
 
 inline const char* mode_name(Mode m) {
   switch (m) {
@@ -55,6 +58,7 @@ inline const char* mode_name(Mode m) {
     case Mode::locked: return "locked_lookup";
     case Mode::entry_opt: return "entry_opt";
     case Mode::punned: return "punned";
+    case Mode::padded: return "padded";
     case Mode::single_step_no_emulate: return "single_step_no_emulate";
   }
   return "?";
@@ -84,10 +88,13 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
   if (mode == Mode::single_step || mode == Mode::single_step_no_emulate) cfg.xol = uprobe::XolMode::single_step;
   if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
   cfg.optimize_entries = mode == Mode::entry_opt;
-  cfg.optimize_windows = mode == Mode::entry_opt || mode == Mode::punned;  // a site inside a function: a window too
+  const bool e9 = mode == Mode::punned || mode == Mode::padded;
+  cfg.optimize_windows = mode == Mode::entry_opt || e9;  // a site inside a function: a window too
   // Mode::punned: E9Patch's plan only past an entry (a jump over the
-  // instruction alone: B1, or a punned jump B2); entries trap.
+  // instruction alone: B1, or a punned jump B2); entries trap. Mode::padded:
+  // the punned jumps padded (T1).
   if (mode == Mode::punned) cfg.site_tactics = uprobe::SiteTactics::instruction_only;
+  if (mode == Mode::padded) cfg.site_tactics = uprobe::SiteTactics::instruction_padded;
   uprobe::configure(cfg);
 
   const std::string exe = self_exe();
@@ -153,8 +160,11 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
     const bool optimized = info.mode == uprobe::ProbeMode::optimized_nop5 ||
                            info.mode == uprobe::ProbeMode::optimized_entry ||
                            info.mode == uprobe::ProbeMode::optimized_window ||
-                           info.mode == uprobe::ProbeMode::optimized_punned;
-    EXPECT_EQ(now[c.site], optimized ? 0xE9 : 0xCC) << "no int3/jmp at the site while attached (mode " << info.mode << ")";
+                           info.mode == uprobe::ProbeMode::optimized_punned ||
+                           info.mode == uprobe::ProbeMode::optimized_padded;
+    // (A padded jump starts with its first prefix, ES.)
+    EXPECT_EQ(now[c.site], info.mode == uprobe::ProbeMode::optimized_padded ? 0x26 : optimized ? 0xE9 : 0xCC)
+        << "no int3/jmp at the site while attached (mode " << info.mode << ")";
     if (mode == Mode::entry_opt && c.site == 0 && !optimized) {
       // Only the documented reasons keep a function entry on int3.
       const std::string& w = info.why_not_optimized;
@@ -164,14 +174,25 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
                   w.find("run past the function's end") != std::string::npos)
           << info.instruction << ": " << w;
     }
-    if (mode == Mode::punned && c.site != 0) {
+    if (e9 && c.site != 0) {
       // Past the entry only the instruction's own bytes may change: a punned
       // jump for one shorter than the jump, B1 for one as long; int3 only
       // for what cannot run displaced.
       const std::size_t len = optimized ? info.displaced : 1;  // a jump over the instruction alone
       if (optimized) {
-        EXPECT_EQ(info.mode, len < 5 ? uprobe::ProbeMode::optimized_punned : uprobe::ProbeMode::optimized_window)
-            << info.instruction;
+        const uprobe::ProbeMode want = len >= 5                            ? uprobe::ProbeMode::optimized_window
+                                       : mode == Mode::padded && len >= 2 ? uprobe::ProbeMode::optimized_padded
+                                                                          : uprobe::ProbeMode::optimized_punned;
+        EXPECT_EQ(info.mode, want) << info.instruction;
+        if (info.mode == uprobe::ProbeMode::optimized_padded) {
+          // 1 .. len - 1 prefixes (ES, SS, DS in that order; one unless its
+          // pages were taken), the opcode inside the instruction.
+          static constexpr std::uint8_t kPrefix[] = {0x26, 0x36, 0x3e};
+          std::size_t pad = 0;
+          while (pad < 3 && pad + 1 < len && now[c.site + pad] == kPrefix[pad]) ++pad;
+          EXPECT_GE(pad, 1u) << info.instruction;
+          EXPECT_EQ(now[c.site + pad], 0xE9) << info.instruction << " pad " << pad;
+        }
         EXPECT_GT(len, 0u) << info.instruction;
       } else {
         // What cannot run displaced at all: loop/jrcxz (rel8 only), traps.
