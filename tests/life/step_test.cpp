@@ -233,6 +233,43 @@ TEST(Step, RegionWithPunnedProbes) {
   EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
 }
 
+/// A padded punned jump (E9Patch's T1: redundant prefixes before the
+/// opcode) at the region's imul (4 bytes) under the program's TF: the CPU
+/// steps the prefixed jump as one instruction onto the hop, whose site's jump
+/// the SIGTRAP handler reads past its prefixes; the program sees exactly its
+/// 15 traps, the imul's site stepping as one.
+TEST(Step, RegionWithPaddedProbe) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const Baseline base = baseline();
+  ASSERT_EQ(base.result, 42u);
+  ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
+  uprobe::Config c = uprobe::configuration();
+  c.optimize = true;
+  c.optimize_windows = true;
+  c.site_tactics = uprobe::SiteTactics::instruction_padded;
+  uprobe::configure(c);
+  const void* site = at(lf_step_run, lf_step_xol_site);
+  const std::vector<std::uint8_t> orig(static_cast<const std::uint8_t*>(site),
+                                       static_cast<const std::uint8_t*>(site) + 16);
+  Counter hits;
+  {
+    uprobe::Attachment a(site, hits);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_padded) << info.why_not_optimized;
+    ASSERT_EQ(info.displaced, 4u);
+    const auto* b = static_cast<const std::uint8_t*>(site);
+    EXPECT_EQ(b[0], 0x26);  // the first prefix (ES)
+    EXPECT_EQ(b[1], 0xe9);
+    for (std::size_t i = 4; i < 16; ++i) EXPECT_EQ(b[i], orig[i]) << "byte " << i << " changed";
+    runs_as_baseline(base, 3);
+    EXPECT_EQ(hits.hits.load(), 3u);
+  }
+  for (std::size_t i = 0; i < 16; ++i)
+    EXPECT_EQ(static_cast<const std::uint8_t*>(site)[i], orig[i]) << "byte " << i << " not restored";
+  EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
+}
+
 TEST(Step, RegionWithInt3Probes) { check_region(Kind::int3, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithOptimizedProbes) { check_region(Kind::optimized, uprobe::XolMode::jump_back); }
 TEST(Step, RegionWithInt3ProbesSingleStepXol) { check_region(Kind::int3, uprobe::XolMode::single_step); }
