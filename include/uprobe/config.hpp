@@ -86,14 +86,14 @@ struct Config {
   /// the jump and where no window applies (a branch target right after it,
   /// the function's end, no known bounds, exception landing pads) with a
   /// punned jump (ProbeMode::optimized_punned: E9Patch's tactic B2), placed
-  /// by the bytes after the instruction, which it keeps. Under
+  /// by the bytes after the instruction, which it keeps (padded, T1, where they aim at taken pages). Under
   /// optimize_entries / optimize_windows as the site is an entry or not.
   /// Default true; false keeps such sites on int3.
   bool optimize_punned = true;
   /// How a probe past a function's entry is planned (lab.hpp): the default
   /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
   /// only (the test suites run every class of instruction through punned
-  /// jumps with it). Read when a probe is created.
+  /// jumps with it; SiteTactics::instruction_padded: padded ones, T1). Read when a probe is created.
   SiteTactics site_tactics = SiteTactics::windows;
   /// How a thread that keeps running is observed before an entry is
   /// converted. 0 (default): it is not; the conversion waits for the next

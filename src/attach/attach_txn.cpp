@@ -55,8 +55,15 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       s.window_xol = xol_area().window_slot_for(s.addr, up->window, vmas.vmas(), wwhy);
       // A punned jump: B2, else padded with 1, 2, 3 prefixes (T1), each
       // aiming at another range, the first whose hop is placed (from
-      // min_pad on; B2 last when min_pad skipped it).
+      // min_pad on; B2 last when min_pad skipped it). A site this probe has
+      // already keeps its form: its jump may be in memory (an earlier
+      // range's pages may have become free since).
       const arch::EntryWindow& w = up->window;
+      if (const SiteSet* old = up->sites.load(std::memory_order_relaxed); w.punned && old)
+        if (const Site* o = old->find(s.addr)) {
+          s.hop = o->hop;
+          s.pad = o->pad;
+        }
       for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
         const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
         std::uint64_t lo = 0, hi = 0;

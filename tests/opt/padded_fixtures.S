@@ -30,5 +30,6 @@ ENDF \name
         PADFN pad_none, 0x4c, 0xe4, 0xd4
         PADFN pad_free, 0x4e, 0xec, 0xdc
         PADFN pad_forced, 0x48, 0xf4, 0xe4
+        PADFN pad_resync, 0x4b, 0xfc, 0xec
 
         .section .note.GNU-stack, "", @progbits

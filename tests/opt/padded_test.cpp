@@ -10,9 +10,11 @@
 // function's results, and the original bytes after detach. Where every form's
 // pages are taken the site stays int3 and says why.
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cstring>
+#include <memory>
 
 #include "opt_common.hpp"
 
@@ -22,7 +24,8 @@ std::uint64_t pad_two(std::uint64_t, std::uint64_t);
 std::uint64_t pad_none(std::uint64_t, std::uint64_t);
 std::uint64_t pad_free(std::uint64_t, std::uint64_t);
 std::uint64_t pad_forced(std::uint64_t, std::uint64_t);
-extern const std::uint64_t pad_one_site, pad_two_site, pad_none_site, pad_free_site, pad_forced_site;
+std::uint64_t pad_resync(std::uint64_t, std::uint64_t);
+extern const std::uint64_t pad_one_site, pad_two_site, pad_none_site, pad_free_site, pad_forced_site, pad_resync_site;
 }
 
 using namespace opttest;
@@ -188,6 +191,38 @@ TEST(Padded, EveryFormsPagesTakenStaysInt3AndSaysWhy) {
               "its 2 padded forms (1 to 2 redundant prefixes before the opcode) select");
     EXPECT_EQ(hex(mem(site, 1)[0]), "0xcc");
     for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_none(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
+  }
+  EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(c.bad_ip.load(), 0u);
+  EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
+}
+
+/// The unpadded form's pages free up while the padded jump is in: a resync
+/// of the address space (any dlopen()) recomputes the sites, and the site
+/// keeps its padded form (the jump in memory), so it stays optimized, counts
+/// exactly, and detach restores every byte.
+TEST(Padded, KeepsItsFormWhenTheOtherPagesFreeUp) {
+  const void* site = at(pad_resync, pad_resync_site);
+  const auto s = reinterpret_cast<std::uint64_t>(site);
+  const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
+  const std::uint64_t imm = imm_of(file);
+  SiteCounter c(s);
+  {
+    auto taken = std::make_unique<Taken>(punned_range(s, file, 0));
+    ASSERT_TRUE(taken->ok()) << taken->what() << " was not free";
+    uprobe::Attachment a(site, c);
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_padded)
+        << uprobe::probe_info(a.probe()).why_not_optimized;
+    const std::vector<std::uint8_t> padded = mem(site, 16);
+    EXPECT_EQ(hex(padded[0]), "0x26");
+    taken.reset();  // B2's pages are free now
+    void* h = ::dlopen("libc.so.6", RTLD_NOW);  // a resync of every probe's sites
+    ASSERT_NE(h, nullptr);
+    ::dlclose(h);
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_padded)
+        << uprobe::probe_info(a.probe()).why_not_optimized;
+    EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(padded));
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_resync(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
   }
   EXPECT_EQ(c.hits.load(), 100u);
   EXPECT_EQ(c.bad_ip.load(), 0u);

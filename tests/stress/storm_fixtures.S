@@ -64,6 +64,21 @@ FUNC storm_pun
 ENDF storm_pun
 OFF storm_pun, .Lpun, storm_pun_site
 
+/* x < 2^63: 2x - 0xe2f6; else x - 0xe2f6. As storm_pun, but the bytes after
+ * the site are `sub $0xe2f6, %rax` (49 2d f6 e2 00 00, spelled in bytes): the
+ * storm takes the pages its unpadded punned jump would aim at
+ * (make_kinds()), so the site takes a padded one (E9Patch's T1). */
+FUNC storm_pad
+        mov %rdi, %rax
+        test %rdi, %rdi
+        js 1f
+.Lpad:
+        .byte 0x48, 0x01, 0xf8                   /* add %rdi, %rax */
+1:      .byte 0x49, 0x2d, 0xf6, 0xe2, 0x00, 0x00 /* sub $0xe2f6, %rax */
+        ret
+ENDF storm_pad
+OFF storm_pad, .Lpad, storm_pad_site
+
 /* x + 3x (4x) with the site at `lea` inside the function: a window of the
  * lea and the add after it (4 + 3 bytes), relocated together. */
 FUNC storm_win

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // uprobe-storm: the probe kinds, the fixtures' models and the window consumers.
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -57,7 +58,7 @@ void DlHandle::reopen() {
 const char* fn_name(Fn f) {
   static const char* const names[kFns] = {"storm_mid",       "storm_nop5",       "storm_entry", "storm_ret",
                                           "storm_usdt_sema", "storm_usdt_plain", "storm_dl_fn",
-                                          "storm_pun",       "storm_win"};
+                                          "storm_pun",       "storm_win",        "storm_pad"};
   return names[static_cast<int>(f)];
 }
 
@@ -74,6 +75,7 @@ std::uint64_t call(Fn f, std::uint64_t x) {
       return t_dl.fn(x);
     case Fn::pun: return storm_pun(x);
     case Fn::win: return storm_win(x);
+    case Fn::pad: return storm_pad(x);
   }
   std::abort();
 }
@@ -91,6 +93,7 @@ bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on) {
     case Fn::dl: return r == 5 * x + 1;
     case Fn::pun: return r == (static_cast<std::int64_t>(x) < 0 ? x + 1 : 2 * x + 1);
     case Fn::win: return r == 4 * x;
+    case Fn::pad: return r == (static_cast<std::int64_t>(x) < 0 ? x : 2 * x) - 0xe2f6;
   }
   return false;
 }
@@ -120,6 +123,20 @@ std::vector<Kind> make_kinds() {
   add("punned-once", Fn::pun, Style::once, reinterpret_cast<const void*>(&storm_pun), storm_pun_site);
   add("window", Fn::win, Style::entry, reinterpret_cast<const void*>(&storm_win), storm_win_site);
   k.back().optimized_as = uprobe::ProbeMode::optimized_window;
+  {
+    // The pages the unpadded punned jump at storm_pad's site aims at, taken
+    // for good: rel32 = [free, free, 49, 2d] from site + 5 (64 KiB). The site
+    // then takes one prefix: [free, 49, 2d, f6] from site + 6.
+    const std::uint64_t site = reinterpret_cast<std::uint64_t>(&storm_pad) + storm_pad_site;
+    const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t lo = (site + 5 + 0x2d490000) & ~(page - 1), hi = (site + 5 + 0x2d4a0000 + page - 1) & ~(page - 1);
+    void* m = ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                     -1, 0);
+    if (m == MAP_FAILED || reinterpret_cast<std::uint64_t>(m) != lo)
+      throw uprobe::Error(uprobe::Errc::system, "", lo, "cannot take the pages storm_pad's punned jump aims at");
+  }
+  add("padded", Fn::pad, Style::entry, reinterpret_cast<const void*>(&storm_pad), storm_pad_site);
+  k.back().optimized_as = uprobe::ProbeMode::optimized_padded;
   // USDT sites, from this executable's .note.stapsdt.
   const std::string exe = k[0].path;
   for (auto [name, probe, fn] : {std::tuple{"usdt-semaphore", "tick", Fn::usdt_sema},
