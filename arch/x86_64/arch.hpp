@@ -270,6 +270,10 @@ inline std::uint64_t ret_frame_sp(const RetFrame* f) noexcept {
 /// The breakpoint instruction (int3) and its length.
 inline constexpr std::uint8_t kBreakpoint = 0xCC;
 inline constexpr std::size_t kBreakpointLen = 1;
+/// Length of the signal-return trampoline libc installs as every handler's
+/// sa_restorer (glibc's __restore_rt: `mov $15,%rax`, 7 bytes, then
+/// `syscall`, 2): the bytes a handler's return runs before rt_sigreturn.
+inline constexpr std::size_t kSignalReturnTrampolineLen = 9;
 /// Longest x86 instruction.
 inline constexpr std::size_t kMaxInsnLen = 15;
 /// Size of one XOL slot (relocated instruction + jump back), bytes.

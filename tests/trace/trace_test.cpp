@@ -263,6 +263,25 @@ TEST(Trace, MallocCountIsExactWithoutOtherProbes) {
   }
 }
 
+/// Every function of libc (with libc6-dbg: its local symbols too, glibc's
+/// signal-return trampoline __restore_rt among them, which libuprobe
+/// refuses: its own SIGTRAP handler returns through it, and a probe there
+/// recursed until the program died of SIGSEGV at its first trap). The
+/// program runs as without the tracer; malloc counts exactly its calls.
+TEST(Trace, EveryLibcFunctionLeavesTheProgramAlive) {
+  const long m = 300;
+  Result plain = run({kFixture, "basic", "0", std::to_string(m)});
+  ASSERT_EQ(plain.status, 0);
+  Result r = trace({"uprobe:libc:*"}, {kFixture, "basic", "0", std::to_string(m)});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out);
+  auto h = hits(r.report);
+  const std::string k = libc_key(h, "uprobe", "malloc");
+  ASSERT_FALSE(k.empty()) << dump(r);
+  EXPECT_EQ(h[k], m) << dump(r);
+  EXPECT_EQ(libc_key(h, "uprobe", "__restore_rt"), "") << dump(r);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
