@@ -34,6 +34,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.EveryInitializerAndDestructorCounts trace.Trace.AnotherInitFirstLibraryIsNamed
                      trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
                      trace.Trace.SpecsNamingOneSiteEachCount trace.Trace.EveryLibcFunctionLeavesTheProgramAlive
+                     trace.Trace.TraceDirectoryIsInMemoryUnlessTmpdirIsSet
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
                      trace.Trace.ProbeHitWithSignalsBlocked trace.Trace.XzWorkersBlockEverySignalAndCallInt3ProbedMemcpy
                      trace.Trace.XzWorkersCallPunnedMemcpy
