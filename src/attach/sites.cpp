@@ -21,6 +21,14 @@
 #include "sanitize.hpp"
 #include "thread_sample.hpp"
 #include "xol.hpp"
+#include "rcu.hpp"
+
+/// The bounds of the optimized path's C code (UPROBE_OPT_PATH_TEXT, arch.hpp),
+/// defined by the linker.
+extern "C" {
+extern const char __start_uprobe_opt_path[] __attribute__((visibility("hidden")));
+extern const char __stop_uprobe_opt_path[] __attribute__((visibility("hidden")));
+}
 
 namespace uprobe::detail {
 
@@ -110,6 +118,40 @@ std::size_t tail_len(const Uprobe* up) noexcept {
 }
 
 }  // namespace
+
+void retire_site_memory(const Site& s) {
+  if (site_is_optimized(s)) return;  // (not restored: the jump still leads there)
+  stubs().erase(s.addr);
+  xol_area().retire_site(s.addr);
+}
+
+void reclaim_retired(std::size_t n) {
+  XolArea& xol = xol_area();
+  n = std::min(n, xol.retired_count());
+  if (n == 0) return;
+  std::vector<AddrRange> ranges;
+  ranges.reserve(2 * n + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [lo, hi] = xol.retired_range(i);
+    ranges.emplace_back(lo - 1, hi);  // threads_outside() counts from the byte after `first`: a thread at `lo` is inside
+    // No address is inside [site, site + 1) (open at its start): the range
+    // only makes a thread in the SIGTRAP handler for the site count as inside
+    // (it may still resume in the site's XOL or window slot).
+    const std::uint64_t site = xol.retired_site(i);
+    ranges.emplace_back(site, site + 1);
+  }
+  ranges.emplace_back(reinterpret_cast<std::uint64_t>(__start_uprobe_opt_path) - 1,
+                      reinterpret_cast<std::uint64_t>(__stop_uprobe_opt_path));
+  unsigned long done = 0;
+  const unsigned long started = uprobe_rcu_registrations(&done);
+  if (started != done) return;  // a thread is becoming a reader: not yet covered by a grace period
+  std::string why;
+  if (!threads_outside(ranges, why)) return;
+  uprobe_rcu_synchronize();
+  if (!threads_outside(ranges, why)) return;
+  if (uprobe_rcu_registrations(&done) != started) return;
+  xol.free_retired(n);
+}
 
 bool init_core_sync() {
   if (!g_sync_core)
