@@ -42,9 +42,9 @@ void sync_cores() noexcept {
   arch::raw_syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);  // not libc's syscall()
 }
 
-/// site address -> its stub's OptSite, for every stub ever built (stubs are
-/// kept for the life of the process and reused by their site address, so a
-/// thread still inside one never sees it freed or changed).
+/// site address -> its stub's OptSite (stubs are kept and reused by their
+/// site address until the site's probe is gone: retire_site_memory(); then
+/// reclaim_retired() reuses them only once no thread can be inside).
 /// Its nodes come from pooled chunks (see XolArea's maps).
 std::pmr::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   static auto* pool = new std::pmr::unsynchronized_pool_resource;

@@ -381,21 +381,6 @@ void XolArea::free_retired(std::size_t n) noexcept {
   retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
-XolArea::Usage XolArea::usage() const noexcept {
-  Usage u;
-  for (const Region& r : regions_) {
-    if (r.hop_used.empty()) {
-      ++u.code_regions;
-      u.code_bytes += r.live;
-    } else {
-      ++u.hop_pages;
-      u.hop_bytes += r.live;
-    }
-  }
-  u.retired = retired_.size();
-  return u;
-}
-
 bool XolArea::write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {
   Region* r = region_of(addr);
   if (!r) {

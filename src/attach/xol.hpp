@@ -84,13 +84,6 @@ class XolArea {
   /// proof). Registry mutex held.
   void free_retired(std::size_t n) noexcept;
 
-  /// What is mapped: regions of slots and stubs, pages of hops; and the
-  /// blocks and hop bytes in use (tests, the coverage tool). Registry mutex held.
-  struct Usage {
-    std::size_t code_regions = 0, hop_pages = 0, code_bytes = 0, hop_bytes = 0, retired = 0;
-  };
-  Usage usage() const noexcept;
-
   /// In a fork child: gives the child its own copy of every region, so that
   /// neither process's later writes reach the other's slots and stubs.
   void privatize_all() noexcept;
