@@ -3,6 +3,7 @@
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,9 @@ namespace uprobe::detail {
 namespace {
 
 bool g_sync_core = false;
+
+/// Retired blocks from which reclaim_retired() tries at every call.
+constexpr std::size_t kReclaimBatch = 64;
 
 /// Serialises instruction fetch on every core running this process (the
 /// kernel's text_poke_sync()).
@@ -129,6 +133,15 @@ void reclaim_retired(std::size_t n) {
   XolArea& xol = xol_area();
   n = std::min(n, xol.retired_count());
   if (n == 0) return;
+  // Not at every detach of a storm: observing running threads costs a
+  // signal round trip each, and the grace period more. With few blocks
+  // retired, at most one attempt per 10 ms.
+  static std::int64_t last_ns = 0;
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::int64_t now = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  if (n < kReclaimBatch && now - last_ns < 10'000'000) return;
+  last_ns = now;
   std::vector<AddrRange> ranges;
   ranges.reserve(2 * n + 1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -146,9 +159,11 @@ void reclaim_retired(std::size_t n) {
   const unsigned long started = uprobe_rcu_registrations(&done);
   if (started != done) return;  // a thread is becoming a reader: not yet covered by a grace period
   std::string why;
-  if (!threads_outside(ranges, why)) return;
+  // (Without waiting for a running thread no sample signal observes: the next
+  // detach asks again; this one costs a read of /proc per thread.)
+  if (!threads_outside(ranges, why, nullptr, false)) return;
   uprobe_rcu_synchronize();
-  if (!threads_outside(ranges, why)) return;
+  if (!threads_outside(ranges, why, nullptr, false)) return;
   if (uprobe_rcu_registrations(&done) != started) return;
   xol.free_retired(n);
 }

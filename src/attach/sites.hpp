@@ -126,7 +126,8 @@ void retire_site_memory(const Site& s);
 /// out, so the second observation sees it. Nothing enters a retired block any
 /// more, so nothing can be inside one afterwards. When an observation fails
 /// (a thread inside, or one that cannot be observed: see threads_outside())
-/// the blocks stay retired, for the next call. Registry mutex held. Not seen
+/// the blocks stay retired, for the next call. Fewer than 64 blocks are
+/// tried at most once per 10 ms (a storm of detaches). Registry mutex held. Not seen
 /// (as by threads_outside()): a context a signal handler interrupted inside
 /// a block or the C entry while the handler runs on.
 void reclaim_retired(std::size_t n);

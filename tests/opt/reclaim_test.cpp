@@ -253,6 +253,10 @@ thread_local bool Parker::park_here = false;
 /// it; the thread returns with the exact result, and the next probe takes
 /// the detached site's stub block.
 TEST(Reclaim, AThreadParkedInAConsumerKeepsItsStubUntilItLeaves) {
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.sample_signal = SIGRTMAX;  // the parked thread, on its way out when the detach observes it, is running
+  uprobe::configure(cfg);
   const std::vector<std::uint8_t> park_original = mem(vaddr(opt_park), 5);
   ASSERT_EQ(park_original, std::vector<std::uint8_t>(kNop5, kNop5 + 5));
   Parker p;
