@@ -204,6 +204,19 @@ bool map_object(const std::string& path, std::uint64_t& base, std::string& why) 
   return true;
 }
 
+/// The lines of /proc/self/maps (the process's mappings), and how many of
+/// them are libuprobe's XOL memory (slots, stubs, hops: memfd "libuprobe-xol").
+std::pair<std::size_t, std::size_t> mapping_counts() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::size_t all = 0, xol = 0;
+  while (std::getline(maps, line)) {
+    ++all;
+    xol += line.find("libuprobe-xol") != std::string::npos;
+  }
+  return {all, xol};
+}
+
 /// --every-instruction (attached): every instruction start of `path`, in
 /// rounds (see the file comment); prints the tactics, the reasons, whether
 /// the text is the file's again, and the trap-free line last.
@@ -263,7 +276,12 @@ int every_instruction_attached(const std::string& path, bool verbose) {
     }
     done += static_cast<long>(requests.size());
     flush();  // a round's probes are gone before the next round's come
-    if (verbose) std::fprintf(stderr, "uprobe-coverage: round %zu of %zu: %ld sites so far\n", k + 1, rounds, done);
+    if (verbose) {
+      const auto [maps, xol] = mapping_counts();
+      std::fprintf(stderr, "uprobe-coverage: round %zu of %zu: %ld sites so far, %.1f s, %zu mappings (%zu of XOL memory)\n",
+                   k + 1, rounds, done, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   maps, xol);
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
   // The text is the file's again, every byte of every executable segment.
