@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file usym.hpp
+/// The CLI's symbolizer for ustack and usym() (bt_lang.hpp set_symbolizer()):
+/// each traced image's mappings as its agent recorded them
+/// (DIR/PID.LAYOUT.maps, /proc/self/maps at attach), reported to elfutils'
+/// libdwfl (dwfl_linux_proc_maps_report(): it works after the process is
+/// gone), symbols from each module's .symtab or its separate debug file
+/// found by build-id under /usr/lib/debug/.build-id (libc6-dbg for libc),
+/// as bpftrace (bcc) finds them. CLI only; not thread-safe, not
+/// async-signal-safe.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "bt_lang.hpp"
+
+namespace uptrace {
+
+class UserSymbols {
+ public:
+  /// `dir`: the run's directory, where the agents write their .maps files.
+  explicit UserSymbols(std::string dir);
+  ~UserSymbols();
+  UserSymbols(const UserSymbols&) = delete;
+  UserSymbols& operator=(const UserSymbols&) = delete;
+
+  /// The symbol covering `addr` in the image `image` (bt_vm.hpp
+  /// image_word(): its layout id names the .maps file); false when the
+  /// image has no .maps file or no symbol covers the address. C++ names are
+  /// demangled (as bcc's demangle_name).
+  bool resolve(std::uint64_t image, std::uint64_t addr, bt::UserSym& out);
+
+ private:
+  struct Image;
+  Image* image(std::uint32_t layout);
+
+  std::string dir_;
+  std::map<std::uint32_t, std::unique_ptr<Image>> images_;  // by layout (nullptr: no .maps file yet)
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::optional<bt::UserSym>> cache_;
+};
+
+}  // namespace uptrace
