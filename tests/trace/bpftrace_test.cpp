@@ -134,7 +134,9 @@ std::vector<std::string> command(const std::string& tool, const Entry& e, const 
   a.insert(a.end(), {"-e", replace_all(replace_all(e.prog, "@FIXTURE@", fixture), "@USDT_FIXTURE@", kUsdtFixture),
                      "-c",
                      e.cmd == "fixture" ? fixture
-                                        : replace_all(replace_all(e.cmd, "@TREE@", tree), "@USDT_FIXTURE@", kUsdtFixture)});
+                                        : replace_all(replace_all(replace_all(e.cmd, "@TREE@", tree), "@USDT_FIXTURE@",
+                                                                  kUsdtFixture),
+                                                      "@FIXTURE@", fixture)});
   return a;
 }
 
