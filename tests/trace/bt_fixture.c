@@ -16,7 +16,7 @@
  *   st_nofp_mid(0) -> st_leaf             once: st_nofp_mid keeps no frame pointer
  *   code at 0x10000000 (an anonymous page, no symbol) -> st_mid -> st_leaf, 4 times
  *   st_take(f, s): f st_cb once (calls it), 0x1234 twice, bt_add 3 times
- * then st_done() and a 2 s sleep (the process is alive while bpftrace
+ * then st_done() and a 2 s sleep (none with a second argument "nosleep") (the process is alive while bpftrace
  * prints what a probe of st_done asks for: it symbolizes only live
  * processes). */
 #define _GNU_SOURCE
@@ -56,7 +56,7 @@ NOINLINE FP void st_done(void) { __asm__ volatile(""); }
 static volatile long two = 2;
 static char take_names[3][8] = {"cb", "num", "add"};  // (written below: their page is in memory for str())
 
-NOINLINE FP int st_stacks(void) {
+NOINLINE FP int st_stacks(int nosleep) {
   for (long i = 0; i < 3; ++i) sink += st_top(i);
   for (long i = 0; i < two; ++i) sink += st_mid(i);  // (one call site: not unrolled)
   sink += st_nofp_mid(0);
@@ -73,13 +73,13 @@ NOINLINE FP int st_stacks(void) {
   for (int i = 0; i < 2; ++i) st_take((void (*)(void))0x1234, take_names[1]);
   for (int i = 0; i < 3; ++i) st_take((void (*)(void))bt_add, take_names[2]);
   st_done();
-  struct timespec ts = {2, 0};
+  struct timespec ts = {nosleep ? 0 : 2, 0};
   nanosleep(&ts, NULL);
   return 0;
 }
 
 FP int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "stacks") == 0) return st_stacks();
+  if (argc > 1 && strcmp(argv[1], "stacks") == 0) return st_stacks(argc > 2 && strcmp(argv[2], "nosleep") == 0);
   for (long i = 0; i < 20; ++i) sink += bt_add(i, 3 * i);
   for (long i = 0; i < 9; ++i) sink += bt_name(NAMES[i % 3], i);
   for (long i = 1; i <= 5; ++i) sink += bt_neg(-i);

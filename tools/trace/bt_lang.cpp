@@ -673,6 +673,7 @@ struct MapInfo {
   unsigned stack_limit = 0;  // the ustack component's type: ustack(perf?, limit)
   bool stack_perf = false;
   bool value_is_str = false;  // `@m[k] = STRING`
+  std::string value_type;     // assign: the value's type as bpftrace names it (errors)
   std::int64_t lmin = 0, lmax = 0, lstep = 1;
   bool value_signed = true;
   Pos pos;
@@ -705,19 +706,21 @@ void stack_type(const Expr& e, unsigned& limit, bool& perf) {
   }
   if (k < e.kids.size()) {
     const Expr& n = *e.kids[k];
-    if (n.k != EK::num) {
-      if (k == 0 && e.kids.size() == 1 && n.k == EK::builtin)
-        fail(e.call(), "ustack() expects stack mode as first argument (bpftrace or perf)");
-      fail(e.call(), "ustack() expects an integer literal as " + std::string(k ? "second" : "first") + " argument");
-    }
+    if (n.k == EK::builtin && n.name != "perf" && n.name != "bpftrace" && n.name.rfind("arg", 0) != 0 &&
+        n.name != "retval" && n.name != "pid" && n.name != "tid")
+      fail(n.pos, "Unknown identifier: '" + n.name + "'");
+    if (n.k != EK::num)  // (bpftrace 0.17's words)
+      fail(e.call(), std::string("ustack() expects a integer literal (") +
+                         (n.k == EK::builtin && (n.name == "perf" || n.name == "bpftrace") ? "stack mode"
+                          : n.k == EK::str                                                ? "string"
+                                                                                           : "integer") +
+                         " provided)");
     if (n.num > 1024) fail(e.call(), "ustack([int limit]): limit shouldn't exceed 1024, " + std::to_string(n.num) + " given");
     if (n.num < 1 || n.num > static_cast<std::int64_t>(kMaxFrames))
       fail(e.call(), "ustack([int limit]): a limit of " + std::to_string(n.num) + " is not supported by uprobe-trace: 1 to " +
                          std::to_string(kMaxFrames) + " (bpftrace's stack map needs kernel.perf_event_max_stack, 127 by default, at least that)");
     limit = static_cast<unsigned>(n.num);
-    ++k;
   }
-  if (k < e.kids.size()) fail(e.call(), "ustack() expects stack mode as first argument (bpftrace or perf)");
 }
 
 bool is_ustack(const Expr& e) { return (e.k == EK::builtin || e.k == EK::call) && e.name == "ustack"; }
@@ -969,6 +972,7 @@ class Compiler {
     if (mi.agg == Agg::assign) {
       mi.value_signed = static_kind(v) == 2;
       mi.value_is_str = static_kind(v) == 1;
+      mi.value_type = type_name(v);
     } else if (mi.agg == Agg::sum)
       mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
     else if (mi.agg == Agg::min || mi.agg == Agg::max)
@@ -988,10 +992,9 @@ class Compiler {
                         std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
                         std::to_string(o.key_kinds.size()) + "]");
       same_stack_type(o, mi, m);
-      if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_is_str != mi.value_is_str)
-        fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
-                               (mi.value_is_str ? "string" : "int64") + "' when map already contains a value of type '" +
-                               (o.value_is_str ? "string" : "int64") + "'");
+      if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_is_str != mi.value_is_str)  // (bpftrace 0.17's)
+        fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" + type_name(v) +
+                        "' when map already contains a value of type '" + o.value_type);
       if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep) {
         static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
         // (bpftrace 0.17's message, its missing quote included)
@@ -1002,6 +1005,14 @@ class Compiler {
       return;
     }
     maps_.push_back(mi);
+  }
+
+  // bpftrace 0.17's name of a value's type in its errors.
+  std::string type_name(const Expr& e) {
+    if (static_kind(e) != 1) return "int64";
+    if (e.k == EK::builtin && e.name == "comm") return "string[16]";
+    if (e.k == EK::str) return "string[" + std::to_string(e.name.size() + 1) + "]";
+    return "string[64]";
   }
 
   // A map's key kinds (and the type of its ustack component) from a use.
@@ -1022,13 +1033,16 @@ class Compiler {
 
   // Two uses of a map whose key has a ustack: the same ustack type.
   void same_stack_type(const MapInfo& o, const MapInfo& mi, const Expr& m) {
+    Pos pos = m.pos;  // (the use's ustack, where it has one)
+    for (const auto& k : m.kids)
+      if (is_ustack(*k)) pos = k->k == EK::call ? k->call() : k->pos;
     if (o.stack_limit == mi.stack_limit && o.stack_perf == mi.stack_perf) return;
     auto name = [](const MapInfo& x) {
       return x.stack_limit == 0 ? std::string("no ustack")
                                 : "ustack(" + std::string(x.stack_perf ? "perf" : "bpftrace") + ", " +
                                       std::to_string(x.stack_limit) + ")";
     };
-    fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" + name(mi) +
+    fail(pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" + name(mi) +
                     "] when map expects arguments: [" + name(o) + "]");
   }
 
@@ -1375,7 +1389,7 @@ class Compiler {
           if (e.kids.size() != 1)
             fail(e.call(), "usym() requires one argument (" + std::to_string(e.kids.size()) + " provided)");
           std::int32_t a = expr(*e.kids[0], depth + 1);
-          if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.call(), "usym() expects an integer or a pointer type as first argument (string provided)");
+          if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.call(), "usym() expects an integer or pointer argument");
           std::int32_t r = leaf(Op::usym, false, false);
           nodes_[static_cast<std::size_t>(r)].a = a;
           nodes_[static_cast<std::size_t>(r)].vt = kVtUsym;
