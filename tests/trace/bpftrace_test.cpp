@@ -215,6 +215,30 @@ TEST(Bpftrace, UstackOfSeveralProcessesSymbolizedWithTheirOwnModules) {
   EXPECT_EQ(keys, 8u) << r.out;
 }
 
+// A library dlopen()ed after the agent recorded the image's mappings: its
+// frames are symbolized from the process's mappings while it runs (printf
+// events, print() in a probe: when bpftrace resolves them too), and stay so
+// in the maps printed after it ended.
+TEST(Bpftrace, UstackOfADlopenedLibraryIsSymbolized) {
+  const std::string lib = real(TRACE_BT_DL);
+  const std::string prog = "uprobe:" + lib + ":st_dl_leaf { printf(\"%s|\\n\", ustack(2)); @[ustack(2)] = count(); } uprobe:" +
+                           kFixture + ":st_done { print(@); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture + " dlopen " + lib});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // st_dl_leaf's entry: its caller st_dl_mid's frame is skipped (no frame
+  // pointer pushed yet), as in bpftrace: st_dl_call's return address is next.
+  const std::string stack = "\n        st_dl_leaf+0\n        st_dl_call+";
+  const std::string key = "@[\n    st_dl_leaf+0\n    st_dl_call+";
+  EXPECT_EQ(r.out.rfind("Attaching 2 probes...\n" + stack, 0), 0u) << r.out;
+  const std::size_t second = r.out.find(stack, 1);
+  ASSERT_NE(second, std::string::npos) << r.out;
+  const std::size_t key1 = r.out.find(key, second), key2 = key1 == std::string::npos ? key1 : r.out.find(key, key1 + 1);
+  ASSERT_NE(key2, std::string::npos) << r.out;  // print(@) while it ran, the maps at exit
+  EXPECT_EQ(r.out.substr(r.out.find("]: ", key1), 6), "]: 2\n\n");  // (then the blank lines before the maps)
+  EXPECT_EQ(r.out.substr(r.out.find("]: ", key2)), "]: 2\n");
+  EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
+}
+
 // A map of strings given an integer: bpftrace 0.17's error (its range is
 // the map's second `@s`).
 TEST(Bpftrace, StringMapAssignedAnIntegerIsRefused) {

@@ -18,8 +18,12 @@
  *   st_take(f, s): f st_cb once (calls it), 0x1234 twice, bt_add 3 times
  * then st_done() and a 2 s sleep (none with a second argument "nosleep") (the process is alive while bpftrace
  * prints what a probe of st_done asks for: it symbolizes only live
- * processes). */
+ * processes).
+ *
+ * With "dlopen PATH": dlopen()s PATH (bt_dl_lib.c), calls its st_dl_mid(1)
+ * (-> st_dl_leaf) from st_dl_call() twice, then st_done() and a 0.3 s sleep. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -78,7 +82,21 @@ NOINLINE FP int st_stacks(int nosleep) {
   return 0;
 }
 
+NOINLINE FP long st_dl_call(long (*f)(long)) { long r = f(1); __asm__ volatile(""); return r; }
+
+NOINLINE FP int st_dlopen(const char* path) {
+  void* h = dlopen(path, RTLD_NOW);
+  long (*f)(long) = h ? (long (*)(long))dlsym(h, "st_dl_mid") : 0;
+  if (!f) return 1;
+  for (int i = 0; i < 2; ++i) sink += st_dl_call(f);
+  st_done();
+  struct timespec ts = {0, 300000000};
+  nanosleep(&ts, NULL);
+  return 0;
+}
+
 FP int main(int argc, char** argv) {
+  if (argc > 2 && strcmp(argv[1], "dlopen") == 0) return st_dlopen(argv[2]);
   if (argc > 1 && strcmp(argv[1], "stacks") == 0) return st_stacks(argc > 2 && strcmp(argv[2], "nosleep") == 0);
   for (long i = 0; i < 20; ++i) sink += bt_add(i, 3 * i);
   for (long i = 0; i < 9; ++i) sink += bt_name(NAMES[i % 3], i);

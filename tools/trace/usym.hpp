@@ -7,7 +7,9 @@
 /// libdwfl (dwfl_linux_proc_maps_report(): it works after the process is
 /// gone), symbols from each module's .symtab or its separate debug file
 /// found by build-id under /usr/lib/debug/.build-id (libc6-dbg for libc),
-/// as bpftrace (bcc) finds them. CLI only; not thread-safe, not
+/// as bpftrace (bcc) finds them. An address in none of the recorded modules
+/// (a library dlopen()ed later) is looked up in /proc/PID/maps while the
+/// process runs (bpftrace resolves only then, and only so). CLI only; not thread-safe, not
 /// async-signal-safe.
 
 #include <cstdint>
@@ -18,6 +20,8 @@
 #include <utility>
 
 #include "bt_lang.hpp"
+
+typedef struct Dwfl Dwfl;  // (elfutils/libdwfl.h)
 
 namespace uptrace {
 
@@ -38,6 +42,10 @@ class UserSymbols {
  private:
   struct Image;
   Image* image(std::uint32_t layout);
+  /// The mappings process `pid` of image `layout` has now (/proc/PID/maps:
+  /// a library it dlopen()ed after its agent recorded the image's), while it
+  /// runs that image; nullptr otherwise.
+  ::Dwfl* live(Image& img, std::uint32_t layout, std::uint32_t pid);
 
   std::string dir_;
   std::map<std::uint32_t, std::unique_ptr<Image>> images_;  // by layout (nullptr: no .maps file yet)
