@@ -1616,6 +1616,7 @@ namespace {
 Symbolizer g_symbolizer = nullptr;
 
 std::string hex_addr(std::uint64_t a, bool prefix) {
+  if (prefix && a == 0) return "0";  // (as bpftrace prints (void*)0)
   char b[32];
   std::snprintf(b, sizeof b, prefix ? "0x%" PRIx64 : "%" PRIx64, a);
   return b;

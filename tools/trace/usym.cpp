@@ -5,8 +5,13 @@
 
 #include <cxxabi.h>
 #include <dirent.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,19 +79,109 @@ std::string slurp(const std::string& path) {
   return out;
 }
 
-// The symbol covering `addr` in `d`.
-bool lookup(Dwfl* d, std::uint64_t addr, bt::UserSym& out) {
+}  // namespace
+
+// A module's symbols as bcc (bpftrace's symbolizer) takes them, so that of
+// several names at one address (glibc's malloc, __libc_malloc,
+// __GI___libc_malloc, ...) the same is printed: every symbol of the SYMTAB and
+// DYNSYM sections, first of the debug file found by build-id
+// (/usr/lib/debug/.build-id/XX/YYYY.debug), then of the file itself, with a
+// name and a non-zero value, of any type (bpftrace asks bcc for all);
+// std::sort by start alone (their order among equal starts is then
+// std::sort's, as bcc's); an address is the last symbol at or below it whose
+// range holds it, walking back over nested ones as bcc's
+// ProcSyms::Module::find_addr() does.
+struct ModuleSyms {
+  struct Sym {
+    std::uint64_t start, size;
+    std::string name;
+    bool operator<(const Sym& o) const { return start < o.start; }  // (start only: bcc's order)
+  };
+  std::vector<Sym> syms;
+
+  void add_file(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (Elf* e = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+      for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(e, scn)) != nullptr;) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || !sh.sh_entsize) continue;
+        for (Elf_Data* data = nullptr; (data = elf_getdata(scn, data)) != nullptr;) {
+          const std::size_t n = data->d_size / sh.sh_entsize;
+          for (std::size_t i = 0; i < n; ++i) {
+            GElf_Sym sym;
+            if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+            const char* name = elf_strptr(e, sh.sh_link, sym.st_name);
+            if (!name || !*name || sym.st_value == 0) continue;
+            syms.push_back({sym.st_value, sym.st_size, name});
+          }
+        }
+      }
+      elf_end(e);
+    }
+    close(fd);
+  }
+
+  explicit ModuleSyms(const std::string& path) {
+    elf_version(EV_CURRENT);
+    // The debug file by build-id, first (as bcc lists it first).
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (Elf* e = elf_begin(fd, ELF_C_READ_MMAP, nullptr)) {
+        const void* id = nullptr;
+        const ssize_t n = dwelf_elf_gnu_build_id(e, &id);
+        if (n > 1) {
+          const auto* b = static_cast<const unsigned char*>(id);
+          char hex[3];
+          std::string debug = "/usr/lib/debug/.build-id/";
+          for (ssize_t i = 0; i < n; ++i) {
+            std::snprintf(hex, sizeof hex, "%02x", b[i]);
+            debug += hex;
+            if (i == 0) debug += '/';
+          }
+          debug += ".debug";
+          if (access(debug.c_str(), R_OK) == 0) add_file(debug);
+        }
+        elf_end(e);
+      }
+      close(fd);
+    }
+    add_file(path);
+    std::sort(syms.begin(), syms.end());
+  }
+
+  const Sym* find(std::uint64_t off) const {
+    auto it = std::upper_bound(syms.begin(), syms.end(), Sym{off, 0, {}});
+    if (it == syms.begin()) return nullptr;
+    --it;
+    const std::uint64_t limit = it->start;
+    for (; off >= it->start; --it) {
+      if (off < it->start + it->size) return &*it;
+      if (limit > it->start + it->size) break;  // (not a symbol nesting the ones after it)
+      if (it == syms.begin()) break;
+    }
+    return nullptr;
+  }
+};
+
+// The symbol covering `addr` in `d`: the module libdwfl finds for it (and
+// its load bias), the symbol as bcc finds it in that module.
+bool UserSymbols::lookup(Dwfl* d, std::uint64_t addr, bt::UserSym& out) {
   Dwfl_Module* mod = d ? dwfl_addrmodule(d, addr) : nullptr;
   if (!mod) return false;
-  GElf_Off off = 0;
-  GElf_Sym sym;
-  const char* name = dwfl_module_addrinfo(mod, addr, &off, &sym, nullptr, nullptr, nullptr);
-  if (!name || !*name) return false;
+  Dwarf_Addr bias = 0;
+  if (!dwfl_module_getelf(mod, &bias)) return false;
   const char* mname = dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
-  out = bt::UserSym{demangle(name), off, mname ? mname : ""};
+  if (!mname || mname[0] != '/') return false;
+  auto it = modules_.find(mname);
+  if (it == modules_.end()) it = modules_.emplace(mname, std::make_unique<ModuleSyms>(mname)).first;
+  const ModuleSyms::Sym* sym = it->second->find(addr - bias);
+  if (!sym) return false;
+  out = bt::UserSym{demangle(sym->name.c_str()), addr - bias - sym->start, mname};
   return true;
 }
 
+namespace {
 }  // namespace
 
 UserSymbols::UserSymbols(std::string dir) : dir_(std::move(dir)) {}

@@ -5,9 +5,10 @@
 /// each traced image's mappings as its agent recorded them
 /// (DIR/PID.LAYOUT.maps, /proc/self/maps at attach), reported to elfutils'
 /// libdwfl (dwfl_linux_proc_maps_report(): it works after the process is
-/// gone), symbols from each module's .symtab or its separate debug file
-/// found by build-id under /usr/lib/debug/.build-id (libc6-dbg for libc),
-/// as bpftrace (bcc) finds them. An address in none of the recorded modules
+/// gone) for the module and its load bias; the symbol as bpftrace's bcc
+/// finds it: from the module's symbol tables and those of its separate
+/// debug file found by build-id under /usr/lib/debug/.build-id (libc6-dbg
+/// for libc), the same name of several at one address. An address in none of the recorded modules
 /// (a library dlopen()ed later) is looked up in /proc/PID/maps while the
 /// process runs (bpftrace resolves only then, and only so). CLI only; not thread-safe, not
 /// async-signal-safe.
@@ -24,6 +25,8 @@
 typedef struct Dwfl Dwfl;  // (elfutils/libdwfl.h)
 
 namespace uptrace {
+
+struct ModuleSyms;
 
 class UserSymbols {
  public:
@@ -47,7 +50,10 @@ class UserSymbols {
   /// runs that image; nullptr otherwise.
   ::Dwfl* live(Image& img, std::uint32_t layout, std::uint32_t pid);
 
+  bool lookup(::Dwfl* d, std::uint64_t addr, bt::UserSym& out);
+
   std::string dir_;
+  std::map<std::string, std::unique_ptr<struct ModuleSyms>> modules_;  // by path: symbols as bcc's
   std::map<std::uint32_t, std::unique_ptr<Image>> images_;  // by layout (nullptr: no .maps file yet)
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::optional<bt::UserSym>> cache_;
 };
