@@ -16,6 +16,7 @@
  *   st_nofp_mid(0) -> st_leaf             once: st_nofp_mid keeps no frame pointer
  *   code at 0x10000000 (an anonymous page, no symbol) -> st_mid -> st_leaf, 4 times
  *   st_take(f, s): f st_cb once (calls it), 0x1234 twice, bt_add 3 times
+ *   malloc(12345), freed
  * then st_done() and a 2 s sleep (none with a second argument "nosleep") (the process is alive while bpftrace
  * prints what a probe of st_done asks for: it symbolizes only live
  * processes).
@@ -24,6 +25,7 @@
  * (-> st_dl_leaf) from st_dl_call() twice, then st_done() and a 0.3 s sleep. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -76,6 +78,8 @@ NOINLINE FP int st_stacks(int nosleep) {
   st_take(st_cb, take_names[0]);
   for (int i = 0; i < 2; ++i) st_take((void (*)(void))0x1234, take_names[1]);
   for (int i = 0; i < 3; ++i) st_take((void (*)(void))bt_add, take_names[2]);
+  void* volatile block = malloc(12345);  // (a libc function's stack: glibc has no frame pointers, its caller has)
+  free(block);
   st_done();
   struct timespec ts = {nosleep ? 0 : 2, 0};
   nanosleep(&ts, NULL);
