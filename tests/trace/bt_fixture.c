@@ -16,6 +16,7 @@
  *   st_nofp_mid(0) -> st_leaf             once: st_nofp_mid keeps no frame pointer
  *   code at 0x10000000 (an anonymous page, no symbol) -> st_mid -> st_leaf, 4 times
  *   st_take(f, s): f st_cb once (calls it), 0x1234 twice, bt_add 3 times
+ *   a thread: st_thread_main -> st_thread_mid(9) -> st_thread_leaf
  *   malloc(12345), freed
  * then st_done() and a 2 s sleep (none with a second argument "nosleep") (the process is alive while bpftrace
  * prints what a probe of st_done asks for: it symbolizes only live
@@ -25,6 +26,7 @@
  * (-> st_dl_leaf) from st_dl_call() twice, then st_done() and a 0.3 s sleep. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -60,6 +62,16 @@ NOINLINE FP void st_take(void (*f)(void), const char* s) {
 NOINLINE FP void st_done(void) { __asm__ volatile(""); }
 
 static volatile long two = 2;
+
+NOINLINE FP long st_thread_leaf(long x) { __asm__ volatile(""); return x + 1; }
+NOINLINE FP long st_thread_mid(long x) { long r = st_thread_leaf(x); __asm__ volatile(""); return r + 1; }
+NOINLINE FP void* st_thread_main(void* arg) {
+  sink += st_thread_mid(9);
+  struct timespec ts = {0, 200000000};  // (bpftrace resolves a thread's stack only while the thread runs)
+  nanosleep(&ts, NULL);
+  return arg;
+}
+
 static char take_names[3][8] = {"cb", "num", "add"};  // (written below: their page is in memory for str())
 
 NOINLINE FP int st_stacks(int nosleep) {
@@ -78,6 +90,8 @@ NOINLINE FP int st_stacks(int nosleep) {
   st_take(st_cb, take_names[0]);
   for (int i = 0; i < 2; ++i) st_take((void (*)(void))0x1234, take_names[1]);
   for (int i = 0; i < 3; ++i) st_take((void (*)(void))bt_add, take_names[2]);
+  pthread_t t;  // (a thread's stack: glibc's start_thread below it)
+  if (pthread_create(&t, NULL, st_thread_main, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
   void* volatile block = malloc(12345);  // (a libc function's stack: glibc has no frame pointers, its caller has)
   free(block);
   st_done();

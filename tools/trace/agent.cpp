@@ -119,6 +119,8 @@ __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t tls_epoch 
 // covers libuprobe's thread_local destructors at exit() (see ExitDtorGuard).
 __attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
 __attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
+// The thread's stack for ustack (bt::StackBounds: looked up at its first walk).
+__attribute__((tls_model("initial-exec"))) thread_local bt::StackBounds tls_stack;
 
 /// Marks the calling thread as running the agent's own code (nestable).
 struct Scope {
@@ -293,6 +295,7 @@ void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret,
   ctx.ip = regs.ip();  // (ustack: a uretprobe's is the return address, as the kernel's)
   ctx.fp = regs.rbp;
   ctx.layout = g->layout;
+  ctx.stack = &tls_stack;
   ctx.retval = ret ? regs.ret() : 0;
   ctx.start_ns = g->header->bt_start_ns;
   ctx.area = b + g->bt_area;

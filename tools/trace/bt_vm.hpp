@@ -24,6 +24,8 @@
 /// kKeyStackWords (map reads in keys), all checked by the compiler; it
 /// writes the calling thread's own area only.
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/syscall.h>
@@ -247,6 +249,21 @@ struct Program {
   }
 };
 
+/// A thread's stack as ustack reads it without a system call (each is
+/// microseconds): the mapping [lo, hi) that held the stack pointer at the
+/// thread's first walk, when it is certainly the thread's stack up to hi:
+/// the main thread's `[stack]`, or, below the thread's own descriptor
+/// (pthread_self(): glibc puts it at the top of a thread's stack mapping),
+/// a thread's. Memory from the stack pointer up to hi is mapped and
+/// readable while the thread runs, so a frame there is read with a plain
+/// load; any other address with process_vm_readv (never a fault). One per
+/// thread, zero-initialized (the agent's initial-exec TLS: a fork child
+/// keeps its parent's, which its copied stack still matches).
+struct StackBounds {
+  std::uint64_t lo = 0, hi = 0;  ///< hi 0: no such mapping (every frame by process_vm_readv)
+  std::uint64_t known = 0;       ///< 1 once looked up
+};
+
 /// What a hit knows (filled by the caller).
 struct HitContext {
   /// arg0..arg9 (nullptr: all 0): a uprobe's SysV argument registers (arg0..arg5;
@@ -258,6 +275,7 @@ struct HitContext {
   /// address) and frame pointer (rbp) at the probe; ip 0: no stack (the CLI).
   std::uint64_t ip = 0, fp = 0;
   std::uint64_t layout = 0;             ///< the image's layout id (image_word()), 0: the CLI
+  StackBounds* stack = nullptr;         ///< the calling thread's (nullptr: every frame by process_vm_readv)
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
   const char* probe = "";  ///< NUL-terminated
@@ -483,15 +501,81 @@ class Vm {
     out[n++] = c_.ip;
     const long pid = self_pid();
     std::uint64_t fp = c_.fp;
+    // Frames between the stack pointer and the top of the thread's stack: plain loads.
+    std::uint64_t lo = 0, hi = 0;
+    if (c_.stack && c_.sp) {
+      if (!c_.stack->known) find_stack(*c_.stack, c_.sp);
+      if (c_.stack->lo <= c_.sp && c_.sp < c_.stack->hi) lo = c_.sp, hi = c_.stack->hi;
+    }
     while (n < limit) {
       std::uint64_t frame[2];
-      iovec local{frame, sizeof frame}, remote{reinterpret_cast<void*>(fp), sizeof frame};
-      if (syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0) != static_cast<long>(sizeof frame)) break;
+      if (fp >= lo && fp < hi && hi - fp >= sizeof frame && fp % 8 == 0) {
+        frame[0] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp), __ATOMIC_RELAXED);
+        frame[1] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp) + 1, __ATOMIC_RELAXED);
+      } else if (fp < 4096) {
+        break;  // (page 0, never mapped but with vm.mmap_min_addr 0: where chains end, rbp 0 or 1, without a system call)
+      } else {
+        iovec local{frame, sizeof frame}, remote{reinterpret_cast<void*>(fp), sizeof frame};
+        if (syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0) != static_cast<long>(sizeof frame)) break;
+      }
       if (!frame[1]) break;
       out[n++] = frame[1];
       fp = frame[0];
     }
     return n;
+  }
+
+  // Looks up the calling thread's stack (StackBounds) in /proc/self/maps:
+  // the mapping that holds `sp`, if it is `[stack]` (the main thread's),
+  // else up to the thread's descriptor if that is in it above `sp` (a glibc
+  // thread's stack). Async-signal-safe: open, read, close and a parse in a
+  // fixed buffer; once per thread.
+  static void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
+    b.known = 1;
+    const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[1024];
+    char line[160];  // (a longer line is cut: only a short one can be `[stack]`)
+    std::size_t len = 0;
+    bool cut = false, done = false;
+    auto parse = [&]() {  // "START-END PERMS ... [PATH]"
+      std::uint64_t start = 0, end = 0;
+      std::size_t i = 0;
+      auto hex = [&](std::uint64_t& v) {
+        for (; i < len; ++i) {
+          const char c = line[i];
+          const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+          if (d < 0) break;
+          v = v * 16 + static_cast<std::uint64_t>(d);
+        }
+      };
+      hex(start);
+      if (i >= len || line[i] != '-') return;
+      ++i;
+      hex(end);
+      if (!(start <= sp && sp < end)) return;
+      done = true;
+      if (i + 1 >= len || line[i + 1] != 'r') return;
+      if (!cut && len >= 7 && std::memcmp(line + len - 7, "[stack]", 7) == 0) {
+        b.lo = start, b.hi = end;
+        return;
+      }
+      const auto self = static_cast<std::uint64_t>(pthread_self());
+      if (sp < self && self <= end) b.lo = start, b.hi = self;
+    };
+    for (long got; !done && (got = syscall(SYS_read, fd, buf, sizeof buf)) > 0;) {
+      for (long k = 0; k < got && !done; ++k) {
+        if (buf[k] == '\n') {
+          parse();
+          len = 0, cut = false;
+        } else if (len < sizeof line) {
+          line[len++] = buf[k];
+        } else {
+          cut = true;
+        }
+      }
+    }
+    syscall(SYS_close, fd);
   }
 
   // A ustack or usym value (node `ni`, vt kVtStack or kVtUsym) in key words
