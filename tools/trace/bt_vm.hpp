@@ -19,8 +19,10 @@
 /// every thread and process when it prints the maps.
 ///
 /// run_probe() is async-signal-safe: no allocation, no lock, no libc call
-/// but clock_gettime (vDSO), prctl(PR_GET_NAME) and getuid/getpid/gettid
-/// system calls; its recursion is bounded by kMaxDepth, kMaxIfDepth and
+/// but clock_gettime (vDSO), prctl(PR_GET_NAME), getuid/getpid/gettid and
+/// process_vm_readv system calls, pthread_self() (a load of the thread
+/// pointer) and, at a thread's first ustack, openat/read/close of
+/// /proc/self/maps (StackBounds); its recursion is bounded by kMaxDepth, kMaxIfDepth and
 /// kKeyStackWords (map reads in keys), all checked by the compiler; it
 /// writes the calling thread's own area only.
 
@@ -492,9 +494,11 @@ class Vm {
   // (perf_callchain_user(), which bpftrace's ustack is) finds them: the
   // instruction pointer, then for each frame pointer the word above it,
   // following the saved frame pointers, until a read fails, an address is 0
-  // (where bpftrace stops printing) or `limit` frames. Each frame is read
-  // with process_vm_readv: a bad frame pointer ends the walk, never faults.
-  // Async-signal-safe, no allocation. Returns the frames written to `out`.
+  // (where bpftrace stops printing) or `limit` frames. A frame on the
+  // thread's stack above the stack pointer (StackBounds) is read with plain
+  // loads, any other with process_vm_readv: a bad frame pointer ends the
+  // walk, never faults. Async-signal-safe, no allocation. Returns the frames
+  // written to `out`.
   unsigned walk_stack(std::uint64_t* out, unsigned limit) const noexcept {
     unsigned n = 0;
     if (!c_.ip || !limit) return 0;
