@@ -33,7 +33,8 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.ForkChildrenCountFromTheirFirstInstruction trace.Trace.HitsThatCannotBeRecordedAreReported
                      trace.Trace.EveryInitializerAndDestructorCounts trace.Trace.AnotherInitFirstLibraryIsNamed
                      trace.Trace.AgentOwnLibcCallsAreNotCounted trace.Trace.BadInputIsRefusedBeforeTheProgramRuns
-                     trace.Trace.SpecsNamingOneSiteEachCount
+                     trace.Trace.SpecsNamingOneSiteEachCount trace.Trace.EveryLibcFunctionLeavesTheProgramAlive
+                     trace.Trace.TraceDirectoryIsInMemoryUnlessTmpdirIsSet
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
                      trace.Trace.ProbeHitWithSignalsBlocked trace.Trace.XzWorkersBlockEverySignalAndCallInt3ProbedMemcpy
                      trace.Trace.XzWorkersCallPunnedMemcpy

@@ -270,6 +270,10 @@ inline std::uint64_t ret_frame_sp(const RetFrame* f) noexcept {
 /// The breakpoint instruction (int3) and its length.
 inline constexpr std::uint8_t kBreakpoint = 0xCC;
 inline constexpr std::size_t kBreakpointLen = 1;
+/// Length of the signal-return trampoline libc installs as every handler's
+/// sa_restorer (glibc's __restore_rt: `mov $15,%rax`, 7 bytes, then
+/// `syscall`, 2): the bytes a handler's return runs before rt_sigreturn.
+inline constexpr std::size_t kSignalReturnTrampolineLen = 9;
 /// Longest x86 instruction.
 inline constexpr std::size_t kMaxInsnLen = 15;
 /// Size of one XOL slot (relocated instruction + jump back), bytes.
@@ -764,6 +768,18 @@ inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {
 }
 
 }  // namespace uprobe::arch
+
+/// Places a function in the section `uprobe_opt_path`: the code a thread
+/// runs between an optimized-probe stub's call and the stub's return while it
+/// is not inside an RCU read-side section (the stub's C entry, uprobe_opt_hit()
+/// with what it inlines, the read-side section's own entry and exit, the
+/// one-time claim of a thread's counters). The registry reuses a retired stub
+/// only after two observations of every thread, a grace period apart, saw no
+/// thread's instruction pointer in the stub, its slots or this section
+/// (reclaim_retired(), src/attach/sites.cpp; the linker's
+/// __start_uprobe_opt_path/__stop_uprobe_opt_path bound it). src/hit/rcu_read.c
+/// (C) spells the same attribute out.
+#define UPROBE_OPT_PATH_TEXT __attribute__((section("uprobe_opt_path")))
 
 /// The core's callbacks: the functions src/ defines (extern "C", hidden)
 /// that the code under arch/ calls or names. Each is declared here only.

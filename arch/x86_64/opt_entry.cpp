@@ -33,7 +33,7 @@ struct OptCall {
   const uprobe::arch::OptSite* site;
 };
 
-UPROBE_OPT_NO_TSAN void opt_hit_cb(void* p) {
+UPROBE_OPT_PATH_TEXT UPROBE_OPT_NO_TSAN void opt_hit_cb(void* p) {
   const auto* c = static_cast<const OptCall*>(p);
   // The descriptor was written through the XOL alias before the jump here
   // was patched in (sites.cpp, tsan_publish_stub()): tell TSan.
@@ -46,7 +46,7 @@ UPROBE_OPT_NO_TSAN void ret_dispatch_cb(void* f) { uprobe_ret_dispatch(static_ca
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) UPROBE_OPT_NO_TSAN void uprobe_opt_entry(
+extern "C" __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT UPROBE_OPT_NO_TSAN void uprobe_opt_entry(
     std::uint64_t* frame, const uprobe::arch::OptSite* site) {
 #ifdef UPROBE_OPT_TSAN
   OptCall c{frame, site};

@@ -288,7 +288,8 @@ UPROBE_NO_TSAN inline void restore_x87(unsigned p, int depth, const Area& a) noe
 
 }  // namespace
 
-UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept {
+// (In the optimized path's section: a ThreadSanitizer build's stub entry calls it before its read-side section.)
+UPROBE_OPT_PATH_TEXT UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept {
   Area a;
   unsigned p = g_fixed_plan[static_cast<int>(mode) & 3].load(std::memory_order_relaxed);
   if (!p) p = plan_for(mode);

@@ -165,6 +165,25 @@ void release_ref_ctr(const Uprobe* up, Registration* reg, const VmaSnapshot& vma
   reg->ref_ctr_addrs.clear();
 }
 
+/// Retires the per-site memory of `up`, which left the tree (published
+/// without it) and whose sites hold the file's bytes again: reused once no
+/// thread can be inside (reclaim_retired(), after the transaction's grace
+/// period). Per-site memory belongs to a site address, not to a probe: a
+/// site of `up` in a mapping that is no longer the file's (a stale one, when
+/// another file is mapped there now) may share it with a live probe, and
+/// keeps it.
+void retire_sites(const Uprobe* up, const VmaSnapshot& vmas) {
+  const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+  if (!ss) return;
+  for (const Site& s : ss->sites) {
+    const Vma* v = vmas.find(s.addr);
+    if (!v || !v->executable() || v->dev != up->key.dev || v->ino != up->key.ino ||
+        v->pgoff + (s.addr - v->start) != up->key.offset)
+      continue;
+    retire_site_memory(s);
+  }
+}
+
 /// Publishes a new probe table built from the registry's tree.
 void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
@@ -577,6 +596,8 @@ void Transaction::commit_adds() {
   }
   if (!dropped_keys.empty()) {
     publish_probes(r_);
+    for (const Fresh& f : fresh_)
+      if (!f.up->applied) retire_sites(f.up, vmas);  // (dropped: erased above, its bytes restored)
     for (const ProbeKey& k : dropped_keys) refresh_windows_around(r_, k, nullptr, &vmas);
     must_sync_ = true;
   }
@@ -672,6 +693,7 @@ void Transaction::commit_removals() {
   }
   if (!garbage.probes.empty()) {
     publish_probes(r_);
+    for (const Uprobe* up : garbage.probes) retire_sites(up, *vmas);
     // Entry probes whose window held one of the probes gone may be optimized now.
     for (const Uprobe* up : garbage.probes) refresh_windows_around(r_, up->key, nullptr, vmas);
   }

@@ -52,10 +52,12 @@ void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {
 }
 
 void synchronize_and_reclaim(Registry& r) {
+  const std::size_t retired = xol_area().retired_count();  // retired before this grace period began
   uprobe_rcu_synchronize();
   std::vector<std::function<void()>> frees;
   frees.swap(r.deferred);
   for (auto& f : frees) f();
+  reclaim_retired(retired);
 }
 
 const VmaSnapshot* refresh_vmas(Registry& r) {

@@ -3,6 +3,7 @@
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,14 @@
 #include "sanitize.hpp"
 #include "thread_sample.hpp"
 #include "xol.hpp"
+#include "rcu.hpp"
+
+/// The bounds of the optimized path's C code (UPROBE_OPT_PATH_TEXT, arch.hpp),
+/// defined by the linker.
+extern "C" {
+extern const char __start_uprobe_opt_path[] __attribute__((visibility("hidden")));
+extern const char __stop_uprobe_opt_path[] __attribute__((visibility("hidden")));
+}
 
 namespace uprobe::detail {
 
@@ -28,15 +37,18 @@ namespace {
 
 bool g_sync_core = false;
 
+/// Retired blocks from which reclaim_retired() tries at every call.
+constexpr std::size_t kReclaimBatch = 64;
+
 /// Serialises instruction fetch on every core running this process (the
 /// kernel's text_poke_sync()).
 void sync_cores() noexcept {
   arch::raw_syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);  // not libc's syscall()
 }
 
-/// site address -> its stub's OptSite, for every stub ever built (stubs are
-/// kept for the life of the process and reused by their site address, so a
-/// thread still inside one never sees it freed or changed).
+/// site address -> its stub's OptSite (stubs are kept and reused by their
+/// site address until the site's probe is gone: retire_site_memory(); then
+/// reclaim_retired() reuses them only once no thread can be inside).
 /// Its nodes come from pooled chunks (see XolArea's maps).
 std::pmr::unordered_map<std::uint64_t, std::uint64_t>& stubs() {
   static auto* pool = new std::pmr::unsynchronized_pool_resource;
@@ -110,6 +122,51 @@ std::size_t tail_len(const Uprobe* up) noexcept {
 }
 
 }  // namespace
+
+void retire_site_memory(const Site& s) {
+  if (site_is_optimized(s)) return;  // (not restored: the jump still leads there)
+  stubs().erase(s.addr);
+  xol_area().retire_site(s.addr);
+}
+
+void reclaim_retired(std::size_t n) {
+  XolArea& xol = xol_area();
+  n = std::min(n, xol.retired_count());
+  if (n == 0) return;
+  // Not at every detach of a storm: observing running threads costs a
+  // signal round trip each, and the grace period more. With few blocks
+  // retired, at most one attempt per 10 ms.
+  static std::int64_t last_ns = 0;
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::int64_t now = std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  if (n < kReclaimBatch && now - last_ns < 10'000'000) return;
+  last_ns = now;
+  std::vector<AddrRange> ranges;
+  ranges.reserve(2 * n + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [lo, hi] = xol.retired_range(i);
+    ranges.emplace_back(lo - 1, hi);  // threads_outside() counts from the byte after `first`: a thread at `lo` is inside
+    // No address is inside [site, site + 1) (open at its start): the range
+    // only makes a thread in the SIGTRAP handler for the site count as inside
+    // (it may still resume in the site's XOL or window slot).
+    const std::uint64_t site = xol.retired_site(i);
+    ranges.emplace_back(site, site + 1);
+  }
+  ranges.emplace_back(reinterpret_cast<std::uint64_t>(__start_uprobe_opt_path) - 1,
+                      reinterpret_cast<std::uint64_t>(__stop_uprobe_opt_path));
+  unsigned long done = 0;
+  const unsigned long started = uprobe_rcu_registrations(&done);
+  if (started != done) return;  // a thread is becoming a reader: not yet covered by a grace period
+  std::string why;
+  // (Without waiting for a running thread no sample signal observes: the next
+  // detach asks again; this one costs a read of /proc per thread.)
+  if (!threads_outside(ranges, why, nullptr, false)) return;
+  uprobe_rcu_synchronize();
+  if (!threads_outside(ranges, why, nullptr, false)) return;
+  if (uprobe_rcu_registrations(&done) != started) return;
+  xol.free_retired(n);
+}
 
 bool init_core_sync() {
   if (!g_sync_core)

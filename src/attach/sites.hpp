@@ -103,6 +103,35 @@ bool site_is_optimized(const Site& s) noexcept;
 /// Registry mutex held.
 std::uint64_t stub_of(std::uint64_t addr);
 
+/// Retires the per-site memory of `s` (stub, hop, window slot, XOL slot:
+/// XolArea::retire_site()) of a probe that left the tree and whose bytes at
+/// `s.addr` are no jump to them: nothing enters them from here on. Forgets
+/// the stub of the address. Registry mutex held.
+void retire_site_memory(const Site& s);
+
+/// Reuses the `n` oldest retired blocks once no thread can be inside one
+/// (the kernel frees an optimized kprobe's detour buffer after
+/// synchronize_rcu_tasks(); user space has no such primitive). Called right
+/// after a grace period that began after those blocks were retired. The
+/// rule: every other thread observed (threads_outside()) outside the blocks,
+/// outside the section of the optimized path's C code run outside a
+/// read-side section (UPROBE_OPT_PATH_TEXT) and not handling an int3 hit of a
+/// retired site; then one more grace period; then observed so again; and no
+/// thread's first read-side section (its liburcu-bp registration) began or
+/// was under way meanwhile. A thread inside a block's dynamic extent is
+/// either in those ranges (the stub's own code, a hop, a slot, the C entry)
+/// or inside a read-side section (its consumers: a thread parked in a
+/// consumer blocked in a system call is one); the grace period waits for the
+/// latter to leave its section, after which it is in the ranges until it is
+/// out, so the second observation sees it. Nothing enters a retired block any
+/// more, so nothing can be inside one afterwards. When an observation fails
+/// (a thread inside, or one that cannot be observed: see threads_outside())
+/// the blocks stay retired, for the next call. Fewer than 64 blocks are
+/// tried at most once per 10 ms (a storm of detaches). Registry mutex held. Not seen
+/// (as by threads_outside()): a context a signal handler interrupted inside
+/// a block or the C entry while the handler runs on.
+void reclaim_retired(std::size_t n);
+
 /// Registers for membarrier(SYNC_CORE) once; false when unavailable.
 bool init_core_sync();
 

@@ -168,7 +168,7 @@ long now_ns() {
 bool sample_running(const std::vector<long>& running, const std::vector<AddrRange>& ranges, std::string& why,
                     std::uint64_t* culprit);
 
-bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit) {
+bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit, bool wait) {
   why.clear();
   if (culprit) *culprit = 0;
   if (ranges.empty()) return true;
@@ -211,6 +211,10 @@ bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std
           break;
         }
         no_sample = true;  // it would never answer: poll it as without a sample signal
+      }
+      if (no_sample && !wait) {
+        why = "thread " + std::to_string(tid) + " is running, and no sample signal (Config::sample_signal) observes it";
+        return false;
       }
       if (no_sample && (now_ns() >= start + kTimeoutNs || (tid == busy_tid && start < busy_until))) {
         if (tid != busy_tid || start >= busy_until) {

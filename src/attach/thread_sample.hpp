@@ -39,7 +39,11 @@ using AddrRange = std::pair<std::uint64_t, std::uint64_t>;
 /// When the answer is false because a thread was seen at a known address
 /// inside one of the ranges, `*culprit` (if given) is that address (else 0):
 /// the caller may drop the ranges holding it and ask again for the others.
-bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit = nullptr);
+/// `wait` false: a running thread that no sample signal can observe gives
+/// false at once (not polled for 2 ms, not marked busy for the next calls):
+/// for a caller that asks again later anyway, at no cost to the window checks.
+bool threads_outside(const std::vector<AddrRange>& ranges, std::string& why, std::uint64_t* culprit = nullptr,
+                     bool wait = true);
 
 /// Config::sample_signal: 0, or a real-time signal libuprobe then owns.
 /// @throws std::invalid_argument (not 0 or SIGRTMIN..SIGRTMAX; the signal has

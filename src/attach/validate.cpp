@@ -23,6 +23,7 @@
 #include "vma.hpp"
 #include "format.hpp"
 #include "hot.hpp"
+#include "signals.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -705,12 +706,43 @@ const std::vector<Anchor>& anchors() {
   return out;
 }
 
+/// Refuses the bytes of the signal-return trampoline (glibc's __restore_rt,
+/// the sa_restorer of libuprobe's SIGTRAP handler): every handler returns
+/// through it, ours included, so a breakpoint there is hit by the return of
+/// its own SIGTRAP handler, without end (the stack overflows); a jump there
+/// would count every signal's return. A local symbol of size 0 in the debug
+/// file: no function bounds hold it, so check_not_trap_path_libc() cannot.
+void check_not_signal_return(const Target& t, std::uint64_t offset) {
+  const std::uint64_t restorer = signal_return_trampoline();
+  if (!restorer) return;
+  struct Where {
+    std::uint64_t address = 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::uint64_t offset = 0;
+  };
+  static Where where;  // (registry mutex held: computed once per address)
+  if (where.address != restorer) {
+    VmaSnapshot maps(read_proc_maps());
+    const Vma* v = maps.find(restorer);
+    if (!v || !v->ino) return;
+    where = {restorer, v->dev, v->ino, v->pgoff + (restorer - v->start)};
+  }
+  if (where.dev != t.st.st_dev || where.ino != t.st.st_ino) return;
+  if (offset < where.offset || offset - where.offset >= arch::kSignalReturnTrampolineLen) return;
+  throw Error(Errc::forbidden_target, t.path, offset,
+              "inside the signal-return trampoline at file offset " + hex_str(where.offset) +
+                  " (libc's sa_restorer, glibc's __restore_rt): every signal handler returns through it, "
+                  "libuprobe's SIGTRAP handler too, so a probe there would recurse");
+}
+
 }  // namespace
 
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
   // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
   check_not_trap_path_libc(t, offset);
+  check_not_signal_return(t, offset);
   for (const Anchor& a : anchors()) {
     if (a.dev != t.st.st_dev || a.ino != t.st.st_ino) continue;
     if (a.in_exe) {

@@ -16,6 +16,9 @@ namespace {
 
 constexpr std::size_t kRegionSize = 64 * 1024;
 constexpr std::uint64_t kReach = 1ull << 30;  // keep slots within 1 GiB of what they address
+/// code_by_site_'s values: the block's address below bit 48, its size above.
+constexpr std::uint64_t kAddrMask = (1ull << 48) - 1;
+constexpr std::uint64_t block(std::uint64_t addr, std::size_t size) { return addr | std::uint64_t{size} << 48; }
 #ifndef MFD_EXEC
 constexpr unsigned kMfdExec = 0x10;
 #else
@@ -52,10 +55,44 @@ XolArea& xol_area() {
   return *a;
 }
 
+std::uint64_t XolArea::take(Region& r, std::size_t size) noexcept {
+  for (auto& [sz, offs] : r.free)
+    if (sz == size && !offs.empty()) {
+      const std::uint64_t a = r.base + offs.back();
+      offs.pop_back();
+      r.live += size;
+      return a;
+    }
+  if (r.used + size > r.size) return 0;
+  const std::uint64_t a = r.base + r.used;
+  r.used += size;
+  r.live += size;
+  return a;
+}
+
+void XolArea::give_back(Region& r, std::uint64_t addr, std::size_t size) {
+  r.live -= size;
+  if (r.live == 0) {  // nothing in use: the region starts over, unfragmented
+    r.used = 0;
+    r.free.clear();
+    return;
+  }
+  const auto off = static_cast<std::uint32_t>(addr - r.base);
+  for (auto& [sz, offs] : r.free)
+    if (sz == size) return offs.push_back(off);
+  r.free.push_back({static_cast<std::uint32_t>(size), {off}});
+}
+
 XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas,
                                       std::string& why) {
+  auto has_room = [&](const Region& r) {
+    if (r.used + need <= r.size) return true;
+    for (const auto& [sz, offs] : r.free)
+      if (sz == need && !offs.empty()) return true;
+    return false;
+  };
   for (Region& r : regions_)
-    if (r.hop_used.empty() && r.used + need <= r.size && distance(r.base, anchor) < kReach &&
+    if (r.hop_used.empty() && has_room(r) && distance(r.base, anchor) < kReach &&
         distance(r.base + r.size, anchor) < kReach)
       return &r;
 
@@ -107,7 +144,8 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
       ::munmap(p, kRegionSize);
       continue;
     }
-    regions_.push_back(Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}});
+    regions_.push_back(
+        Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}});
     return &regions_.back();
   }
   ::close(fd);
@@ -199,11 +237,12 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   std::uint64_t anchor = insn.rip_relative ? arch::rip_target(insn, site) : site;
   Region* r = region_near(anchor, arch::kXolSlotSize, vmas, why);
   if (!r) return 0;
-  slot = r->base + r->used;
+  slot = take(*r, arch::kXolSlotSize);
   std::size_t n = arch::build_xol(insn, site, slot, code, why);
-  if (n == 0) return 0;
-  if (!write(*r, slot, code, n, why)) return 0;
-  r->used += arch::kXolSlotSize;
+  if (n == 0 || !write(*r, slot, code, n, why)) {
+    give_back(*r, slot, arch::kXolSlotSize);  // never run: free at once
+    return 0;
+  }
   by_site_[site] = slot;
   return slot;
 }
@@ -232,10 +271,11 @@ std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWind
 std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len,
                               std::string& why) {
   const std::uint64_t key = site | (3ull << 62);  // apart from stubs and window slots
-  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second;
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second & kAddrMask;
   auto take = [&](Region& r, std::uint64_t a) {
     for (std::size_t i = 0; i < len; ++i) r.hop_used[a - r.base + i] = true;
-    code_by_site_[key] = a;
+    r.live += len;
+    code_by_site_[key] = block(a, len);
     return a;
   };
   auto fits = [&](const Region& r, std::uint64_t a) {
@@ -268,7 +308,7 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
       continue;
     }
     Region r{p, static_cast<std::size_t>(page), static_cast<std::size_t>(page), fd, ::getpid(),
-             g_fork_gen.load(std::memory_order_relaxed), {}};
+             g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}};
     r.hop_used.assign(static_cast<std::size_t>(page), false);
     regions_.push_back(std::move(r));
     return take(regions_.back(), a);
@@ -289,14 +329,56 @@ std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std
                                   std::string& why, std::uint64_t key) {
   if (key == 0) key = site;
   auto it = code_by_site_.find(key);
-  if (it != code_by_site_.end()) return it->second;
+  if (it != code_by_site_.end()) return it->second & kAddrMask;
   size = (size + 63) & ~std::size_t{63};
   Region* r = region_near(site, size, vmas, why);
   if (!r) return 0;
-  std::uint64_t addr = r->base + r->used;
-  r->used += size;
-  code_by_site_[key] = addr;
+  const std::uint64_t addr = take(*r, size);
+  code_by_site_[key] = block(addr, size);
   return addr;
+}
+
+void XolArea::retire_site(std::uint64_t site) {
+  if (auto it = by_site_.find(site); it != by_site_.end()) {
+    retired_.push_back(Retired{it->second, static_cast<std::uint32_t>(arch::kXolSlotSize), false, site});
+    by_site_.erase(it);
+  }
+  // The stub, the window slot and the hop (keys as in code_near(), window_slot_for(), hop_in()).
+  const std::uint64_t keys[] = {site, site | (1ull << 63), site | (3ull << 62)};
+  for (const std::uint64_t key : keys) {
+    auto it = code_by_site_.find(key);
+    if (it == code_by_site_.end()) continue;
+    retired_.push_back(Retired{it->second & kAddrMask, static_cast<std::uint32_t>(it->second >> 48),
+                               key == (site | (3ull << 62)), site});
+    code_by_site_.erase(it);
+  }
+}
+
+void XolArea::free_retired(std::size_t n) noexcept {
+  n = std::min(n, retired_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const Retired& b = retired_[i];
+    Region* r = region_of(b.addr);
+    if (!r) continue;
+    if (!b.hop) {
+      give_back(*r, b.addr, b.size);
+      continue;
+    }
+    for (std::size_t k = 0; k < b.size; ++k) r->hop_used[b.addr - r->base + k] = false;
+    r->live -= b.size;
+    if (r->live != 0) continue;
+    // A page of hops with none left: unmapped (its alias too, in a batch),
+    // so that mappings do not grow with the number of sites ever probed.
+    auto a = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& x) { return x.base == r->base; });
+    if (a != aliases_.end()) {
+      ::munmap(a->rw, r->size);
+      aliases_.erase(a);
+    }
+    ::munmap(reinterpret_cast<void*>(r->base), r->size);
+    ::close(r->fd);
+    regions_.erase(regions_.begin() + (r - regions_.data()));
+  }
+  retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 bool XolArea::write_code(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why) {

@@ -8,8 +8,11 @@
 // the same time. Regions live within reach of the code they serve (rip-
 // relative operands keep a disp32) and are memfd pages mapped R-X; they are
 // written only through a short-lived RW alias of the same pages, never RWX.
-// A slot stays assigned to its site address for the life of the process, so a
-// thread preempted inside a slot never sees it change under it.
+// A slot stays assigned to its site address until the site is retired
+// (retire_site(): its probe is gone and its text restored); retired memory is
+// reused only after free_retired(), which the registry calls once no thread
+// can be inside (reclaim_retired() in sites.cpp), so a thread preempted
+// inside a slot never sees it change under it.
 
 #include <sys/types.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <string>
 #include <memory_resource>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "arch.hpp"
@@ -56,6 +60,30 @@ class XolArea {
   /// Registry mutex held.
   std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
 
+  /// Takes the memory of the probe site at `site` out of use: its XOL slot,
+  /// window slot, stub and punned jump's hop (those it has) are no longer
+  /// returned for `site` and join the retired list, in retirement order.
+  /// Call only when no thread can enter them any more: the site's own bytes
+  /// are back and every core serialised, and no published probe names them.
+  /// Registry mutex held.
+  void retire_site(std::uint64_t site);
+
+  /// The retired blocks, oldest first (retire_site() order), each as the
+  /// range [start, end) of its bytes. Registry mutex held.
+  std::size_t retired_count() const noexcept { return retired_.size(); }
+  std::pair<std::uint64_t, std::uint64_t> retired_range(std::size_t i) const noexcept {
+    return {retired_[i].addr, retired_[i].addr + retired_[i].size};
+  }
+  /// The site address the i-th retired block served.
+  std::uint64_t retired_site(std::size_t i) const noexcept { return retired_[i].site; }
+
+  /// Reuses the `n` oldest retired blocks: slots and stubs go to their
+  /// region's free list (a region with nothing left in use starts over
+  /// empty), hop bytes are free again and a page of hops with none left is
+  /// unmapped. Only once no thread can be inside any of them (the caller's
+  /// proof). Registry mutex held.
+  void free_retired(std::size_t n) noexcept;
+
   /// In a fork child: gives the child its own copy of every region, so that
   /// neither process's later writes reach the other's slots and stubs.
   void privatize_all() noexcept;
@@ -84,7 +112,25 @@ class XolArea {
     /// A page of hops (hop_in()): bytes taken one by one, never handed out
     /// by code_near(); empty for the other regions.
     std::vector<bool> hop_used;
+    /// Bytes in use: hop bytes in a page of hops, else slot and stub bytes
+    /// below `used` not on a free list.
+    std::size_t live = 0;
+    /// Freed blocks below `used`, by size (offsets from base), for code_near()
+    /// and slot_for() to reuse before they bump `used`.
+    std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> free;
   };
+  /// Takes a block of `size` bytes in `r` (a freed one first), 0 if none.
+  std::uint64_t take(Region& r, std::size_t size) noexcept;
+  /// Gives back a block taken by take().
+  void give_back(Region& r, std::uint64_t addr, std::size_t size);
+  /// A retired block: slot or stub bytes of a region, or a hop's bytes.
+  struct Retired {
+    std::uint64_t addr;
+    std::uint32_t size;
+    bool hop;
+    std::uint64_t site;
+  };
+  std::vector<Retired> retired_;
   Region* region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas, std::string& why);
   bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
   bool privatize(Region& r, std::string& why);
@@ -104,6 +150,7 @@ class XolArea {
   /// libc probed each malloc() may itself be a probe hit.
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::unordered_map<std::uint64_t, std::uint64_t> by_site_{&pool_};
+  /// key -> block: the address in the low 48 bits, its size (bytes) above.
   std::pmr::unordered_map<std::uint64_t, std::uint64_t> code_by_site_{&pool_};
 };
 

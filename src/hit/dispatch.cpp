@@ -216,7 +216,7 @@ namespace {
 /// may reach a site with such an rsp, and the stub's frame inherits it. A
 /// misaligned Regs is undefined behaviour (UBSan's alignment check), in the
 /// consumers' handlers too: they get an aligned copy, written back after.
-__attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
+UPROBE_OPT_PATH_TEXT __attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
                                                         const uprobe::arch::OptSite* site) noexcept {
   using namespace uprobe;
   Regs regs;
@@ -229,7 +229,7 @@ __attribute__((noinline, cold)) void opt_hit_misaligned(std::uint64_t* frame,
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void uprobe_opt_hit(std::uint64_t* frame,
+extern "C" __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_opt_hit(std::uint64_t* frame,
                                                                      const uprobe::arch::OptSite* site) noexcept {
   using namespace uprobe;
   static_assert(sizeof(Regs) == 18 * 8);

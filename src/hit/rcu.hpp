@@ -19,6 +19,9 @@ void uprobe_rcu_read_lock(void);
 /// urcu_bp_register_thread() for a thread not yet a reader, marked as a
 /// registration (hits inside it skip their sections: see rcu_read.c).
 void uprobe_rcu_register_thread(void);
+/// How many first read-side sections of a thread (its registration with
+/// liburcu-bp) have begun (returned) and finished (`*done`). Any thread.
+unsigned long uprobe_rcu_registrations(unsigned long* done);
 /// urcu_bp_read_unlock(), inlined. Async-signal-safe.
 void uprobe_rcu_read_unlock(void);
 /// urcu_bp_synchronize_rcu(): waits for a grace period (writers; not in a

@@ -49,20 +49,38 @@ __attribute__((visibility("hidden"))) void uprobe_rcu_register_thread(void) {
   uprobe_rcu_was_reader = 1;
 }
 
-__attribute__((visibility("hidden"))) void uprobe_rcu_read_lock(void) {
+/* Registrations inside a read-side section's entry, begun and finished: a
+ * thread registering is not a reader yet, and a grace period does not wait
+ * for it (reclaim_retired() in src/attach/sites.cpp watches these). */
+static unsigned long uprobe_rcu_reg_started, uprobe_rcu_reg_done;
+
+__attribute__((visibility("hidden"))) unsigned long uprobe_rcu_registrations(unsigned long* done) {
+  const unsigned long started = __atomic_load_n(&uprobe_rcu_reg_started, __ATOMIC_SEQ_CST);
+  *done = __atomic_load_n(&uprobe_rcu_reg_done, __ATOMIC_SEQ_CST);
+  return started;
+}
+
+/* The entry and exit of a read-side section are in the optimized path's
+ * section (UPROBE_OPT_PATH_TEXT in arch/x86_64/arch.hpp): before its
+ * increment and after its decrement a thread is no reader. */
+#define UPROBE_OPT_PATH_TEXT __attribute__((section("uprobe_opt_path")))
+
+__attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_lock(void) {
   if (caa_unlikely(!URCU_TLS(urcu_bp_reader))) {
     if (uprobe_rcu_registering || uprobe_rcu_was_reader) {
       ++uprobe_rcu_skipped;
       return;
     }
     uprobe_rcu_registering = 1;
+    __atomic_fetch_add(&uprobe_rcu_reg_started, 1, __ATOMIC_SEQ_CST);
     urcu_bp_register();
+    __atomic_fetch_add(&uprobe_rcu_reg_done, 1, __ATOMIC_SEQ_CST);
     uprobe_rcu_registering = 0;
     uprobe_rcu_was_reader = 1;
   }
   urcu_bp_read_lock();
 }
-__attribute__((visibility("hidden"))) void uprobe_rcu_read_unlock(void) {
+__attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_unlock(void) {
   if (caa_unlikely(uprobe_rcu_skipped != 0)) {
     --uprobe_rcu_skipped;
     return;

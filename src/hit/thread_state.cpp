@@ -21,7 +21,7 @@ StatBlock g_overflow;  // shared by threads beyond the pool (counts stay right, 
 std::atomic<unsigned> g_next_block{0};
 }  // namespace
 
-StatBlock& claim_stat_block() noexcept {
+UPROBE_OPT_PATH_TEXT StatBlock& claim_stat_block() noexcept {  // (called before the stub's read-side section)
   ThreadState& ts = t_state;
   if (ts.stats) return *ts.stats;
   unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);

@@ -42,6 +42,7 @@ namespace uprobe::detail {
 namespace {
 
 std::atomic<bool> g_installed{false};
+std::atomic<std::uint64_t> g_restorer{0};  // signal_return_trampoline()
 // The program's SIGTRAP action, double-buffered so the trap path reads a
 // complete copy without a lock: writers fill the spare slot, then flip.
 struct sigaction g_program[2];
@@ -75,11 +76,16 @@ void install_trap_handler(SignalMask mask) {
   sigemptyset(&sa.sa_mask);
   struct sigaction old;
   real_sigaction(SIGTRAP, &sa, &old);
+  struct sigaction now;
+  if (real_sigaction(SIGTRAP, nullptr, &now) == 0)
+    g_restorer.store(reinterpret_cast<std::uint64_t>(now.sa_restorer), std::memory_order_release);
   if (!g_installed.load(std::memory_order_relaxed)) {
     set_program_action(old);
     g_installed.store(true, std::memory_order_release);
   }
 }
+
+std::uint64_t signal_return_trampoline() noexcept { return g_restorer.load(std::memory_order_acquire); }
 
 bool program_handles_sigtrap() noexcept {
   const struct sigaction pa = program_action();

@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <cstdint>
+
 #include "services.hpp"
 #include "uprobe/lab.hpp"
 
@@ -14,6 +16,15 @@ namespace uprobe::detail {
 /// Installs (or re-installs, after a configure()) the SIGTRAP handler with the
 /// configured SignalMask. Defined in signals.cpp.
 void install_trap_handler(SignalMask mask);
+
+/// Where the handler libuprobe installed for SIGTRAP returns through: the
+/// sa_restorer libc set for it (glibc's __restore_rt, whose rt_sigreturn
+/// system call ends every signal handler), as an address in this process; 0
+/// before install_trap_handler() or when libc set none. A probe on those
+/// bytes would be hit by the return of its own SIGTRAP handler and recurse
+/// without end (validate.cpp refuses it). Any thread; async-signal-safe (an
+/// atomic load).
+std::uint64_t signal_return_trampoline() noexcept;
 
 /// In a fork() child: forgets the other threads' hold on sigaction()'s
 /// per-signal locks (signals.cpp).

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -428,6 +429,61 @@ TEST_P(Signals, ProgramSigtrapHandlerResetHand) {
   EXPECT_EQ(r.v[2], 10u);
   EXPECT_EQ(r.v[3], 1u) << "the program's handler ran once";
   EXPECT_EQ(r.v[4], 1u) << "SA_RESETHAND left SIG_DFL";
+}
+
+// -------------------------------------------- the signal-return trampoline ----
+
+std::atomic<int> g_restorer_calls{0};
+void on_restorer_signal(int) { g_restorer_calls.fetch_add(1); }
+
+/// glibc's __restore_rt (every handler's sa_restorer, a size-0 local symbol of
+/// the debug file: `uprobe:libc:*` with libc6-dbg named it) is refused at both
+/// of its instructions: libuprobe's own SIGTRAP handler returns through it,
+/// so an int3 there recursed until the stack overflowed (every program under
+/// `uprobe-trace -e 'uprobe:libc:*'` died of SIGSEGV at its first trap). The
+/// bytes stay as they were and signals keep working.
+TEST_P(Signals, SignalReturnTrampolineIsRefused) {
+  // Some probe first: libuprobe's SIGTRAP handler is installed.
+  Counter add;
+  uprobe::Attachment a(vaddr(lf_add), add);
+  EXPECT_EQ(lf_add(1, 2), 3u);
+  EXPECT_EQ(add.hits.load(), 1u);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_restorer_signal;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR2, &sa, nullptr), 0);
+  // The kernel's record of it (a sanitizer's sigaction() would answer from a
+  // table of its own): struct k_sigaction's handler, flags, restorer, mask.
+  struct {
+    void* handler;
+    unsigned long flags;
+    void* restorer;
+    std::uint64_t mask;
+  } kact{};
+  ASSERT_EQ(::syscall(SYS_rt_sigaction, SIGUSR2, nullptr, &kact, 8), 0);
+  const auto* restorer = static_cast<const std::uint8_t*>(kact.restorer);
+  ASSERT_NE(restorer, nullptr);
+  // mov $15,%rax; syscall (rt_sigreturn)
+  const std::uint8_t want[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+  ASSERT_EQ(std::memcmp(restorer, want, sizeof want), 0);
+  for (std::size_t off : {std::size_t{0}, std::size_t{7}}) {
+    Counter c;
+    try {
+      uprobe::register_uprobe(restorer + off, c);
+      ADD_FAILURE() << "a probe at __restore_rt+" << off << " was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), uprobe::Errc::forbidden_target) << e.what();
+      EXPECT_NE(std::string(e.what()).find("signal-return trampoline"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(std::memcmp(restorer, want, sizeof want), 0) << "the refusals changed no byte";
+  for (int i = 0; i < 5; ++i) ::raise(SIGUSR2);
+  EXPECT_EQ(g_restorer_calls.load(), 5);
+  EXPECT_EQ(lf_add(2, 2), 4u);
+  EXPECT_EQ(add.hits.load(), 2u);
+  sa.sa_handler = SIG_DFL;
+  ::sigaction(SIGUSR2, &sa, nullptr);
 }
 
 }  // namespace

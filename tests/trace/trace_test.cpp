@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -263,6 +265,25 @@ TEST(Trace, MallocCountIsExactWithoutOtherProbes) {
   }
 }
 
+/// Every function of libc (with libc6-dbg: its local symbols too, glibc's
+/// signal-return trampoline __restore_rt among them, which libuprobe
+/// refuses: its own SIGTRAP handler returns through it, and a probe there
+/// recursed until the program died of SIGSEGV at its first trap). The
+/// program runs as without the tracer; malloc counts exactly its calls.
+TEST(Trace, EveryLibcFunctionLeavesTheProgramAlive) {
+  const long m = 300;
+  Result plain = run({kFixture, "basic", "0", std::to_string(m)});
+  ASSERT_EQ(plain.status, 0);
+  Result r = trace({"uprobe:libc:*"}, {kFixture, "basic", "0", std::to_string(m)});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out);
+  auto h = hits(r.report);
+  const std::string k = libc_key(h, "uprobe", "malloc");
+  ASSERT_FALSE(k.empty()) << dump(r);
+  EXPECT_EQ(h[k], m) << dump(r);
+  EXPECT_EQ(libc_key(h, "uprobe", "__restore_rt"), "") << dump(r);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
@@ -483,6 +504,28 @@ TEST(Trace, ForkChildrenCountFromTheirFirstInstruction) {
 // A thread of a process that can open no file cannot make its block in the
 // counts file: its hits are not recorded, and uprobe-trace says exactly how
 // many (text and json); the other threads' still count.
+/// The trace's directory (counts file, records) is memory-backed by default
+/// (/dev/shm when it is a writable tmpfs: no journal on the paths a traced
+/// process's start and its first writes take), under $TMPDIR when that is
+/// set, and gone after the run either way.
+TEST(Trace, TraceDirectoryIsInMemoryUnlessTmpdirIsSet) {
+  struct statfs fs;
+  const bool shm = ::statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC && ::access("/dev/shm", W_OK | X_OK) == 0;
+  TempDir mine;
+  for (const auto& [env, base] : std::vector<std::pair<std::string, std::string>>{
+           {"TMPDIR", shm ? "/dev/shm" : "/tmp"}, {"TMPDIR=" + mine.path(), mine.path()}}) {
+    Result r = trace({"uprobe:libc:malloc"}, {"/usr/bin/env"}, {}, {env});
+    ASSERT_EQ(r.status, 0) << dump(r);
+    const std::string key = "\nUPROBE_TRACE_OUT=";
+    const std::size_t at = ("\n" + r.out).find(key);
+    ASSERT_NE(at, std::string::npos) << dump(r);
+    const std::string rest = r.out.substr(at + key.size() - 1);
+    const std::string dir = rest.substr(0, rest.find('\n'));
+    EXPECT_EQ(dir.rfind(base + "/uprobe-trace.", 0), 0u) << env << ": " << dir;
+    EXPECT_NE(::access(dir.c_str(), F_OK), 0) << dir << " is left behind";
+  }
+}
+
 TEST(Trace, HitsThatCannotBeRecordedAreReported) {
   Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "nofd", "25"});
   ASSERT_EQ(r.status, 0) << dump(r);

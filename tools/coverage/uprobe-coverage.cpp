@@ -204,6 +204,19 @@ bool map_object(const std::string& path, std::uint64_t& base, std::string& why) 
   return true;
 }
 
+/// The lines of /proc/self/maps (the process's mappings), and how many of
+/// them are libuprobe's XOL memory (slots, stubs, hops: memfd "libuprobe-xol").
+std::pair<std::size_t, std::size_t> mapping_counts() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::size_t all = 0, xol = 0;
+  while (std::getline(maps, line)) {
+    ++all;
+    xol += line.find("libuprobe-xol") != std::string::npos;
+  }
+  return {all, xol};
+}
+
 /// --every-instruction (attached): every instruction start of `path`, in
 /// rounds (see the file comment); prints the tactics, the reasons, whether
 /// the text is the file's again, and the trap-free line last.
@@ -221,10 +234,11 @@ int every_instruction_attached(const std::string& path, bool verbose) {
       return 2;
     }
   }
-  // Round k takes instructions k, k + kRounds, k + 2 kRounds, ... of every
-  // function: sites of one round are at least kRounds bytes apart (an
-  // instruction is at least a byte), past any window (at most 19 bytes) or
-  // kept punned bytes (4), so no probe of a round changes another's plan.
+  // Round k takes instruction starts k, k + kRounds, k + 2 kRounds, ... of
+  // the file (numbered below): sites of one round are at least kRounds bytes
+  // apart (an instruction is at least a byte), past any window (at most 19
+  // bytes) or kept punned bytes (4), so no probe of a round changes
+  // another's plan.
   constexpr std::size_t kRounds = 32;
   const std::size_t rounds = kRounds;
   Count c;
@@ -251,10 +265,18 @@ int every_instruction_attached(const std::string& path, bool verbose) {
     requests.clear();
     names.clear();
   };
+  // Instruction starts are numbered across the whole file, in the order of
+  // fns (by address): the last instruction of a function and the entry of
+  // the next one fall in different rounds, as do any two starts fewer than
+  // kRounds apart (a per-function count put them in one round, where each
+  // saw the other inside the bytes its jump would displace).
+  std::vector<std::size_t> first_index(fns.size(), 0);
+  for (std::size_t j = 1; j < fns.size(); ++j) first_index[j] = first_index[j - 1] + fns[j - 1].starts.size();
   long done = 0;
   for (std::size_t k = 0; k < rounds; ++k) {
-    for (const uprobe::FunctionSites& f : fns) {
-      for (std::size_t i = k; i < f.starts.size(); i += kRounds) {
+    for (std::size_t j = 0; j < fns.size(); ++j) {
+      const uprobe::FunctionSites& f = fns[j];
+      for (std::size_t i = (k + kRounds - first_index[j] % kRounds) % kRounds; i < f.starts.size(); i += kRounds) {
         requests.push_back(uprobe::ProbeRequest::at(path, f.offset + f.starts[i], c));
         names.push_back((f.name.empty() ? "fde@" + std::to_string(f.offset) : f.name) + "+" +
                         std::to_string(f.starts[i]));
@@ -263,7 +285,12 @@ int every_instruction_attached(const std::string& path, bool verbose) {
     }
     done += static_cast<long>(requests.size());
     flush();  // a round's probes are gone before the next round's come
-    if (verbose) std::fprintf(stderr, "uprobe-coverage: round %zu of %zu: %ld sites so far\n", k + 1, rounds, done);
+    if (verbose) {
+      const auto [maps, xol] = mapping_counts();
+      std::fprintf(stderr, "uprobe-coverage: round %zu of %zu: %ld sites so far, %.1f s, %zu mappings (%zu of XOL memory)\n",
+                   k + 1, rounds, done, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   maps, xol);
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
   // The text is the file's again, every byte of every executable segment.

@@ -142,6 +142,17 @@ bool extend(int fd, off_t end) noexcept {
   return pwrite(fd, &zero, 1, end - 1) == 1;
 }
 
+/// Reserves the storage of the counts file's page that holds header byte
+/// `at` before this process first writes there (the header's tables are
+/// sparse): on a full filesystem the write would be a SIGBUS in the program.
+/// False when the filesystem has no room; true when it cannot reserve
+/// (EOPNOTSUPP: as before, a write allocates). Async-signal-safe.
+bool reserve_header_page(int fd, const void* at) noexcept {
+  const auto off = static_cast<off_t>(reinterpret_cast<const char*>(at) - reinterpret_cast<const char*>(g->header));
+  const off_t page = off & ~static_cast<off_t>(counts::kPage - 1);
+  return fallocate(fd, 0, page, static_cast<off_t>(counts::kPage)) == 0 || errno == EOPNOTSUPP || errno == ENOSYS;
+}
+
 /// A new block, its header written; nullptr when none can be made.
 /// Async-signal-safe (open, fallocate, mmap, close, atomics).
 std::uint64_t* alloc_block(std::int64_t tid, bool shared) noexcept {
@@ -156,7 +167,12 @@ std::uint64_t* alloc_block(std::int64_t tid, bool shared) noexcept {
     if (fd < 0) return nullptr;
     const off_t off = static_cast<off_t>(first * counts::kPage), len = static_cast<off_t>(g->block_bytes);
     // Storage is reserved now: a write to a hole of a full filesystem through
-    // a shared mapping would be a SIGBUS in the program.
+    // a shared mapping would be a SIGBUS in the program (the block's pages,
+    // and the header page of its slot word).
+    if (!reserve_header_page(fd, &g->header->slots[slot])) {
+      close(fd);
+      return nullptr;
+    }
     if (fallocate(fd, 0, off, len) == 0 || ((errno == EOPNOTSUPP || errno == ENOSYS) && extend(fd, off + len)))
       m = mmap(nullptr, g->block_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
     close(fd);
@@ -181,6 +197,11 @@ void register_process(pid_t pid, pid_t ppid) noexcept {
   const std::uint64_t i = g->header->nprocs.fetch_add(1, std::memory_order_relaxed);
   if (i >= counts::kMaxProcs) return;  // the CLI still finds its blocks
   counts::Proc& p = g->header->procs[i];
+  const int fd = open(g->path, O_RDWR | O_CLOEXEC);
+  const bool room = fd >= 0 && reserve_header_page(fd, &p) &&
+                    reserve_header_page(fd, reinterpret_cast<const char*>(&p) + sizeof p - 1);
+  if (fd >= 0) close(fd);
+  if (!room) return;  // (unlisted: the CLI still finds its blocks)
   p.pid = pid, p.ppid = ppid, p.layout = g->layout;
   p.ready.store(1, std::memory_order_release);
 }
