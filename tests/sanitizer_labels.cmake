@@ -47,6 +47,8 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.IncrementsFromEveryThreadAddUp trace.Bpftrace.ListingIsBpftraces
                      trace.Bpftrace.CtrlCEndsTheProgramAndPrintsTheMaps
                      trace.Bpftrace.LostEventsAreCountedInTheOutput
+                     trace.Bpftrace.UstackOfSeveralProcessesSymbolizedWithTheirOwnModules
+                     trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()

@@ -223,6 +223,7 @@ std::uint64_t XolArea::slot_for(std::uint64_t site, const arch::Insn& insn, cons
   std::uint64_t slot = 0;
   std::uint8_t code[arch::kXolSlotSize];
   auto it = by_site_.find(site);
+  if (it == by_site_.end() && unretire(site, true)) it = by_site_.find(site);
   if (it != by_site_.end()) {
     slot = it->second;
     std::size_t n = arch::build_xol(insn, site, slot, code, why);
@@ -271,14 +272,18 @@ std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWind
 std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len,
                               std::string& why) {
   const std::uint64_t key = site | (3ull << 62);  // apart from stubs and window slots
-  // The site's hop when it lies in the range asked (a padded jump, E9Patch's
-  // T1, asks for another range than the unpadded one: a hop of one form is no
-  // hop of another). One outside it is no site's jump target (a site keeps
-  // its form while it has one: compute_sites()): retired as at detach.
-  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) {
-    const std::uint64_t cached = it->second & kAddrMask;
-    if (cached >= lo && cached < hi) return cached;
-    retired_.push_back(Retired{cached, static_cast<std::uint32_t>(it->second >> 48), true, site});
+  // The site's hop (or its retired one, taken back) when it lies in the
+  // range asked: a padded jump (E9Patch's T1) asks for another range than the
+  // unpadded one, and another instruction there now has other bytes after
+  // it. One outside it is no jump's target (a site keeps its form while it
+  // has one: compute_sites()): retired (again).
+  std::uint64_t known = 0;
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) known = it->second & kAddrMask;
+  else known = unretire(key, false);
+  if (known) {
+    if (known >= lo && known < hi) return known;
+    const auto it = code_by_site_.find(key);
+    retired_.push_back(Retired{known, static_cast<std::uint32_t>(it->second >> 48), true, site, key, false});
     code_by_site_.erase(it);
   }
   auto take = [&](Region& r, std::uint64_t a) {
@@ -339,6 +344,7 @@ std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std
   if (key == 0) key = site;
   auto it = code_by_site_.find(key);
   if (it != code_by_site_.end()) return it->second & kAddrMask;
+  if (const std::uint64_t a = unretire(key, false)) return a;
   size = (size + 63) & ~std::size_t{63};
   Region* r = region_near(site, size, vmas, why);
   if (!r) return 0;
@@ -349,7 +355,7 @@ std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std
 
 void XolArea::retire_site(std::uint64_t site) {
   if (auto it = by_site_.find(site); it != by_site_.end()) {
-    retired_.push_back(Retired{it->second, static_cast<std::uint32_t>(arch::kXolSlotSize), false, site});
+    retired_.push_back(Retired{it->second, static_cast<std::uint32_t>(arch::kXolSlotSize), false, site, site, true});
     by_site_.erase(it);
   }
   // The stub, the window slot and the hop (keys as in code_near(), window_slot_for(), hop_in()).
@@ -358,9 +364,21 @@ void XolArea::retire_site(std::uint64_t site) {
     auto it = code_by_site_.find(key);
     if (it == code_by_site_.end()) continue;
     retired_.push_back(Retired{it->second & kAddrMask, static_cast<std::uint32_t>(it->second >> 48),
-                               key == (site | (3ull << 62)), site});
+                               key == (site | (3ull << 62)), site, key, false});
     code_by_site_.erase(it);
   }
+}
+
+std::uint64_t XolArea::unretire(std::uint64_t key, bool xol) {
+  for (std::size_t i = retired_.size(); i-- > 0;) {
+    const Retired b = retired_[i];
+    if (b.key != key || b.xol != xol) continue;
+    if (xol) by_site_[key] = b.addr;
+    else code_by_site_[key] = block(b.addr, b.size);
+    retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+    return b.addr;
+  }
+  return 0;
 }
 
 void XolArea::free_retired(std::size_t n) noexcept {

@@ -132,8 +132,15 @@ class XolArea {
     std::uint32_t size;
     bool hop;
     std::uint64_t site;
+    std::uint64_t key;  ///< its key in by_site_ (xol) or code_by_site_
+    bool xol;
   };
   std::vector<Retired> retired_;
+  /// A new probe at a site whose block (of `key`) is retired but not yet
+  /// freed takes that block back, as a site kept its memory for good before
+  /// blocks were reclaimed: the same stub, slot or hop again (a thread still
+  /// inside it runs the same code). Its address, or 0 when none is waiting.
+  std::uint64_t unretire(std::uint64_t key, bool xol);
   Region* region_near(std::uint64_t anchor, std::size_t need, const std::vector<Vma>& vmas, std::string& why);
   bool write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::string& why);
   bool privatize(Region& r, std::string& why);

@@ -54,7 +54,7 @@ def main():
         if only is not None and e["name"] not in only:
             continue
         prog = e["prog"].replace("@FIXTURE@", fixture).replace("@USDT_FIXTURE@", usdt_fixture)
-        cmd = fixture if e["cmd"] == "fixture" else e["cmd"].replace("@TREE@", tree).replace("@USDT_FIXTURE@", usdt_fixture)
+        cmd = fixture if e["cmd"] == "fixture" else e["cmd"].replace("@TREE@", tree).replace("@USDT_FIXTURE@", usdt_fixture).replace("@FIXTURE@", fixture)
         opts = e.get("opts", "").split()
         tool = [check] if check else ["bpftrace"]
         r = subprocess.run(tool + opts + ["-e", prog, "-c", cmd], capture_output=True, text=True, cwd=tree)

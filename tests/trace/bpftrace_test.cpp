@@ -134,7 +134,9 @@ std::vector<std::string> command(const std::string& tool, const Entry& e, const 
   a.insert(a.end(), {"-e", replace_all(replace_all(e.prog, "@FIXTURE@", fixture), "@USDT_FIXTURE@", kUsdtFixture),
                      "-c",
                      e.cmd == "fixture" ? fixture
-                                        : replace_all(replace_all(e.cmd, "@TREE@", tree), "@USDT_FIXTURE@", kUsdtFixture)});
+                                        : replace_all(replace_all(replace_all(e.cmd, "@TREE@", tree), "@USDT_FIXTURE@",
+                                                                  kUsdtFixture),
+                                                      "@FIXTURE@", fixture)});
   return a;
 }
 
@@ -185,6 +187,69 @@ TEST(Bpftrace, LiveBpftracePrintsTheSame) {
   }
   EXPECT_EQ(compared, 3u);
   remove_tree(tree);
+}
+
+// Stacks of several processes in one map, each symbolized with its own
+// image's mappings (recorded by its agent: the CLI symbolizes after the
+// processes are gone, where bpftrace prints addresses): the fixture run twice
+// by sh (fork and exec; two address-space layouts), its maps printed at exit.
+TEST(Bpftrace, UstackOfSeveralProcessesSymbolizedWithTheirOwnModules) {
+  const std::string prog = "uprobe:" + kFixture + ":st_leaf { @[ustack(2)] = count(); }";
+  const Result r = run({kTrace, "-e", prog, "-c",
+                        "/bin/sh -c '" + kFixture + " stacks nosleep; " + kFixture + " stacks nosleep'"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Each process: its 4 stacks (st_leaf's callers: main via st_nofp_mid 1,
+  // st_stacks 2, st_top 3, the anonymous page 4), as keys of their own.
+  const std::string want_one[] = {"@[\n    st_leaf+0\n    main+", "@[\n    st_leaf+0\n    st_stacks+",
+                                  "@[\n    st_leaf+0\n    st_top+9\n]: 3\n", "@[\n    st_leaf+0\n    0x10000006\n]: 4\n"};
+  for (const std::string& w : want_one) {
+    SCOPED_TRACE(w);
+    const std::size_t first = r.out.find(w);
+    ASSERT_NE(first, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(w, first + 1), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(r.out.find("0x5"), std::string::npos) << r.out;  // (no address of the program left unresolved)
+  EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
+  std::size_t keys = 0;
+  for (std::size_t at = r.out.find("@["); at != std::string::npos; at = r.out.find("@[", at + 1)) ++keys;
+  EXPECT_EQ(keys, 8u) << r.out;
+}
+
+// A library dlopen()ed after the agent recorded the image's mappings: its
+// frames are symbolized from the process's mappings while it runs (printf
+// events, print() in a probe: when bpftrace resolves them too), and stay so
+// in the maps printed after it ended.
+TEST(Bpftrace, UstackOfADlopenedLibraryIsSymbolized) {
+  const std::string lib = real(TRACE_BT_DL);
+  const std::string prog = "uprobe:" + lib + ":st_dl_leaf { printf(\"%s|\\n\", ustack(2)); @[ustack(2)] = count(); } uprobe:" +
+                           kFixture + ":st_done { print(@); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture + " dlopen " + lib});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // st_dl_leaf's entry: its caller st_dl_mid's frame is skipped (no frame
+  // pointer pushed yet), as in bpftrace: st_dl_call's return address is next.
+  const std::string stack = "\n        st_dl_leaf+0\n        st_dl_call+";
+  const std::string key = "@[\n    st_dl_leaf+0\n    st_dl_call+";
+  EXPECT_EQ(r.out.rfind("Attaching 2 probes...\n" + stack, 0), 0u) << r.out;
+  const std::size_t second = r.out.find(stack, 1);
+  ASSERT_NE(second, std::string::npos) << r.out;
+  const std::size_t key1 = r.out.find(key, second), key2 = key1 == std::string::npos ? key1 : r.out.find(key, key1 + 1);
+  ASSERT_NE(key2, std::string::npos) << r.out;  // print(@) while it ran, the maps at exit
+  EXPECT_EQ(r.out.substr(r.out.find("]: ", key1), 6), "]: 2\n\n");  // (then the blank lines before the maps)
+  EXPECT_EQ(r.out.substr(r.out.find("]: ", key2)), "]: 2\n");
+  EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
+}
+
+// A map of strings given an integer: bpftrace 0.17's error (its range is
+// the map's second `@s`).
+TEST(Bpftrace, StringMapAssignedAnIntegerIsRefused) {
+  const std::string prog = "uprobe:" + kFixture + ":bt_add { @s = comm; @s = 1; }";
+  const Result r = run({kTrace, "-e", prog, "-c", "/bin/true"});
+  EXPECT_EQ(r.status, 1);
+  const std::size_t col = prog.rfind("@s") + 1;
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n')),
+            "stdin:1:" + std::to_string(col) + "-" + std::to_string(col + 2) +
+                ": ERROR: Type mismatch for @s: trying to assign value of type 'int64' when map already contains a "
+                "value of type 'string[16]");
 }
 
 // -l as bpftrace 0.17 lists: a library named `libc` by the dynamic linker
@@ -294,8 +359,44 @@ const Refusal kRefusals[] = {
      "clear() should not be used in an assignment or as a map key"},
     {"PrintOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); print(@x[1]); }", "print(@x[1])",
      "print() of a whole map (print(@name)) is all uprobe-trace supports yet"},
-    {"UstackNotYet", "uprobe:@FIXTURE@:bt_add { @[ustack] = count(); }", "ustack",
-     "ustack is not supported by uprobe-trace yet"},
+    // (ustack and usym(): bpftrace 0.17's errors where it has them, with the
+    // range here on the call, where bpftrace's starts at the map key's `@`)
+    {"KstackNotYet", "uprobe:@FIXTURE@:bt_add { @[kstack] = count(); }", "kstack",
+     "kstack is not supported by uprobe-trace yet"},
+    {"UstackLimitOver1024", "uprobe:@FIXTURE@:bt_add { @[ustack(2000)] = count(); }", "ustack(2000)",
+     "ustack([int limit]): limit shouldn't exceed 1024, 2000 given"},
+    {"UstackLimitOver127", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 200)] = count(); }", "ustack(perf, 200)",
+     "ustack([int limit]): a limit of 200 is not supported by uprobe-trace: 1 to 127 (bpftrace's stack map needs "
+     "kernel.perf_event_max_stack, 127 by default, at least that)"},
+    {"UstackLimitZero", "uprobe:@FIXTURE@:bt_add { printf(\"%s\", ustack(0)); }", "ustack(0)",
+     "ustack([int limit]): a limit of 0 is not supported by uprobe-trace: 1 to 127 (bpftrace's stack map needs "
+     "kernel.perf_event_max_stack, 127 by default, at least that)"},
+    {"UstackTwoModes", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, perf)] = count(); }", "ustack(perf, perf)",
+     "ustack() expects a integer literal (stack mode provided)"},
+    {"UstackLimitNotALiteral", "uprobe:@FIXTURE@:bt_add { @[ustack(arg0)] = count(); }", "ustack(arg0)",
+     "ustack() expects a integer literal (integer provided)"},
+    {"UstackThreeArguments", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 1, 2)] = count(); }", "ustack(perf, 1, 2)",
+     "ustack() takes up to 2 arguments (3 provided)"},
+    {"UstackUnknownMode", "uprobe:@FIXTURE@:bt_add { @[ustack(foo)] = count(); }", "foo", "Unknown identifier: 'foo'"},
+    {"UstackPrintedAsInteger", "uprobe:@FIXTURE@:bt_add { printf(\"%d\", ustack); }", "printf(\"%d\", ustack)",
+     "printf: %d specifier expects a value of type integer (string supplied)"},
+    {"UstackInAVariable", "uprobe:@FIXTURE@:bt_add { $s = ustack(2); }", "ustack(2)",
+     "ustack here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument"},
+    {"UstackAsAMapValue", "uprobe:@FIXTURE@:bt_add { @s[tid] = ustack(3); }", "ustack(3)",
+     "ustack here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument"},
+    {"UstackInBegin", "BEGIN { printf(\"%s\", ustack); }", "ustack",
+     "ustack in BEGIN, END and interval probes is not supported by uprobe-trace (they run in the CLI)"},
+    {"UstackTwoTypesInOneMap", "uprobe:@FIXTURE@:bt_add { @[ustack] = count(); @[ustack(3)] = count(); }",
+     "ustack(3)", "Argument mismatch for @: trying to access with arguments: [ustack(bpftrace, 3)] when map "
+     "expects arguments: [ustack(bpftrace, 127)]"},
+    {"UsymOfAString", "uprobe:@FIXTURE@:bt_add { @[usym(\"x\")] = count(); }", "usym(\"x\")",
+     "usym() expects an integer or pointer argument"},
+    {"UsymWithoutArgument", "uprobe:@FIXTURE@:bt_add { @[usym()] = count(); }", "usym()",
+     "usym() requires one argument (0 provided)"},
+    {"UsymInAnExpression", "uprobe:@FIXTURE@:bt_add { @[usym(arg0) + 1] = count(); }", "usym(arg0)",
+     "usym() here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument"},
+    {"StringMapRead", "uprobe:@FIXTURE@:bt_add { @n = @s; @s = comm; }", "@s",
+     "reading a map of strings in an expression is not supported by uprobe-trace yet"},
     // (bpftrace 0.17 on x86-64: arg0-arg5 are the registers; the stack's are sarg0...)
     {"Arg6", "uprobe:@FIXTURE@:bt_many { @ = sum(arg6); }", "arg6", "x86_64 doesn't support arg6"},
     {"StackArgInUretprobe", "uretprobe:@FIXTURE@:bt_many { @ = sum(sarg0); }", "sarg0",

@@ -119,6 +119,8 @@ __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t tls_epoch 
 // covers libuprobe's thread_local destructors at exit() (see ExitDtorGuard).
 __attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
 __attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
+// The thread's stack for ustack (bt::StackBounds: looked up at its first walk).
+__attribute__((tls_model("initial-exec"))) thread_local bt::StackBounds tls_stack;
 
 /// Marks the calling thread as running the agent's own code (nestable).
 struct Scope {
@@ -311,6 +313,10 @@ void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret,
   bt::HitContext ctx;
   ctx.args = args;
   ctx.sp = regs.sp();  // (sargN: uprobes only, the compiler checks)
+  ctx.ip = regs.ip();  // (ustack: a uretprobe's is the return address, as the kernel's)
+  ctx.fp = regs.rbp;
+  ctx.layout = g->layout;
+  ctx.stack = &tls_stack;
   ctx.retval = ret ? regs.ret() : 0;
   ctx.start_ns = g->header->bt_start_ns;
   ctx.area = b + g->bt_area;
@@ -968,6 +974,22 @@ void write_image_record() {
   bool ok = write_all(fd, record_text());
   close(fd);
   if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) unlink(tmp.c_str());
+  // DIR/PID.LAYOUT.maps: the image's mappings (/proc/self/maps as it is
+  // now), which the CLI symbolizes its ustack and usym addresses with, after
+  // the process is gone too (bt_vm.hpp image_word()).
+  if (!g_bt.h) return;
+  const std::string maps_tmp = base + ".maps.tmp";
+  int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int out = in < 0 ? -1 : open(maps_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ok = out >= 0;
+  char buf[8192];
+  for (ssize_t n; ok && (n = read(in, buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0 && write_all(out, std::string(buf, static_cast<std::size_t>(n)));
+  }
+  if (in >= 0) close(in);
+  if (out >= 0) close(out);
+  if (out >= 0 && (!ok || rename(maps_tmp.c_str(), (base + ".maps").c_str()) != 0)) unlink(maps_tmp.c_str());
 }
 
 // Without the CLI: this process's report from its private blocks.

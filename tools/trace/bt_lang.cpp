@@ -79,10 +79,10 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 const std::set<std::string> kUnsupportedFns = {
-    "buf", "ustack", "kstack", "usym", "ksym", "uaddr", "kaddr", "reg",
+    "buf", "kstack", "ksym", "uaddr", "kaddr", "reg",
     "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
-const std::set<std::string> kUnsupportedBuiltins = {"kstack", "ustack", "username", "gid", "curtask", "rand",
+const std::set<std::string> kUnsupportedBuiltins = {"kstack", "username", "gid", "curtask", "rand",
                                                      "cgroup", "args", "ctx", "jiffies",
                                                      "numaid"};
 
@@ -669,7 +669,11 @@ class Parser {
 struct MapInfo {
   std::string name;
   Agg agg;
-  std::vector<std::uint8_t> key_kinds;  // 0 unsigned, 1 string, 2 signed
+  std::vector<std::uint8_t> key_kinds;  // 0 unsigned, 1 string, 2 signed, 3 ustack, 4 usym (MapDesc::key_is_str)
+  unsigned stack_limit = 0;  // the ustack component's type: ustack(perf?, limit)
+  bool stack_perf = false;
+  bool value_is_str = false;  // `@m[k] = STRING`
+  std::string value_type;     // assign: the value's type as bpftrace names it (errors)
   std::int64_t lmin = 0, lmax = 0, lstep = 1;
   bool value_signed = true;
   Pos pos;
@@ -680,6 +684,46 @@ bool is_agg_fn(const std::string& n) {
   return n == "count" || n == "sum" || n == "avg" || n == "min" || n == "max" || n == "stats" || n == "hist" ||
          n == "lhist";
 }
+
+// The words of a key component of kind `kind` (MapDesc::key_is_str).
+std::uint32_t key_component_words(std::uint8_t kind, unsigned stack_limit) {
+  return kind == 1 ? kStrLen / 8 : kind == 3 ? 1 + stack_limit : kind == 4 ? 2 : 1;
+}
+
+// ustack's arguments, as bpftrace 0.17 takes them: ustack, ustack(N),
+// ustack(MODE), ustack(MODE, N), MODE `bpftrace` or `perf`, N an integer
+// literal; N is at most kMaxFrames here (bpftrace takes up to 1024, and its
+// stack map then needs kernel.perf_event_max_stack at least N: 127 by default).
+void stack_type(const Expr& e, unsigned& limit, bool& perf) {
+  limit = kMaxFrames;
+  perf = false;
+  if (e.k != EK::call) return;
+  if (e.kids.size() > 2) fail(e.call(), "ustack() takes up to 2 arguments (" + std::to_string(e.kids.size()) + " provided)");
+  std::size_t k = 0;
+  if (!e.kids.empty() && e.kids[0]->k == EK::builtin && (e.kids[0]->name == "perf" || e.kids[0]->name == "bpftrace")) {
+    perf = e.kids[0]->name == "perf";
+    ++k;
+  }
+  if (k < e.kids.size()) {
+    const Expr& n = *e.kids[k];
+    if (n.k == EK::builtin && n.name != "perf" && n.name != "bpftrace" && n.name.rfind("arg", 0) != 0 &&
+        n.name != "retval" && n.name != "pid" && n.name != "tid")
+      fail(n.pos, "Unknown identifier: '" + n.name + "'");
+    if (n.k != EK::num)  // (bpftrace 0.17's words)
+      fail(e.call(), std::string("ustack() expects a integer literal (") +
+                         (n.k == EK::builtin && (n.name == "perf" || n.name == "bpftrace") ? "stack mode"
+                          : n.k == EK::str                                                ? "string"
+                                                                                           : "integer") +
+                         " provided)");
+    if (n.num > 1024) fail(e.call(), "ustack([int limit]): limit shouldn't exceed 1024, " + std::to_string(n.num) + " given");
+    if (n.num < 1 || n.num > static_cast<std::int64_t>(kMaxFrames))
+      fail(e.call(), "ustack([int limit]): a limit of " + std::to_string(n.num) + " is not supported by uprobe-trace: 1 to " +
+                         std::to_string(kMaxFrames) + " (bpftrace's stack map needs kernel.perf_event_max_stack, 127 by default, at least that)");
+    limit = static_cast<unsigned>(n.num);
+  }
+}
+
+bool is_ustack(const Expr& e) { return (e.k == EK::builtin || e.k == EK::call) && e.name == "ustack"; }
 
 class Compiler {
  public:
@@ -737,8 +781,11 @@ class Compiler {
       std::uint32_t kw = 0;
       for (std::size_t k = 0; k < mi.key_kinds.size(); ++k) {
         md.key_is_str[k] = mi.key_kinds[k];
-        kw += mi.key_kinds[k] == 1 ? kStrLen / 8 : 1;
+        kw += key_component_words(mi.key_kinds[k], mi.stack_limit);
       }
+      md.stack_limit = static_cast<std::uint16_t>(mi.stack_limit);
+      md.stack_perf = mi.stack_perf ? 1 : 0;
+      md.value_is_str = mi.value_is_str ? 1 : 0;
       md.key_words = std::max<std::uint32_t>(kw, 1);
       md.name = str(mi.name);
       md.lmin = mi.lmin, md.lmax = mi.lmax, md.lstep = mi.lstep;
@@ -747,13 +794,16 @@ class Compiler {
         case Agg::count: case Agg::sum: md.value_words = 1; break;
         case Agg::hist: md.value_words = kHistBuckets; break;
         case Agg::lhist: md.value_words = static_cast<std::uint32_t>((mi.lmax - mi.lmin) / mi.lstep + 2); break;
+        case Agg::assign: md.value_words = mi.value_is_str ? kStrLen / 8 + 1 : 2; break;
         default: md.value_words = 2; break;
       }
       if (mi.key_kinds.empty()) {
         md.nslots = 1;
       } else {
+        // (256 KiB a table; 2 MiB for a stack key, ~1 KiB a slot: 1024 stacks a thread)
+        const std::uint64_t budget = mi.stack_limit > 8 ? std::uint64_t{1} << 21 : std::uint64_t{1} << 18;
         md.nslots = 64;
-        while (md.nslots < 4096 && std::uint64_t{md.nslots} * 2 * md.slot_words() * 8 <= (std::uint64_t{1} << 18))
+        while (md.nslots < 4096 && std::uint64_t{md.nslots} * 2 * md.slot_words() * 8 <= budget)
           md.nslots *= 2;
       }
       md.offset = off;
@@ -867,7 +917,7 @@ class Compiler {
       mi.from_update = s.upd == "+" || s.upd == "-";
       mi.agg = mi.from_update ? Agg::sum : Agg::assign;
       mi.value_signed = s.incdec;
-      for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
+      key_kinds(m, mi);
       if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
       for (MapInfo& o : maps_) {
         if (o.name != mi.name) continue;
@@ -919,12 +969,15 @@ class Compiler {
     } else {
       mi.agg = Agg::assign;
     }
-    if (mi.agg == Agg::assign) mi.value_signed = static_kind(v) == 2;
-    else if (mi.agg == Agg::sum)
+    if (mi.agg == Agg::assign) {
+      mi.value_signed = static_kind(v) == 2;
+      mi.value_is_str = static_kind(v) == 1;
+      mi.value_type = type_name(v);
+    } else if (mi.agg == Agg::sum)
       mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
     else if (mi.agg == Agg::min || mi.agg == Agg::max)
       mi.value_signed = true;  // (bpftrace 0.17 prints them signed, whatever the argument)
-    for (auto& k : m.kids) mi.key_kinds.push_back(static_kind(*k));
+    key_kinds(m, mi);
     if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
     for (MapInfo& o : maps_) {
       if (o.name != mi.name) continue;
@@ -938,6 +991,10 @@ class Compiler {
         fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
                         std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
                         std::to_string(o.key_kinds.size()) + "]");
+      same_stack_type(o, mi, m);
+      if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_is_str != mi.value_is_str)  // (bpftrace 0.17's)
+        fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" + type_name(v) +
+                        "' when map already contains a value of type '" + o.value_type);
       if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep) {
         static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
         // (bpftrace 0.17's message, its missing quote included)
@@ -950,8 +1007,50 @@ class Compiler {
     maps_.push_back(mi);
   }
 
-  // The type of an expression before compiling it: 1 string, 2 signed int, 0 unsigned int.
+  // bpftrace 0.17's name of a value's type in its errors.
+  std::string type_name(const Expr& e) {
+    if (static_kind(e) != 1) return "int64";
+    if (e.k == EK::builtin && e.name == "comm") return "string[16]";
+    if (e.k == EK::str) return "string[" + std::to_string(e.name.size() + 1) + "]";
+    return "string[64]";
+  }
+
+  // A map's key kinds (and the type of its ustack component) from a use.
+  void key_kinds(const Expr& m, MapInfo& mi) {
+    for (auto& k : m.kids) {
+      mi.key_kinds.push_back(static_kind(*k));
+      if (mi.key_kinds.back() == 3) {
+        unsigned limit;
+        bool perf;
+        stack_type(*k, limit, perf);
+        if (mi.stack_limit && (limit != mi.stack_limit || perf != mi.stack_perf))
+          fail(k->pos, "a map key with two ustack components of different types is not supported by uprobe-trace");
+        mi.stack_limit = limit, mi.stack_perf = perf;
+      }
+    }
+    if (mi.key_kinds.size() > kMaxArgs) fail(m.pos, "too many map key components");
+  }
+
+  // Two uses of a map whose key has a ustack: the same ustack type.
+  void same_stack_type(const MapInfo& o, const MapInfo& mi, const Expr& m) {
+    Pos pos = m.pos;  // (the use's ustack, where it has one)
+    for (const auto& k : m.kids)
+      if (is_ustack(*k)) pos = k->k == EK::call ? k->call() : k->pos;
+    if (o.stack_limit == mi.stack_limit && o.stack_perf == mi.stack_perf) return;
+    auto name = [](const MapInfo& x) {
+      return x.stack_limit == 0 ? std::string("no ustack")
+                                : "ustack(" + std::string(x.stack_perf ? "perf" : "bpftrace") + ", " +
+                                      std::to_string(x.stack_limit) + ")";
+    };
+    fail(pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" + name(mi) +
+                    "] when map expects arguments: [" + name(o) + "]");
+  }
+
+  // The type of an expression before compiling it: 1 string, 2 signed int,
+  // 0 unsigned int, 3 ustack, 4 usym.
   std::uint8_t static_kind(const Expr& e) {
+    if (is_ustack(e)) return 3;
+    if (e.k == EK::call && e.name == "usym") return 4;
     switch (e.k) {
       case EK::str: return 1;
       case EK::var: {
@@ -987,14 +1086,31 @@ class Compiler {
                       std::to_string(m.kids.size()) + "] when map expects arguments: [" +
                       std::to_string(mi.key_kinds.size()) + "]");
     std::uint32_t words = 0;
-    for (std::uint8_t kind : mi.key_kinds) words += kind == 1 ? kStrLen / 8 : 1;
+    for (std::uint8_t kind : mi.key_kinds) words += key_component_words(kind, mi.stack_limit);
     words = std::max<std::uint32_t>(words, 1);
     if (key_words_ + words > kKeyStackWords)
       fail(m.pos, "map keys nested too deeply (a map read in the key of a map read ...)");
     key_words_ += words;
     std::vector<std::int32_t> ks;
     for (std::size_t k = 0; k < m.kids.size(); ++k) {
+      allow_special_ = true;
       std::int32_t n = expr(*m.kids[k], depth + 1);
+      const std::uint8_t vt = nodes_[static_cast<std::size_t>(n)].vt;
+      const std::uint8_t want_vt = mi.key_kinds[k] == 3 ? kVtStack : mi.key_kinds[k] == 4 ? kVtUsym : kVtPlain;
+      if (vt != want_vt)
+        fail(m.kids[k]->pos, "Argument mismatch for " + mi.name + ": key " + std::to_string(k) + " is " +
+                                 (want_vt == kVtStack ? "a ustack" : want_vt == kVtUsym ? "a usym" : "not a ustack or usym") +
+                                 " elsewhere");
+      if (vt == kVtStack) {
+        unsigned limit;
+        bool perf;
+        stack_type(*m.kids[k], limit, perf);
+        if (limit != mi.stack_limit || perf != mi.stack_perf) {
+          MapInfo use = mi;
+          use.stack_limit = limit, use.stack_perf = perf;
+          same_stack_type(mi, use, m);
+        }
+      }
       if ((nodes_[static_cast<std::size_t>(n)].is_str != 0) != (mi.key_kinds[k] == 1))
         fail(m.kids[k]->pos, "Argument mismatch for " + mi.name + ": key " + std::to_string(k) +
                                  " is a " + (mi.key_kinds[k] == 1 ? "string" : "integer") + " elsewhere");
@@ -1058,8 +1174,8 @@ class Compiler {
             fail(s.delta->pos, "maps of strings are not supported by uprobe-trace yet");
         } else if (m->agg == Agg::assign) {
           st.d = expr(v);
-          if (nodes_[static_cast<std::size_t>(st.d)].is_str)
-            fail(v.pos, "maps of strings are not supported by uprobe-trace yet");
+          if ((nodes_[static_cast<std::size_t>(st.d)].is_str != 0) != m->value_is_str)  // (define_maps() checked)
+            fail(v.pos, "Type mismatch for " + m->name + ": a string and an integer value");
         } else if (!v.kids.empty()) {
           st.d = expr(*v.kids[0]);
           if (nodes_[static_cast<std::size_t>(st.d)].is_str) fail(v.kids[0]->pos, v.name + "() expects an integer");
@@ -1136,14 +1252,22 @@ class Compiler {
         fail(e.call(), "printf: Not enough arguments for format string (" + std::to_string(e.kids.size() - 1) +
                            " supplied, " + std::to_string(want) + " expected)");
       }
+      allow_special_ = true;
       std::int32_t n = expr(*e.kids[k]);
-      const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0;
+      const std::uint8_t vt = nodes_[static_cast<std::size_t>(n)].vt;
+      const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0 || vt != kVtPlain;
       if ((p.conv == 's') != is_s)
         fail(e.call(), std::string("printf: %") + (p.conv == 's' ? 's' : p.conv) + " specifier expects a value of type " +
                                  (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
                                  " supplied)");
       if (fd.nargs >= kMaxPrintfArgs) fail(e.pos, "printf: too many arguments");
-      fd.arg_is_str[fd.nargs++] = is_s ? 1 : 0;
+      if (vt == kVtStack) {
+        unsigned limit;
+        bool perf;
+        stack_type(*e.kids[k], limit, perf);
+        fd.arg_limit[fd.nargs] = static_cast<std::uint16_t>(limit);
+      }
+      fd.arg_is_str[fd.nargs++] = vt == kVtStack ? 2 : vt == kVtUsym ? 3 : is_s ? 1 : 0;
       args.push_back(n);
       ++k;
     }
@@ -1187,7 +1311,13 @@ class Compiler {
 
   std::int32_t expr(const Expr& e, unsigned depth = 0) {
     if (depth > kMaxDepth - 8) fail(e.pos, "expression nested too deeply");
+    const bool special_ok = allow_special_;  // (for this expression, not its operands)
+    allow_special_ = false;
     std::int32_t r = expr_inner(e, depth);
+    if (!special_ok && nodes_[static_cast<std::size_t>(r)].vt != kVtPlain)
+      fail(e.k == EK::call ? e.call() : e.pos,
+           (nodes_[static_cast<std::size_t>(r)].vt == kVtStack ? std::string("ustack") : std::string("usym()")) +
+               " here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument");
     return r;
   }
 
@@ -1226,6 +1356,8 @@ class Compiler {
         std::int32_t mi = -1;
         const MapInfo* m = find_map(e.name, mi);
         if (!m) fail(e.pos, "Undefined map: " + e.name);
+        if (m->value_is_str)
+          fail(e.pos, "reading a map of strings in an expression is not supported by uprobe-trace yet");
         if (m->agg == Agg::hist || m->agg == Agg::lhist || m->agg == Agg::stats)
           fail(e.pos, "reading a " + std::string(m->agg == Agg::stats ? "stats()" : "histogram") +
                           " map in an expression is not supported");
@@ -1250,6 +1382,17 @@ class Compiler {
           std::int32_t r = leaf(Op::str_read, true, false);
           nodes_[static_cast<std::size_t>(r)].a = a;
           nodes_[static_cast<std::size_t>(r)].b = b;
+          return r;
+        }
+        if (e.name == "ustack") return ustack_node(e);
+        if (e.name == "usym") {
+          if (e.kids.size() != 1)
+            fail(e.call(), "usym() requires one argument (" + std::to_string(e.kids.size()) + " provided)");
+          std::int32_t a = expr(*e.kids[0], depth + 1);
+          if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.call(), "usym() expects an integer or pointer argument");
+          std::int32_t r = leaf(Op::usym, false, false);
+          nodes_[static_cast<std::size_t>(r)].a = a;
+          nodes_[static_cast<std::size_t>(r)].vt = kVtUsym;
           return r;
         }
         if (kUnsupportedFns.count(e.name))
@@ -1321,8 +1464,23 @@ class Compiler {
     return -1;
   }
 
+  // ustack, ustack(...): a stack of the hit (uprobes, uretprobes, usdt).
+  std::int32_t ustack_node(const Expr& e) {
+    unsigned limit;
+    bool perf;
+    stack_type(e, limit, perf);
+    if (cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::uretprobe && cur_kind_ != ProbeKind::usdt)
+      fail(e.k == EK::call ? e.call() : e.pos,
+           "ustack in BEGIN, END and interval probes is not supported by uprobe-trace (they run in the CLI)");
+    std::int32_t r = leaf(Op::ustack, false, false, limit);
+    nodes_[static_cast<std::size_t>(r)].sub = perf ? 1 : 0;
+    nodes_[static_cast<std::size_t>(r)].vt = kVtStack;
+    return r;
+  }
+
   std::int32_t builtin(const Expr& e) {
     const std::string& n = e.name;
+    if (n == "ustack") return ustack_node(e);
     static const std::map<std::string, Op> kOps = {
         {"retval", Op::retval}, {"pid", Op::pid},     {"tid", Op::tid},     {"uid", Op::uid},
         {"comm", Op::comm},     {"func", Op::func},   {"probe", Op::probe}, {"nsecs", Op::nsecs},
@@ -1369,6 +1527,7 @@ class Compiler {
   std::map<std::string, std::int32_t> vars_, svars_;  // this probe's integer and string $variables
   std::map<std::string, std::uint8_t> var_kinds_;  // define_maps(): this probe's $variables' static_kind()
   unsigned if_depth_ = 0;
+  bool allow_special_ = false;  // the next expr() may be a ustack or usym() (a key component, a printf argument)
   std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;
   bool cur_ret_ = false, any_ret_ = false, has_mixed_ret_ = false;
@@ -1453,6 +1612,36 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
   return true;
 }
 
+namespace {
+Symbolizer g_symbolizer = nullptr;
+
+std::string hex_addr(std::uint64_t a, bool prefix) {
+  if (prefix && a == 0) return "0";  // (as bpftrace prints (void*)0)
+  char b[32];
+  std::snprintf(b, sizeof b, prefix ? "0x%" PRIx64 : "%" PRIx64, a);
+  return b;
+}
+}  // namespace
+
+void set_symbolizer(Symbolizer f) { g_symbolizer = f; }
+
+std::string stack_text(std::uint64_t image, const std::uint64_t* frames, std::size_t n, bool perf, int indent) {
+  std::string out = "\n";
+  for (std::size_t i = 0; i < n && frames[i]; ++i) {
+    UserSym u;
+    const bool ok = g_symbolizer && g_symbolizer(image, frames[i], u);
+    const std::string sym = ok ? u.name + "+" + std::to_string(u.offset) : hex_addr(frames[i], true);
+    if (perf) out += "\t" + hex_addr(frames[i], false) + " " + sym + " (" + (ok ? u.module : "[unknown]") + ")\n";
+    else out += std::string(static_cast<std::size_t>(indent), ' ') + sym + "\n";
+  }
+  return out;
+}
+
+std::string usym_text(std::uint64_t image, std::uint64_t addr) {
+  UserSym u;
+  return g_symbolizer && g_symbolizer(image, addr, u) ? u.name : hex_addr(addr, true);
+}
+
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args) {
   const FmtDesc& fd = p.fmts[fmt];
   static std::map<const char*, std::vector<FmtPiece>> parsed;  // (the CLI's one program, one thread)
@@ -1461,6 +1650,7 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
   if (fresh) parse_format(p.strtab + fd.text, it->second, err);
   const std::vector<FmtPiece>& pieces = it->second;
   std::string out;
+  std::uint32_t argi = 0;  // the conversion's argument
   auto put = [&out](const char* spec, auto v) {
     const int n = std::snprintf(nullptr, 0, spec, v);
     if (n <= 0) return;
@@ -1484,6 +1674,26 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
       else if (pc.text[i] == '%' && i + 1 == pc.text.size()) out += '%', swallowed = true;
       else out += pc.text[i];
     }
+    if (pc.conv == 's' && fd.arg_is_str[argi] >= 2) {  // ustack, usym: words
+      std::uint64_t w[2];
+      std::memcpy(w, args, sizeof w);
+      std::string t;
+      if (fd.arg_is_str[argi] == 3) {
+        t = usym_text(w[0], w[1]);
+        args += 16;
+      } else {
+        const std::size_t nf = std::min<std::size_t>(w[1] & 0xffffffffu, kMaxFrames);
+        std::vector<std::uint64_t> frames(nf);
+        std::memcpy(frames.data(), args + 16, 8 * nf);
+        t = stack_text(w[0], frames.data(), nf, (w[1] >> 32) != 0, 8);
+        args += 16 + 8 * nf;
+      }
+      ++argi;
+      if (swallowed) out += pc.match.substr(1);
+      else put(pc.spec.c_str(), t.c_str());
+      continue;
+    }
+    ++argi;
     if (pc.conv == 's') {
       char s[kStrLen + 1] = {};
       std::size_t j = 0;
@@ -1530,8 +1740,8 @@ void merge_value(const MapDesc& m, std::vector<std::uint64_t>& o, const std::vec
                                                  : static_cast<std::int64_t>(val[0]) > static_cast<std::int64_t>(o[0]))))
         o = val;
       break;
-    case Agg::assign:
-      if (val[1] > o[1]) o = val;
+    case Agg::assign:  // (the store's time: the last word)
+      if (val.back() > o.back()) o = val;
       break;
   }
 }
@@ -1583,6 +1793,15 @@ std::vector<std::string> key_parts(const MapDesc& m, const std::vector<std::uint
   std::vector<std::string> out;
   const auto* b = reinterpret_cast<const unsigned char*>(key.data());
   for (unsigned k = 0; k < m.nkeys; ++k) {
+    if (m.key_is_str[k] == 3 || m.key_is_str[k] == 4) {
+      const std::size_t nw = m.key_is_str[k] == 3 ? 1u + m.stack_limit : 2u;
+      std::vector<std::uint64_t> w(nw);
+      std::memcpy(w.data(), b, 8 * nw);
+      b += 8 * nw;
+      out.push_back(m.key_is_str[k] == 3 ? stack_text(w[0], w.data() + 1, nw - 1, m.stack_perf != 0, 4)
+                                         : usym_text(w[0], w[1]));
+      continue;
+    }
     if (m.key_is_str[k] == 1) {
       char s[kStrLen + 1] = {};
       std::memcpy(s, b, kStrLen);
@@ -1690,6 +1909,28 @@ std::vector<Row> sorted_rows(const MapDesc& m, const MapData& contents) {
     auto sort_by = [&](auto f) {
       std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) { return f(a.second) < f(b.second); });
     };
+    if (m.value_is_str) {  // bpftrace 0.17's sort_by_key(): by each integer or string component, the last first
+      std::size_t off = 0;
+      std::vector<std::size_t> offs;
+      for (unsigned k = 0; k < m.nkeys; ++k) {
+        offs.push_back(off);
+        off += 8 * (m.key_is_str[k] == 1 ? kStrLen / 8 : m.key_is_str[k] == 3 ? 1u + m.stack_limit : m.key_is_str[k] == 4 ? 2 : 1);
+      }
+      for (unsigned k = m.nkeys; k-- > 0;) {
+        const std::size_t at = offs[k];
+        const std::uint8_t kind = m.key_is_str[k];
+        if (kind != 0 && kind != 1 && kind != 2) continue;  // (other types are not sorted)
+        std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+          const auto* pa = reinterpret_cast<const char*>(a.first.data()) + at;
+          const auto* pb = reinterpret_cast<const char*>(b.first.data()) + at;
+          if (kind == 1) return std::strncmp(pa, pb, kStrLen) < 0;
+          std::uint64_t x, y;
+          std::memcpy(&x, pa, 8), std::memcpy(&y, pb, 8);
+          return x < y;
+        });
+      }
+      return rows;
+    }
     switch (m.agg) {
       case Agg::count: case Agg::sum: case Agg::min: case Agg::max: case Agg::assign:
         sort_by([](const std::vector<std::uint64_t>& v) { return static_cast<std::int64_t>(v[0]); });
@@ -1714,7 +1955,13 @@ std::int64_t average(const std::vector<std::uint64_t>& v) {
   return v[0] ? static_cast<std::int64_t>(v[1]) / static_cast<std::int64_t>(v[0]) : 0;
 }
 
+std::string str_value(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  std::string s(reinterpret_cast<const char*>(v.data()), 8 * (m.value_words - 1));
+  return s.substr(0, s.find('\0'));
+}
+
 std::string value_text(const MapDesc& m, const std::vector<std::uint64_t>& v) {
+  if (m.value_is_str) return str_value(m, v);
   return m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0]);
 }
 
@@ -1794,7 +2041,7 @@ std::string format_map_json(const Program& p, std::uint32_t mi, const MapData& c
                ", \"total\": " + std::to_string(static_cast<std::int64_t>(v[1])) + "}";
         break;
       case Agg::count: out += std::to_string(v[0]); break;
-      default: out += value_text(m, v); break;
+      default: out += m.value_is_str ? "\"" + json_escape(str_value(m, v)) + "\"" : value_text(m, v); break;
     }
   }
   if (m.nkeys) out += "}";
@@ -1832,7 +2079,7 @@ std::string format_map(const Program& p, std::uint32_t mi, const MapData& conten
           break;
         case Agg::count: out += head + std::to_string(v[0]) + "\n"; break;
         default:
-          out += head + (m.value_signed ? std::to_string(static_cast<std::int64_t>(v[0])) : std::to_string(v[0])) + "\n";
+          out += head + value_text(m, v) + "\n";
           break;
       }
     }

@@ -65,6 +65,28 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
 /// FmtDesc, 8 bytes per int and kStrLen per string).
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args);
 
+/// A user-space address resolved (the CLI's symbolizer): the symbol, the
+/// offset into it, the module's path as the process mapped it.
+struct UserSym {
+  std::string name;
+  std::uint64_t offset = 0;
+  std::string module;
+};
+/// Resolves `addr` of the image named by `image` (bt_vm.hpp image_word()):
+/// false when no symbol covers it (bpftrace then prints the address).
+using Symbolizer = bool (*)(std::uint64_t image, std::uint64_t addr, UserSym& out);
+/// The symbolizer format_event() and format_map() use for ustack and usym
+/// (nullptr, the default: every address prints as bpftrace prints one it
+/// cannot resolve).
+void set_symbolizer(Symbolizer f);
+/// A ustack as bpftrace 0.17 prints it: a newline, then one line per frame
+/// (up to the first 0), `indent` spaces and SYM+OFF (perf: a tab, the
+/// address in hex, SYM+OFF and the module in parentheses); an address no
+/// symbol covers prints as 0xADDR (perf: `ADDR 0xADDR ([unknown])`).
+std::string stack_text(std::uint64_t image, const std::uint64_t* frames, std::size_t n, bool perf, int indent);
+/// usym(): the symbol's name, or 0xADDR.
+std::string usym_text(std::uint64_t image, std::uint64_t addr);
+
 /// One map's merged contents: encoded key words -> merged value words.
 using MapData = std::map<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
 /// Merges the table of map `mi` found in a thread's `area` into `into`.

@@ -19,11 +19,15 @@
 /// every thread and process when it prints the maps.
 ///
 /// run_probe() is async-signal-safe: no allocation, no lock, no libc call
-/// but clock_gettime (vDSO), prctl(PR_GET_NAME) and getuid/getpid/gettid
-/// system calls; its recursion is bounded by kMaxDepth, kMaxIfDepth and
+/// but clock_gettime (vDSO), prctl(PR_GET_NAME), getuid/getpid/gettid and
+/// process_vm_readv system calls, pthread_self() (a load of the thread
+/// pointer) and, at a thread's first ustack, openat/read/close of
+/// /proc/self/maps (StackBounds); its recursion is bounded by kMaxDepth, kMaxIfDepth and
 /// kKeyStackWords (map reads in keys), all checked by the compiler; it
 /// writes the calling thread's own area only.
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/syscall.h>
@@ -50,6 +54,9 @@ inline constexpr unsigned kKeyStackWords = kMaxArgs * kStrLen / 8 + 32;
 inline constexpr unsigned kHistBuckets = 66;
 inline constexpr std::size_t kStrDefault = 64;  ///< str()'s size, NUL included (bpftrace's BPFTRACE_STRLEN)
 inline constexpr unsigned kStrSlots = 4;        ///< str() results alive at once in one expression   ///< hist(): 0 negative, 1 [0], k+2 [2^k, 2^(k+1))
+/// ustack's most frames: bpftrace's default (the kernel's perf_event_max_stack,
+/// 127); ustack(N) takes 1..kMaxFrames.
+inline constexpr unsigned kMaxFrames = 127;
 
 /// Expression nodes.
 enum class Op : std::uint8_t {
@@ -66,7 +73,24 @@ enum class Op : std::uint8_t {
   cast,      ///< a cast to imm bits (sub 1: signed)
   str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
   sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with process_vm_readv)
+  ustack,    ///< ustack / ustack([perf, ]N): imm frames at most, sub 1: perf mode (a Node::vt kVtStack value)
+  usym,      ///< usym(a): the address a (a Node::vt kVtUsym value, symbolized by the CLI)
 };
+
+/// What a node's value is besides an integer or a string (Node::is_str).
+enum ValueType : std::uint8_t {
+  kVtPlain = 0,
+  kVtStack = 1,  ///< ustack: raw return addresses (key/event: the image word, then frames)
+  kVtUsym = 2,   ///< usym(): an address (key/event: the image word, then the address)
+};
+
+/// The word that names the image a stack or usym address belongs to: the
+/// process's ID (high 32 bits, as bpftrace keys its stacks by pid) and its
+/// image's layout id in the counts file (low 32 bits: which DIR/*.maps file
+/// gives its modules; a fork child has its parent's, an exec'd image a new one).
+inline std::uint64_t image_word(std::uint64_t pid, std::uint64_t layout) noexcept {
+  return (pid << 32) | (layout & 0xffffffffu);
+}
 
 enum BinOp : std::uint8_t { kAdd, kSub, kMul, kDiv, kMod, kAnd, kOr, kXor, kShl, kShr, kEq, kNe, kLt, kLe, kGt, kGe };
 
@@ -74,7 +98,7 @@ struct Node {
   Op op;
   std::uint8_t sub = 0;
   std::uint8_t is_str = 0;  ///< the value is a string (kStrLen bytes)
-  std::uint8_t pad = 0;
+  std::uint8_t vt = kVtPlain;  ///< ValueType
   std::int32_t a = -1, b = -1, c = -1;
   std::int64_t imm = 0;
 };
@@ -117,9 +141,15 @@ struct ProbeDesc {
 struct MapDesc {
   Agg agg;
   std::uint8_t nkeys = 0;
-  std::uint8_t key_is_str[kMaxArgs] = {};  ///< per key component: 0 unsigned int, 1 string, 2 signed int
+  /// Per key component: 0 unsigned int, 1 string, 2 signed int, 3 ustack
+  /// (1 + stack_limit words: the image word, the frames, 0 after the last),
+  /// 4 usym (2 words: the image word, the address).
+  std::uint8_t key_is_str[kMaxArgs] = {};
   std::uint8_t value_signed = 0;   ///< sum/min/max/assign: the value prints signed
-  std::uint8_t pad[5] = {};
+  std::uint8_t stack_perf = 0;     ///< the ustack key component is ustack(perf...)
+  std::uint8_t value_is_str = 0;   ///< assign: a string value (kStrLen bytes, then the store's time)
+  std::uint8_t pad = 0;
+  std::uint16_t stack_limit = 0;   ///< the ustack key component's frames
   std::uint32_t name = 0;          ///< strtab offset ("@name")
   std::uint32_t key_words = 0;     ///< words of an encoded key
   std::uint32_t value_words = 0;
@@ -135,7 +165,11 @@ inline constexpr unsigned kMaxPrintfArgs = 16;  ///< printf arguments
 struct FmtDesc {
   std::uint32_t text = 0;  ///< strtab offset of the format string (bpftrace escapes resolved)
   std::uint32_t nargs = 0;
+  /// Per argument: 0 integer (8 bytes), 1 string (its bytes, NUL, padded to
+  /// 8), 2 ustack (the image word, a word `frames | perf << 32`, the
+  /// frames), 3 usym (the image word, the address).
   std::uint8_t arg_is_str[kMaxPrintfArgs] = {};
+  std::uint16_t arg_limit[kMaxPrintfArgs] = {};  ///< ustack arguments: their frames at most
 };
 
 /// The area's header words (then the ring, then the map tables).
@@ -217,6 +251,21 @@ struct Program {
   }
 };
 
+/// A thread's stack as ustack reads it without a system call (each is
+/// microseconds): the mapping [lo, hi) that held the stack pointer at the
+/// thread's first walk, when it is certainly the thread's stack up to hi:
+/// the main thread's `[stack]`, or, below the thread's own descriptor
+/// (pthread_self(): glibc puts it at the top of a thread's stack mapping),
+/// a thread's. Memory from the stack pointer up to hi is mapped and
+/// readable while the thread runs, so a frame there is read with a plain
+/// load; any other address with process_vm_readv (never a fault). One per
+/// thread, zero-initialized (the agent's initial-exec TLS: a fork child
+/// keeps its parent's, which its copied stack still matches).
+struct StackBounds {
+  std::uint64_t lo = 0, hi = 0;  ///< hi 0: no such mapping (every frame by process_vm_readv)
+  std::uint64_t known = 0;       ///< 1 once looked up
+};
+
 /// What a hit knows (filled by the caller).
 struct HitContext {
   /// arg0..arg9 (nullptr: all 0): a uprobe's SysV argument registers (arg0..arg5;
@@ -224,6 +273,11 @@ struct HitContext {
   /// specs give them (0 past the site's count).
   const std::uint64_t* args = nullptr;
   std::uint64_t sp = 0;                 ///< the stack pointer at the probe (sargN), 0: none (sargN gives 0)
+  /// ustack: the instruction pointer (a uprobe's site, a uretprobe's return
+  /// address) and frame pointer (rbp) at the probe; ip 0: no stack (the CLI).
+  std::uint64_t ip = 0, fp = 0;
+  std::uint64_t layout = 0;             ///< the image's layout id (image_word()), 0: the CLI
+  StackBounds* stack = nullptr;         ///< the calling thread's (nullptr: every frame by process_vm_readv)
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
   const char* probe = "";  ///< NUL-terminated
@@ -434,6 +488,110 @@ class Vm {
 
   static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
 
+  std::uint64_t image() const noexcept { return image_word(static_cast<std::uint64_t>(self_pid()), c_.layout); }
+
+  // ustack: the return addresses as the kernel's user stack walker
+  // (perf_callchain_user(), which bpftrace's ustack is) finds them: the
+  // instruction pointer, then for each frame pointer the word above it,
+  // following the saved frame pointers, until a read fails, an address is 0
+  // (where bpftrace stops printing) or `limit` frames. A frame on the
+  // thread's stack above the stack pointer (StackBounds) is read with plain
+  // loads, any other with process_vm_readv: a bad frame pointer ends the
+  // walk, never faults. Async-signal-safe, no allocation. Returns the frames
+  // written to `out`.
+  unsigned walk_stack(std::uint64_t* out, unsigned limit) const noexcept {
+    unsigned n = 0;
+    if (!c_.ip || !limit) return 0;
+    out[n++] = c_.ip;
+    const long pid = self_pid();
+    std::uint64_t fp = c_.fp;
+    // Frames between the stack pointer and the top of the thread's stack: plain loads.
+    std::uint64_t lo = 0, hi = 0;
+    if (c_.stack && c_.sp) {
+      if (!c_.stack->known) find_stack(*c_.stack, c_.sp);
+      if (c_.stack->lo <= c_.sp && c_.sp < c_.stack->hi) lo = c_.sp, hi = c_.stack->hi;
+    }
+    while (n < limit) {
+      std::uint64_t frame[2];
+      if (fp >= lo && fp < hi && hi - fp >= sizeof frame && fp % 8 == 0) {
+        frame[0] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp), __ATOMIC_RELAXED);
+        frame[1] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp) + 1, __ATOMIC_RELAXED);
+      } else if (fp < 4096) {
+        break;  // (page 0, never mapped but with vm.mmap_min_addr 0: where chains end, rbp 0 or 1, without a system call)
+      } else {
+        iovec local{frame, sizeof frame}, remote{reinterpret_cast<void*>(fp), sizeof frame};
+        if (syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0) != static_cast<long>(sizeof frame)) break;
+      }
+      if (!frame[1]) break;
+      out[n++] = frame[1];
+      fp = frame[0];
+    }
+    return n;
+  }
+
+  // Looks up the calling thread's stack (StackBounds) in /proc/self/maps:
+  // the mapping that holds `sp`, if it is `[stack]` (the main thread's),
+  // else up to the thread's descriptor if that is in it above `sp` (a glibc
+  // thread's stack). Async-signal-safe: open, read, close and a parse in a
+  // fixed buffer; once per thread.
+  static void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
+    b.known = 1;
+    const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[1024];
+    char line[160];  // (a longer line is cut: only a short one can be `[stack]`)
+    std::size_t len = 0;
+    bool cut = false, done = false;
+    auto parse = [&]() {  // "START-END PERMS ... [PATH]"
+      std::uint64_t start = 0, end = 0;
+      std::size_t i = 0;
+      auto hex = [&](std::uint64_t& v) {
+        for (; i < len; ++i) {
+          const char c = line[i];
+          const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+          if (d < 0) break;
+          v = v * 16 + static_cast<std::uint64_t>(d);
+        }
+      };
+      hex(start);
+      if (i >= len || line[i] != '-') return;
+      ++i;
+      hex(end);
+      if (!(start <= sp && sp < end)) return;
+      done = true;
+      if (i + 1 >= len || line[i + 1] != 'r') return;
+      if (!cut && len >= 7 && std::memcmp(line + len - 7, "[stack]", 7) == 0) {
+        b.lo = start, b.hi = end;
+        return;
+      }
+      const auto self = static_cast<std::uint64_t>(pthread_self());
+      if (sp < self && self <= end) b.lo = start, b.hi = self;
+    };
+    for (long got; !done && (got = syscall(SYS_read, fd, buf, sizeof buf)) > 0;) {
+      for (long k = 0; k < got && !done; ++k) {
+        if (buf[k] == '\n') {
+          parse();
+          len = 0, cut = false;
+        } else if (len < sizeof line) {
+          line[len++] = buf[k];
+        } else {
+          cut = true;
+        }
+      }
+    }
+    syscall(SYS_close, fd);
+  }
+
+  // A ustack or usym value (node `ni`, vt kVtStack or kVtUsym) in key words
+  // at `out` (ustack: the image word, then limit frames, zero-filled by the
+  // caller; usym: the image word, the address). Returns the words used.
+  unsigned put_special(const Node& n, std::uint64_t* out) noexcept {
+    out[0] = image();
+    if (n.vt == kVtStack) return 1 + walk_stack(out + 1, static_cast<unsigned>(n.imm));
+    out[1] = static_cast<std::uint64_t>(eval(n.a).i);
+    return 2;
+  }
+
   // Encodes a key (list `l`, `n` components) on the key stack; the words
   // returned stay valid until the next encode_key() at this level (a map
   // read in a component encodes its own key above this one's).
@@ -443,6 +601,15 @@ class Vm {
     key_top_ += m.key_words;
     char* out = reinterpret_cast<char*>(kb);
     for (std::int32_t k = 0; k < n; ++k) {
+      if (m.key_is_str[k] == 3 || m.key_is_str[k] == 4) {
+        std::uint64_t words[kMaxFrames + 1];  // (aligned: `out` may not be)
+        std::memset(words, 0, sizeof words);
+        put_special(p_.nodes[p_.lists[l + k]], words);
+        const std::size_t nw = m.key_is_str[k] == 3 ? 1u + m.stack_limit : 2u;
+        std::memcpy(out, words, 8 * nw);  // (frames past the last: 0)
+        out += 8 * nw;
+        continue;
+      }
       Val v = eval(p_.lists[l + k]);
       if (m.key_is_str[k] == 1) {
         const char* s = v.s ? v.s : "";
@@ -488,6 +655,8 @@ class Vm {
         v.s = buf;
         break;
       }
+      case Op::ustack: break;  // (only as a key or printf argument: encode_key(), emit())
+      case Op::usym: v.i = eval(n.a).i; break;
       case Op::func: v.s = c_.func; break;
       case Op::probe: v.s = c_.probe; break;
       case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
@@ -608,6 +777,7 @@ class Vm {
 
   void agg(const Stmt& s) noexcept {
     const MapDesc& m = p_.maps[s.a];
+    if (m.value_is_str) return store_str(s, m);
     const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
     const std::uint64_t* key = encode_key(m, s.b, s.c);
     std::uint64_t* sl = slot(m, c_.area, key, true);
@@ -640,6 +810,28 @@ class Vm {
     }
   }
 
+  // @m[k] = STRING: the string's bytes (NUL-padded), then the store's time
+  // (the last value word, as an integer store's).
+  void store_str(const Stmt& s, const MapDesc& m) noexcept {
+    char tmp[kStrLen];  // (a copy: the value may be a str() scratch buffer the key's encoding reuses)
+    std::memset(tmp, 0, sizeof tmp);
+    const Val x = eval(s.d);
+    for (std::size_t j = 0; j < kStrLen - 1 && x.s && x.s[j]; ++j) tmp[j] = x.s[j];
+    const std::uint64_t* key = encode_key(m, s.b, s.c);
+    std::uint64_t* sl = slot(m, c_.area, key, true);
+    if (!sl) {
+      store(c_.area + kMapDrops, load(c_.area + kMapDrops) + 1);
+      return;
+    }
+    std::uint64_t* v = sl + 1 + m.key_words;
+    for (std::size_t w = 0; w < kStrLen / 8; ++w) {
+      std::uint64_t word;
+      std::memcpy(&word, tmp + 8 * w, 8);
+      store(v + w, word);
+    }
+    store(v + m.value_words - 1, now_ns());
+  }
+
   // delete(@m[k]): from the calling thread's table at once; then, unless a
   // key component is `tid` (no other thread can have it), an event: the CLI
   // deletes the key from every other table when it reads it (a `@m[k] = x`
@@ -662,7 +854,8 @@ class Vm {
     // Room for the longest strings is checked; the event takes what its
     // strings need (NUL-terminated, padded to 8 bytes).
     std::uint32_t bytes = sizeof(EventHeader) + key_bytes;
-    for (std::uint32_t k = 0; k < f.nargs; ++k) bytes += f.arg_is_str[k] ? kStrLen : 8;
+    for (std::uint32_t k = 0; k < f.nargs; ++k)
+      bytes += f.arg_is_str[k] == 1 ? kStrLen : f.arg_is_str[k] == 2 ? 8 * (2 + f.arg_limit[k]) : f.arg_is_str[k] == 3 ? 16 : 8;
     std::uint64_t* area = c_.area;
     const std::uint64_t ring = p_.h->ring_bytes;
     auto* base = reinterpret_cast<unsigned char*>(area + kAreaHeaderWords);
@@ -691,7 +884,24 @@ class Vm {
     unsigned char* out = base + pos + sizeof(EventHeader);
     if (key_bytes && key) std::memcpy(out, key, key_bytes), out += key_bytes;
     for (std::uint32_t k = 0; k < f.nargs; ++k) {
-      Val v = eval(p_.lists[s.b + static_cast<std::int32_t>(k)]);
+      const std::int32_t ni = p_.lists[s.b + static_cast<std::int32_t>(k)];
+      if (f.arg_is_str[k] == 2) {  // the image word, frames | perf << 32, the frames
+        const Node& nd = p_.nodes[ni];
+        std::uint64_t words[kMaxFrames + 2];
+        words[0] = image();
+        const unsigned nf = walk_stack(words + 2, f.arg_limit[k]);
+        words[1] = nf | (std::uint64_t{nd.sub} << 32);
+        std::memcpy(out, words, 8 * (2 + nf));
+        out += 8 * (2 + nf);
+        continue;
+      }
+      if (f.arg_is_str[k] == 3) {
+        const std::uint64_t words[2] = {image(), static_cast<std::uint64_t>(eval(p_.nodes[ni].a).i)};
+        std::memcpy(out, words, sizeof words);
+        out += sizeof words;
+        continue;
+      }
+      Val v = eval(ni);
       if (f.arg_is_str[k]) {
         const char* src = v.s ? v.s : "";
         std::size_t j = 0;

@@ -41,6 +41,7 @@
 #include <uprobe/usdt.hpp>
 
 #include "bt_lang.hpp"
+#include "usym.hpp"
 #include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
@@ -631,7 +632,7 @@ class BtRun {
           if (!s) break;
           const std::uint64_t seen = __atomic_load_n(s, __ATOMIC_ACQUIRE);
           if (ts && m.agg == bt::Agg::assign && (seen & bt::kSlotStateMask) == bt::kSlotLive &&
-              bt::load(s + 1 + m.key_words + 1) >= ts)
+              bt::load(s + m.key_words + m.value_words) >= ts)  // (the store's time: the last value word)
             break;  // stored again after the delete
           if (bt::Vm::cli_mark(s, seen, bt::kSlotDeleted)) break;
         }
@@ -866,6 +867,10 @@ int run_bpftrace(const BtOptions& o) {
       die(prog_file + ": cannot write");
     }
   }
+  // ustack and usym(): symbolized with each image's recorded mappings (usym.hpp)
+  static UserSymbols* symbols = nullptr;
+  symbols = new UserSymbols(dir);  // (lives until exit: the maps print at the end)
+  bt::set_symbolizer([](std::uint64_t image, std::uint64_t addr, bt::UserSym& u) { return symbols->resolve(image, addr, u); });
   BtRun run(p, out, counts_fd, o.json);
   if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
   else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
