@@ -6,7 +6,9 @@
 // stack, sharing our memory and TLS, and never returns); clone(CLONE_VM)
 // without CLONE_THREAD whose child runs return-probed code on its own stack
 // (below and above the parent's) while the parent waits with a return in
-// flight. Each for int3 and optimized (nop5) probes.
+// flight; a return probe on vfork itself refused (its child would take our
+// return instance), an entry probe there counting each call. Each for int3
+// and optimized (nop5) probes.
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "life_common.hpp"
+#include "uprobe/symbols.hpp"
 
 extern char** environ;
 
@@ -290,6 +293,60 @@ TEST_P(Process, VforkChildExitsInsideReturnProbedFunction) {
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
   EXPECT_EQ(lf_outer(3), 1003);
   EXPECT_EQ(outer.rets.load(), 2u);
+}
+
+// ------------------------------------------------------ vfork itself ----
+
+/// A return probe on libc's vfork itself: the child returns from vfork
+/// first, on our stack and with our TLS, and took our return instance; our
+/// own return then found none (abort: uretprobe:libc:* killed every program
+/// that called vfork) or an outer function's (a return to the wrong caller).
+/// It is refused, naming why, with nothing changed (the bytes, vfork still
+/// works); an entry probe on vfork counts each call once, in the parent.
+TEST_P(Process, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  const uprobe::Symbol sym = uprobe::find_symbol(libc, "vfork");
+  const auto addrs = uprobe::runtime_addresses(libc, sym.offset);
+  ASSERT_EQ(addrs.size(), 1u);
+  std::uint8_t before[8];
+  std::memcpy(before, reinterpret_cast<const void*>(addrs[0]), sizeof before);
+  auto vfork_exits = [](int code) {
+    const pid_t p = ::vfork();
+    if (p == 0) ::_exit(code);
+    return p;
+  };
+  for (const char* name : {"vfork", "__vfork"}) {
+    SCOPED_TRACE(name);
+    const uprobe::Symbol alias = uprobe::find_symbol(libc, name);
+    ASSERT_EQ(alias.offset, sym.offset);
+    Session s;
+    try {
+      uprobe::Attachment a(libc, alias.offset, s);
+      ADD_FAILURE() << "a return probe on vfork was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), uprobe::Errc::refused_instruction) << e.what();
+      EXPECT_NE(std::string(e.what()).find("vfork returns twice in one address space"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
+    const pid_t p = vfork_exits(5);
+    ASSERT_GT(p, 0);
+    const int st = wait_child(p, 60);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << status_str(st);
+    EXPECT_EQ(s.entries.load(), 0u);
+  }
+  Counter c;
+  {
+    uprobe::Attachment a(libc, sym.offset, c);
+    for (int i = 0; i < 3; ++i) {
+      const pid_t p = vfork_exits(10 + i);
+      ASSERT_GT(p, 0);
+      const int st = wait_child(p, 60);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 10 + i) << status_str(st);
+    }
+  }
+  EXPECT_EQ(c.hits.load(), 3u);
+  EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
 }
 
 // ---------------------------------------------------------- posix_spawn ----

@@ -27,6 +27,7 @@
  *                   (no atfork handler runs in it) that leaves with the exit_group system call
  *   nofd N          trace_fn() N times, then (with RLIMIT_NOFILE 3: no file can be opened) 2N
  *                   times in a new thread
+ *   vfork N         N vfork() children that _exit(5) at once; prints how many exited with 5
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -250,6 +251,15 @@ int main(int argc, char** argv) {
     pthread_t t;
     if (pthread_create(&t, NULL, thread_main, NULL) != 0) return 6;
     pthread_join(t, NULL);
+  } else if (!strcmp(mode, "vfork")) {
+    long fives = 0;
+    for (long i = 0; i < a; i++) {
+      pid_t p = vfork();
+      if (p == 0) _exit(5);
+      int st = 0;
+      if (p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 5) fives++;
+    }
+    say("vforked", fives);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {
