@@ -39,6 +39,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.XzWorkersCallPunnedMemcpy trace.Trace.EveryLibcReturnLeavesThreadsAndVforkAlive
                      trace.Trace.ReturnProbeOnVforkIsRefusedEntryProbeCounts
                      trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
+                     trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
                      trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame

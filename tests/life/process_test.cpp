@@ -7,8 +7,9 @@
 // without CLONE_THREAD whose child runs return-probed code on its own stack
 // (below and above the parent's) while the parent waits with a return in
 // flight; a return probe on vfork itself refused (its child would take our
-// return instance), an entry probe there counting each call. Each for int3
-// and optimized (nop5) probes.
+// return instance), an entry probe there counting each call; a vfork child
+// resetting handlers leaves ours alone. Each for int3 and optimized (nop5)
+// probes.
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -347,6 +349,65 @@ TEST_P(Process, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
   }
   EXPECT_EQ(c.hits.load(), 3u);
   EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
+}
+
+// ------------------------------------------- vfork child's sigaction ----
+
+std::atomic<int> g_usr1_runs{0};
+void on_usr1(int) { g_usr1_runs.fetch_add(1, std::memory_order_relaxed); }
+
+/// A vfork child that resets the parent's handlers before its exec (as
+/// Python's subprocess does): sigaction() in the child wrote libuprobe's
+/// handler table, which is the parent's memory, and the parent's wrapper,
+/// still in its kernel action, then found SIG_DFL and dropped every later
+/// signal (Python's test_signal hung waiting for SIGHUP). The child's reset
+/// is its own (it reads back SIG_DFL; SIGTRAP's stays libuprobe's: the probe
+/// it hits after asking SIG_DFL for SIGTRAP counts and it lives); the
+/// parent's handler runs for each signal and reads back as it was set.
+TEST_P(Process, VforkChildResettingHandlersLeavesTheParentsAlone) {
+  Counter add;
+  uprobe::Attachment aa(vaddr(lf_add), add);
+  struct sigaction sa {};
+  sa.sa_handler = on_usr1;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+  struct sigaction trap_before {}, trap_prev {};  // the program's own SIGTRAP handler (foreign traps)
+  trap_before.sa_handler = on_usr1;
+  sigemptyset(&trap_before.sa_mask);
+  ASSERT_EQ(::sigaction(SIGTRAP, &trap_before, &trap_prev), 0);
+  g_usr1_runs = 0;
+  static volatile int child_saw = -1;
+  const pid_t p = ::vfork();
+  if (p == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    struct sigaction now {};
+    int bad = ::sigaction(SIGUSR1, &dfl, nullptr) != 0;
+    bad |= ::sigaction(SIGUSR1, nullptr, &now) != 0 || now.sa_handler != SIG_DFL;
+    bad |= ::sigaction(SIGTRAP, &dfl, nullptr) != 0;
+    child_saw = static_cast<int>(lf_add(40, 2));  // a probe hit after the child's SIGTRAP reset
+    ::_exit(bad ? 3 : 0);
+  }
+  ASSERT_GT(p, 0);
+  const int st = wait_child(p, 60);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st);
+  EXPECT_EQ(child_saw, 42);
+  EXPECT_EQ(add.hits.load(), 1u) << "the child's hit (shared memory)";
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_EQ(::raise(SIGUSR1), 0);
+    EXPECT_EQ(g_usr1_runs.load(), i) << "the parent's SIGUSR1 handler did not run";
+  }
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGUSR1, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, on_usr1);
+  struct sigaction trap_after {};
+  ASSERT_EQ(::sigaction(SIGTRAP, nullptr, &trap_after), 0);
+  EXPECT_EQ(trap_after.sa_handler, trap_before.sa_handler);
+  EXPECT_EQ(lf_add(1, 2), 3u);
+  EXPECT_EQ(add.hits.load(), 2u);
+  sa.sa_handler = SIG_DFL;
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+  ASSERT_EQ(::sigaction(SIGTRAP, &trap_prev, nullptr), 0);
 }
 
 // ---------------------------------------------------------- posix_spawn ----

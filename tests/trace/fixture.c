@@ -28,6 +28,9 @@
  *   nofd N          trace_fn() N times, then (with RLIMIT_NOFILE 3: no file can be opened) 2N
  *                   times in a new thread
  *   vfork N         N vfork() children that _exit(5) at once; prints how many exited with 5
+ *   vforksig N      a SIGUSR1 handler; a vfork() child resets it to SIG_DFL (as Python's
+ *                   subprocess does) and _exit()s; then N raise(SIGUSR1): prints how many
+ *                   times the handler ran
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -112,6 +115,24 @@ static void* idle_thread(void* arg) {
   (void)arg;
   for (;;) pause();
   return NULL;
+}
+
+static volatile sig_atomic_t usr1_runs;
+static void count_usr1(int sig) {
+  (void)sig;
+  usr1_runs++;
+}
+
+/* A vfork() child that _exit(5)s at once, or (reset) resets SIGUSR1 to
+ * SIG_DFL first and _exit(0)s. */
+NOINLINE pid_t vfork_child(int reset) {
+  pid_t p = vfork();
+  if (p == 0) {
+    if (!reset) _exit(5);
+    signal(SIGUSR1, SIG_DFL);
+    _exit(0);
+  }
+  return p;
 }
 
 static void exit_on_alarm(int sig) {
@@ -254,12 +275,18 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "vfork")) {
     long fives = 0;
     for (long i = 0; i < a; i++) {
-      pid_t p = vfork();
-      if (p == 0) _exit(5);
+      pid_t p = vfork_child(0);
       int st = 0;
       if (p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 5) fives++;
     }
     say("vforked", fives);
+  } else if (!strcmp(mode, "vforksig")) {
+    signal(SIGUSR1, count_usr1);
+    pid_t p = vfork_child(1);
+    int st = 0;
+    waitpid(p, &st, 0);
+    for (long i = 0; i < a; i++) raise(SIGUSR1);
+    say("usr1", usr1_runs);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

@@ -335,6 +335,19 @@ TEST(Trace, ReturnProbeOnThreadExitPathCountsEachThread) {
   EXPECT_EQ(h[k], 4) << dump(r);
 }
 
+/// A vfork child that resets a handler of its parent (Python's subprocess
+/// resets every handler the program set in its vfork child): the parent's
+/// handler still runs for each signal. The child's sigaction() wrote
+/// libuprobe's handler table, the parent's memory, and the parent's signals
+/// were dropped (Python's test_signal hung waiting for its SIGHUP).
+TEST(Trace, VforkChildResettingAHandlerLeavesTheParentsHandler) {
+  Result plain = run({kFixture, "vforksig", "3"});
+  ASSERT_EQ(plain.out, "usr1=3\n");
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "vforksig", "3"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out) << dump(r);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
