@@ -348,6 +348,30 @@ TEST(Trace, VforkChildResettingAHandlerLeavesTheParentsHandler) {
   EXPECT_EQ(r.out, plain.out) << dump(r);
 }
 
+/// The traced program has the file descriptors it has without the tracer.
+/// DISABLED: libuprobe keeps each XOL region's memfd open for as long as the
+/// region lives (src/attach/xol.cpp: Region::fd, for the RW alias a later
+/// stub write maps, and for privatize() after fork), one per region: one fd
+/// with a single probe, 28 more with uprobe:libc:* (here and in python3.11).
+/// The program sees them in /proc/self/fd, and descriptors it opens get
+/// other numbers; after exec the new image's regions take the
+/// lowest free numbers, so Python's test_subprocess (test_close_fds,
+/// test_pass_fds, test_pass_fds_redirected) finds "fds not in pass_fds left
+/// open" in its children. The fix is in xol.cpp (no fd kept: e.g. a
+/// region's RW alias made at creation, or the memfd moved out of the
+/// program's way), which other work is changing now.
+TEST(Trace, DISABLED_ProgramSeesOnlyItsOwnFileDescriptors) {
+  Result plain = run({kFixture, "fds"});
+  ASSERT_EQ(plain.status, 0);
+  ASSERT_EQ(plain.out.rfind("fds=0,1,2", 0), 0u) << plain.out;
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fds"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out) << dump(r);
+  Result all = trace({"uprobe:libc:*"}, {kFixture, "fds"});
+  ASSERT_EQ(all.status, 0) << dump(all);
+  EXPECT_EQ(all.out, plain.out) << dump(all);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
