@@ -37,7 +37,10 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.TraceDirectoryIsInMemoryUnlessTmpdirIsSet
                      trace.Trace.LatencyHistogramOfASleepingFunction trace.Trace.ErrorsAndExitStatus
                      trace.Trace.ProbeHitWithSignalsBlocked trace.Trace.XzWorkersBlockEverySignalAndCallInt3ProbedMemcpy
-                     trace.Trace.XzWorkersCallPunnedMemcpy
+                     trace.Trace.XzWorkersCallPunnedMemcpy trace.Trace.EveryLibcReturnLeavesThreadsAndVforkAlive
+                     trace.Trace.ReturnProbeOnVforkIsRefusedEntryProbeCounts
+                     trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
+                     trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
                      trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame

@@ -61,7 +61,10 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
                     bool* function_entry = nullptr);
 
 /// A return probe needs the return address at *rsp: refuses an offset that
-/// the symbol table places inside a function but not at its entry.
+/// the symbol table places inside a function but not at its entry, and the
+/// entry of vfork (any symbol there named vfork, __vfork, __libc_vfork),
+/// whose child returns first, in the parent's memory and TLS, and would
+/// take the parent's return instance.
 /// @throws uprobe::Error(refused_instruction).
 void check_function_entry(const Target& t, std::uint64_t offset);
 

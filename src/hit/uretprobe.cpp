@@ -129,23 +129,6 @@ ReturnInstance* pop(ReturnStack* rs) noexcept {
   return ri;
 }
 
-/// The thread-exit hook (the g_exit_key destructor): drops the thread's
-/// pending return instances and returns its cached ones to the pool.
-/// Without the hook (g_exit_key_inline false: the program had used up
-/// glibc's 32 inline keys before libuprobe loaded) they stay taken.
-void thread_exit(void* p) {
-  auto* rs = static_cast<ReturnStack*>(p);
-  if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
-    StatBlock& st = stat_block();
-    while (rs->top) {
-      pool->put(pop(rs));
-      count(st.return_dropped);
-    }
-    pool->thread_exit();
-  }
-  rs->exit_hook = false;
-}
-
 /// True when `sp` and the slot at `slot` are on different stacks (one of them
 /// on the sigaltstack the thread is running on, or the caller is a task
 /// sharing this thread's TLS on a stack of its own: a vfork or posix_spawn
@@ -174,6 +157,30 @@ bool alive_at_call(const ReturnInstance* ri, std::uint64_t sp, bool chained) noe
 /// pointer `sp` (just past the popped slot).
 bool alive_at_ret(const ReturnInstance* ri, std::uint64_t sp) noexcept {
   return sp <= ri->stack || different_stacks(sp, ri->stack);
+}
+
+/// The thread-exit hook (the g_exit_key destructor): drops the thread's
+/// pending return instances whose frames are gone and returns its cached
+/// ones to the pool. The frames that run the thread's exit are still on the
+/// stack, above this one (glibc's start_thread and __nptl_deallocate_tsd,
+/// which calls the destructors): a return-probed one returns through the
+/// trampoline after this, so its instance stays (the kernel frees a task's
+/// instances when the task is gone, uprobe_free_utask(); the hook runs
+/// before). Without the hook (g_exit_key_inline false: the program had used
+/// up glibc's 32 inline keys before libuprobe loaded) they stay taken.
+void thread_exit(void* p) {
+  auto* rs = static_cast<ReturnStack*>(p);
+  if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
+    StatBlock& st = stat_block();
+    // Below every live caller's return slot: the frame of this call.
+    const auto here = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
+    while (rs->top && !alive_at_call(rs->top, here, false)) {
+      pool->put(pop(rs));
+      count(st.return_dropped);
+    }
+    pool->thread_exit();
+  }
+  rs->exit_hook = false;
 }
 
 /// One instance's ret_handlers: their inputs.

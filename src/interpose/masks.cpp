@@ -22,6 +22,7 @@
 // and siginfo conventions.
 
 #include "masks.hpp"
+#include "signals.hpp"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -405,8 +406,12 @@ namespace {
 /// In a fork() child: the thread's id cached before the fork is the
 /// parent's, and owns_view() would take the child for a vfork() child.
 /// Registered at load, so it runs before later atfork handlers (a vfork()
-/// child runs none).
-void forget_tid_in_child() { t_state.tid = 0; }
+/// child runs none). The child owns its copy of the handler tables too
+/// (signals.cpp), whether the runtime has started or not.
+void forget_tid_in_child() {
+  t_state.tid = 0;
+  signals_after_fork_child();
+}
 }  // namespace
 
 void init_masks() noexcept {

@@ -13,7 +13,9 @@
 // sigreturn restores the mask. sigaction()'s old action shows the program's
 // handler, flags and sa_mask. signal(), bsd_signal(), ssignal() and
 // sysv_signal() go through the same sigaction(). A raw rt_sigaction syscall
-// bypasses all of this.
+// bypasses all of this. A vfork() child shares the tables' memory with its
+// parent but has handlers of its own: its sigaction() goes to the kernel
+// only, and leaves the tables (the parent's) alone.
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -65,7 +67,23 @@ struct sigaction program_action() noexcept { return g_program[g_program_idx.load
 
 }  // namespace
 
+namespace {
+/// The process whose memory holds the tables above (the program's SIGTRAP
+/// action, g_actions): set when the runtime installs its SIGTRAP handler
+/// and in a fork() child; 0 before.
+std::atomic<pid_t> g_table_pid{0};
+}  // namespace
+
+/// Whether the caller is another process than the one whose memory this is
+/// (a vfork() child, a clone(CLONE_VM) process; also a child of a raw fork
+/// system call, which no atfork handler told). Async-signal-safe (getpid).
+bool shares_parents_tables() noexcept {
+  const pid_t owner = g_table_pid.load(std::memory_order_relaxed);
+  return owner != 0 && static_cast<pid_t>(arch::raw_syscall(SYS_getpid)) != owner;
+}
+
 void install_trap_handler(SignalMask mask) {
+  g_table_pid.store(static_cast<pid_t>(arch::raw_syscall(SYS_getpid)), std::memory_order_relaxed);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = uprobe_sigtrap_entry;  // arch entry: clears rflags.AC, then on_sigtrap()
@@ -191,6 +209,7 @@ struct ActionLock {
 void signals_after_fork_child() noexcept {
   // A thread that was inside sigaction() is not in the child.
   for (auto& owner : g_action_owner) owner.store(0, std::memory_order_relaxed);
+  g_table_pid.store(static_cast<pid_t>(arch::raw_syscall(SYS_getpid)), std::memory_order_relaxed);
 }
 
 }  // namespace uprobe::detail
@@ -221,13 +240,37 @@ extern "C" UPROBE_NO_SANITIZE void uprobe_signal_wrapper(int sig, siginfo_t* inf
 extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE int sigaction(int sig, const struct sigaction* act,
                                                                   struct sigaction* old) {
   using namespace uprobe::detail;
+  // A vfork() child (or a clone(CLONE_VM) process) runs in our memory with
+  // handlers of its own: what it sets must not reach our tables, or our
+  // handler, still installed in our kernel action, would find the child's
+  // SIG_DFL and drop the signal (Python's subprocess resets its handlers in
+  // its vfork child: the parent lost every later SIGHUP, SIGUSR1, ...). Its
+  // own handlers go straight to the kernel; SIGTRAP's stays ours (a probe
+  // hit in the child before its exec needs it), what it asks for SIGTRAP is
+  // not kept.
+  const bool shared = act && shares_parents_tables();
   if (sig == SIGTRAP && g_installed.load(std::memory_order_acquire)) {
     if (old) *old = program_action();
-    if (act) set_program_action(*act);
+    if (act && !shared) set_program_action(*act);
     return 0;
   }
   // Bad numbers, and glibc's own SIGCANCEL/SIGSETXID (refused by it): libc answers.
   if (sig <= 0 || sig >= NSIG || sig == SIGTRAP || sig == 32 || sig == 33) return real_sigaction(sig, act, old);
+  if (shared) {
+    struct sigaction k;
+    if (act) {
+      k = *act;
+      k.sa_mask.__val[0] &= ~sig_bit(SIGTRAP);
+    }
+    const std::uint64_t prev = g_actions[sig].load(std::memory_order_acquire);
+    const int r = real_sigaction(sig, act ? &k : nullptr, old);
+    if (r == 0 && old && old->sa_sigaction == uprobe_signal_wrapper && (prev & kWrapped)) {
+      old->sa_handler = reinterpret_cast<sighandler_t>(prev & kHandlerBits);
+      if (!(prev & kSiginfo)) old->sa_flags &= ~SA_SIGINFO;
+      if (prev & kTrapInMask) old->sa_mask.__val[0] |= sig_bit(SIGTRAP);
+    }
+    return r;
+  }
   struct sigaction k;
   std::uint64_t entry = 0;
   if (act) {

@@ -27,8 +27,15 @@ void install_trap_handler(SignalMask mask);
 std::uint64_t signal_return_trampoline() noexcept;
 
 /// In a fork() child: forgets the other threads' hold on sigaction()'s
-/// per-signal locks (signals.cpp).
+/// per-signal locks and makes the child the owner of the handler tables
+/// (signals.cpp).
 void signals_after_fork_child() noexcept;
+
+/// Whether the calling process is not the one whose memory holds the
+/// handler tables: a vfork() child or clone(CLONE_VM) process (or a child of
+/// a raw fork system call, which no atfork handler told). sigaction() there
+/// leaves the tables alone. Async-signal-safe (one getpid system call).
+bool shares_parents_tables() noexcept;
 
 // forward_foreign_trap() and program_handles_sigtrap(): declared in
 // src/hit/services.hpp (the SIGTRAP handler calls them), defined in

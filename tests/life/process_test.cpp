@@ -6,7 +6,10 @@
 // stack, sharing our memory and TLS, and never returns); clone(CLONE_VM)
 // without CLONE_THREAD whose child runs return-probed code on its own stack
 // (below and above the parent's) while the parent waits with a return in
-// flight. Each for int3 and optimized (nop5) probes.
+// flight; a return probe on vfork itself refused (its child would take our
+// return instance), an entry probe there counting each call; a vfork child
+// resetting handlers leaves ours alone. Each for int3 and optimized (nop5)
+// probes.
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -16,10 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "life_common.hpp"
+#include "uprobe/symbols.hpp"
 
 extern char** environ;
 
@@ -290,6 +295,119 @@ TEST_P(Process, VforkChildExitsInsideReturnProbedFunction) {
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
   EXPECT_EQ(lf_outer(3), 1003);
   EXPECT_EQ(outer.rets.load(), 2u);
+}
+
+// ------------------------------------------------------ vfork itself ----
+
+/// A return probe on libc's vfork itself: the child returns from vfork
+/// first, on our stack and with our TLS, and took our return instance; our
+/// own return then found none (abort: uretprobe:libc:* killed every program
+/// that called vfork) or an outer function's (a return to the wrong caller).
+/// It is refused, naming why, with nothing changed (the bytes, vfork still
+/// works); an entry probe on vfork counts each call once, in the parent.
+TEST_P(Process, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  const uprobe::Symbol sym = uprobe::find_symbol(libc, "vfork");
+  const auto addrs = uprobe::runtime_addresses(libc, sym.offset);
+  ASSERT_EQ(addrs.size(), 1u);
+  std::uint8_t before[8];
+  std::memcpy(before, reinterpret_cast<const void*>(addrs[0]), sizeof before);
+  auto vfork_exits = [](int code) {
+    const pid_t p = ::vfork();
+    if (p == 0) ::_exit(code);
+    return p;
+  };
+  for (const char* name : {"vfork", "__vfork"}) {
+    SCOPED_TRACE(name);
+    const uprobe::Symbol alias = uprobe::find_symbol(libc, name);
+    ASSERT_EQ(alias.offset, sym.offset);
+    Session s;
+    try {
+      uprobe::Attachment a(libc, alias.offset, s);
+      ADD_FAILURE() << "a return probe on vfork was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), uprobe::Errc::refused_instruction) << e.what();
+      EXPECT_NE(std::string(e.what()).find("vfork returns twice in one address space"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
+    const pid_t p = vfork_exits(5);
+    ASSERT_GT(p, 0);
+    const int st = wait_child(p, 60);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 5) << status_str(st);
+    EXPECT_EQ(s.entries.load(), 0u);
+  }
+  Counter c;
+  {
+    uprobe::Attachment a(libc, sym.offset, c);
+    for (int i = 0; i < 3; ++i) {
+      const pid_t p = vfork_exits(10 + i);
+      ASSERT_GT(p, 0);
+      const int st = wait_child(p, 60);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 10 + i) << status_str(st);
+    }
+  }
+  EXPECT_EQ(c.hits.load(), 3u);
+  EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
+}
+
+// ------------------------------------------- vfork child's sigaction ----
+
+std::atomic<int> g_usr1_runs{0};
+void on_usr1(int) { g_usr1_runs.fetch_add(1, std::memory_order_relaxed); }
+
+/// A vfork child that resets the parent's handlers before its exec (as
+/// Python's subprocess does): sigaction() in the child wrote libuprobe's
+/// handler table, which is the parent's memory, and the parent's wrapper,
+/// still in its kernel action, then found SIG_DFL and dropped every later
+/// signal (Python's test_signal hung waiting for SIGHUP). The child's reset
+/// is its own (it reads back SIG_DFL; SIGTRAP's stays libuprobe's: the probe
+/// it hits after asking SIG_DFL for SIGTRAP counts and it lives); the
+/// parent's handler runs for each signal and reads back as it was set.
+TEST_P(Process, VforkChildResettingHandlersLeavesTheParentsAlone) {
+  Counter add;
+  uprobe::Attachment aa(vaddr(lf_add), add);
+  struct sigaction sa {};
+  sa.sa_handler = on_usr1;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+  struct sigaction trap_before {}, trap_prev {};  // the program's own SIGTRAP handler (foreign traps)
+  trap_before.sa_handler = on_usr1;
+  sigemptyset(&trap_before.sa_mask);
+  ASSERT_EQ(::sigaction(SIGTRAP, &trap_before, &trap_prev), 0);
+  g_usr1_runs = 0;
+  static volatile int child_saw = -1;
+  const pid_t p = ::vfork();
+  if (p == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    struct sigaction now {};
+    int bad = ::sigaction(SIGUSR1, &dfl, nullptr) != 0;
+    bad |= ::sigaction(SIGUSR1, nullptr, &now) != 0 || now.sa_handler != SIG_DFL;
+    bad |= ::sigaction(SIGTRAP, &dfl, nullptr) != 0;
+    child_saw = static_cast<int>(lf_add(40, 2));  // a probe hit after the child's SIGTRAP reset
+    ::_exit(bad ? 3 : 0);
+  }
+  ASSERT_GT(p, 0);
+  const int st = wait_child(p, 60);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st);
+  EXPECT_EQ(child_saw, 42);
+  EXPECT_EQ(add.hits.load(), 1u) << "the child's hit (shared memory)";
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_EQ(::raise(SIGUSR1), 0);
+    EXPECT_EQ(g_usr1_runs.load(), i) << "the parent's SIGUSR1 handler did not run";
+  }
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGUSR1, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, on_usr1);
+  struct sigaction trap_after {};
+  ASSERT_EQ(::sigaction(SIGTRAP, nullptr, &trap_after), 0);
+  EXPECT_EQ(trap_after.sa_handler, trap_before.sa_handler);
+  EXPECT_EQ(lf_add(1, 2), 3u);
+  EXPECT_EQ(add.hits.load(), 2u);
+  sa.sa_handler = SIG_DFL;
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+  ASSERT_EQ(::sigaction(SIGTRAP, &trap_prev, nullptr), 0);
 }
 
 // ---------------------------------------------------------- posix_spawn ----

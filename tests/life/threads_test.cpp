@@ -7,7 +7,9 @@
 // canceled thread's cleanup handlers and its caller's destructors run (the
 // forced unwind goes past the hijacked return address), its return instance
 // is dropped (Stats), no instance leaks, other threads' probes stay right.
-// The same for pthread_exit() inside the function. Int3 and optimized.
+// The same for pthread_exit() inside the function. A return probe on
+// glibc's own thread-exit path (__nptl_deallocate_tsd, which runs the
+// thread-exit hook) returns. Int3 and optimized.
 
 #include <pthread.h>
 #include <unistd.h>
@@ -205,6 +207,52 @@ void check_cancel(Kind kind, int mode) {
 TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetParam(), 0); }
 TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
 TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
+
+/// A return probe on what runs a thread's exit: glibc's start_thread calls
+/// __nptl_deallocate_tsd (named with libc6-dbg), which runs the pthread key
+/// destructors, libuprobe's thread-exit hook among them. The hook dropped
+/// every pending return instance of the thread, __nptl_deallocate_tsd's own
+/// too, whose frame is still live: its return then found none and aborted
+/// (uretprobe:libc:* killed every program whose threads ended). Its frames
+/// return as they should now: each thread's one entry and one return, in a
+/// child process (a regression aborts it).
+TEST_P(Threads, ReturnProbeOnThreadExitPathReturns) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  uprobe::Symbol sym;
+  try {
+    sym = uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
+  } catch (const uprobe::Error& e) {
+    GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?): " << e.what();
+  }
+  constexpr int kThreads = 4;
+  ChildReport rep;
+  bool got = false;
+  const int st = in_child(
+      [&](ChildReport& r) {
+        Session s;
+        uprobe::Attachment a(libc, sym.offset, s);
+        std::atomic<std::uint64_t> wrong{0};
+        for (int round = 0; round < 2; ++round) {
+          std::vector<std::thread> ts;
+          for (std::uint64_t i = 0; i < kThreads; ++i)
+            ts.emplace_back([&wrong, i] { wrong += lf_add(i, 1) != i + 1; });
+          for (auto& t : ts) t.join();
+        }
+        r.v[2] = wrong.load();
+        r.v[0] = s.entries.load();
+        r.v[1] = s.rets.load();
+        r.v[3] = s.bad.load();
+        r.v[4] = uprobe::return_stack_depth();
+      },
+      rep, got);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << rep.msg;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(rep.v[0], 2u * kThreads);
+  EXPECT_EQ(rep.v[1], 2u * kThreads);
+  EXPECT_EQ(rep.v[2], 0u);
+  EXPECT_EQ(rep.v[3], 0u);
+  EXPECT_EQ(rep.v[4], 0u);
+}
 
 /// Counts the hits whose first argument is one mutex.
 struct MutexArgCounter : uprobe::Consumer {

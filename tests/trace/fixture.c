@@ -27,9 +27,15 @@
  *                   (no atfork handler runs in it) that leaves with the exit_group system call
  *   nofd N          trace_fn() N times, then (with RLIMIT_NOFILE 3: no file can be opened) 2N
  *                   times in a new thread
+ *   vfork N         N vfork() children that _exit(5) at once; prints how many exited with 5
+ *   vforksig N      a SIGUSR1 handler; a vfork() child resets it to SIG_DFL (as Python's
+ *                   subprocess does) and _exit()s; then N raise(SIGUSR1): prints how many
+ *                   times the handler ran
+ *   fds             prints its open file descriptors (fds=0,1,2,...), from /proc/self/fd
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -111,6 +117,24 @@ static void* idle_thread(void* arg) {
   (void)arg;
   for (;;) pause();
   return NULL;
+}
+
+static volatile sig_atomic_t usr1_runs;
+static void count_usr1(int sig) {
+  (void)sig;
+  usr1_runs++;
+}
+
+/* A vfork() child that _exit(5)s at once, or (reset) resets SIGUSR1 to
+ * SIG_DFL first and _exit(0)s. */
+NOINLINE pid_t vfork_child(int reset) {
+  pid_t p = vfork();
+  if (p == 0) {
+    if (!reset) _exit(5);
+    signal(SIGUSR1, SIG_DFL);
+    _exit(0);
+  }
+  return p;
 }
 
 static void exit_on_alarm(int sig) {
@@ -250,6 +274,47 @@ int main(int argc, char** argv) {
     pthread_t t;
     if (pthread_create(&t, NULL, thread_main, NULL) != 0) return 6;
     pthread_join(t, NULL);
+  } else if (!strcmp(mode, "vfork")) {
+    long fives = 0;
+    for (long i = 0; i < a; i++) {
+      pid_t p = vfork_child(0);
+      int st = 0;
+      if (p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 5) fives++;
+    }
+    say("vforked", fives);
+  } else if (!strcmp(mode, "vforksig")) {
+    signal(SIGUSR1, count_usr1);
+    pid_t p = vfork_child(1);
+    int st = 0;
+    waitpid(p, &st, 0);
+    for (long i = 0; i < a; i++) raise(SIGUSR1);
+    say("usr1", usr1_runs);
+  } else if (!strcmp(mode, "fds")) {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return 5;
+    char line[512] = "fds=";
+    size_t len = 4;
+    int seen[256], n = 0;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+      if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d) || n == 256) continue;
+      seen[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)  /* insertion sort: no qsort (no libc callbacks) */
+      for (int j = i; j > 0 && seen[j - 1] > seen[j]; j--) {
+        int t = seen[j];
+        seen[j] = seen[j - 1];
+        seen[j - 1] = t;
+      }
+    for (int i = 0; i < n && len < sizeof line - 16; i++) {
+      char digits[16];
+      int k = 0, v = seen[i];
+      do digits[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+      if (i) line[len++] = ',';
+      while (k) line[len++] = digits[--k];
+    }
+    line[len++] = '\n';
+    if (write(1, line, len) < 0) return 3;
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

@@ -284,6 +284,96 @@ TEST(Trace, EveryLibcFunctionLeavesTheProgramAlive) {
   EXPECT_EQ(libc_key(h, "uprobe", "__restore_rt"), "") << dump(r);
 }
 
+/// A return probe on every function of libc, in a program whose threads
+/// end and which vforks: glibc's thread exit (__nptl_deallocate_tsd, which
+/// runs libuprobe's thread-exit hook) lost its return instance to the hook,
+/// and vfork's child took the parent's (uretprobe:libc:* aborted both with
+/// "return trampoline reached with no pending return instance"). The
+/// programs run as without the tracer; malloc's returns are counted exactly.
+TEST(Trace, EveryLibcReturnLeavesThreadsAndVforkAlive) {
+  Result plain = run({kFixture, "vfork", "2"});
+  ASSERT_EQ(plain.out, "vforked=2\n");
+  Result v = trace({"uretprobe:libc:*"}, {kFixture, "vfork", "2"});
+  ASSERT_EQ(v.status, 0) << dump(v);
+  EXPECT_EQ(v.out, plain.out) << dump(v);
+  EXPECT_EQ(libc_key(hits(v.report), "uretprobe", "vfork"), "") << dump(v);
+  Result t = trace({"uretprobe:libc:*", "uprobe:trace_fixture:trace_fn"}, {kFixture, "threads", "3", "10"});
+  ASSERT_EQ(t.status, 0) << dump(t);
+  auto h = hits(t.report);
+  EXPECT_EQ(h["uprobe:" + fixture() + ":trace_fn"], 30) << dump(t);
+}
+
+/// A return probe on vfork is refused, with the reason, and the program runs
+/// as without it (its child returned first, on the parent's stack and TLS,
+/// and took the parent's return instance); an entry probe counts each call.
+TEST(Trace, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
+  Result r = trace({"uretprobe:libc:vfork"}, {kFixture, "vfork", "3"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, "vforked=3\n");
+  EXPECT_EQ(hits(r.report), (std::map<std::string, long>{})) << dump(r);
+  EXPECT_NE(r.err.find("uretprobe:libc:vfork attached in no process"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("vfork returns twice in one address space"), std::string::npos) << r.err;
+  Result e = trace({"uprobe:libc:vfork"}, {kFixture, "vfork", "3"});
+  ASSERT_EQ(e.status, 0) << dump(e);
+  EXPECT_EQ(e.out, "vforked=3\n");
+  auto h = hits(e.report);
+  const std::string k = libc_key(h, "uprobe", "vfork");
+  ASSERT_FALSE(k.empty()) << dump(e);
+  EXPECT_EQ(h[k], 3) << dump(e);
+}
+
+/// A return probe on glibc's thread-exit path (__nptl_deallocate_tsd, named
+/// with libc6-dbg): one return per ended thread, the program unharmed.
+TEST(Trace, ReturnProbeOnThreadExitPathCountsEachThread) {
+  Result l = run({kTrace, "-l", "uprobe:libc:__nptl_deallocate_tsd"});
+  if (l.out.empty()) GTEST_SKIP() << "no __nptl_deallocate_tsd in libc's symbols (libc6-dbg not installed?)";
+  Result r = trace({"uretprobe:libc:__nptl_deallocate_tsd", "uprobe:trace_fixture:trace_fn"},
+                   {kFixture, "threads", "4", "100"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  auto h = hits(r.report);
+  EXPECT_EQ(h["uprobe:" + fixture() + ":trace_fn"], 400) << dump(r);
+  const std::string k = libc_key(h, "uretprobe", "__nptl_deallocate_tsd");
+  ASSERT_FALSE(k.empty()) << dump(r);
+  EXPECT_EQ(h[k], 4) << dump(r);
+}
+
+/// A vfork child that resets a handler of its parent (Python's subprocess
+/// resets every handler the program set in its vfork child): the parent's
+/// handler still runs for each signal. The child's sigaction() wrote
+/// libuprobe's handler table, the parent's memory, and the parent's signals
+/// were dropped (Python's test_signal hung waiting for its SIGHUP).
+TEST(Trace, VforkChildResettingAHandlerLeavesTheParentsHandler) {
+  Result plain = run({kFixture, "vforksig", "3"});
+  ASSERT_EQ(plain.out, "usr1=3\n");
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "vforksig", "3"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out) << dump(r);
+}
+
+/// The traced program has the file descriptors it has without the tracer.
+/// DISABLED: libuprobe keeps each XOL region's memfd open for as long as the
+/// region lives (src/attach/xol.cpp: Region::fd, for the RW alias a later
+/// stub write maps, and for privatize() after fork), one per region: one fd
+/// with a single probe, 28 more with uprobe:libc:* (here and in python3.11).
+/// The program sees them in /proc/self/fd, and descriptors it opens get
+/// other numbers; after exec the new image's regions take the
+/// lowest free numbers, so Python's test_subprocess (test_close_fds,
+/// test_pass_fds, test_pass_fds_redirected) finds "fds not in pass_fds left
+/// open" in its children. The fix is in xol.cpp (no fd kept: e.g. a
+/// region's RW alias made at creation, or the memfd moved out of the
+/// program's way), which other work is changing now.
+TEST(Trace, DISABLED_ProgramSeesOnlyItsOwnFileDescriptors) {
+  Result plain = run({kFixture, "fds"});
+  ASSERT_EQ(plain.status, 0);
+  ASSERT_EQ(plain.out.rfind("fds=0,1,2", 0), 0u) << plain.out;
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fds"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out) << dump(r);
+  Result all = trace({"uprobe:libc:*"}, {kFixture, "fds"});
+  ASSERT_EQ(all.status, 0) << dump(all);
+  EXPECT_EQ(all.out, plain.out) << dump(all);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
