@@ -775,17 +775,24 @@ class Vm {
     }
   }
 
-  void agg(const Stmt& s) noexcept {
-    const MapDesc& m = p_.maps[s.a];
-    if (m.value_is_str) return store_str(s, m);
-    const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
+  // The value words of the entry of map `m` that statement `s`'s key names
+  // (made when new); nullptr, counted as a map drop, when the table is full.
+  std::uint64_t* value_words(const Stmt& s, const MapDesc& m) noexcept {
     const std::uint64_t* key = encode_key(m, s.b, s.c);
     std::uint64_t* sl = slot(m, c_.area, key, true);
     if (!sl) {
       store(c_.area + kMapDrops, load(c_.area + kMapDrops) + 1);
-      return;
+      return nullptr;
     }
-    std::uint64_t* v = sl + 1 + m.key_words;
+    return sl + 1 + m.key_words;
+  }
+
+  void agg(const Stmt& s) noexcept {
+    const MapDesc& m = p_.maps[s.a];
+    if (m.value_is_str) return store_str(s, m);
+    const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
+    std::uint64_t* v = value_words(s, m);
+    if (!v) return;
     const auto ux = static_cast<std::uint64_t>(x);
     switch (m.agg) {
       case Agg::count: store(v, load(v) + 1); break;
@@ -817,13 +824,8 @@ class Vm {
     std::memset(tmp, 0, sizeof tmp);
     const Val x = eval(s.d);
     for (std::size_t j = 0; j < kStrLen - 1 && x.s && x.s[j]; ++j) tmp[j] = x.s[j];
-    const std::uint64_t* key = encode_key(m, s.b, s.c);
-    std::uint64_t* sl = slot(m, c_.area, key, true);
-    if (!sl) {
-      store(c_.area + kMapDrops, load(c_.area + kMapDrops) + 1);
-      return;
-    }
-    std::uint64_t* v = sl + 1 + m.key_words;
+    std::uint64_t* v = value_words(s, m);
+    if (!v) return;
     for (std::size_t w = 0; w < kStrLen / 8; ++w) {
       std::uint64_t word;
       std::memcpy(&word, tmp + 8 * w, 8);
