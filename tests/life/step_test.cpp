@@ -109,6 +109,16 @@ Baseline baseline() {
 
 /// Runs lf_step_run(5, 7) `rounds` times: each gives the unprobed result and
 /// the program sees exactly the unprobed run's single-step traps.
+/// Optimization on, with `t`'s choice of tactics at a site (the caller's
+/// ConfigGuard restores the configuration).
+void use_site_tactics(uprobe::SiteTactics t) {
+  uprobe::Config c = uprobe::configuration();
+  c.optimize = true;
+  c.optimize_windows = true;
+  c.site_tactics = t;
+  uprobe::configure(c);
+}
+
 void runs_as_baseline(const Baseline& base, int rounds) {
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -215,11 +225,7 @@ TEST(Step, RegionWithPunnedProbes) {
   const Baseline base = baseline();
   ASSERT_EQ(base.result, 42u);
   ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
-  uprobe::Config c = uprobe::configuration();
-  c.optimize = true;
-  c.optimize_windows = true;
-  c.site_tactics = uprobe::SiteTactics::instruction_only;
-  uprobe::configure(c);
+  use_site_tactics(uprobe::SiteTactics::instruction_only);
   // One at a time: the push is one of the bytes the imul's punned jump keeps.
   for (const std::uint64_t site : {lf_step_xol_site, lf_step_push_site}) {
     SCOPED_TRACE("site run+" + std::to_string(site));
@@ -244,11 +250,7 @@ TEST(Step, RegionWithPaddedProbe) {
   const Baseline base = baseline();
   ASSERT_EQ(base.result, 42u);
   ASSERT_EQ(base.steps.size(), 15u) << render(base.steps);
-  uprobe::Config c = uprobe::configuration();
-  c.optimize = true;
-  c.optimize_windows = true;
-  c.site_tactics = uprobe::SiteTactics::instruction_padded;
-  uprobe::configure(c);
+  use_site_tactics(uprobe::SiteTactics::instruction_padded);
   const void* site = at(lf_step_run, lf_step_xol_site);
   const std::vector<std::uint8_t> orig(static_cast<const std::uint8_t*>(site),
                                        static_cast<const std::uint8_t*>(site) + 16);
