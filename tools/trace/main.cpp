@@ -977,7 +977,11 @@ int run_bpftrace(const BtOptions& o) {
   close(sig_fd);
   run.drain();
   run.run_here(bt::ProbeKind::end, c->attach);
-  std::string text = "\n\n" + run.maps();
+  // bpftrace writes the two newlines before the maps to its standard output
+  // whatever -o says (std::cout), the maps to the output.
+  std::fwrite("\n\n", 1, 2, stdout);
+  if (out != stdout) std::fflush(stdout);
+  std::string text = run.maps();
   std::fwrite(text.data(), 1, text.size(), out);
   const bool flushed = std::fflush(out) == 0;
   if (out != stdout) std::fclose(out);
