@@ -810,6 +810,30 @@ std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept;
 std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept;
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept;
 
+/// Copies n bytes at `src` of this process to `dst` with loads that may
+/// fault (user_copy.S): the SIGSEGV/SIGBUS handler resumes a faulting one
+/// through user_copy_fixup(). Returns n, or the bytes copied before the first
+/// one that cannot be read (those are in dst). Call only where such a fault
+/// reaches user_copy_fixup(): the signal unblocked and libuprobe's handler
+/// installed. Async-signal-safe; no stack beyond the call, no system call.
+std::size_t copy_user(void* dst, const void* src, std::size_t n) noexcept;
+
+/// The string at `src` (its bytes up to and including the first NUL, at most
+/// `size` bytes read) copied to `dst`, as copy_user(): returns the NUL's
+/// index (the string's length), `size` when the first `size` bytes hold no
+/// NUL (all copied, no NUL written), -1 when a byte up to there cannot be
+/// read. The kernel's do_strncpy_from_user() with its byte-at-a-time
+/// fallback (lib/strncpy_from_user.c). Same conditions as copy_user().
+long copy_user_str(char* dst, const void* src, std::size_t size) noexcept;
+
+/// The exception-table lookup of a SIGSEGV or SIGBUS (the kernel's
+/// fixup_exception(), arch/x86/mm/extable.c): when the fault (si_code > 0:
+/// raised by the kernel for the instruction, not sent) is at one of the
+/// loads of copy_user() or copy_user_str(), points the ucontext at the
+/// routine's fixup, which returns what was copied, and returns true. False
+/// for any other signal: it is not ours. Async-signal-safe.
+bool user_copy_fixup(const siginfo_t* info, ucontext_t* uc) noexcept;
+
 /// The address of the probed instruction given the ucontext of its SIGTRAP
 /// (the kernel's uprobe_get_swbp_addr(): ip - 1 after int3).
 inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {

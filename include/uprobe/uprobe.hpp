@@ -247,6 +247,53 @@ int fixup_backtrace(void** frames, int n) noexcept;
 /// Async-signal-safe.
 unsigned return_stack_depth() noexcept;
 
+/// Reads of memory that may not be readable (a pointer argument of a
+/// probed function), as BPF programs make them with bpf_probe_read_user()
+/// and bpf_probe_read_user_str(): never a fault in the program, an error
+/// instead.
+///
+/// By default they are made with process_vm_readv(2) on this process (a
+/// system call each). enable_fault_safe_reads() makes them plain loads in
+/// the process, as the kernel's copy_from_user() with its exception table:
+/// libuprobe then owns the first look at SIGSEGV and SIGBUS (the kernel's
+/// action for both is libuprobe's handler, with the program's flags and
+/// sa_mask; sigaction() still sets and shows the program's own
+/// disposition). A fault of one of these reads resumes the read, which
+/// fails; any other signal reaches the program's handler exactly as before,
+/// or its default action (the process dies of it, as without libuprobe).
+/// An address in the first page (NULL, a small integer: Linux maps nothing
+/// there unless a privileged program asks, vm.mmap_min_addr) or at or above
+/// 2^56 (a kernel address, most non-canonical ones) is answered as
+/// unreadable without a read.
+/// A thread whose mask blocks SIGSEGV or SIGBUS (where the kernel kills the
+/// process at a fault instead) reads with process_vm_readv(2): libuprobe
+/// follows the mask through libc (sigprocmask and its family, handlers,
+/// setcontext, longjmp; one rt_sigprocmask(2) after a change) but not
+/// through raw system calls (see README.md, Limits).
+///
+/// Arms the in-process reads: idempotent; returns true once armed, false
+/// when it cannot (rt_sigaction(2) failed, or in a vfork() child). Call it
+/// before the reads, not from a handler (it takes sigaction()'s locks).
+/// Thread-safe; not async-signal-safe.
+bool enable_fault_safe_reads() noexcept;
+
+/// bpf_probe_read_user(): copies `size` bytes at `src` (an address in this
+/// process) to `dst`. Returns 0, or -EFAULT when one of them cannot be read
+/// (unmapped, PROT_NONE, past the end of a mapped file): `dst` is then
+/// zeroed (all `size` bytes). Async-signal-safe; no allocation, no lock.
+long probe_read_user(void* dst, std::uint32_t size, const void* src) noexcept;
+
+/// bpf_probe_read_user_str(): copies the NUL-terminated string at `src` to
+/// `dst`, at most `size` bytes NUL included. Returns the bytes written, NUL
+/// included (a string of `size` - 1 bytes or more is cut to `size` - 1 and
+/// its NUL: `size`); -EFAULT when a byte of it cannot be read, up to its NUL
+/// or up to the `size`th byte, whichever comes first (a string running into
+/// an unreadable page reads as an error, as the kernel's
+/// strncpy_from_user()): `dst` is then zeroed (all `size` bytes). The bytes
+/// of `dst` after the NUL are unspecified. `size` 0: returns 0.
+/// Async-signal-safe; no allocation, no lock.
+long probe_read_user_str(void* dst, std::uint32_t size, const void* src) noexcept;
+
 /// A (file, offset) pair as the kernel keys probes.
 struct FileOffset {
   std::string path;      ///< path of the mapped file as /proc/self/maps names it

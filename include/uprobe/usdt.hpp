@@ -91,7 +91,7 @@ struct Arg {
 
 /// How memory operands are read.
 enum class MemoryAccess : std::uint8_t {
-  checked,  ///< process_vm_readv on this process: an unmapped address gives false, never a fault (default)
+  checked,  ///< probe_read_user() (uprobe.hpp): an unmapped address gives false, never a fault (default)
   direct,   ///< a plain load: faster, but a bad address faults in the handler
 };
 

@@ -403,12 +403,7 @@ bool read_memory(std::uint64_t addr, void* buf, std::size_t n, MemoryAccess acce
     std::memcpy(buf, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addr)), n);
     return true;
   }
-  const int saved = errno;
-  struct iovec local{buf, n};
-  struct iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(addr)), n};
-  ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
-  errno = saved;
-  return got == static_cast<ssize_t>(n);
+  return uprobe::probe_read_user(buf, static_cast<std::uint32_t>(n), reinterpret_cast<const void*>(static_cast<std::uintptr_t>(addr))) == 0;
 }
 
 std::string truncated(std::string_view s) {

@@ -141,10 +141,13 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, 
   const std::uint64_t func = regs.rip;
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
   ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
-  if (save != arch::SaveMode::none)
-    arch::call_preserving(save, run_consumers_preserving, &c);
-  else
-    run_consumers(c);
+  {
+    FaultsFatalScope fatal(up->faults_fatal);
+    if (save != arch::SaveMode::none)
+      arch::call_preserving(save, run_consumers_preserving, &c);
+    else
+      run_consumers(c);
+  }
   if (c.ri) arm_return(up, regs, func, c.ri);
   if (c.remove) try_unapply(up);
 }

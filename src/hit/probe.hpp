@@ -157,6 +157,13 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   /// The offset is the entry of a function the symbol table sizes: an ABI
   /// boundary (SaveMode::entry) rather than any other site (SaveMode::full).
   bool function_entry = false;
+  /// glibc runs the site with every signal blocked somewhere
+  /// (ProbeInfo::signals_blocked not empty: inside pthread_create(),
+  /// posix_spawn()'s child, thread exit, ...), which the thread's tracked
+  /// mask (uprobe_fault_state) does not see: its consumers' reads of unsafe
+  /// memory are made with a system call, never with a load that may fault
+  /// (a fault there kills the process). Immutable after registration.
+  bool faults_fatal = false;
   /// How the site is patched (arch::plan()'s tactic): int3 only, or which
   /// optimized jump. Immutable after registration.
   arch::Tactic tactic = arch::Tactic::int3;

@@ -21,6 +21,24 @@
 // SIGTRAP handler keeps a consumer's change to it from outliving the
 // consumer (as sigreturn restores the mask).
 
+/// The calling thread's SIGSEGV/SIGBUS mask as libuprobe knows it, for
+/// user_copy_faults_recoverable(): kFaultsUnknown (0: ask the kernel),
+/// kFaultsOk (neither blocked), kFaultsBlocked. Written where the mask
+/// changes through libc (src/interpose/masks.cpp: sigprocmask and its
+/// family, handler entry and return, setcontext, longjmp, a vfork child's
+/// sigaction) and, for the consumers of an int3 hit, from the trap's
+/// ucontext (src/hit/trap.cpp). Initial-exec TLS, zero (unknown) in a new thread.
+extern "C" __thread unsigned char uprobe_fault_state __attribute__((tls_model("initial-exec")));
+
+namespace uprobe::detail {
+enum : unsigned char { kFaultsUnknown = 0, kFaultsOk = 1, kFaultsBlocked = 2 };
+
+/// The state for a mask (its first word).
+constexpr unsigned char fault_state_of(unsigned long mask_word) noexcept {
+  return (mask_word & ((1ul << (SIGSEGV - 1)) | (1ul << (SIGBUS - 1)))) ? kFaultsBlocked : kFaultsOk;
+}
+}  // namespace uprobe::detail
+
 namespace uprobe {
 class Uprobe;  // probe.hpp
 }  // namespace uprobe
@@ -56,5 +74,19 @@ bool program_handles_sigtrap() noexcept;
 /// clear, delivers a held SIGTRAP (src/interpose/masks.cpp).
 /// Async-signal-safe.
 void set_view(bool blocked) noexcept;
+
+/// Whether SIGSEGV and SIGBUS are armed: their faults in arch::copy_user()
+/// and copy_user_str() are resumed at the routines' fixup
+/// (src/interpose/signals.cpp, arm_user_faults()). Async-signal-safe (a load).
+bool user_faults_armed() noexcept;
+
+/// Whether a fault of arch::copy_user() or copy_user_str() on the calling
+/// thread now would reach the fixup: armed, and neither SIGSEGV nor SIGBUS
+/// blocked in the thread's mask (the kernel kills a process whose
+/// synchronous fault finds its signal blocked). From the thread's tracked
+/// state (uprobe_fault_state); when it is not known, one rt_sigprocmask(2)
+/// asks the kernel, and the answer is kept for the thread
+/// (src/interpose/masks.cpp). Async-signal-safe.
+bool user_copy_faults_recoverable() noexcept;
 
 }  // namespace uprobe::detail

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arch.hpp"
+#include "services.hpp"
 
 namespace uprobe::detail {
 
@@ -100,6 +101,24 @@ struct HotPathScope {
   ~HotPathScope() { --t_state.hot; }
   HotPathScope(const HotPathScope&) = delete;
   HotPathScope& operator=(const HotPathScope&) = delete;
+};
+
+/// While the consumers of `up` run: uprobe_fault_state says SIGSEGV and
+/// SIGBUS may be blocked when `fatal` (Uprobe::faults_fatal), and is as it
+/// was afterwards (what a consumer's mask change did to it ends with it, as
+/// its mask change does). Two TLS accesses when `fatal`, none else.
+/// Async-signal-safe.
+struct FaultsFatalScope {
+  const bool fatal;
+  unsigned char saved = 0;
+  explicit FaultsFatalScope(bool f) noexcept : fatal(f) {
+    if (__builtin_expect(fatal, 0)) saved = uprobe_fault_state, uprobe_fault_state = kFaultsBlocked;
+  }
+  ~FaultsFatalScope() {
+    if (__builtin_expect(fatal, 0)) uprobe_fault_state = saved;
+  }
+  FaultsFatalScope(const FaultsFatalScope&) = delete;
+  FaultsFatalScope& operator=(const FaultsFatalScope&) = delete;
 };
 
 /// Claims the calling thread's StatBlock (stat_block()'s first use).

@@ -291,7 +291,13 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   bool emulated_step = false;
   // A consumer's mask change ends with it, as sigreturn restores the mask.
   const bool view = uprobe_view_blocked;
+  // The consumers run under the trapped code's mask (plus SIGTRAP): when it
+  // blocks SIGSEGV or SIGBUS, the thread's tracked state (which misses
+  // glibc's own blocking, around its clone() for one) says so for them.
+  const unsigned char fault_state = uprobe_fault_state;
+  if (fault_state_of(uc->uc_sigmask.__val[0]) == kFaultsBlocked) uprobe_fault_state = kFaultsBlocked;
   guarded_handler_chain(up, regs);
+  uprobe_fault_state = fault_state;
   if (uprobe_view_blocked != view) set_view(view);
 
   if (regs.rip != ip) {

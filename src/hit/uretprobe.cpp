@@ -219,6 +219,7 @@ void run_ret_handlers(ReturnInstance* ri, Regs& regs, bool kernel_saved) noexcep
   if (!up || up->id != ri->uprobe_id) return;  // unregistered meanwhile
   const RetRun c{ri, &regs, up->consumers.load(std::memory_order_acquire)};
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(c.cs->ret_save);
+  FaultsFatalScope fatal(up->faults_fatal);
   if (save != arch::SaveMode::none)
     arch::call_preserving(save, run_ret_consumers_preserving, const_cast<RetRun*>(&c));
   else

@@ -48,6 +48,7 @@
 
 extern "C" {
 __thread unsigned char uprobe_view_blocked __attribute__((tls_model("initial-exec"))) = 0;
+__thread unsigned char uprobe_fault_state __attribute__((tls_model("initial-exec"))) = 0;
 
 // Read by context.S; resolved by init_masks() (or uprobe_resolve_real()).
 void* uprobe_real_sigsetjmp = nullptr;
@@ -272,6 +273,7 @@ namespace {
 UPROBE_NO_SANITIZE void prepare_longjmp(struct __jmp_buf_tag* env) noexcept {
   if (!env->__mask_was_saved) return;
   unsigned long& first = env->__saved_mask.__val[0];
+  note_fault_mask(first);
   const unsigned long mark = *reinterpret_cast<const unsigned long*>(reinterpret_cast<const char*>(env) + UPROBE_JB_MARK);
   const bool view = mark == UPROBE_JB_MARK_BLOCKED || (first & sig_bit(SIGTRAP)) != 0;
   first &= ~sig_bit(SIGTRAP);
@@ -325,6 +327,12 @@ int program_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept {
     raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
   }
   if (old) old->__val[0] = (o.__val[0] & ~sig_bit(SIGTRAP)) | (prev ? sig_bit(SIGTRAP) : 0);
+  if (set) {
+    const unsigned long real_now = how == SIG_SETMASK ? k.__val[0]
+                                   : how == SIG_BLOCK ? (o.__val[0] | k.__val[0])
+                                                      : (o.__val[0] & ~k.__val[0]);
+    note_fault_mask(real_now);
+  }
   const bool now = after(prev);
   if (now != was && mine == -1) mine = owns_view();
   if (mine == 1) {
@@ -337,6 +345,28 @@ int program_sigmask(int how, const sigset_t* set, sigset_t* old) noexcept {
 void set_view(bool blocked) noexcept {
   uprobe_view_blocked = blocked;
   if (!blocked) deliver_held_sigtrap();
+}
+
+void forget_fault_state() noexcept { uprobe_fault_state = kFaultsUnknown; }
+
+void note_fault_mask(unsigned long mask_word) noexcept {
+  const unsigned char now = fault_state_of(mask_word);
+  if (now == kFaultsBlocked) uprobe_fault_state = kFaultsBlocked;
+  else if (uprobe_fault_state != kFaultsOk) uprobe_fault_state = kFaultsUnknown;
+}
+
+bool user_copy_faults_recoverable() noexcept {
+  if (!user_faults_armed()) return false;
+  const unsigned char known = uprobe_fault_state;
+  if (known != kFaultsUnknown) return known == kFaultsOk;
+  sigset_t cur;
+  if (raw_sigprocmask(SIG_BLOCK, nullptr, &cur) != 0) return false;
+  const unsigned char now = fault_state_of(cur.__val[0]);
+  // A vfork() child's answer is its own: not kept in the TLS it shares with
+  // its parent (and its dispositions may not be the wrapper: no in-process read).
+  if (shares_parents_tables()) return false;
+  uprobe_fault_state = now;
+  return now == kFaultsOk;
 }
 
 void hold_sigtrap(const siginfo_t& info) noexcept {
@@ -388,6 +418,11 @@ HandlerView::HandlerView(void* uc, bool in_handler) noexcept : uc_(uc) {
   // uc_sigmask is the interrupted code's mask as the program sees it.
   if (uprobe_view_blocked) u->uc_sigmask.__val[0] |= sig_bit(SIGTRAP);
   uprobe_view_blocked = uprobe_view_blocked || in_handler;
+  // The handler's mask (the interrupted one, or a sigsuspend()'s, plus its
+  // sa_mask): not known here.
+  fault_state_ = uprobe_fault_state;
+  fault_bits_ = u->uc_sigmask.__val[0] & (sig_bit(SIGSEGV) | sig_bit(SIGBUS));
+  uprobe_fault_state = kFaultsUnknown;
   note_program_handler_run();
 }
 
@@ -399,6 +434,10 @@ void HandlerView::finish() noexcept {
   if (real_blocked_) u->uc_sigmask.__val[0] |= sig_bit(SIGTRAP);
   else u->uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
   uprobe_view_blocked = after;
+  // sigreturn restores uc_sigmask: the interrupted code's state stands
+  // unless the handler changed its SIGSEGV or SIGBUS bit there.
+  if ((u->uc_sigmask.__val[0] & (sig_bit(SIGSEGV) | sig_bit(SIGBUS))) == fault_bits_) uprobe_fault_state = fault_state_;
+  else uprobe_fault_state = fault_state_of(u->uc_sigmask.__val[0]) == kFaultsBlocked ? kFaultsBlocked : kFaultsUnknown;
   if (!after && !real_blocked_) deliver_held_sigtrap();
 }
 
@@ -449,6 +488,7 @@ UPROBE_NO_SANITIZE void uprobe_context_resumed() noexcept {
   }
   sigset_t cur;
   raw_sigprocmask(SIG_BLOCK, nullptr, &cur);
+  note_fault_mask(cur.__val[0]);
   if (has_sig(cur, SIGTRAP)) {
     sigset_t trap;
     trap.__val[0] = sig_bit(SIGTRAP);
@@ -754,6 +794,8 @@ UPROBE_INTERPOSED int setcontext(const ucontext_t* ucp) noexcept {
   std::memcpy(&c, ucp, sizeof c);  // (uc_mcontext.fpregs still points at ucp's)
   const bool view = has_sig(c.uc_sigmask, SIGTRAP);
   c.uc_sigmask.__val[0] &= ~sig_bit(SIGTRAP);
+  const unsigned char fault_state = uprobe_fault_state;
+  note_fault_mask(c.uc_sigmask.__val[0]);
   ThreadState& ts = t_state;
   const bool was = uprobe_view_blocked;
   const bool mine = view == was || owns_view();
@@ -762,6 +804,7 @@ UPROBE_INTERPOSED int setcontext(const ucontext_t* ucp) noexcept {
   real().setcontext(&c);
   ts.ctx_view_set = false;  // failed
   if (mine) uprobe_view_blocked = was;
+  uprobe_fault_state = fault_state;
   return -1;
 }
 

@@ -85,7 +85,9 @@ void note_program_handler_run() noexcept;
 /// SA_NODEFER). Shows the interrupted code's view in uc->uc_sigmask and sets
 /// the view for the handler. finish() takes the view the handler left in
 /// uc->uc_sigmask (restored at sigreturn) and clears the real bit again.
-/// Async-signal-safe.
+/// The thread's SIGSEGV/SIGBUS state (uprobe_fault_state) is unknown while
+/// the handler runs and the interrupted code's again after it (unless the
+/// handler changed those bits of uc_sigmask). Async-signal-safe.
 class HandlerView {
  public:
   HandlerView(void* uc, bool in_handler) noexcept;
@@ -94,7 +96,20 @@ class HandlerView {
  private:
   void* uc_;
   bool real_blocked_;
+  unsigned char fault_state_;  ///< the interrupted code's uprobe_fault_state
+  unsigned long fault_bits_;   ///< its SIGSEGV and SIGBUS bits of uc_sigmask
 };
+
+/// Forgets the calling thread's SIGSEGV/SIGBUS state (uprobe_fault_state):
+/// the next in-process read asks the kernel. Async-signal-safe.
+void forget_fault_state() noexcept;
+
+/// The state after a mask change to `mask_word` through libc: blocked is
+/// kept (a wrong "blocked" costs only speed); unblocked is kept when it was
+/// known already, else left for the kernel to confirm (a vfork() child's
+/// change would otherwise tell its parent, whose TLS it shares, that
+/// nothing is blocked). Async-signal-safe.
+void note_fault_mask(unsigned long mask_word) noexcept;
 
 /// Resolves the libc functions the interposers call on (dlsym RTLD_NEXT),
 /// takes over a SIGTRAP the main thread inherited blocked and installs the

@@ -16,6 +16,15 @@
 // bypasses all of this. A vfork() child shares the tables' memory with its
 // parent but has handlers of its own: its sigaction() goes to the kernel
 // only, and leaves the tables (the parent's) alone.
+//
+// SIGSEGV and SIGBUS, once arm_user_faults() ran (uprobe::enable_fault_safe_reads()),
+// are always delivered to uprobe_signal_wrapper(), with the program's flags
+// and sa_mask (SA_RESETHAND emulated): it first takes the faults of
+// arch::copy_user()/copy_user_str() for its own (the kernel's exception
+// table) and resumes them at their fixup; any other goes to the program's
+// disposition as the kernel would have delivered it: its handler, or the
+// default action (the process dies of the signal, as without us), or
+// nothing for a sent signal the program ignores.
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -38,6 +47,7 @@
 #include "thread_state.hpp"
 
 extern "C" int __sigaction(int, const struct sigaction*, struct sigaction*);
+extern "C" void uprobe_signal_wrapper(int sig, siginfo_t* info, void* ctx);
 
 namespace uprobe::detail {
 
@@ -175,9 +185,64 @@ namespace {
 // the handler's address with kWrapped, kSiginfo (SA_SIGINFO) and kTrapInMask
 // (SIGTRAP in sa_mask) in its top bits, stored whole (one atomic word: the
 // wrapper never sees a handler with another's flags). 0: not a handler.
+// For SIGSEGV and SIGBUS once armed, the entry describes the program's
+// disposition whatever it is (uprobe_signal_wrapper() is the kernel's action
+// even for SIG_DFL and SIG_IGN): kIgnored for SIG_IGN, neither kWrapped nor
+// kIgnored for SIG_DFL, kResetHand for SA_RESETHAND (emulated: the kernel's
+// would put SIG_DFL in place of the wrapper).
 constexpr std::uint64_t kWrapped = 1ull << 63, kSiginfo = 1ull << 62, kTrapInMask = 1ull << 61;
-constexpr std::uint64_t kHandlerBits = kTrapInMask - 1;
+constexpr std::uint64_t kIgnored = 1ull << 60, kResetHand = 1ull << 59;
+constexpr std::uint64_t kHandlerBits = kResetHand - 1;
 std::atomic<std::uint64_t> g_actions[NSIG];
+
+/// Per signal: the wrapper is the kernel's action for every disposition
+/// (SIGSEGV and SIGBUS once arm_user_faults() ran); set under ActionLock.
+std::atomic<bool> g_armed[NSIG];
+/// For an armed signal: the program's sa_flags as it set them (what
+/// sigaction()'s old action shows).
+std::atomic<int> g_program_flags[NSIG];
+/// Both SIGSEGV and SIGBUS armed.
+std::atomic<bool> g_faults_armed{false};
+
+/// The table entry of a disposition (see kWrapped).
+std::uint64_t encode_action(const struct sigaction& a, bool trap_in_mask) noexcept {
+  std::uint64_t e = ((a.sa_flags & SA_SIGINFO) ? kSiginfo : 0) | (trap_in_mask ? kTrapInMask : 0) |
+                    ((a.sa_flags & SA_RESETHAND) ? kResetHand : 0);
+  if (a.sa_handler == SIG_IGN) e |= kIgnored;
+  else if (a.sa_handler != SIG_DFL) e |= kWrapped | (reinterpret_cast<std::uint64_t>(a.sa_handler) & kHandlerBits);
+  return e;
+}
+
+/// The kernel's action for a disposition `act` of the program (its sa_mask
+/// without SIGTRAP): act itself, or the wrapper with the program's flags
+/// when the disposition is a handler or the signal is armed.
+struct sigaction kernel_action(const struct sigaction& act, std::uint64_t entry, bool armed) noexcept {
+  struct sigaction k = act;
+  k.sa_mask.__val[0] &= ~sig_bit(SIGTRAP);
+  if ((entry & kWrapped) || armed) {
+    k.sa_sigaction = uprobe_signal_wrapper;
+    k.sa_flags |= SA_SIGINFO;
+  }
+  if (armed) {
+    k.sa_flags &= ~SA_RESETHAND;  // (emulated: the wrapper stays)
+    // A sent signal the program ignores or leaves to the default action
+    // interrupts no system call (SIG_IGN discards it; SIG_DFL's stops the process).
+    if (!(entry & kWrapped)) k.sa_flags |= SA_RESTART;
+  }
+  return k;
+}
+
+/// sigaction()'s old action as the program set it, from the kernel's
+/// (`old`), the table entry of the signal then and, armed, the program's flags then.
+void show_program_action(struct sigaction& old, std::uint64_t entry, bool armed, int program_flags) noexcept {
+  if (old.sa_sigaction != uprobe_signal_wrapper) return;
+  if (entry & kWrapped) old.sa_handler = reinterpret_cast<sighandler_t>(entry & kHandlerBits);
+  else if (armed) old.sa_handler = (entry & kIgnored) ? SIG_IGN : SIG_DFL;
+  else return;
+  if (armed) old.sa_flags = program_flags;
+  else if (!(entry & kSiginfo)) old.sa_flags &= ~SA_SIGINFO;
+  if (entry & kTrapInMask) old.sa_mask.__val[0] |= sig_bit(SIGTRAP);
+}
 
 /// Serializes sigaction() per signal between threads (the table entry and
 /// the kernel's action change together); a nested call on the same thread
@@ -204,6 +269,27 @@ struct ActionLock {
   ActionLock& operator=(const ActionLock&) = delete;
 };
 
+/// What the program's disposition of an armed signal does with one that is
+/// not ours and that no handler of the program takes (entry `e`: SIG_DFL, or
+/// SIG_IGN): as the kernel, a sent signal the program ignores is dropped;
+/// anything else is the default action (a fault the program ignores is
+/// fatal too: force_sig_fault()): the default disposition restored and the
+/// same signal sent again to this thread, delivered when the wrapper returns
+/// (its siginfo kept: a process may send itself any si_code), so the process
+/// ends as it would have without us (killed by the signal, a core dump where
+/// the limits allow one).
+void take_default_action(int sig, siginfo_t* info, void* ctx, std::uint64_t e) noexcept {
+  const bool forced = info->si_code > 0;  // raised by the kernel for an instruction, not sent
+  if ((e & kIgnored) && !forced) return;
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  real_sigaction(sig, &dfl, nullptr);
+  static_cast<ucontext_t*>(ctx)->uc_sigmask.__val[0] &= ~sig_bit(sig);
+  arch::raw_syscall(SYS_rt_tgsigqueueinfo, arch::raw_syscall(SYS_getpid), arch::raw_syscall(SYS_gettid), sig,
+                    reinterpret_cast<long>(info));
+}
+
 }  // namespace
 
 void signals_after_fork_child() noexcept {
@@ -212,15 +298,67 @@ void signals_after_fork_child() noexcept {
   g_table_pid.store(static_cast<pid_t>(arch::raw_syscall(SYS_getpid)), std::memory_order_relaxed);
 }
 
+bool user_faults_armed() noexcept { return g_faults_armed.load(std::memory_order_acquire); }
+
+UPROBE_NO_SANITIZE bool arm_user_faults() noexcept {
+  if (g_faults_armed.load(std::memory_order_acquire)) return true;
+  if (shares_parents_tables()) return false;  // a vfork() child: its handlers are not the tables'
+  for (const int sig : {SIGSEGV, SIGBUS}) {
+    ActionLock lock(sig);
+    if (g_armed[sig].load(std::memory_order_relaxed)) continue;
+    struct sigaction cur;
+    if (real_sigaction(sig, nullptr, &cur) != 0) return false;
+    std::uint64_t e;
+    struct sigaction program = cur;
+    if (cur.sa_sigaction == uprobe_signal_wrapper) {
+      // A handler the program installed through us: the table has it.
+      e = g_actions[sig].load(std::memory_order_relaxed);
+      if (!(e & kWrapped)) e = 0;  // (not a handler any more: SIG_DFL)
+      if (cur.sa_flags & SA_RESETHAND) e |= kResetHand;
+      if (!(e & kSiginfo)) program.sa_flags &= ~SA_SIGINFO;
+    } else {
+      // SIG_DFL, SIG_IGN, or a handler installed before libuprobe was
+      // loaded or with a raw system call (a sanitizer runtime's).
+      e = encode_action(cur, has_sig(cur.sa_mask, SIGTRAP));
+    }
+    g_program_flags[sig].store(program.sa_flags, std::memory_order_relaxed);
+    g_actions[sig].store(e, std::memory_order_release);
+    g_armed[sig].store(true, std::memory_order_release);
+    const struct sigaction k = kernel_action(program, e, true);
+    if (real_sigaction(sig, &k, nullptr) != 0) {
+      g_armed[sig].store(false, std::memory_order_release);
+      return false;
+    }
+  }
+  g_faults_armed.store(true, std::memory_order_release);
+  return true;
+}
+
 }  // namespace uprobe::detail
 
+bool uprobe::enable_fault_safe_reads() noexcept { return detail::arm_user_faults(); }
+
 /// What the kernel runs for every handler the program installed with
-/// sigaction() (but SIGTRAP's): the program's handler from the table, under
-/// the program's view of the mask (HandlerView). Async-signal-safe.
+/// sigaction() (but SIGTRAP's), and for every disposition of SIGSEGV and
+/// SIGBUS once they are armed: a fault of libuprobe's own reads first
+/// (resumed at its fixup), then the program's handler from the table, under
+/// the program's view of the mask (HandlerView), or its SIG_DFL or SIG_IGN
+/// (take_default_action()). Async-signal-safe.
 extern "C" UPROBE_NO_SANITIZE void uprobe_signal_wrapper(int sig, siginfo_t* info, void* ctx) {
   using namespace uprobe::detail;
-  const std::uint64_t e = g_actions[sig].load(std::memory_order_acquire);
-  if (!(e & kWrapped)) return;  // SIG_DFL/SIG_IGN set since the kernel chose this handler
+  if ((sig == SIGSEGV || sig == SIGBUS) && uprobe::arch::user_copy_fixup(info, static_cast<ucontext_t*>(ctx)))
+    return;
+  const bool armed = g_armed[sig].load(std::memory_order_acquire);
+  std::uint64_t e = g_actions[sig].load(std::memory_order_acquire);
+  // SA_RESETHAND of an armed signal: SIG_DFL from this delivery on (one
+  // thread takes the handler, as the kernel resets the action under its lock).
+  while (armed && (e & kWrapped) && (e & kResetHand) &&
+         !g_actions[sig].compare_exchange_weak(e, e & ~(kWrapped | kHandlerBits), std::memory_order_acq_rel)) {
+  }
+  if (!(e & kWrapped)) {
+    if (armed) take_default_action(sig, info, ctx, e);
+    return;  // (not armed: SIG_DFL/SIG_IGN set since the kernel chose this handler)
+  }
   HandlerView view(ctx, (e & kTrapInMask) != 0);
   if (e & kSiginfo)
     reinterpret_cast<void (*)(int, siginfo_t*, void*)>(e & kHandlerBits)(sig, info, ctx);
@@ -231,8 +369,8 @@ extern "C" UPROBE_NO_SANITIZE void uprobe_signal_wrapper(int sig, siginfo_t* inf
 
 /// Interposed sigaction(2): SIGTRAP is virtualised once the runtime owns it
 /// (see the file comment); for every other signal SIGTRAP leaves sa_mask and
-/// a handler is installed as uprobe_signal_wrapper(), and the old action
-/// reads as the program set it.
+/// a handler is installed as uprobe_signal_wrapper() (every disposition of
+/// an armed SIGSEGV or SIGBUS), and the old action reads as the program set it.
 /// Not instrumented: under a sanitizer, the sanitizer's own sigaction
 /// interceptor reaches this function (its "real" sigaction is the next
 /// definition, ours) while the sanitizer runtime initialises, before it can
@@ -261,46 +399,42 @@ extern "C" __attribute__((visibility("default"))) UPROBE_NO_SANITIZE int sigacti
     if (act) {
       k = *act;
       k.sa_mask.__val[0] &= ~sig_bit(SIGTRAP);
+      // The child's own disposition of SIGSEGV or SIGBUS may not be the
+      // wrapper any more: no in-process read from now on (the TLS is the
+      // parent's, which re-checks its mask at its next read).
+      if (sig == SIGSEGV || sig == SIGBUS) forget_fault_state();
     }
     const std::uint64_t prev = g_actions[sig].load(std::memory_order_acquire);
+    const bool armed = g_armed[sig].load(std::memory_order_acquire);
     const int r = real_sigaction(sig, act ? &k : nullptr, old);
-    if (r == 0 && old && old->sa_sigaction == uprobe_signal_wrapper && (prev & kWrapped)) {
-      old->sa_handler = reinterpret_cast<sighandler_t>(prev & kHandlerBits);
-      if (!(prev & kSiginfo)) old->sa_flags &= ~SA_SIGINFO;
-      if (prev & kTrapInMask) old->sa_mask.__val[0] |= sig_bit(SIGTRAP);
-    }
+    if (r == 0 && old) show_program_action(*old, prev, armed, g_program_flags[sig].load(std::memory_order_relaxed));
     return r;
   }
+  ActionLock lock(sig);
+  const bool armed = g_armed[sig].load(std::memory_order_acquire);
   struct sigaction k;
   std::uint64_t entry = 0;
   if (act) {
-    k = *act;
-    const bool trap_in_mask = has_sig(k.sa_mask, SIGTRAP);
-    k.sa_mask.__val[0] &= ~sig_bit(SIGTRAP);
-    if (k.sa_handler != SIG_DFL && k.sa_handler != SIG_IGN) {
-      entry = kWrapped | (reinterpret_cast<std::uint64_t>(k.sa_handler) & kHandlerBits) |
-              ((k.sa_flags & SA_SIGINFO) ? kSiginfo : 0) | (trap_in_mask ? kTrapInMask : 0);
-      k.sa_sigaction = uprobe_signal_wrapper;
-      k.sa_flags |= SA_SIGINFO;
-    }
+    entry = encode_action(*act, has_sig(act->sa_mask, SIGTRAP));
+    k = kernel_action(*act, entry, armed);
   }
-  ActionLock lock(sig);
   const std::uint64_t prev = g_actions[sig].load(std::memory_order_relaxed);
+  const int prev_flags = g_program_flags[sig].load(std::memory_order_relaxed);
   // The entry before the kernel's action: a signal that comes in between
   // runs the new handler (under the old flags), as one that arrived a
   // moment later would.
-  if (entry) g_actions[sig].store(entry, std::memory_order_release);
+  if (act && ((entry & kWrapped) || armed)) {
+    g_actions[sig].store(entry, std::memory_order_release);
+    if (armed) g_program_flags[sig].store(act->sa_flags, std::memory_order_relaxed);
+  }
   const int r = real_sigaction(sig, act ? &k : nullptr, old);
   if (r != 0) {
-    if (entry) g_actions[sig].store(prev, std::memory_order_release);
+    g_actions[sig].store(prev, std::memory_order_release);
+    g_program_flags[sig].store(prev_flags, std::memory_order_relaxed);
     return r;
   }
-  if (act && !entry) g_actions[sig].store(0, std::memory_order_release);
-  if (old && old->sa_sigaction == uprobe_signal_wrapper && (prev & kWrapped)) {
-    old->sa_handler = reinterpret_cast<sighandler_t>(prev & kHandlerBits);
-    if (!(prev & kSiginfo)) old->sa_flags &= ~SA_SIGINFO;
-    if (prev & kTrapInMask) old->sa_mask.__val[0] |= sig_bit(SIGTRAP);
-  }
+  if (act && !(entry & kWrapped) && !armed) g_actions[sig].store(0, std::memory_order_release);
+  if (old) show_program_action(*old, prev, armed, prev_flags);
   return 0;
 }
 

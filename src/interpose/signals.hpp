@@ -37,6 +37,18 @@ void signals_after_fork_child() noexcept;
 /// leaves the tables alone. Async-signal-safe (one getpid system call).
 bool shares_parents_tables() noexcept;
 
+/// Makes SIGSEGV and SIGBUS go to uprobe_signal_wrapper() whatever the
+/// program's disposition (the program's own kept in the table and honoured
+/// for every signal that is not a fault of arch::copy_user() or
+/// copy_user_str(), which the wrapper resumes at their fixup). Idempotent;
+/// true once both are armed, false in a vfork() child or when
+/// rt_sigaction(2) fails. Any thread; not async-signal-safe (it takes
+/// sigaction()'s per-signal locks).
+bool arm_user_faults() noexcept;
+
+// user_faults_armed(): declared in src/hit/services.hpp (the hit path's
+// reads ask it), defined in signals.cpp.
+
 // forward_foreign_trap() and program_handles_sigtrap(): declared in
 // src/hit/services.hpp (the SIGTRAP handler calls them), defined in
 // signals.cpp.

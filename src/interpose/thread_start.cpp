@@ -92,6 +92,14 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
                                                                      void* (*start)(void*), void* arg) {
   using namespace uprobe::detail;
   static const auto real = reinterpret_cast<CreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  // glibc blocks every signal around its clone() with its own system
+  // calls: a hit in there (a probe on clone3) finds SIGSEGV blocked whatever
+  // this thread's state says. Unknown during the call, as before after it.
+  struct KeepFaultState {
+    unsigned char saved = uprobe_fault_state;
+    KeepFaultState() noexcept { forget_fault_state(); }
+    ~KeepFaultState() { uprobe_fault_state = saved; }
+  } keep_fault_state;
   const bool view_blocked = new_thread_view_blocked(attr);
   Handoff* h = claim_handoff();
   // 256 threads created and not started yet: a new one whose view blocks
