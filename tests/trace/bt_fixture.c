@@ -23,7 +23,11 @@
  * processes).
  *
  * With "dlopen PATH": dlopen()s PATH (bt_dl_lib.c), calls its st_dl_mid(1)
- * (-> st_dl_leaf) from st_dl_call() twice, then st_done() and a 0.3 s sleep. */
+ * (-> st_dl_leaf) from st_dl_call() twice, then st_done() and a 0.3 s sleep.
+ *
+ * With "badptr": bt_badptr.c's calls (linked after this file, and chosen
+ * before main() runs: the code here keeps its addresses, which the corpus's
+ * stacks print). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>

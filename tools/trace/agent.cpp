@@ -1214,6 +1214,9 @@ __attribute__((constructor)) void agent_init() {
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
   if (const char* prog = getenv(kEnvProgram)) load_bt_program(prog);
+  // str(), sargN and ustack read the program's memory at hits: in process
+  // (faults taken by libuprobe's SIGSEGV/SIGBUS handler), not by a system call each.
+  if (g_bt_blob) uprobe::enable_fault_safe_reads();
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";

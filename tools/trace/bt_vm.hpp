@@ -19,8 +19,10 @@
 /// every thread and process when it prints the maps.
 ///
 /// run_probe() is async-signal-safe: no allocation, no lock, no libc call
-/// but clock_gettime (vDSO), prctl(PR_GET_NAME), getuid/getpid/gettid and
-/// process_vm_readv system calls, pthread_self() (a load of the thread
+/// but clock_gettime (vDSO), prctl(PR_GET_NAME), getuid/getpid/gettid system
+/// calls, libuprobe's probe_read_user() and probe_read_user_str() (reads of
+/// the program's memory that never fault: in process once the agent armed
+/// them, else process_vm_readv), pthread_self() (a load of the thread
 /// pointer) and, at a thread's first ustack, openat/read/close of
 /// /proc/self/maps (StackBounds); its recursion is bounded by kMaxDepth, kMaxIfDepth and
 /// kKeyStackWords (map reads in keys), all checked by the compiler; it
@@ -37,6 +39,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include <uprobe/uprobe.hpp>
 
 namespace uptrace::bt {
 
@@ -72,7 +76,7 @@ enum class Op : std::uint8_t {
   ternary,   ///< a ? b : c
   cast,      ///< a cast to imm bits (sub 1: signed)
   str_read,  ///< str(a[, b]): the NUL-terminated string at address a, at most b (or kStrDefault - 1) bytes
-  sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with process_vm_readv)
+  sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with uprobe::probe_read_user())
   ustack,    ///< ustack / ustack([perf, ]N): imm frames at most, sub 1: perf mode (a Node::vt kVtStack value)
   usym,      ///< usym(a): the address a (a Node::vt kVtUsym value, symbolized by the CLI)
 };
@@ -178,7 +182,7 @@ enum AreaWord : std::size_t {
   kRingTail = 1,   ///< bytes ever consumed (the CLI's)
   kLostEvents = 2, ///< printf events dropped: the ring was full
   kMapDrops = 3,   ///< map updates dropped: the table was full
-  kSelfPid = 4,    ///< the process's ID for process_vm_readv (0: not known yet; a fork child has new blocks)
+  kSelfPid = 4,    ///< the process's ID for image words (0: not known yet; a fork child has new blocks)
   kAreaHeaderWords = 8,
 };
 
@@ -258,11 +262,11 @@ struct Program {
 /// (pthread_self(): glibc puts it at the top of a thread's stack mapping),
 /// a thread's. Memory from the stack pointer up to hi is mapped and
 /// readable while the thread runs, so a frame there is read with a plain
-/// load; any other address with process_vm_readv (never a fault). One per
+/// load; any other address with uprobe::probe_read_user() (never a fault). One per
 /// thread, zero-initialized (the agent's initial-exec TLS: a fork child
 /// keeps its parent's, which its copied stack still matches).
 struct StackBounds {
-  std::uint64_t lo = 0, hi = 0;  ///< hi 0: no such mapping (every frame by process_vm_readv)
+  std::uint64_t lo = 0, hi = 0;  ///< hi 0: no such mapping (every frame by uprobe::probe_read_user())
   std::uint64_t known = 0;       ///< 1 once looked up
 };
 
@@ -277,7 +281,7 @@ struct HitContext {
   /// address) and frame pointer (rbp) at the probe; ip 0: no stack (the CLI).
   std::uint64_t ip = 0, fp = 0;
   std::uint64_t layout = 0;             ///< the image's layout id (image_word()), 0: the CLI
-  StackBounds* stack = nullptr;         ///< the calling thread's (nullptr: every frame by process_vm_readv)
+  StackBounds* stack = nullptr;         ///< the calling thread's (nullptr: every frame by uprobe::probe_read_user())
   std::uint64_t retval = 0;
   const char* func = "";   ///< NUL-terminated
   const char* probe = "";  ///< NUL-terminated
@@ -431,10 +435,9 @@ class Vm {
     return s;
   }
 
-  // This process's ID for process_vm_readv, kept in the thread's area (one
-  // system call less per read: the area belongs to this process, a fork
-  // child makes its own; a vfork child, which shares its parent's blocks,
-  // reads its parent's memory, which is its own).
+  // This process's ID for image words, kept in the thread's area (one
+  // system call less per stack or usym value: the area belongs to this
+  // process, a fork child makes its own).
   long self_pid() const noexcept {
     std::uint64_t pid = c_.area ? load(c_.area + kSelfPid) : 0;
     if (!pid) {
@@ -444,14 +447,12 @@ class Vm {
     return static_cast<long>(pid);
   }
 
-  // sargN: the word at sp + 8 * (N + 1), read with process_vm_readv (0 when
-  // it cannot be read; never a fault).
+  // sargN: the word at sp + 8 * (N + 1) (0 when it cannot be read; never a fault).
   std::uint64_t stack_arg(std::int64_t n) const noexcept {
     if (!c_.sp) return 0;
     std::uint64_t w = 0;
-    iovec local{&w, 8}, remote{reinterpret_cast<void*>(c_.sp + 8 * static_cast<std::uint64_t>(n + 1)), 8};
-    if (syscall(SYS_process_vm_readv, self_pid(), &local, 1, &remote, 1, 0) != 8) return 0;
-    return w;
+    uprobe::probe_read_user(&w, 8, reinterpret_cast<const void*>(c_.sp + 8 * static_cast<std::uint64_t>(n + 1)));
+    return w;  // (0 when it failed)
   }
 
   const char* literal(std::int32_t off) const noexcept { return p_.strtab + off; }
@@ -466,24 +467,12 @@ class Vm {
   }
 
   // Copies the string at `addr` of this process (at most size - 1 bytes,
-  // then NUL) with process_vm_readv: an unmapped or unreadable address gives
-  // what it could read (bpftrace's str() of a bad pointer: ""), never a fault.
-  void read_string(std::uint64_t addr, char* out, std::size_t size) const noexcept {
-    std::memset(out, 0, kStrDefault);
-    const long pid = self_pid();
-    std::size_t done = 0;
-    while (done + 1 < size) {
-      const std::uint64_t at = addr + done;
-      std::size_t chunk = 4096 - (at & 4095);  // one page at a time: a readable prefix is kept
-      if (chunk > size - 1 - done) chunk = size - 1 - done;
-      iovec local{out + done, chunk}, remote{reinterpret_cast<void*>(at), chunk};
-      const long got = syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0);
-      if (got <= 0) break;
-      if (std::memchr(out + done, 0, static_cast<std::size_t>(got))) return;
-      done += static_cast<std::size_t>(got);
-    }
-    out[done < size ? done : size - 1] = 0;
-    for (std::size_t i = done; i < kStrDefault; ++i) out[i] = 0;
+  // then NUL) as bpftrace's str() (bpf_probe_read_user_str()): a string a
+  // byte of which cannot be read, up to its NUL or its size-th byte, gives
+  // "" (an unmapped or unreadable address too); never a fault.
+  static void read_string(std::uint64_t addr, char* out, std::size_t size) noexcept {
+    if (uprobe::probe_read_user_str(out, static_cast<std::uint32_t>(size), reinterpret_cast<const void*>(addr)) < 0)
+      out[0] = 0;  // (zeroed already)
   }
 
   static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
@@ -496,14 +485,13 @@ class Vm {
   // following the saved frame pointers, until a read fails, an address is 0
   // (where bpftrace stops printing) or `limit` frames. A frame on the
   // thread's stack above the stack pointer (StackBounds) is read with plain
-  // loads, any other with process_vm_readv: a bad frame pointer ends the
+  // loads, any other with uprobe::probe_read_user(): a bad frame pointer ends the
   // walk, never faults. Async-signal-safe, no allocation. Returns the frames
   // written to `out`.
   unsigned walk_stack(std::uint64_t* out, unsigned limit) const noexcept {
     unsigned n = 0;
     if (!c_.ip || !limit) return 0;
     out[n++] = c_.ip;
-    const long pid = self_pid();
     std::uint64_t fp = c_.fp;
     // Frames between the stack pointer and the top of the thread's stack: plain loads.
     std::uint64_t lo = 0, hi = 0;
@@ -518,9 +506,8 @@ class Vm {
         frame[1] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp) + 1, __ATOMIC_RELAXED);
       } else if (fp < 4096) {
         break;  // (page 0, never mapped but with vm.mmap_min_addr 0: where chains end, rbp 0 or 1, without a system call)
-      } else {
-        iovec local{frame, sizeof frame}, remote{reinterpret_cast<void*>(fp), sizeof frame};
-        if (syscall(SYS_process_vm_readv, pid, &local, 1, &remote, 1, 0) != static_cast<long>(sizeof frame)) break;
+      } else if (uprobe::probe_read_user(frame, sizeof frame, reinterpret_cast<const void*>(fp)) != 0) {
+        break;
       }
       if (!frame[1]) break;
       out[n++] = frame[1];
