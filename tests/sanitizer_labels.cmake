@@ -54,6 +54,11 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      PROPERTIES LABELS "no-asan;no-tsan")
 
+# The default action of SIGSEGV/SIGBUS: under ASan the disposition is ASan's
+# own handler (handle_segv), which reports and exits 1 instead of letting
+# the process die of the signal (so it does without libuprobe too).
+set_tests_properties(life.UserRead.DefaultActionStillKills PROPERTIES LABELS "no-asan")
+
 # ThreadSanitizer only (`make test-tsan`). TSan keeps the program's sigaction()
 # in a table of its own (sigaction() reads sa_mask back as given, SIGKILL and
 # SIGSTOP included) and runs deferred handlers under its own pthread_sigmask of
