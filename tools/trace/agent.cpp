@@ -63,10 +63,31 @@
 #include <uprobe/uprobe.hpp>
 #include <uprobe/usdt.hpp>
 
-#include "bt_vm.hpp"
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+
 #include "counts.hpp"
 #include "record.hpp"
 #include "spec.hpp"
+
+// The bpftrace interpreter (bt_vm.hpp) and run_bt() below, which run at hits:
+// general registers only, string operations inline, no loop made into a
+// libc call. The rest of the hit path (the consumers, the thread's block) is
+// ordinary code that uses no vector register either (counting, a few
+// atomics). So the consumers declare set_vector_state_unused() and
+// libuprobe saves nothing for them at an optimized site;
+// tests/trace/agent_gpr_check.py checks the built library: no vector or x87
+// register in any function a hit reaches, no call but to the libc system
+// call wrappers and libuprobe's reads.
+#pragma GCC push_options
+#pragma GCC target("general-regs-only,inline-all-stringops")
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#include "bt_vm.hpp"
+#pragma GCC pop_options
 
 namespace {
 
@@ -282,6 +303,10 @@ inline bool counting() noexcept {
   return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);
 }
 
+/// No more hits for a program: none, or exit() ran. (Outside run_bt()'s
+/// general-registers-only code: std::atomic's members are always_inline.)
+bool bt_stopped() noexcept { return !g->header || g->header->bt_exit.load(std::memory_order_relaxed); }
+
 /// One probe block of a bpftrace program at one site: its index and the
 /// `probe` and `func` strings of the site (never freed).
 struct BtHit {
@@ -298,36 +323,42 @@ constexpr unsigned kBtArgs = 10;
 /// registers. Async-signal-safe: the interpreter (bt_vm.hpp) writes the
 /// thread's own block only; a USDT memory operand is read without faulting
 /// (ArgSpec::read(): an unreadable one gives 0).
-void run_bt(const std::vector<BtHit>& hits, const uprobe::Regs& regs, bool ret,
+#pragma GCC push_options
+#pragma GCC target("general-regs-only,inline-all-stringops")
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool ret,
             const uprobe::usdt::ArgSpec* usdt = nullptr) noexcept {
-  if (hits.empty() || !g->header || g->header->bt_exit.load(std::memory_order_relaxed)) return;
+  if (nhits == 0 || bt_stopped()) return;
   std::uint64_t* b = my_block();
-  if (!b || b[counts::kBlockShared]) return unrecorded(hits.size());
-  std::uint64_t args[kBtArgs] = {};
+  if (!b || b[counts::kBlockShared]) return unrecorded(nhits);
+  std::uint64_t args[kBtArgs];
   if (usdt) {
-    for (unsigned i = 0; i < kBtArgs && i < usdt->count(); ++i)
-      if (!usdt->read(i, regs, args[i])) args[i] = 0;
+    for (unsigned i = 0; i < kBtArgs; ++i)
+      if (i >= usdt->count() || !usdt->read(i, regs, args[i])) args[i] = 0;
   } else {
-    for (unsigned i = 0; i < 6; ++i) args[i] = regs.arg(i);
+    args[0] = regs.rdi, args[1] = regs.rsi, args[2] = regs.rdx, args[3] = regs.rcx, args[4] = regs.r8,
+    args[5] = regs.r9;
+    for (unsigned i = 6; i < kBtArgs; ++i) args[i] = 0;
   }
   bt::HitContext ctx;
   ctx.args = args;
-  ctx.sp = regs.sp();  // (sargN: uprobes only, the compiler checks)
-  ctx.ip = regs.ip();  // (ustack: a uretprobe's is the return address, as the kernel's)
+  ctx.sp = regs.rsp;  // (sargN: uprobes only, the compiler checks)
+  ctx.ip = regs.rip;  // (ustack: a uretprobe's is the return address, as the kernel's)
   ctx.fp = regs.rbp;
   ctx.layout = g->layout;
   ctx.stack = &tls_stack;
-  ctx.retval = ret ? regs.ret() : 0;
+  ctx.retval = ret ? regs.rax : 0;
   ctx.start_ns = g->header->bt_start_ns;
   ctx.area = b + g->bt_area;
   ctx.exit_flag = reinterpret_cast<volatile std::uint64_t*>(&g->header->bt_exit);
-  for (const BtHit& h : hits) {
-    ctx.func = h.func;
-    ctx.probe = h.probe_name;
+  for (std::size_t i = 0; i < nhits; ++i) {
+    ctx.func = hits[i].func;
+    ctx.probe = hits[i].probe_name;
     bt::Vm vm(g->bt, ctx);
-    vm.run_probe(h.probe);
+    vm.run_probe(hits[i].probe);
   }
 }
+#pragma GCC pop_options
 
 /// A function site: entry counts, return counts, a latency histogram (any of
 /// them), the probe blocks of a bpftrace program. Several specs may name one site (aliases, a glob and a name): each
@@ -338,10 +369,7 @@ class FnConsumer final : public uprobe::Consumer {
              std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets)
       : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist),
         bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)) {
-    // Counting alone runs in general registers: no vector or x87 state to
-    // save. A bpftrace program's actions run the interpreter (ordinary C++,
-    // which may use SSE): libuprobe saves what the site makes live for them.
-    if (bt_entries_.empty() && bt_rets_.empty()) set_vector_state_unused();
+    set_vector_state_unused();  // (the hit path uses general registers only: see the pragma above)
   }
 
   uprobe::Action handler(uprobe::Regs& regs) override {
@@ -349,8 +377,9 @@ class FnConsumer final : public uprobe::Consumer {
       setup_hit();
       return rets_.empty() && hist_ < 0 && bt_rets_.empty() ? uprobe::Action::keep : uprobe::Action::ignore;
     }
-    run_bt(bt_entries_, regs, false);
-    if (std::uint64_t* b = my_block()) {
+    run_bt(bt_entries_.data(), bt_entries_.size(), regs, false);
+    if (entries_.empty()) {
+    } else if (std::uint64_t* b = my_block()) {
       for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));
     } else {
       unrecorded(entries_.size());
@@ -361,7 +390,7 @@ class FnConsumer final : public uprobe::Consumer {
 
   void ret_handler(uprobe::Regs& regs, std::uint64_t) override {
     if (!counting()) return setup_hit();
-    run_bt(bt_rets_, regs, true);
+    run_bt(bt_rets_.data(), bt_rets_.size(), regs, true);
     if (rets_.empty() && hist_ < 0) return;
     std::uint64_t* b = my_block();
     if (!b) return unrecorded(rets_.size());
@@ -393,11 +422,11 @@ class CountConsumer final : public uprobe::Consumer {
  public:
   CountConsumer(long key, std::vector<BtHit> bt, const uprobe::usdt::ArgSpec& args)
       : key_(key), bt_(std::move(bt)), args_(args) {
-    if (bt_.empty()) set_vector_state_unused();  // as FnConsumer
+    set_vector_state_unused();  // as FnConsumer
   }
   uprobe::Action handler(uprobe::Regs& regs) override {
     if (!counting()) return uprobe::Action::keep;
-    run_bt(bt_, regs, false, &args_);
+    run_bt(bt_.data(), bt_.size(), regs, false, &args_);
     if (key_ < 0) return uprobe::Action::keep;
     if (std::uint64_t* b = my_block()) bump(b, kHeaderWords + static_cast<std::size_t>(key_));
     else unrecorded(1);

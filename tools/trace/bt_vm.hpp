@@ -333,6 +333,14 @@ inline std::uint64_t hash_words(const std::uint64_t* k, std::size_t n) noexcept 
 inline std::uint64_t load(const std::uint64_t* w) noexcept { return __atomic_load_n(w, __ATOMIC_RELAXED); }
 inline void store(std::uint64_t* w, std::uint64_t v) noexcept { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
 
+/// Whether n words at a and b are equal (a loop, not memcmp: the agent's
+/// hit path calls no libc string function).
+inline bool same_words(const std::uint64_t* a, const std::uint64_t* b, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 /// The interpreter of one hit. Async-signal-safe (see the file comment).
 class Vm {
  public:
@@ -341,7 +349,7 @@ class Vm {
   /// Runs probe `pi` (its predicate, then its body).
   void run_probe(std::uint32_t pi) noexcept {
     const ProbeDesc& pd = p_.probes[pi];
-    std::memset(vars_, 0, static_cast<std::size_t>(pd.nvars) * sizeof vars_[0]);  // (only those it uses)
+    for (std::int32_t k = 0; k < pd.nvars; ++k) vars_[k] = 0;  // (only those it uses)
     for (std::int32_t k = 0; k < pd.nsvars; ++k) svars_[k][0] = 0;
     if (pd.pred >= 0) {
       Val v = eval(pd.pred);
@@ -371,7 +379,7 @@ class Vm {
         __atomic_store_n(s, kSlotLive, __ATOMIC_RELEASE);
         return s;
       }
-      if (std::memcmp(s + 1, key, m.key_words * 8) == 0) {
+      if (same_words(s + 1, key, m.key_words)) {
         if ((st & kSlotStateMask) == kSlotLive) return s;
         if (!insert) return (st & kSlotStateMask) == kSlotZeroed ? s : nullptr;
         return take(m, s, key);
@@ -475,7 +483,13 @@ class Vm {
       out[0] = 0;  // (zeroed already)
   }
 
-  static bool str_eq(const char* a, const char* b) noexcept { return std::strncmp(a, b, kStrLen) == 0; }
+  static bool str_eq(const char* a, const char* b) noexcept {
+    for (std::size_t i = 0; i < kStrLen; ++i) {
+      if (a[i] != b[i]) return false;
+      if (!a[i]) return true;
+    }
+    return true;
+  }
 
   std::uint64_t image() const noexcept { return image_word(static_cast<std::uint64_t>(self_pid()), c_.layout); }
 
@@ -584,7 +598,7 @@ class Vm {
   // read in a component encodes its own key above this one's).
   const std::uint64_t* encode_key(const MapDesc& m, std::int32_t l, std::int32_t n) noexcept {
     std::uint64_t* kb = key_ + key_top_;
-    std::memset(kb, 0, m.key_words * 8);
+    for (std::uint32_t w = 0; w < m.key_words; ++w) kb[w] = 0;
     key_top_ += m.key_words;
     char* out = reinterpret_cast<char*>(kb);
     for (std::int32_t k = 0; k < n; ++k) {
@@ -765,6 +779,10 @@ class Vm {
   // The value words of the entry of map `m` that statement `s`'s key names
   // (made when new); nullptr, counted as a map drop, when the table is full.
   std::uint64_t* value_words(const Stmt& s, const MapDesc& m) noexcept {
+    if (m.nkeys == 0) {  // `@x = ...`: the table's one slot, live after its first update (else slot() below)
+      std::uint64_t* sl = c_.area + m.offset;
+      if ((__atomic_load_n(sl, __ATOMIC_ACQUIRE) & kSlotStateMask) == kSlotLive) return sl + 1 + m.key_words;
+    }
     const std::uint64_t* key = encode_key(m, s.b, s.c);
     std::uint64_t* sl = slot(m, c_.area, key, true);
     if (!sl) {
