@@ -1643,17 +1643,33 @@ std::string usym_text(std::uint64_t image, std::uint64_t addr) {
 }
 
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args) {
-  const FmtDesc& fd = p.fmts[fmt];
-  static std::map<const char*, std::vector<FmtPiece>> parsed;  // (the CLI's one program, one thread)
-  auto [it, fresh] = parsed.try_emplace(p.strtab + fd.text);
-  std::string err;
-  if (fresh) parse_format(p.strtab + fd.text, it->second, err);
-  const std::vector<FmtPiece>& pieces = it->second;
   std::string out;
+  format_event(out, p, fmt, args);
+  return out;
+}
+
+void format_event(std::string& out, const Program& p, std::uint32_t fmt, const unsigned char* args) {
+  const FmtDesc& fd = p.fmts[fmt];
+  // Each format parsed once (the CLI's one program, one thread).
+  static const Program* parsed_for = nullptr;
+  static std::vector<std::vector<FmtPiece>> parsed;
+  static std::vector<char> done;
+  if (parsed_for != &p) parsed_for = &p, parsed.assign(p.h->nfmts, {}), done.assign(p.h->nfmts, 0);
+  if (!done[fmt]) {
+    std::string err;
+    parse_format(p.strtab + fd.text, parsed[fmt], err);
+    done[fmt] = 1;
+  }
+  const std::vector<FmtPiece>& pieces = parsed[fmt];
   std::uint32_t argi = 0;  // the conversion's argument
   auto put = [&out](const char* spec, auto v) {
-    const int n = std::snprintf(nullptr, 0, spec, v);
+    char buf[256];  // (one snprintf for the usual short conversion; a longer one is made again in place)
+    const int n = std::snprintf(buf, sizeof buf, spec, v);
     if (n <= 0) return;
+    if (static_cast<std::size_t>(n) < sizeof buf) {
+      out.append(buf, static_cast<std::size_t>(n));
+      return;
+    }
     const std::size_t at = out.size();
     out.resize(at + static_cast<std::size_t>(n) + 1);
     std::snprintf(&out[at], static_cast<std::size_t>(n) + 1, spec, v);
@@ -1698,10 +1714,12 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
       char s[kStrLen + 1] = {};
       std::size_t j = 0;
       while (j < kStrLen && args[j]) s[j] = static_cast<char>(args[j]), ++j;
+      const std::size_t len = j;
       do ++j;  // the NUL and the padding
       while (j % 8);
       args += j;
       if (swallowed) out += pc.match.substr(1);
+      else if (pc.spec == "%s") out.append(s, len);  // (no flag, width or precision: as it is)
       else put(pc.spec.c_str(), static_cast<const char*>(s));
       continue;
     }
@@ -1720,7 +1738,6 @@ std::string format_event(const Program& p, std::uint32_t fmt, const unsigned cha
     else if (pc.len == 'H') put(spec.insert(spec.size() - 1, "hh").c_str(), static_cast<int>(v));
     else put(spec.c_str(), static_cast<int>(v));
   }
-  return out;
 }
 
 // ---------------------------------------------------------------- maps

@@ -64,6 +64,8 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
 /// The text printf prints for one event's argument bytes (`args`: per
 /// FmtDesc, 8 bytes per int and kStrLen per string).
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args);
+/// The same, appended to `out`.
+void format_event(std::string& out, const Program& p, std::uint32_t fmt, const unsigned char* args);
 
 /// A user-space address resolved (the CLI's symbolizer): the symbol, the
 /// offset into it, the module's path as the process mapped it.

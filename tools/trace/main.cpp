@@ -653,68 +653,74 @@ class BtRun {
 
   // Prints the printf events written since the last drain, in time order
   // (each thread's in its own order), with the print(@map), delete, clear
-  // and zero events in that order among them.
+  // and zero events in that order among them. The events are read where
+  // they are, in the rings (a ring's tail moves only after they are
+  // printed): a reference each, sorted by time only when several rings had
+  // some (each ring's are in order already), formatted into one buffer,
+  // written with one fwrite.
   void drain() {
     map_new_blocks();
-    struct Ev {
-      std::uint64_t ts;
-      std::size_t seq;
-      std::uint32_t kind, map;
-      std::string text;
-      std::vector<std::uint64_t> key;
-      const std::uint64_t* from;
-    };
-    std::vector<Ev> evs;
+    evs_.clear();
+    std::size_t rings = 0;
     auto take = [&](std::uint64_t* area) {
       if (!p_.h->ring_bytes) return;
       const std::uint64_t ring = p_.h->ring_bytes;
       const auto* base = reinterpret_cast<const unsigned char*>(area + bt::kAreaHeaderWords);
       std::uint64_t tail = bt::load(area + bt::kRingTail);
       const std::uint64_t head = __atomic_load_n(area + bt::kRingHead, __ATOMIC_ACQUIRE);
+      const std::size_t before = evs_.size();
       while (tail < head) {
         const auto* e = reinterpret_cast<const bt::EventHeader*>(base + (tail & (ring - 1)));
         if (e->bytes == 0 || e->bytes > ring) break;
-        if (e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts) {
-          evs.push_back({e->ts, evs.size(), e->kind, 0,
-                         bt::format_event(p_, e->fmt, reinterpret_cast<const unsigned char*>(e + 1)), {}, area});
-        } else if ((e->kind == bt::kEvPrint || e->kind == bt::kEvClear || e->kind == bt::kEvZero) &&
-                   e->fmt < p_.h->nmaps) {
-          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {}, area});
-        } else if (e->kind == bt::kEvDelete && e->fmt < p_.h->nmaps &&
-                   sizeof *e + p_.maps[e->fmt].key_words * 8 <= e->bytes) {
-          const auto* k = reinterpret_cast<const std::uint64_t*>(e + 1);
-          evs.push_back({e->ts, evs.size(), e->kind, e->fmt, {}, {k, k + p_.maps[e->fmt].key_words}, area});
-        }
+        if ((e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts) ||
+            ((e->kind == bt::kEvPrint || e->kind == bt::kEvClear || e->kind == bt::kEvZero) && e->fmt < p_.h->nmaps) ||
+            (e->kind == bt::kEvDelete && e->fmt < p_.h->nmaps &&
+             sizeof *e + p_.maps[e->fmt].key_words * 8 <= e->bytes))
+          evs_.push_back({e->ts, e, area});
         tail += e->bytes;
       }
-      __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
+      if (evs_.size() > before) ++rings;
+      ends_.push_back({area, tail});
     };
+    ends_.clear();
     take(own_.data());
     for (auto& b : blocks_) take(b.area);
-    std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ts < b.ts; });
-    bool wrote = false;
-    for (const Ev& e : evs) {
-      if (e.kind == bt::kEvPrintf || e.kind == bt::kEvPrint) {
-        const std::string t = e.kind == bt::kEvPrint ? map_text(e.map)
-                              : json_ ? "{\"type\": \"printf\", \"data\": \"" + bt::json_escape(e.text) + "\"}\n"
-                                      : e.text;
-        std::fwrite(t.data(), 1, t.size(), out_);
-        wrote = true;
+    if (rings > 1)
+      std::stable_sort(evs_.begin(), evs_.end(), [](const EvRef& a, const EvRef& b) { return a.ts < b.ts; });
+    text_.clear();
+    for (const EvRef& r : evs_) {
+      const bt::EventHeader* e = r.e;
+      const auto* args = reinterpret_cast<const unsigned char*>(e + 1);
+      if (e->kind == bt::kEvPrintf) {
+        if (!json_) {
+          bt::format_event(text_, p_, e->fmt, args);
+        } else {
+          text_ += "{\"type\": \"printf\", \"data\": \"" + bt::json_escape(bt::format_event(p_, e->fmt, args)) + "\"}\n";
+        }
+      } else if (e->kind == bt::kEvPrint) {
+        text_ += map_text(e->fmt);
       } else {
+        const auto* k = reinterpret_cast<const std::uint64_t*>(args);
+        const std::vector<std::uint64_t> key =
+            e->kind == bt::kEvDelete ? std::vector<std::uint64_t>(k, k + p_.maps[e->fmt].key_words) : std::vector<std::uint64_t>{};
         // (the sender did its own table, but for the CLI's own events)
-        apply(e.kind, e.map, e.key.data(), e.ts, e.from == own_.data() ? nullptr : e.from);
+        apply(e->kind, e->fmt, key.data(), e->ts, r.from == own_.data() ? nullptr : r.from);
       }
     }
+    const bool wrote = !text_.empty();
+    if (wrote) std::fwrite(text_.data(), 1, text_.size(), out_);
+    for (const auto& [area, tail] : ends_) __atomic_store_n(area + bt::kRingTail, tail, __ATOMIC_RELEASE);
     // Events a full ring dropped since the last drain: bpftrace's line, in
     // the output (its perf reader prints it when it learns of them).
+    bool lost_line = false;
     if (const std::uint64_t lost = lost_events(); lost > lost_) {
       const unsigned long long d = lost - lost_;
       if (json_) std::fprintf(out_, "{\"type\": \"lost_events\", \"data\": {\"events\": %llu}}\n", d);
       else std::fprintf(out_, "Lost %llu events\n", d);
       lost_ = lost;
-      wrote = true;
+      lost_line = true;
     }
-    if (wrote) std::fflush(out_);
+    if (wrote || lost_line) std::fflush(out_);
   }
 
   // print(@map): the map as it is now, merged.
@@ -796,6 +802,16 @@ class BtRun {
   std::uint64_t next_slot_ = 0;
   std::set<std::uint64_t> pending_;
   std::uint64_t lost_ = 0;  // lost events already reported
+  /// drain()'s: the events of the rings (a reference into a ring each), the
+  /// tail each ring gets once they are printed, the text made of them.
+  struct EvRef {
+    std::uint64_t ts;
+    const bt::EventHeader* e;
+    const std::uint64_t* from;
+  };
+  std::vector<EvRef> evs_;
+  std::vector<std::pair<std::uint64_t*, std::uint64_t>> ends_;
+  std::string text_;
 };
 
 struct BtOptions {
