@@ -61,9 +61,10 @@ Layout make_layout() {
   Layout l;
   // Far below where mmap() places what it is not told where to (top-down,
   // under the stack): the hole left at B is not filled by a later mapping
-  // (a thread's stack, libuprobe's XOL pages).
+  // (a thread's stack, libuprobe's XOL pages). In the range of PIE programs,
+  // application memory for ASan and TSan too (their shadow is elsewhere).
   char* p = nullptr;
-  for (std::uintptr_t at = 0x100000000000; !p && at < 0x110000000000; at += 0x1000000000) {
+  for (std::uintptr_t at = 0x560000000000; !p && at < 0x568000000000; at += 0x1000000000) {
     void* m = mmap(reinterpret_cast<void*>(at), 3 * kPage, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (m == reinterpret_cast<void*>(at)) p = static_cast<char*>(m);
