@@ -142,6 +142,10 @@ __attribute__((tls_model("initial-exec"))) thread_local int tls_in_agent = 0;
 __attribute__((tls_model("initial-exec"))) thread_local bool tls_exit_dtors = false;
 // The thread's stack for ustack (bt::StackBounds: looked up at its first walk).
 __attribute__((tls_model("initial-exec"))) thread_local bt::StackBounds tls_stack;
+// run_bt()'s context, filled at each hit (a local would be zeroed first, with
+// a `rep stos` at each hit: string operations are inline there). Hits do not
+// nest on a thread (libuprobe runs no consumer inside another's).
+__attribute__((tls_model("initial-exec"))) constinit thread_local bt::HitContext tls_ctx;
 
 /// Marks the calling thread as running the agent's own code (nestable).
 struct Scope {
@@ -340,7 +344,7 @@ void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool
     args[5] = regs.r9;
     for (unsigned i = 6; i < kBtArgs; ++i) args[i] = 0;
   }
-  bt::HitContext ctx;
+  bt::HitContext& ctx = tls_ctx;  // (read_map and map_op stay null: the CLI's)
   ctx.args = args;
   ctx.sp = regs.rsp;  // (sargN: uprobes only, the compiler checks)
   ctx.ip = regs.rip;  // (ustack: a uretprobe's is the return address, as the kernel's)
