@@ -269,7 +269,8 @@ unsigned return_stack_depth() noexcept;
 /// process at a fault instead) reads with process_vm_readv(2): libuprobe
 /// follows the mask through libc (sigprocmask and its family, handlers,
 /// setcontext, longjmp; one rt_sigprocmask(2) after a change) but not
-/// through raw system calls (see README.md, Limits).
+/// through raw system calls (README.md, "Reads of memory that may not be
+/// readable").
 ///
 /// Arms the in-process reads: idempotent; returns true once armed, false
 /// when it cannot (rt_sigaction(2) failed, or in a vfork() child). Call it
@@ -280,7 +281,10 @@ bool enable_fault_safe_reads() noexcept;
 /// bpf_probe_read_user(): copies `size` bytes at `src` (an address in this
 /// process) to `dst`. Returns 0, or -EFAULT when one of them cannot be read
 /// (unmapped, PROT_NONE, past the end of a mapped file): `dst` is then
-/// zeroed (all `size` bytes). Async-signal-safe; no allocation, no lock.
+/// zeroed (all `size` bytes). `dst` must be the caller's writable memory (a
+/// bad `dst` faults as any store does). The kernel's
+/// copy_from_user_nofault() (mm/maccess.c). Any thread; async-signal-safe;
+/// no allocation, no lock.
 long probe_read_user(void* dst, std::uint32_t size, const void* src) noexcept;
 
 /// bpf_probe_read_user_str(): copies the NUL-terminated string at `src` to
@@ -290,8 +294,9 @@ long probe_read_user(void* dst, std::uint32_t size, const void* src) noexcept;
 /// or up to the `size`th byte, whichever comes first (a string running into
 /// an unreadable page reads as an error, as the kernel's
 /// strncpy_from_user()): `dst` is then zeroed (all `size` bytes). The bytes
-/// of `dst` after the NUL are unspecified. `size` 0: returns 0.
-/// Async-signal-safe; no allocation, no lock.
+/// of `dst` after the NUL are unspecified. `size` 0: returns 0. The
+/// kernel's strncpy_from_user_nofault() (mm/maccess.c), `dst` as above.
+/// Any thread; async-signal-safe; no allocation, no lock.
 long probe_read_user_str(void* dst, std::uint32_t size, const void* src) noexcept;
 
 /// A (file, offset) pair as the kernel keys probes.
