@@ -254,6 +254,58 @@ TEST_P(Threads, ReturnProbeOnThreadExitPathReturns) {
   EXPECT_EQ(rep.v[4], 0u);
 }
 
+/// The return handler of __nptl_deallocate_tsd runs after liburcu-bp's own
+/// thread-exit destructor has unregistered the thread as a reader (it ran
+/// inside that function). Unregistering the probe while such a handler runs
+/// must wait for it, as for any hit: the consumer set it reads is freed after
+/// the unregister's grace period. The grace period did not wait for the
+/// unregistered thread (a use-after-free TSan reported). The exiting thread's
+/// handler holds on for 200 ms after the main thread began the unregister;
+/// the unregister returns only after the handler finished.
+struct ExitPathHolder : uprobe::Consumer {
+  ExitPathHolder() : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  pid_t main_tid = ::gettid();
+  std::atomic<int> taken{0}, in_handler{0}, unregistering{0}, done{0};
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    if (::gettid() == main_tid || taken.exchange(1) != 0) return;
+    in_handler.store(1);
+    for (int i = 0; i < 5000 && unregistering.load() == 0; ++i) ::usleep(1000);
+    ::usleep(200 * 1000);
+    done.store(1);
+  }
+};
+
+TEST_P(Threads, UnregisterWaitsForAReturnHandlerOnTheThreadExitPath) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  uprobe::Symbol sym;
+  try {
+    sym = uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
+  } catch (const uprobe::Error& e) {
+    GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?): " << e.what();
+  }
+  ChildReport rep;
+  bool got = false;
+  const int st = in_child(
+      [&](ChildReport& r) {
+        ExitPathHolder h;
+        uprobe::Attachment a(libc, sym.offset, h);
+        std::thread t([] { (void)lf_add(1, 2); });
+        for (int i = 0; i < 5000 && h.in_handler.load() == 0; ++i) ::usleep(1000);
+        r.v[0] = static_cast<std::uint64_t>(h.in_handler.load());
+        h.unregistering.store(1);
+        a.detach();
+        r.v[1] = static_cast<std::uint64_t>(h.done.load());
+        t.join();
+        r.v[2] = static_cast<std::uint64_t>(h.done.load());
+      },
+      rep, got);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << rep.msg;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(rep.v[0], 1u) << "the exiting thread's return handler ran";
+  EXPECT_EQ(rep.v[1], 1u) << "unregister returned while a return handler on the thread-exit path still ran";
+  EXPECT_EQ(rep.v[2], 1u);
+}
+
 /// Counts the hits whose first argument is one mutex.
 struct MutexArgCounter : uprobe::Consumer {
   std::atomic<std::uint64_t> mine{0};
