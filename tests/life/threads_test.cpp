@@ -208,6 +208,16 @@ TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetPara
 TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
 TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
 
+/// glibc's __nptl_deallocate_tsd in `libc` (named with libc6-dbg), or a
+/// Symbol with an empty name when the debug file is not there.
+uprobe::Symbol deallocate_tsd(const std::string& libc) {
+  try {
+    return uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
+  } catch (const uprobe::Error&) {
+    return {};
+  }
+}
+
 /// A return probe on what runs a thread's exit: glibc's start_thread calls
 /// __nptl_deallocate_tsd (named with libc6-dbg), which runs the pthread key
 /// destructors, libuprobe's thread-exit hook among them. The hook dropped
@@ -218,12 +228,8 @@ TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam()
 /// child process (a regression aborts it).
 TEST_P(Threads, ReturnProbeOnThreadExitPathReturns) {
   const std::string libc = uprobe::resolve_library("libc.so.6");
-  uprobe::Symbol sym;
-  try {
-    sym = uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
-  } catch (const uprobe::Error& e) {
-    GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?): " << e.what();
-  }
+  const uprobe::Symbol sym = deallocate_tsd(libc);
+  if (sym.name.empty()) GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?)";
   constexpr int kThreads = 4;
   ChildReport rep;
   bool got = false;
@@ -277,12 +283,8 @@ struct ExitPathHolder : uprobe::Consumer {
 
 TEST_P(Threads, UnregisterWaitsForAReturnHandlerOnTheThreadExitPath) {
   const std::string libc = uprobe::resolve_library("libc.so.6");
-  uprobe::Symbol sym;
-  try {
-    sym = uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
-  } catch (const uprobe::Error& e) {
-    GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?): " << e.what();
-  }
+  const uprobe::Symbol sym = deallocate_tsd(libc);
+  if (sym.name.empty()) GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?)";
   ChildReport rep;
   bool got = false;
   const int st = in_child(
