@@ -320,6 +320,19 @@ TEST(Trace, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
   const std::string k = libc_key(h, "uprobe", "vfork");
   ASSERT_FALSE(k.empty()) << dump(e);
   EXPECT_EQ(h[k], 3) << dump(e);
+  // Both in one run (one consumer per site in the agent): the return side is
+  // refused, the entry side still counts every call. The entry was refused
+  // with it.
+  Result b = trace({"uprobe:libc:vfork", "uretprobe:libc:vfork"}, {kFixture, "vfork", "3"});
+  ASSERT_EQ(b.status, 0) << dump(b);
+  EXPECT_EQ(b.out, "vforked=3\n");
+  auto hb = hits(b.report);
+  const std::string kb = libc_key(hb, "uprobe", "vfork");
+  ASSERT_FALSE(kb.empty()) << dump(b);
+  EXPECT_EQ(hb[kb], 3) << dump(b);
+  EXPECT_EQ(libc_key(hb, "uretprobe", "vfork"), "") << dump(b);
+  EXPECT_NE(b.err.find("uretprobe:libc:vfork attached in no process"), std::string::npos) << b.err;
+  EXPECT_EQ(b.err.find("WARNING: uprobe:libc:vfork"), std::string::npos) << b.err;
 }
 
 /// A return probe on glibc's thread-exit path (__nptl_deallocate_tsd, named
