@@ -396,6 +396,13 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (plan->window.punned && plan->window.max_pad > 0 &&
       g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_padded)
     plan->window.min_pad = 1;
+  // Successor eviction (T2) only when asked for: its bytes then count as
+  // the jump's (a probe there blocks it, arch::jump_extent()).
+  if (!g_hot.optimize_evicted.load(std::memory_order_relaxed)) {
+    plan->window.evict = arch::Insn{};
+    plan->window.evict_max_pad = 0;
+    plan->why_no_evict = "successor eviction is switched off (Config::optimize_evicted)";
+  }
 }
 
 namespace {
