@@ -793,6 +793,8 @@ class PlanContext {
   virtual bool no_outside_entry(std::size_t len, std::string& why) = 0;
   /// The file's `n` bytes at the site; false when fewer exist there.
   virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
+  /// Whether successor eviction (EntryWindow::evict) is to be planned.
+  virtual bool evict_wanted() const { return false; }
 
  protected:
   ~PlanContext() = default;

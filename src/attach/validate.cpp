@@ -309,6 +309,7 @@ class SitePlanContext final : public arch::PlanContext {
            (at_function_entry() || check_data_refs(t_, info_, *fn_, seg_, code_, offset_, len, why));
   }
 
+  bool evict_wanted() const override { return g_hot.optimize_evicted.load(std::memory_order_relaxed); }
   bool site_bytes(std::uint8_t* out, std::size_t n) override {
     return seg_.offset + seg_.filesz - offset_ >= n && read_code(t_, offset_, out, n) == n;
   }
