@@ -555,14 +555,79 @@ struct EntryWindow {
   /// rest of the plan.
   std::uint8_t min_pad = 0;
   std::uint8_t max_pad = 0;
+  /// Successor eviction (E9Patch's tactic T2, plan_evict()), for a punned
+  /// window whose own forms may find no free page: the instruction right
+  /// after it (`evict`, at +len, evict.len bytes; 0 = none planned) first
+  /// gets a jump of its own (after 0..evict_max_pad prefixes: B1 when it
+  /// fits the instruction, else punned over the bytes after it, which stay),
+  /// to a trampoline holding its relocated copy and a jump back; the site's
+  /// punned jump then keeps the successor's new bytes, whose free rel32
+  /// bytes select other targets (solve_evicted()). A branch to the successor
+  /// takes its jump; only the two instructions' own bytes change.
+  Insn evict;
+  std::uint8_t evict_max_pad = 0;
+  /// The original bytes from the site on: [0, len + max(evict.len, kJumpLen
+  /// + evict_max_pad)), when evict.len.
+  std::uint8_t evict_bytes[kMaxInsnLen + 4 + kMaxJumpLen] = {};
 };
+
+/// Bytes from the site on that successor eviction (EntryWindow::evict) may
+/// rewrite or keep: the site's instruction, then the successor's jump over
+/// its whole instruction (or its longest padded punned form). 0 when no
+/// eviction is planned. Pure.
+inline std::size_t evict_extent(const EntryWindow& w) noexcept {
+  if (!w.evict.len) return 0;
+  const std::size_t sj = kJumpLen + w.evict_max_pad;
+  return w.len + (w.evict.len > sj ? w.evict.len : sj);
+}
+
+/// Plans successor eviction (EntryWindow::evict) for the punned window `w`
+/// (plan_punned()'s result) from the file's bytes `code` [0, avail) at the
+/// site: the successor at +w.len must be displaceable as a window's last
+/// instruction (no trap or system call, no loop; a call or return is fine:
+/// nothing of the window follows it) and its bytes and the kJumpLen +
+/// evict_max_pad after its start must exist. False with `why` (w unchanged)
+/// otherwise. Thread-safe.
+bool plan_evict(const std::uint8_t* code, std::size_t avail, EntryWindow& w, std::string& why);
+
+/// One solution of successor eviction: the site's jump after `pad`
+/// prefixes to `target`, the successor's after `evict_pad` prefixes to
+/// `evict_target`, consistent byte for byte (the site's rel32 bytes past
+/// its instruction are the successor's jump's).
+struct EvictChoice {
+  std::uint8_t pad = 0, evict_pad = 0;
+  std::uint64_t target = 0, evict_target = 0;
+};
+
+/// Searches the jumps of successor eviction for the site at `site` with the
+/// planned window `w` (w.evict.len != 0): for each pair of pads, the free
+/// bytes of both rel32s (the site's bytes after its opcode, the
+/// successor's rel32 bytes inside the successor; the others are fixed: a
+/// prefix, the successor's opcode, a byte past the successor), asking
+/// `maybe_free(addr, len)` (cheap: false when that memory is known to be
+/// taken) before `place_evict(addr)` (reserves the successor's trampoline
+/// at exactly addr, true when done) and `place_site(addr)` (the site's hop
+/// at exactly addr). At most `budget` maybe_free() questions. True with
+/// `out` when both were placed. Not hot; thread-safe as its callbacks are.
+bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
+                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
+                   EvictChoice& out, std::size_t budget = 20000);
+
+/// The successor's bytes once evicted: its jump (after `evict_pad`
+/// prefixes) to `evict_target`, written over the successor's own bytes
+/// only (a punned jump's bytes past it are the original ones): out[0 ..
+/// n), n = min(evict_pad + kJumpLen, evict.len) returned. Pure.
+std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
+                       std::uint8_t* out) noexcept;
 
 /// Bytes from the site on that a window's jump may cover and whose values it
 /// needs unchanged: its window, or for a punned jump its longest padded form
 /// (max_pad + kJumpLen; a probe inside them would change the jump's
 /// target). Pure.
 inline std::size_t jump_extent(const EntryWindow& w) noexcept {
-  return w.punned ? kJumpLen + w.max_pad : w.len;
+  const std::size_t own = w.punned ? kJumpLen + w.max_pad : w.len;
+  const std::size_t ev = evict_extent(w);
+  return ev > own ? ev : own;
 }
 
 /// Bytes of the jump a window's site holds once optimized that differ from
@@ -728,6 +793,8 @@ class PlanContext {
   virtual bool no_outside_entry(std::size_t len, std::string& why) = 0;
   /// The file's `n` bytes at the site; false when fewer exist there.
   virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
+  /// Whether successor eviction (EntryWindow::evict) is to be planned.
+  virtual bool evict_wanted() const { return false; }
 
  protected:
   ~PlanContext() = default;
@@ -749,6 +816,9 @@ struct PatchPlan {
   EntryWindow window;
   /// Why no window (nor punned jump) was planned; "" when one was.
   std::string why_no_window;
+  /// For a punned window: why no successor eviction (EntryWindow::evict)
+  /// was planned; "" when one was (or no punned jump).
+  std::string why_no_evict;
 };
 
 /// The kernel has no counterpart (its uprobes always trap; kprobes'

@@ -683,3 +683,155 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
 }
 
 }  // namespace uprobe::arch
+
+namespace uprobe::arch {
+
+bool plan_evict(const std::uint8_t* code, std::size_t avail, EntryWindow& w, std::string& why) {
+  why.clear();
+  if (!w.punned || w.len == 0 || w.len >= kJumpLen) return refuse(why, "no punned jump to evict for");
+  if (avail <= w.len) return refuse(why, "the code ends after the instruction");
+  Insn s;
+  if (!analyze(code + w.len, avail - w.len, s, why)) return refuse(why, "its successor: " + why);
+  if (!displaceable(s, w.len, true, false, why)) return refuse(why, "its successor: " + why);
+  const std::size_t max_pad = std::min<std::size_t>(s.len - 1, kMaxJumpPad);
+  std::size_t pad = max_pad + 1;
+  // The bytes the successor's longest jump keeps must exist (a shorter one
+  // where the file ends sooner).
+  while (pad-- > 0)
+    if (w.len + std::max<std::size_t>(s.len, kJumpLen + pad) <= avail) break;
+  if (pad > max_pad) return refuse(why, "the code ends within the successor's jump");
+  const std::size_t n = w.len + std::max<std::size_t>(s.len, kJumpLen + pad);
+  if (n > sizeof w.evict_bytes) return refuse(why, "the successor is too long");
+  w.evict = s;
+  w.evict_max_pad = static_cast<std::uint8_t>(pad);
+  std::memcpy(w.evict_bytes, code, n);
+  return true;
+}
+
+std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
+                       std::uint8_t* out) noexcept {
+  std::uint8_t j[kMaxJumpLen];
+  encode_jump(site + w.len, evict_target, j, evict_pad);
+  const std::size_t n = std::min<std::size_t>(evict_pad + kJumpLen, w.evict.len);
+  std::memcpy(out, j, n);
+  return n;
+}
+
+namespace {
+
+struct EvictSearch {
+  std::uint64_t site;
+  const EntryWindow* w;
+  bool (*maybe_free)(void*, std::uint64_t, std::size_t);
+  bool (*place_evict)(void*, std::uint64_t);
+  bool (*place_site)(void*, std::uint64_t);
+  void* ctx;
+  std::size_t budget;
+  std::size_t pad, epad;
+  std::uint8_t c[32];         // the combined bytes from the site on
+  std::size_t vars[8];        // positions of the free bytes, in search order
+  std::size_t nvars = 0, site_vars = 0;  // the first site_vars decide the site's rel32
+  EvictChoice found;
+
+  static bool user(std::uint64_t a) { return a >= 0x10000 && a < 0x7ffffffff000ull - 64; }
+  std::uint64_t target(std::size_t at, std::uint64_t end) const {
+    std::int32_t rel;
+    std::memcpy(&rel, c + at, 4);
+    return end + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
+  }
+  std::uint64_t site_target() const { return target(pad + 1, site + pad + kJumpLen); }
+  std::uint64_t evict_target() const { return target(w->len + epad + 1, site + w->len + epad + kJumpLen); }
+  bool ask(std::uint64_t a, std::size_t len) {
+    if (budget == 0 || !user(a)) return false;
+    --budget;
+    return maybe_free(ctx, a, len);
+  }
+  /// Values tried for the free byte at position p: every value for the
+  /// most significant free byte of either rel32, a few otherwise (they move
+  /// a target by less than a page's worth of pages).
+  std::size_t values(std::size_t k, std::uint8_t* v) const {
+    const std::size_t p = vars[k];
+    (void)p;
+    if (k == 0 || k == site_vars) {  // (each list is most significant first)
+      // 0, 1, -1, 2, -2, ...: nearest first (as signed values of that byte).
+      std::size_t n = 0;
+      v[n++] = 0;
+      for (int d = 1; d <= 128; ++d) {
+        v[n++] = static_cast<std::uint8_t>(d);
+        if (d < 128) v[n++] = static_cast<std::uint8_t>(-d);
+      }
+      return n;
+    }
+    v[0] = 0x00;
+    v[1] = 0x80;
+    v[2] = 0x40;
+    v[3] = 0xc0;
+    return 4;
+  }
+  /// 1: solved; 0: nothing under this prefix; -1: the site's target of
+  /// this prefix cannot be placed (try the next site value).
+  int dfs(std::size_t k) {
+    if (budget == 0) return 0;
+    if (k == site_vars) {
+      if (!ask(site_target(), kJumpLen)) return 0;
+    }
+    if (k == nvars) {
+      const std::uint64_t t = evict_target();
+      if (!ask(t, 32)) return 0;
+      if (!place_evict(ctx, t)) return 0;
+      if (!place_site(ctx, site_target())) return -1;
+      found = EvictChoice{static_cast<std::uint8_t>(pad), static_cast<std::uint8_t>(epad), site_target(), t};
+      return 1;
+    }
+    std::uint8_t v[256];
+    const std::size_t n = values(k, v);
+    for (std::size_t i = 0; i < n; ++i) {
+      c[vars[k]] = v[i];
+      const int r = dfs(k + 1);
+      if (r == 1) return 1;
+      if (r == -1 && k >= site_vars) return -1;  // the site's value is the culprit: up to its loops
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
+                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
+                   EvictChoice& out, std::size_t budget) {
+  if (!w.evict.len || !w.punned || w.len >= kJumpLen) return false;
+  const std::size_t lp = w.len, ls = w.evict.len;
+  EvictSearch s{site, &w, maybe_free, place_evict, place_site, ctx, budget, 0, 0, {}, {}, 0, 0, {}};
+  for (std::size_t epad = 0; epad <= w.evict_max_pad; ++epad) {
+    for (std::size_t pad = 0; pad < lp && pad <= kMaxJumpPad; ++pad) {
+      s.pad = pad;
+      s.epad = epad;
+      const std::size_t n = lp + std::max<std::size_t>(ls, kJumpLen + epad);
+      std::memcpy(s.c, w.evict_bytes, n);
+      bool is_free[32] = {};
+      for (std::size_t i = 0; i < pad; ++i) s.c[i] = kJumpPadPrefix[i];
+      s.c[pad] = kJumpOpcode;
+      for (std::size_t i = pad + 1; i < lp; ++i) is_free[i] = true;
+      for (std::size_t i = 0; i < epad; ++i) s.c[lp + i] = kJumpPadPrefix[i];
+      s.c[lp + epad] = kJumpOpcode;
+      for (std::size_t i = lp + epad + 1; i < lp + epad + kJumpLen && i < lp + ls; ++i) is_free[i] = true;
+      // The site's rel32 bytes, most significant first; then the
+      // successor's own, most significant first.
+      s.nvars = 0;
+      for (std::size_t i = pad + kJumpLen; i-- > pad + 1;)
+        if (is_free[i]) s.vars[s.nvars++] = i;
+      s.site_vars = s.nvars;
+      for (std::size_t i = lp + epad + kJumpLen; i-- > lp + epad + 1;)
+        if (is_free[i] && i >= pad + kJumpLen) s.vars[s.nvars++] = i;
+      if (s.dfs(0) == 1) {
+        out = s.found;
+        return true;
+      }
+      if (s.budget == 0) return false;
+    }
+  }
+  return false;
+}
+
+}  // namespace uprobe::arch

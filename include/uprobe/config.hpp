@@ -90,6 +90,16 @@ struct Config {
   /// optimize_entries / optimize_windows as the site is an entry or not.
   /// Default true; false keeps such sites on int3.
   bool optimize_punned = true;
+  /// With optimize_punned: where no punned or padded form of a site's jump
+  /// finds a free page, evict the instruction after it (E9Patch's tactic T2,
+  /// ProbeMode::optimized_evicted): that successor first gets a jump of its
+  /// own to a trampoline running its relocated copy (so a branch to it still
+  /// runs it), and the site's punned jump keeps the successor's new bytes,
+  /// which select other targets. Detach restores the site, then the
+  /// successor. Read when a probe is created. Default false (experimental:
+  /// a program single-stepping itself through an evicted successor sees
+  /// extra steps inside its trampoline).
+  bool optimize_evicted = false;
   /// How a probe past a function's entry is planned (lab.hpp): the default
   /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
   /// only (the test suites run every class of instruction through punned

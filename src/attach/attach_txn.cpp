@@ -39,6 +39,53 @@ constexpr std::size_t kNotFresh = ~std::size_t{0};
 
 // ---- The steps (registry mutex held by the transaction).
 
+/// Places successor eviction (T2) for the punned site `s` of window `w`:
+/// the successor's trampoline and the site's hop at the addresses
+/// arch::solve_evicted() finds free (memory of the snapshot `vmas` is
+/// taken, save our pages of hops), the trampoline written. Sets s.hop,
+/// s.pad, s.evict_*; leaves them 0 when nothing fits.
+void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>& vmas) {
+  struct Ctx {
+    const std::vector<Vma>* vmas;
+    const arch::EntryWindow* w;
+    std::uint64_t site, succ;
+  } c{&vmas, &w, s.addr, s.addr + w.len};
+  auto maybe_free = [](void* p, std::uint64_t a, std::size_t len) -> bool {
+    const Ctx& c = *static_cast<Ctx*>(p);
+    const int room = xol_area().hop_room(a, len);
+    if (room >= 0) return room == 1;
+    if ((a & 4095) + len > 4096) return false;  // a new page of hops holds it whole
+    // Not inside any mapping of the snapshot (sorted by start).
+    auto it = std::upper_bound(c.vmas->begin(), c.vmas->end(), a,
+                               [](std::uint64_t x, const Vma& v) { return x < v.start; });
+    return it == c.vmas->begin() || std::prev(it)->end <= a;
+  };
+  auto place_evict = [](void* p, std::uint64_t a) -> bool {
+    const Ctx& c = *static_cast<Ctx*>(p);
+    arch::EntryWindow one;
+    one.insns.push_back(c.w->evict);
+    one.len = c.w->evict.len;
+    std::uint8_t code[arch::kWindowSlotSize];
+    std::string why;
+    const std::size_t n = arch::build_window_xol(one, c.succ, a, code, why);
+    if (n == 0 || (a & 4095) + n > 4096) return false;
+    if (xol_area().hop_in(c.succ | kEvictKey, a, a + 1, n, why) != a) return false;
+    return xol_area().write_code(a, code, n, why);
+  };
+  auto place_site = [](void* p, std::uint64_t a) -> bool {
+    const Ctx& c = *static_cast<Ctx*>(p);
+    std::string why;
+    return xol_area().hop_in(c.site, a, a + 1, arch::kJumpLen, why) == a;
+  };
+  arch::EvictChoice ch;
+  if (!arch::solve_evicted(s.addr, w, maybe_free, place_evict, place_site, &c, ch)) return;
+  s.hop = ch.target;
+  s.pad = ch.pad;
+  s.evict_addr = c.succ;
+  s.evict_hop = ch.evict_target;
+  s.evict_pad = ch.evict_pad;
+}
+
 /// The sites of `up` in the current address space: one per executable
 /// mapping of the file that covers the offset. Prepares their XOL slots.
 /// @throws uprobe::Error(refused_instruction) when a site cannot be probed.
@@ -63,6 +110,9 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
         if (const Site* o = old->find(s.addr)) {
           s.hop = o->hop;
           s.pad = o->pad;
+          s.evict_addr = o->evict_addr;
+          s.evict_hop = o->evict_hop;
+          s.evict_pad = o->evict_pad;
         }
       for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
         const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
@@ -72,6 +122,8 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
         s.pad = static_cast<std::uint8_t>(pad);
       }
       if (!s.hop) s.pad = 0;
+      // No form's pages free: evict the successor (T2).
+      if (w.punned && !s.hop && w.evict.len) place_evicting(s, w, vmas.vmas());
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
@@ -205,6 +257,21 @@ void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.tree.size());
   for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
+  // The successor a site may evict (T2) names that site's probe, so that a
+  // thread hitting the int3 written there while the successor's jump is
+  // written or undone is sent to its trampoline (on_sigtrap()). Never over
+  // a probe of its own there (which blocks the eviction: jump_extent()).
+  bool alias = false;
+  for (Uprobe& u : r.tree) {
+    if (!u.window.evict.len) continue;
+    const ProbeKey k{u.key.dev, u.key.ino, u.key.offset + u.window.len};
+    if (r.tree.find(k, KeyLess()) != r.tree.end()) continue;
+    table->entries.emplace_back(k, &u);
+    alias = true;
+  }
+  if (alias)
+    std::sort(table->entries.begin(), table->entries.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
   table->build();
   publish(r, nullptr, table.release());
 }
@@ -486,6 +553,7 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
     up->tactic = plan.tactic;
     up->window = std::move(plan.window);
     up->window_why = std::move(plan.why_no_window);
+    up->evict_why = std::move(plan.why_no_evict);
     up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
     up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
   } catch (...) {

@@ -309,6 +309,7 @@ class SitePlanContext final : public arch::PlanContext {
            (at_function_entry() || check_data_refs(t_, info_, *fn_, seg_, code_, offset_, len, why));
   }
 
+  bool evict_wanted() const override { return g_hot.optimize_evicted.load(std::memory_order_relaxed); }
   bool site_bytes(std::uint8_t* out, std::size_t n) override {
     return seg_.offset + seg_.filesz - offset_ >= n && read_code(t_, offset_, out, n) == n;
   }
@@ -396,6 +397,13 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (plan->window.punned && plan->window.max_pad > 0 &&
       g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_padded)
     plan->window.min_pad = 1;
+  // Successor eviction (T2) only when asked for: its bytes then count as
+  // the jump's (a probe there blocks it, arch::jump_extent()).
+  if (!g_hot.optimize_evicted.load(std::memory_order_relaxed)) {
+    plan->window.evict = arch::Insn{};
+    plan->window.evict_max_pad = 0;
+    plan->why_no_evict = "successor eviction is switched off (Config::optimize_evicted)";
+  }
 }
 
 namespace {

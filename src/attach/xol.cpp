@@ -334,6 +334,17 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
   return 0;
 }
 
+int XolArea::hop_room(std::uint64_t a, std::size_t len) const noexcept {
+  for (const Region& r : regions_) {
+    if (r.hop_used.empty() || a < r.base || a >= r.base + r.size) continue;
+    if (a + len > r.base + r.size) return 0;
+    for (std::size_t i = 0; i < len; ++i)
+      if (r.hop_used[a - r.base + i]) return 0;
+    return 1;
+  }
+  return -1;
+}
+
 void XolArea::privatize_all() noexcept {
   std::string why;
   for (Region& r : regions_) privatize(r, why);
@@ -363,8 +374,10 @@ void XolArea::retire_site(std::uint64_t site) {
   for (const std::uint64_t key : keys) {
     auto it = code_by_site_.find(key);
     if (it == code_by_site_.end()) continue;
+    // (An evicted successor's memory is keyed by its address | kEvictKey:
+    // the thread check looks for a trap at the address itself.)
     retired_.push_back(Retired{it->second & kAddrMask, static_cast<std::uint32_t>(it->second >> 48),
-                               key == (site | (3ull << 62)), site, key, false});
+                               key == (site | (3ull << 62)), site & ~kEvictKey, key, false});
     code_by_site_.erase(it);
   }
 }

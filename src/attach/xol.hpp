@@ -29,6 +29,11 @@
 
 namespace uprobe::detail {
 
+/// Added to an evicted successor's address (arch::EntryWindow::evict) to
+/// key its trampoline apart from the memory of a probe at that address
+/// (hop_in(), retire_site()): user addresses stay below bit 47.
+inline constexpr std::uint64_t kEvictKey = 1ull << 60;
+
 class XolArea {
  public:
   /// Returns the slot for the probe site at `site` running `insn`, writing
@@ -62,6 +67,12 @@ class XolArea {
   /// every page that could hold it is taken by another mapping.
   /// Registry mutex held.
   std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
+
+  /// Whether hop_in() could give the `len` bytes at exactly `a`: 1 when a
+  /// page of hops holds them and they are free, 0 when one holds `a` but
+  /// not them all free, -1 when no page of hops holds `a`. Registry mutex
+  /// held.
+  int hop_room(std::uint64_t a, std::size_t len) const noexcept;
 
   /// Takes the memory of the probe site at `site` out of use: its XOL slot,
   /// window slot, stub and punned jump's hop (those it has) are no longer

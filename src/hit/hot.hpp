@@ -28,6 +28,7 @@ struct HotState {
   std::atomic<bool> optimize_entries{true};
   std::atomic<bool> optimize_windows{true};  ///< Config::optimize_windows
   std::atomic<bool> optimize_punned{true};   ///< Config::optimize_punned
+  std::atomic<bool> optimize_evicted{false};  ///< Config::optimize_evicted (read when a probe is analysed)
   std::atomic<SiteTactics> site_tactics{SiteTactics::windows};  ///< Config::site_tactics (read when a probe is analysed)
   /// Config::site_state == SiteState::full: every save the optimized paths
   /// make is SaveMode::full (effective_save()).

@@ -256,6 +256,20 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
   const Site* site = ss ? ss->find(ip) : nullptr;
+  if (!site && ss) {
+    // The int3 written at a successor while its eviction (T2) is written or
+    // undone (the probe table names the evicting site's probe there): its
+    // trampoline runs the successor, relocated, and jumps back past it.
+    if (const Site* ev = ss->find_evictor(ip)) {
+      const std::uint64_t to = ev->evict_hop;
+      uprobe_rcu_read_unlock();
+      count(st.out_of_line);
+      arch::set_ucontext_ip(uc, to);
+      st.trap_ip.store(outer_trap_ip, std::memory_order_release);
+      errno = saved_errno;
+      return;
+    }
+  }
   if (!site) {
     uprobe_rcu_read_unlock();
     std::uint8_t byte;

@@ -188,7 +188,8 @@ TEST(Padded, EveryFormsPagesTakenStaysInt3AndSaysWhy) {
     EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
     EXPECT_EQ(info.why_not_optimized,
               "no free page at the addresses the punned jump's bytes after the instruction select, nor at those "
-              "its 2 padded forms (1 to 2 redundant prefixes before the opcode) select");
+              "its 2 padded forms (1 to 2 redundant prefixes before the opcode) select; no successor eviction: "
+              "successor eviction is switched off (Config::optimize_evicted)");
     EXPECT_EQ(hex(mem(site, 1)[0]), "0xcc");
     for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_none(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
   }

@@ -594,7 +594,7 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
 /// Sites attached per mode (ProbeMode's values), counted while the probes
 /// are in: no string, no map (their libc calls would be probed, some int3).
 /// Named into meta->modes afterwards.
-unsigned mode_sites[static_cast<std::size_t>(uprobe::ProbeMode::optimized_padded) + 1] = {};
+unsigned mode_sites[static_cast<std::size_t>(uprobe::ProbeMode::optimized_evicted) + 1] = {};
 
 void note_mode(uprobe::ProbeMode mode) {
   const auto m = static_cast<std::size_t>(mode);
