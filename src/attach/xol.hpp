@@ -8,6 +8,10 @@
 // the same time. Regions live within reach of the code they serve (rip-
 // relative operands keep a disp32) and are memfd pages mapped R-X; they are
 // written only through a short-lived RW alias of the same pages, never RWX.
+// No descriptor is kept (the kernel's uprobes add none to the process): the
+// memfd is closed once its R-X view is mapped, and an alias is mapped from
+// that view (mremap() of a shared mapping with old_size 0), so the program
+// never sees one of ours, nor closes one under us (close_range()).
 // A slot stays assigned to its site address until the site is retired
 // (retire_site(): its probe is gone and its text restored); retired memory is
 // reused only after free_retired(), which the registry calls once no thread
@@ -120,7 +124,6 @@ class XolArea {
     std::uint64_t base = 0;
     std::size_t size = 0;
     std::size_t used = 0;
-    int fd = -1;
     pid_t owner = 0;
     std::uint64_t fork_gen = 0;  ///< fork_generation() when this process got its own copy
     /// A page of hops (hop_in()): bytes taken one by one, never handed out

@@ -363,25 +363,26 @@ TEST(Trace, VforkChildResettingAHandlerLeavesTheParentsHandler) {
   EXPECT_EQ(r.out, plain.out) << dump(r);
 }
 
-/// The traced program has the file descriptors it has without the tracer.
-/// DISABLED: libuprobe keeps each XOL region's memfd open for as long as the
-/// region lives (src/attach/xol.cpp: Region::fd, for the RW alias a later
-/// stub write maps, and for privatize() after fork), one per region: one fd
-/// with a single probe, 28 more with uprobe:libc:* (here and in python3.11).
-/// The program sees them in /proc/self/fd, and descriptors it opens get
-/// other numbers; after exec the new image's regions take the
-/// lowest free numbers, so Python's test_subprocess (test_close_fds,
-/// test_pass_fds, test_pass_fds_redirected) finds "fds not in pass_fds left
-/// open" in its children. The fix is in xol.cpp (no fd kept: e.g. a
-/// region's RW alias made at creation, or the memfd moved out of the
-/// program's way), which other work is changing now.
-TEST(Trace, DISABLED_ProgramSeesOnlyItsOwnFileDescriptors) {
+/// The traced program has the file descriptors it has without the tracer:
+/// libuprobe keeps no descriptor (each XOL region's memfd is closed once its
+/// R-X view is mapped; src/attach/xol.cpp), nor does the agent (its counts
+/// file is mapped and closed), so /proc/self/fd lists the same numbers, with
+/// one probe and with every libc function probed (28 regions, once one fd
+/// each, which took the lowest free numbers after an exec: Python's
+/// test_subprocess found "fds not in pass_fds left open" in its children).
+TEST(Trace, ProgramSeesOnlyItsOwnFileDescriptors) {
   Result plain = run({kFixture, "fds"});
   ASSERT_EQ(plain.status, 0);
   ASSERT_EQ(plain.out.rfind("fds=0,1,2", 0), 0u) << plain.out;
+  // The same descriptors in the fork()ed child, and no memfd there: "fds=0,1,2,...\nopen=N\nchild
+  // fds=0,1,2,...\nchild_status=0\n" with the child's list the parent's.
+  const std::size_t nl = plain.out.find('\n');
+  const std::string list = plain.out.substr(4, nl - 4);
+  ASSERT_NE(plain.out.find("\nchild fds=" + list + "\nchild_status=0\n"), std::string::npos) << plain.out;
   Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fds"});
   ASSERT_EQ(r.status, 0) << dump(r);
   EXPECT_EQ(r.out, plain.out) << dump(r);
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 1) << dump(r);  // the child's call
   Result all = trace({"uprobe:libc:*"}, {kFixture, "fds"});
   ASSERT_EQ(all.status, 0) << dump(all);
   EXPECT_EQ(all.out, plain.out) << dump(all);
