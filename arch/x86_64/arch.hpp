@@ -566,6 +566,10 @@ struct EntryWindow {
   /// takes its jump; only the two instructions' own bytes change.
   Insn evict;
   std::uint8_t evict_max_pad = 0;
+  /// Place the site by eviction before looking for a free page of its own
+  /// punned or padded forms (the core's SiteTactics::instruction_evicted,
+  /// for the test suites); false: eviction only where none has one.
+  bool evict_first = false;
   /// The original bytes from the site on: [0, len + max(evict.len, kJumpLen
   /// + evict_max_pad)), when evict.len.
   std::uint8_t evict_bytes[kMaxInsnLen + 4 + kMaxJumpLen] = {};
@@ -620,12 +624,41 @@ bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(
 std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
                        std::uint8_t* out) noexcept;
 
+/// The mark after an evicted successor's trampoline (its relocated copy,
+/// then its jump back; never executed: ud2, 'E', 'V'), followed by the
+/// successor's address relative to the trampoline's entry (int32, little
+/// endian): kEvictMarkLen bytes. The step path finds the successor of a
+/// trampoline a self-stepping program entered with find_evict_mark().
+inline constexpr std::uint8_t kEvictMark[4] = {0x0f, 0x0b, 'E', 'V'};
+inline constexpr std::size_t kEvictMarkLen = 8;
+
+/// Appends the mark (kEvictMark, then successor - entry) at code[n]:
+/// returns n + kEvictMarkLen. `entry` is the trampoline's address,
+/// `successor` the evicted instruction's (within rel32 reach of it: the
+/// trampoline's jump back reaches it). Pure.
+std::size_t append_evict_mark(std::uint8_t* code, std::size_t n, std::uint64_t entry, std::uint64_t successor) noexcept;
+
+/// Looks in `code` [0, n) (the bytes at `entry` on) for a trampoline's
+/// mark after `from` bytes: the first kEvictMark at offset k >= from whose
+/// claimed successor is in user space. True with the successor's address
+/// and k (the trampoline's code length). The caller checks the successor's
+/// jump aims at `entry` (and calls again with from = k + 1 if not). Pure;
+/// async-signal-safe.
+bool find_evict_mark(const std::uint8_t* code, std::size_t n, std::uint64_t entry, std::size_t from,
+                     std::uint64_t& successor, std::size_t& len) noexcept;
+
 /// Bytes from the site on that a window's jump may cover and whose values it
-/// needs unchanged: its window, or for a punned jump its longest padded form
-/// (max_pad + kJumpLen; a probe inside them would change the jump's
-/// target). Pure.
+/// needs unchanged, without successor eviction: its window, or for a
+/// punned jump its longest padded form (max_pad + kJumpLen; a probe inside
+/// them would change the jump's target). Pure.
+inline std::size_t own_jump_extent(const EntryWindow& w) noexcept {
+  return w.punned ? kJumpLen + w.max_pad : w.len;
+}
+
+/// own_jump_extent(), or evict_extent() when longer: the bytes a site
+/// that evicts its successor needs unchanged. Pure.
 inline std::size_t jump_extent(const EntryWindow& w) noexcept {
-  const std::size_t own = w.punned ? kJumpLen + w.max_pad : w.len;
+  const std::size_t own = own_jump_extent(w);
   const std::size_t ev = evict_extent(w);
   return ev > own ? ev : own;
 }
@@ -795,6 +828,14 @@ class PlanContext {
   virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
   /// Whether successor eviction (EntryWindow::evict) is to be planned.
   virtual bool evict_wanted() const { return false; }
+  /// Whether the byte `off` bytes past the site is known to be code of the
+  /// site's function (a function of known bounds, disassembled from its
+  /// entry up to the site, holds it): after a jump or a return, only then is
+  /// what follows evicted (it may be another function's data otherwise).
+  virtual bool code_at(std::size_t off) const {
+    (void)off;
+    return false;
+  }
 
  protected:
   ~PlanContext() = default;

@@ -73,7 +73,12 @@ PatchPlan plan(const Insn& insn, PlanContext& ctx) {
       for (; n > insn.len && !ctx.site_bytes(more, n); --n) {
       }
       std::string ewhy;
-      if (n > insn.len && !plan_evict(more, n, out.window, ewhy)) out.why_no_evict = ewhy;
+      const bool falls_through = insn.cls != InsnClass::jmp_rel && insn.cls != InsnClass::jmp_ind &&
+                                 insn.cls != InsnClass::ret && insn.cls != InsnClass::ret_imm;
+      if (!falls_through && !ctx.code_at(insn.len))
+        out.why_no_evict = "the instruction is a jump or a return, and what follows it is not known to be code of "
+                           "its function";
+      else if (n > insn.len && !plan_evict(more, n, out.window, ewhy)) out.why_no_evict = ewhy;
       else if (n <= insn.len) out.why_no_evict = "the code ends after the instruction";
     }
   }

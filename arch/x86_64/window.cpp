@@ -708,6 +708,28 @@ bool plan_evict(const std::uint8_t* code, std::size_t avail, EntryWindow& w, std
   return true;
 }
 
+std::size_t append_evict_mark(std::uint8_t* code, std::size_t n, std::uint64_t entry, std::uint64_t successor) noexcept {
+  std::memcpy(code + n, kEvictMark, sizeof kEvictMark);
+  const auto rel = static_cast<std::int32_t>(static_cast<std::int64_t>(successor - entry));
+  std::memcpy(code + n + sizeof kEvictMark, &rel, sizeof rel);
+  return n + kEvictMarkLen;
+}
+
+bool find_evict_mark(const std::uint8_t* code, std::size_t n, std::uint64_t entry, std::size_t from,
+                     std::uint64_t& successor, std::size_t& len) noexcept {
+  for (std::size_t k = from ? from : 1; k + kEvictMarkLen <= n; ++k) {
+    if (std::memcmp(code + k, kEvictMark, sizeof kEvictMark) != 0) continue;
+    std::int32_t rel;
+    std::memcpy(&rel, code + k + sizeof kEvictMark, sizeof rel);
+    const std::uint64_t s = entry + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
+    if (s < 0x10000 || s >= 0x7ffffffff000ull) continue;
+    successor = s;
+    len = k;
+    return true;
+  }
+  return false;
+}
+
 std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
                        std::uint8_t* out) noexcept {
   std::uint8_t j[kMaxJumpLen];

@@ -96,10 +96,11 @@ struct Config {
   /// own to a trampoline running its relocated copy (so a branch to it still
   /// runs it), and the site's punned jump keeps the successor's new bytes,
   /// which select other targets. Detach restores the site, then the
-  /// successor. Read when a probe is created. Default false (experimental:
-  /// a program single-stepping itself through an evicted successor sees
-  /// extra steps inside its trampoline).
-  bool optimize_evicted = false;
+  /// successor. A program single-stepping itself (TF) through an evicted
+  /// successor sees the steps it would see without the probe (the
+  /// trampoline is a silent region of the step path). Read when a probe is
+  /// created. Default true; false keeps such sites on int3.
+  bool optimize_evicted = true;
   /// How a probe past a function's entry is planned (lab.hpp): the default
   /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
   /// only (the test suites run every class of instruction through punned

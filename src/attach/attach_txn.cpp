@@ -49,7 +49,8 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
     const std::vector<Vma>* vmas;
     const arch::EntryWindow* w;
     std::uint64_t site, succ;
-  } c{&vmas, &w, s.addr, s.addr + w.len};
+    std::size_t tramp_len;
+  } c{&vmas, &w, s.addr, s.addr + w.len, 0};
   auto maybe_free = [](void* p, std::uint64_t a, std::size_t len) -> bool {
     const Ctx& c = *static_cast<Ctx*>(p);
     const int room = xol_area().hop_room(a, len);
@@ -61,15 +62,20 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
     return it == c.vmas->begin() || std::prev(it)->end <= a;
   };
   auto place_evict = [](void* p, std::uint64_t a) -> bool {
-    const Ctx& c = *static_cast<Ctx*>(p);
+    Ctx& c = *static_cast<Ctx*>(p);
     arch::EntryWindow one;
     one.insns.push_back(c.w->evict);
     one.len = c.w->evict.len;
-    std::uint8_t code[arch::kWindowSlotSize];
+    std::uint8_t code[arch::kWindowSlotSize + arch::kEvictMarkLen];
     std::string why;
-    const std::size_t n = arch::build_window_xol(one, c.succ, a, code, why);
-    if (n == 0 || (a & 4095) + n > 4096) return false;
+    const std::size_t len = arch::build_window_xol(one, c.succ, a, code, why);
+    if (len == 0) return false;
+    // Then the mark the step path finds the successor by (never executed),
+    // in the same page.
+    const std::size_t n = arch::append_evict_mark(code, len, a, c.succ);
+    if ((a & 4095) + n > 4096) return false;
     if (xol_area().hop_in(c.succ | kEvictKey, a, a + 1, n, why) != a) return false;
+    c.tramp_len = len;
     return xol_area().write_code(a, code, n, why);
   };
   auto place_site = [](void* p, std::uint64_t a) -> bool {
@@ -84,6 +90,7 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
   s.evict_addr = c.succ;
   s.evict_hop = ch.evict_target;
   s.evict_pad = ch.evict_pad;
+  s.evict_len = static_cast<std::uint8_t>(c.tramp_len);
 }
 
 /// The sites of `up` in the current address space: one per executable
@@ -113,7 +120,10 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
           s.evict_addr = o->evict_addr;
           s.evict_hop = o->evict_hop;
           s.evict_pad = o->evict_pad;
+          s.evict_len = o->evict_len;
         }
+      // (SiteTactics::instruction_evicted: eviction first, for the tests.)
+      if (w.punned && !s.hop && w.evict.len && w.evict_first) place_evicting(s, w, vmas.vmas());
       for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
         const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
         std::uint64_t lo = 0, hi = 0;
@@ -278,11 +288,27 @@ void publish_probes(Registry& r) {
 
 /// The offset of a probe of the same file strictly inside the window of
 /// `up` (`extra` counts as one when given), or 0.
+/// The first probe (or `extra`) at key.offset + [1, len) in the file of
+/// `k`, as an offset; 0 when none.
+std::uint64_t probe_within(Registry& r, const ProbeKey& k, std::size_t len, const ProbeKey* extra) {
+  const std::uint64_t end = k.offset + len;
+  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
+    return extra->offset;
+  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
+    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
+    return it->key.offset;
+  }
+  return 0;
+}
+
 std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
   const ProbeKey& k = up->key;
   // A punned jump keeps the bytes after its window: a probe there would
-  // change its target (padded, it covers more of them).
-  const std::uint64_t end = k.offset + arch::jump_extent(up->window);
+  // change its target (padded, it covers more of them; evicting its
+  // successor, the successor's jump and what that keeps).
+  const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+  const bool evicts = ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return s.evict_hop; });
+  const std::uint64_t end = k.offset + (evicts ? arch::jump_extent(up->window) : arch::own_jump_extent(up->window));
   if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
     return extra->offset;
   for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
@@ -554,6 +580,17 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
     up->window = std::move(plan.window);
     up->window_why = std::move(plan.why_no_window);
     up->evict_why = std::move(plan.why_no_evict);
+    if (up->window.evict.len) {
+      // A probe in the bytes the successor's jump would change or keep (past
+      // the site's own jump's): no eviction for this probe (a probe
+      // arriving there later blocks it while it evicts: probe_inside_window()).
+      if (const std::uint64_t in = probe_within(r_, key, arch::jump_extent(up->window), nullptr);
+          in && in >= key.offset + arch::own_jump_extent(up->window)) {
+        up->window.evict = arch::Insn{};
+        up->window.evict_max_pad = 0;
+        up->evict_why = "a probe at +" + std::to_string(in - key.offset) + " is inside the successor's jump";
+      }
+    }
     up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
     up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
   } catch (...) {

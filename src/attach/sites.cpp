@@ -188,6 +188,7 @@ void evict_successor(const Uprobe* up, const Site& s) noexcept {
   if (successor_evicted(up, s)) return;
   std::uint8_t j[arch::kMaxJumpLen];
   const std::size_t n = arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, j);
+  g_hot.evicted_ever.store(true, std::memory_order_relaxed);
   poke_through_int3(s.evict_addr, j, n);
 }
 
@@ -198,6 +199,49 @@ void restore_successor(const Uprobe* up, const Site& s) noexcept {
   if (!successor_evicted(up, s)) return;
   const std::size_t n = std::min<std::size_t>(s.evict_pad + arch::kJumpLen, up->window.evict.len);
   poke_through_int3(s.evict_addr, up->window.evict_bytes + up->window.len, n);
+}
+
+/// The successor's bytes an evicting site's successor takes: its jump
+/// (`evict`) or the file's; n returned.
+std::size_t successor_bytes(const Uprobe* up, const Site& s, bool evict, std::uint8_t* to) noexcept {
+  if (evict) return arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, to);
+  const std::size_t n = std::min<std::size_t>(s.evict_pad + arch::kJumpLen, up->window.evict.len);
+  std::memcpy(to, up->window.evict_bytes + up->window.len, n);
+  return n;
+}
+
+/// evict_successor() (`evict`) or restore_successor() for every evicting
+/// site `each` visits (each(f) calls f(up, site) for every site of the
+/// batch), batch-wide: all int3s, one serialisation, all tails, one more,
+/// all first bytes, one more (three in all instead of three per site).
+template <class Each>
+void poke_successors(Each&& each, bool evict) noexcept {
+  const std::uint8_t bp = arch::kBreakpoint;
+  bool any = false;
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_hop || successor_evicted(up, s) == evict) return;
+    if (evict) g_hot.evicted_ever.store(true, std::memory_order_relaxed);
+    poke_text(s.evict_addr, &bp, 1);
+    s.evict_poke = 1;
+    any = true;
+  });
+  if (!any) return;
+  sync_cores();
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_poke) return;
+    std::uint8_t to[arch::kMaxJumpLen];
+    const std::size_t n = successor_bytes(up, s, evict, to);
+    if (n > 1) poke_text(s.evict_addr + 1, to + 1, n - 1);
+  });
+  sync_cores();
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_poke) return;
+    std::uint8_t to[arch::kMaxJumpLen];
+    successor_bytes(up, s, evict, to);
+    poke_text(s.evict_addr, to, 1);
+    s.evict_poke = 0;
+  });
+  sync_cores();
 }
 
 /// The bytes after byte 0 of a site about to be optimized are as its jump
@@ -352,10 +396,13 @@ void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
         if (__atomic_load_n(&s.jumped, __ATOMIC_ACQUIRE) == 2) __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
     }
   }
-  // Evicted successors, once no site's jump keeps their bytes.
-  for (Uprobe* up : ups)
-    for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites)
-      if (s.evict_hop) restore_successor(up, s);
+  // Evicted successors, once no site's jump keeps their bytes: batch-wide.
+  poke_successors(
+      [&](auto&& f) {
+        for (Uprobe* up : ups)
+          for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) f(up, s);
+      },
+      false);
   for (Uprobe* up : ups) {
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
       std::uint8_t cur;
@@ -547,10 +594,13 @@ void finish_optimize_batch(OptBatch& b) {
     }
     b.items.resize(k);
   }
-  // Evicting sites' successors first, each with its own serialisations (a
-  // thread meeting the int3 goes to the trampoline).
-  for (const OptBatch::Item& it : b.items)
-    if (it.site->evict_hop) evict_successor(it.up, *it.site);
+  // Evicting sites' successors first, batch-wide (a thread meeting an int3
+  // there goes to the trampoline).
+  poke_successors(
+      [&](auto&& f) {
+        for (const OptBatch::Item& it : b.items) f(it.up, *it.site);
+      },
+      true);
   for (const OptBatch::Item& it : b.items) {
     it.site->stub = it.stub;
     __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);

@@ -270,8 +270,11 @@ class SitePlanContext final : public arch::PlanContext {
     if (!at_function_entry() && st != SiteTactics::windows) {
       why = st == SiteTactics::instruction_only
                 ? "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)"
-                : "no window is planned past a function's entry (Config::site_tactics is "
-                  "SiteTactics::instruction_padded)";
+                : st == SiteTactics::instruction_padded
+                    ? "no window is planned past a function's entry (Config::site_tactics is "
+                      "SiteTactics::instruction_padded)"
+                    : "no window is planned past a function's entry (Config::site_tactics is "
+                      "SiteTactics::instruction_evicted)";
       return false;
     }
     if (!fn_) {
@@ -310,6 +313,9 @@ class SitePlanContext final : public arch::PlanContext {
   }
 
   bool evict_wanted() const override { return g_hot.optimize_evicted.load(std::memory_order_relaxed); }
+  bool code_at(std::size_t off) const override {
+    return fn_ && swept_to_site_ && offset_ + off < fn_->file_offset + fn_->size;
+  }
   bool site_bytes(std::uint8_t* out, std::size_t n) override {
     return seg_.offset + seg_.filesz - offset_ >= n && read_code(t_, offset_, out, n) == n;
   }
@@ -403,6 +409,9 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
     plan->window.evict = arch::Insn{};
     plan->window.evict_max_pad = 0;
     plan->why_no_evict = "successor eviction is switched off (Config::optimize_evicted)";
+  } else if (plan->window.evict.len &&
+             g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_evicted) {
+    plan->window.evict_first = true;  // SiteTactics::instruction_evicted: T2 before any free page of B2/T1
   }
 }
 

@@ -108,10 +108,17 @@ struct Site {
   std::uint64_t evict_addr = 0;
   std::uint64_t evict_hop = 0;
   std::uint8_t evict_pad = 0;
+  /// The trampoline's code length (before its mark, arch::kEvictMark): a
+  /// self-stepping program's steps in [evict_hop, evict_hop + evict_len)
+  /// are not its own.
+  std::uint8_t evict_len = 0;
   /// 1 from before the jump's tail is written until the original bytes are
   /// back and serialised (the int3 path then never resumes inside the
   /// window); read by the trap path with __atomic_load_n.
   mutable std::uint8_t jumped = 0;
+  /// 1 while a batch writes this site's successor (its int3 is in:
+  /// poke_successors()); registry side only.
+  mutable std::uint8_t evict_poke = 0;
 };
 
 /// Immutable set of sites.

@@ -29,4 +29,19 @@ ENDF \name
         EVFN ev_one, 0x34, 0x12
         EVFN ev_off, 0x78, 0x16
 
+/* ev_end(a) = a + 0x99: its last instruction, the 1-byte ret (the site),
+ * is followed by ev_next's first (add $0x139a, %rax, spelled in bytes),
+ * which is not its function's: never evicted (what follows a function's
+ * last jump or return may be anything). ev_next(a) = a + 0x139a. */
+FUNC ev_end
+        lea 0x99(%rdi), %rax
+1:      ret
+ENDF ev_end
+        SITE ev_end, 1b
+FUNC_NOALIGN ev_next
+        mov %rdi, %rax
+        .byte 0x48, 0x05, 0x9a, 0x13, 0x00, 0x00
+        ret
+ENDF ev_next
+
         .section .note.GNU-stack, "", @progbits

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Successor eviction (E9Patch's tactic T2, ProbeMode::optimized_evicted,
-// Config::optimize_evicted): a 1-byte site whose punned jump's one target
+// Config::optimize_evicted, on by default): a 1-byte site whose punned jump's one target
 // page is taken (mapped here on purpose with MAP_FIXED_NOREPLACE before the
 // attach) gets a jump once its successor has one of its own, to a
 // trampoline running the successor relocated; the site's rel32 then reads
@@ -22,7 +22,9 @@
 extern "C" {
 std::uint64_t ev_one(std::uint64_t, std::uint64_t);
 std::uint64_t ev_off(std::uint64_t, std::uint64_t);
-extern const std::uint64_t ev_one_site, ev_off_site;
+std::uint64_t ev_end(std::uint64_t);
+std::uint64_t ev_next(std::uint64_t);
+extern const std::uint64_t ev_one_site, ev_off_site, ev_end_site;
 }
 
 using namespace opttest;
@@ -96,7 +98,8 @@ TEST(Evict, SuccessorGetsItsJumpAndTheSiteReadsItsBytes) {
   ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 7)), "91 48 05 34 12 00 00");
   TakenPage taken(b2_target(s, file));
   ASSERT_TRUE(taken.ok()) << hex(b2_target(s, file)) << " was not free";
-  EvictSwitch on(true);
+  EXPECT_TRUE(uprobe::Config{}.optimize_evicted) << "on by default";
+  EXPECT_TRUE(uprobe::configuration().optimize_evicted) << "on by default";
   SiteCounter c(s);
   const uprobe::Stats s0 = uprobe::stats();
   std::uint64_t want_hits = 0;
@@ -118,10 +121,14 @@ TEST(Evict, SuccessorGetsItsJumpAndTheSiteReadsItsBytes) {
     // The successor's trampoline: its own 6 bytes, then jmp back to s + 7.
     const std::uint64_t tramp = s + 6 + static_cast<std::uint64_t>(rel_at(now, 2));
     EXPECT_NE(tramp & ~(kPage - 1), b2_target(s, file) & ~(kPage - 1));
-    const std::vector<std::uint8_t> t = mem(reinterpret_cast<const void*>(tramp), 11);
+    const std::vector<std::uint8_t> t = mem(reinterpret_cast<const void*>(tramp), 19);
     EXPECT_EQ(hex_bytes(std::vector<std::uint8_t>(t.begin(), t.begin() + 6)), "48 05 34 12 00 00");
     EXPECT_EQ(hex(t[6]), "0xe9");
     EXPECT_EQ(hex(tramp + 11 + static_cast<std::uint64_t>(rel_at(t, 7))), hex(s + 7));
+    // Then the mark the step path finds the successor by: ud2 'E' 'V', the
+    // successor's address relative to the trampoline.
+    EXPECT_EQ(hex_bytes(std::vector<std::uint8_t>(t.begin() + 11, t.begin() + 15)), "0f 0b 45 56");
+    EXPECT_EQ(hex(tramp + static_cast<std::uint64_t>(rel_at(t, 15))), hex(s + 1));
     // The site's jump: rel32 = [e9, r0, r1, r2], to its hop, a jump on to
     // the stub in XOL memory.
     const std::uint64_t hop = s + 5 + static_cast<std::uint64_t>(rel_at(now, 1));
@@ -143,6 +150,38 @@ TEST(Evict, SuccessorGetsItsJumpAndTheSiteReadsItsBytes) {
   EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
   EXPECT_EQ(hex(ev_one(5, 0)), hex(5 + 0x1234u));
   EXPECT_EQ(hex(ev_one(5, 9)), hex(5 + 9 + 0x1234u));
+}
+
+/// A function's last instruction (a 1-byte ret) whose punned jump's page is
+/// taken: the bytes after it are the next function's, not known to be its
+/// own code, so it evicts nothing (on by default) and stays int3, saying
+/// why; both functions give their results, and the bytes are back.
+TEST(Evict, NothingAfterAFunctionsLastReturnIsEvicted) {
+  const void* site = at(ev_end, ev_end_site);
+  const auto s = reinterpret_cast<std::uint64_t>(site);
+  const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
+  ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 4)), "c3 48 89 f8");
+  ASSERT_EQ(reinterpret_cast<std::uint64_t>(&ev_next), s + 1);
+  TakenPage taken(b2_target(s, file));
+  ASSERT_TRUE(taken.ok()) << hex(b2_target(s, file)) << " was not free";
+  SiteCounter c(s);
+  {
+    uprobe::Attachment a(site, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
+    EXPECT_EQ(info.why_not_optimized,
+              "no free page at the addresses the punned jump's bytes after the instruction select (a 1-byte "
+              "instruction has no room for a padded form); no successor eviction: the instruction is a jump or a "
+              "return, and what follows it is not known to be code of its function");
+    EXPECT_EQ(hex_bytes(mem(site, 4)), "cc 48 89 f8");
+    for (std::uint64_t i = 0; i < 100; ++i) {
+      ASSERT_EQ(hex(ev_end(i)), hex(i + 0x99)) << "call " << i;
+      ASSERT_EQ(hex(ev_next(i)), hex(i + 0x139a)) << "call " << i;
+    }
+  }
+  EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(c.bad_ip.load(), 0u);
+  EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
 }
 
 TEST(Evict, SwitchedOffTheSiteStaysInt3AndSaysWhy) {

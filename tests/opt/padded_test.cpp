@@ -175,6 +175,12 @@ TEST(Padded, TwoPrefixesWhereTheOnePrefixPagesAreTakenToo) {
 }
 
 TEST(Padded, EveryFormsPagesTakenStaysInt3AndSaysWhy) {
+  // Successor eviction (T2, on by default) switched off: int3 is what is
+  // left (opt.Evict.* covers the default).
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize_evicted = false;
+  uprobe::configure(cfg);
   const void* site = at(pad_none, pad_none_site);
   const auto s = reinterpret_cast<std::uint64_t>(site);
   const std::vector<std::uint8_t> file = file_bytes_at(site, 16);

@@ -15,7 +15,7 @@
 //                                    (uprobe::function_sites()), reports how many would take a
 //                                    jump (trap-free) by tactic and why the others would not, and
 //                                    ends with `trap-free: N of M instruction sites (P%)`
-//   uprobe-coverage --every-instruction --attach [--evict] [-v] [FILE]   (--evict: Config::optimize_evicted)
+//   uprobe-coverage --every-instruction --attach [--no-evict] [-v] [FILE]   (--no-evict: Config::optimize_evicted off)
 //                                    attaches them instead, in 32 rounds (round k: instructions
 //                                    k, k + 32, ... of every function, in batches of
 //                                    register_uprobes(), then detached: probes of one round are
@@ -376,14 +376,15 @@ int main(int argc, char** argv) {
       every = true;
     } else if (std::strcmp(argv[i], "--attach") == 0) {
       attach = true;
-    } else if (std::strcmp(argv[i], "--evict") == 0) {
-      // Successor eviction (E9Patch's T2) where no punned form finds a page.
+    } else if (std::strcmp(argv[i], "--evict") == 0 || std::strcmp(argv[i], "--no-evict") == 0) {
+      // Successor eviction (E9Patch's T2) where no punned form finds a page:
+      // on by default (--evict kept for scripts), --no-evict to compare.
       uprobe::Config c = uprobe::configuration();
-      c.optimize_evicted = true;
+      c.optimize_evicted = std::strcmp(argv[i], "--evict") == 0;
       uprobe::configure(c);
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n"
-                  "       uprobe-coverage --every-instruction [--attach] [--evict] [-v] [FILE]\n");
+                  "       uprobe-coverage --every-instruction [--attach] [--no-evict] [-v] [FILE]\n");
       return 0;
     } else {
       lib = argv[i];
