@@ -436,7 +436,7 @@ void Transaction::writing() {
   // page again).
   if (!poke_) poke_.emplace();
   if (!xol_batch_) {
-    xol_area().begin_batch();
+    xol_area().begin_batch(expected_ > 1);
     xol_batch_ = true;
   }
   if (expected_ > 1 && !peeks_) peeks_.emplace();

@@ -190,20 +190,26 @@ bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, st
   const pid_t pid = batch_ ? batch_pid_ : ::getpid();  // a batch runs in one process: asked once
   if ((r.owner != pid || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
-  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   if (batch_) {
+    // Through the region's alias, kept for the batch. Filling many sites
+    // (populate_), it is mapped with all its pages at once (one system call
+    // rather than a fault per page) and compared there too (a read through
+    // the R-X mapping would fault in pages no thread may ever run).
+    if (!populate_ && std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
     auto it = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& a) { return a.base == r.base; });
     if (it == aliases_.end()) {
-      void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+      void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate_ ? MAP_POPULATE : 0), r.fd, 0);
       if (rw == MAP_FAILED) {
         why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
         return false;
       }
       it = aliases_.insert(aliases_.end(), Alias{r.base, rw});
     }
-    std::memcpy(static_cast<std::uint8_t*>(it->rw) + (addr - r.base), bytes, len);
+    std::uint8_t* to = static_cast<std::uint8_t*>(it->rw) + (addr - r.base);
+    if (!populate_ || std::memcmp(to, bytes, len) != 0) std::memcpy(to, bytes, len);
     return true;
   }
+  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;
   std::uint64_t page_off = off & ~(page - 1);
@@ -254,7 +260,7 @@ void XolArea::end_batch() noexcept {
     ::munmap(a.rw, r ? r->size : kRegionSize);
   }
   aliases_.clear();
-  batch_ = false;
+  batch_ = populate_ = false;
 }
 
 std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWindow& window,
