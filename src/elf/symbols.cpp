@@ -189,9 +189,8 @@ void apply_ifunc(Location& l, const Sym& s, std::uint64_t off) {
       continue;
     l.path = b.impl_path;
     l.offset = b.impl_offset;
-    l.address = offset_to_address(b.impl_path, b.impl_offset);
-    if (auto at = symbol_at(b.impl_path, b.impl_offset); at && at->offset == b.impl_offset)
-      l.implementation = at->full_name();
+    l.address = b.impl_address;
+    l.implementation = b.implementation;
     l.ifunc_bound = true;
     return;
   }
@@ -277,19 +276,7 @@ std::vector<Symbol> match_symbols(const std::string& path, std::string_view glob
 
 std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
   auto img = load_elf_image(path);
-  const ElfSymbol* best = nullptr;
-  for (const ElfSymbol& s : img->symbols) {
-    if (!is_code(s)) continue;
-    bool holds = s.size ? (offset >= s.offset && offset - s.offset < s.size) : offset == s.offset;
-    if (!holds) continue;
-    if (!best) {
-      best = &s;
-      continue;
-    }
-    // Tightest sized symbol; among equals the preferred alias.
-    auto span = [](const ElfSymbol& x) { return x.size ? x.size : UINT64_MAX; };
-    if (span(s) < span(*best) || (span(s) == span(*best) && preferred(s, *best))) best = &s;
-  }
+  const ElfSymbol* best = detail::symbols_at(*img, {offset})[0];
   if (!best) return std::nullopt;
   return best->to_symbol();
 }
@@ -399,3 +386,24 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
 }
 
 }  // namespace uprobe
+
+namespace uprobe::detail {
+
+std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<std::uint64_t>& offsets) {
+  std::vector<const ElfSymbol*> best(offsets.size(), nullptr);
+  // Tightest sized symbol; among equals the preferred alias.
+  auto span = [](const ElfSymbol& x) { return x.size ? x.size : UINT64_MAX; };
+  for (const ElfSymbol& s : img.symbols) {
+    if (!is_code(s)) continue;
+    // The offsets it holds: [offset, offset + size), or offset alone when unsized.
+    auto it = std::lower_bound(offsets.begin(), offsets.end(), s.offset);
+    const std::uint64_t end = s.size ? s.offset + s.size : s.offset + 1;
+    for (; it != offsets.end() && *it < end; ++it) {
+      const ElfSymbol*& b = best[static_cast<std::size_t>(it - offsets.begin())];
+      if (!b || span(s) < span(*b) || (span(s) == span(*b) && preferred(s, *b))) b = &s;
+    }
+  }
+  return best;
+}
+
+}  // namespace uprobe::detail
