@@ -160,7 +160,8 @@ bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) n
 }
 
 bool TextBatch::add(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::uint32_t owner) noexcept {
-  if (writes_.size() == writes_.capacity() || len == 0 || len > sizeof(Write::bytes)) return false;
+  const std::size_t room = std::min({writes_.capacity(), sorted_.capacity(), order_.capacity()});  // (write() allocates nothing)
+  if (writes_.size() >= room || len == 0 || len > sizeof(Write::bytes)) return false;
   Write w;
   w.addr = addr;
   w.owner = owner;
@@ -171,8 +172,17 @@ bool TextBatch::add(std::uint64_t addr, const std::uint8_t* bytes, std::size_t l
 }
 
 bool TextBatch::write(Joinable joinable, const void* ctx) noexcept {
-  // (std::sort allocates nothing.)
-  std::sort(writes_.begin(), writes_.end(), [](const Write& a, const Write& b) { return a.addr < b.addr; });
+  // By address: the (address, index) pairs sorted (cheaper to move than
+  // the writes), then the writes put in that order. (std::sort allocates
+  // nothing; the room was reserved.)
+  if (!std::is_sorted(writes_.begin(), writes_.end(), [](const Write& a, const Write& b) { return a.addr < b.addr; })) {
+    order_.clear();
+    for (std::size_t i = 0; i < writes_.size(); ++i) order_.emplace_back(writes_[i].addr, static_cast<std::uint32_t>(i));
+    std::sort(order_.begin(), order_.end());
+    sorted_.clear();
+    for (const auto& [addr, i] : order_) sorted_.push_back(writes_[i]);
+    writes_.swap(sorted_);
+  }
   const auto page_of = [](std::uint64_t a) { return a & ~(kPage - 1); };
   bool all = true;
   const std::size_t n = writes_.size();

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "services.hpp"
@@ -80,7 +81,11 @@ class TextBatch {
     int err = 0;  ///< after write(): 0 or the errno value of the write (made alone)
   };
   /// Room for `n` writes. @throws std::bad_alloc.
-  void reserve(std::size_t n) { writes_.reserve(n); }
+  void reserve(std::size_t n) {
+    writes_.reserve(n);
+    sorted_.reserve(n);
+    order_.reserve(n);
+  }
   void clear() noexcept { writes_.clear(); }
   /// Adds a write of `len` (<= 8) bytes at `addr`; false when no room was reserved.
   bool add(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::uint32_t owner) noexcept;
@@ -97,7 +102,8 @@ class TextBatch {
   const std::vector<Write>& writes() const noexcept { return writes_; }
 
  private:
-  std::vector<Write> writes_;
+  std::vector<Write> writes_, sorted_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> order_;
   std::uint8_t run_[4096];
 };
 
