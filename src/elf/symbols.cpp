@@ -84,22 +84,33 @@ struct Match {
 std::vector<Match> match_in(const ElfImage& img, std::string_view glob) {
   const std::string pat(glob);
   const bool full = pat.find('@') != std::string::npos;
-  std::map<std::uint64_t, Match> by_offset;
+  const bool any = pat == "*";  // (fnmatch("*", name, 0) matches every name)
+  // The matching symbols in table order, then grouped by offset (a stable
+  // sort keeps that order within an offset).
+  std::vector<const ElfSymbol*> hits;
   std::string subject;
   for (const ElfSymbol& s : img.symbols) {
     if (!is_code(s)) continue;
-    subject = full ? s.full_name() : std::string(s.name);
-    if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
-    auto [it, inserted] = by_offset.emplace(s.offset, Match{&s, s.size});
-    if (!inserted) {
-      std::uint64_t size = std::max(it->second.size, s.size);
-      if (preferred(s, s.size, *it->second.sym, it->second.size)) it->second.sym = &s;
-      it->second.size = size;
+    if (!any) {
+      if (full) subject = s.full_name();
+      else subject.assign(s.name);
+      if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
     }
+    hits.push_back(&s);
   }
+  std::stable_sort(hits.begin(), hits.end(), [](const ElfSymbol* a, const ElfSymbol* b) { return a->offset < b->offset; });
   std::vector<Match> out;
-  out.reserve(by_offset.size());
-  for (auto& [off, m] : by_offset) out.push_back(m);
+  for (std::size_t i = 0; i < hits.size(); ++i) {
+    const ElfSymbol& s = *hits[i];
+    if (out.empty() || i == 0 || hits[i - 1]->offset != s.offset) {
+      out.push_back(Match{&s, s.size});
+      continue;
+    }
+    Match& m = out.back();  // the preferred alias at the offset, with the largest size of them
+    const std::uint64_t size = std::max(m.size, s.size);
+    if (preferred(s, s.size, *m.sym, m.size)) m.sym = &s;
+    m.size = size;
+  }
   return out;
 }
 
