@@ -704,8 +704,9 @@ bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& 
 /// case labels after the dispatch, never into a function's first bytes.
 /// Branches are found by a scan of every byte as a possible opcode (so for
 /// any instruction boundaries); only where one could aim into the window,
-/// the linear sweep from the entry (Capstone) decides, and it refuses when
-/// it cannot decode up to there.
+/// the linear sweep from the entry (Capstone's instruction lengths: from the
+/// sweep's table for the common encodings, sweep.cpp) decides, and it
+/// refuses when it cannot decode up to there.
 /// `first`, when given, is analyze()'s result for the instruction at func[0]
 /// (the probed one, analyzed already), so it is not decoded again.
 /// A return (ret, ret imm16) may be the last displaced instruction, as a
@@ -756,19 +757,22 @@ constexpr bool is_relative_reloc(std::uint32_t type) noexcept { return type == 8
 /// to the second instruction of __memmove_*_erms), which the window's own
 /// function cannot show. Also refuses when the sweep meets undecodable bytes
 /// before the last possible such branch. Not hot; thread-safe (one Capstone
-/// handle per thread).
+/// handle per thread, for what the sweep's table does not know).
 bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
                               std::string& why);
 
-/// Every target that check_neighbour_branches() could find a branch of the
-/// function `f` [0, size) aiming at, for any window: at every byte (whatever
-/// the instruction boundaries), each direct-branch or `lea disp32(%rip)` form
-/// that its prefilter reads there, with each operand size, relative to `f`;
-/// sorted. With none of them in (win, win + len), check_neighbour_branches()
-/// on the same bytes accepts that window without decoding anything: an index
-/// that clears a neighbour for every window of a batch after one pass over
-/// its bytes (a window it does not clear is checked exactly). Pure.
-void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets);
+/// The targets of the function `f` [0, size), swept from its first byte as
+/// check_neighbour_branches() sweeps it: of every direct branch and every
+/// `lea disp32(%rip)`, relative to `f` (a target beyond the int32 range kept
+/// at its bound), appended to `targets`, those appended sorted. Returns
+/// false when the sweep cannot reach the end (undecodable bytes: then
+/// check_neighbour_branches() may refuse a window for that reason alone).
+/// With true and no target in (win, win + len), check_neighbour_branches()
+/// on the same bytes accepts that window: an index that clears a neighbour
+/// for every window of a batch after one sweep (a window it does not clear is
+/// checked exactly). Not async-signal-safe (Capstone, for the encodings the
+/// sweep's table does not know: sweep.cpp); thread-safe.
+bool neighbour_branch_targets(const std::uint8_t* f, std::size_t size, std::vector<std::int32_t>& targets);
 
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a

@@ -5,7 +5,6 @@
 /// sites; the same checks as its x86 kprobes optimizer, can_optimize() in
 /// arch/x86/kernel/kprobes/opt.c), and their relocated copy. Not hot.
 
-#include <capstone/capstone.h>
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <memory>
 
 #include "arch.hpp"
+#include "sweep.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -28,129 +28,6 @@ std::string hex(std::uint64_t v) {
 bool refuse(std::string& why, std::string reason) {
   why = std::move(reason);
   return false;
-}
-
-/// One Capstone handle per thread for the sweeps, opened once, detail off
-/// (attaching every entry of a library sweeps thousands of functions; the
-/// decoder only gives the lengths, the branches are read from the bytes).
-struct SweepHandle {
-  csh h = 0;
-  cs_insn* insn = nullptr;
-  SweepHandle() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) {
-      h = 0;
-      return;
-    }
-    insn = cs_malloc(h);
-  }
-  ~SweepHandle() {
-    if (insn) cs_free(insn, 1);
-    if (h) cs_close(&h);
-  }
-  SweepHandle(const SweepHandle&) = delete;
-  SweepHandle& operator=(const SweepHandle&) = delete;
-};
-
-/// What one decoded instruction is as a branch, from its bytes.
-struct BranchInfo {
-  bool relative = false;  ///< a direct branch: target = end + rel
-  std::int64_t rel = 0;
-};
-
-BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
-  BranchInfo bi;
-  std::size_t i = 0;
-  bool opsize = false;
-  for (; i < n; ++i) {
-    const std::uint8_t c = b[i];
-    if (c == 0x66) opsize = true;
-    else if (c == 0x67 || c == 0xf2 || c == 0xf3 || c == 0xf0 || c == 0x2e || c == 0x3e || c == 0x26 ||
-             c == 0x36 || c == 0x64 || c == 0x65 || (c & 0xf0) == 0x40)
-      continue;
-    else
-      break;
-  }
-  if (i >= n) return bi;
-  const std::uint8_t op = b[i];
-  const std::uint8_t op2 = i + 1 < n ? b[i + 1] : 0;
-  auto rel8 = [&] { return static_cast<std::int64_t>(static_cast<std::int8_t>(b[n - 1])); };
-  auto relz = [&] {
-    if (opsize) {  // rel16 (Intel truncates rip; either way the target is computed below)
-      std::int16_t v;
-      std::memcpy(&v, b + n - 2, 2);
-      return static_cast<std::int64_t>(v);
-    }
-    std::int32_t v;
-    std::memcpy(&v, b + n - 4, 4);
-    return static_cast<std::int64_t>(v);
-  };
-  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) {
-    bi.relative = true;
-    bi.rel = rel8();
-  } else if (op == 0xe8 || op == 0xe9 || (op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) ||
-             (op == 0xc7 && op2 == 0xf8)) {  // call, jmp, Jcc rel32, xbegin
-    bi.relative = true;
-    bi.rel = relz();
-  }
-  return bi;
-}
-
-/// The length of the VEX- or EVEX-encoded (AVX, AVX-512) instruction at
-/// `b`, or 0 when it is not one or is truncated. Capstone 4 (Debian 12)
-/// cannot decode some of them (e.g. `vpcmpeqb (%rdi), %ymm16, %k0` and
-/// `kmovd %k0, %edx`, common in glibc's *_evex string functions); none is a
-/// branch, so a sweep steps over it: c5 + 1 payload byte (map 0F), c4 + 2
-/// (map in the first one's low bits) or 62 + 3 (likewise), then the opcode,
-/// ModRM with its SIB and displacement, and an imm8 in map 0F3A and for the
-/// 0F opcodes that take one.
-std::size_t vex_length(const std::uint8_t* b, std::size_t n) {
-  if (n < 2) return 0;
-  std::size_t len = 0;
-  unsigned map = 0;
-  if (b[0] == 0xc5) {
-    len = 2;
-    map = 1;
-  } else if (b[0] == 0xc4) {
-    len = 3;
-    map = b[1] & 0x1fu;
-  } else if (b[0] == 0x62) {
-    len = 4;
-    map = b[1] & 7u;
-  } else {
-    return 0;
-  }
-  if (map != 1 && map != 2 && map != 3 && !(b[0] == 0x62 && (map == 5 || map == 6))) return 0;
-  if (n < len + 2) return 0;
-  const std::uint8_t op = b[len], modrm = b[len + 1];
-  len += 2;
-  const unsigned mod = modrm >> 6, rm = modrm & 7u;
-  if (mod != 3) {
-    if (rm == 4) {
-      if (n < len + 1) return 0;
-      const unsigned base = b[len] & 7u;
-      ++len;
-      if (mod == 0 && base == 5) len += 4;
-    } else if (mod == 0 && rm == 5) {
-      len += 4;
-    }
-    if (mod == 1) len += 1;
-    else if (mod == 2) len += 4;
-  }
-  const bool imm = map == 3 || (map == 1 && ((op >= 0x70 && op <= 0x73) || op == 0xc2 || (op >= 0xc4 && op <= 0xc6)));
-  if (imm) len += 1;
-  return len <= n ? len : 0;
-}
-
-/// The target of `lea disp32(%rip), reg` (prefixes and REX, 8d, ModRM
-/// mod=00 rm=101, disp32) ending at `end`; false for any other lea.
-bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std::uint64_t& target) {
-  std::size_t i = 0;
-  while (i < n && (b[i] == 0x66 || b[i] == 0x67 || (b[i] & 0xf0) == 0x40)) ++i;
-  if (i + 6 > n || b[i] != 0x8d || (b[i + 1] & 0xc7) != 0x05) return false;
-  std::int32_t disp;
-  std::memcpy(&disp, b + i + 2, 4);
-  target = end + static_cast<std::uint64_t>(static_cast<std::int64_t>(disp));
-  return true;
 }
 
 /// Calls `visit(end, rel)` for each target `end + rel` that an instruction
@@ -271,11 +148,6 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
   scan(near_lo, near_hi, true);
   scan(0, near_lo, false);
   if (last == size) return true;
-  thread_local SweepHandle sh;
-  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
-  const std::uint8_t* code = func;
-  std::size_t left = size;
-  std::uint64_t at = 0;
   const auto inside = [&](std::uint64_t target) {
     const auto t = static_cast<std::int64_t>(target);
     return t > win && t < win + static_cast<std::int64_t>(len);
@@ -287,35 +159,31 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
     out += hex(static_cast<std::uint64_t>(t));
     return out;
   };
-  while (left > 0 && at <= last) {
+  if (!sweep_available()) return refuse(why, "cannot open the disassembler");
+  const auto text = [&](std::uint64_t start) { return sweep_text(func + start, size - start, start); };
+  for (std::uint64_t at = 0; at < size && at <= last;) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
-      if (const std::size_t n = vex_length(code, left)) {  // not a branch: step over it
-        code += n;
-        left -= n;
-        at += n;
-        continue;
-      }
+    const SweepStep st = sweep_step(func + start, size - start, true);
+    if (!st.len)
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so branches into the displaced bytes cannot be ruled out");
-    }
+    at += st.len;
     // An address taken inside the window (lea L(%rip) of a label there, for
     // a computed goto or a hand-made jump table): an indirect jump may land
     // in the middle of the jump.
-    if (sh.insn->id == X86_INS_LEA) {
+    if (st.lea) {
       std::uint64_t target = 0;
-      if (lea_rip_target(func + start, sh.insn->size, at, target) && inside(target))
-        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " + sh.insn->op_str +
-                               ") takes the address " + shown(target) + ", inside the " + std::to_string(len) +
+      if (lea_rip_target(func + start, st.len, at, target) && inside(target))
+        return refuse(why, "the instruction at +" + hex(start) + " (" + text(start) + ") takes the address " +
+                               shown(target) + ", inside the " + std::to_string(len) +
                                " bytes the jump displaces (an indirect jump may land there)");
     }
-    const BranchInfo bi = branch_info(func + start, sh.insn->size);
+    const BranchInfo bi = st.branch ? branch_info(func + start, st.len) : BranchInfo{};
     if (bi.relative) {
       const std::uint64_t target = at + static_cast<std::uint64_t>(bi.rel);
       if (inside(target))
-        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " +
-                               sh.insn->op_str + ") branches to " + shown(target) + ", inside the " +
-                               std::to_string(len) + " bytes the jump displaces");
+        return refuse(why, "the instruction at +" + hex(start) + " (" + text(start) + ") branches to " +
+                               shown(target) + ", inside the " + std::to_string(len) + " bytes the jump displaces");
     }
   }
   return true;
@@ -495,25 +363,16 @@ bool plan_window(const std::uint8_t* func, std::size_t size, std::size_t at, Ent
 bool rip_data_refs(const std::uint8_t* func, std::size_t size, std::vector<std::int64_t>& refs, std::string& why) {
   refs.clear();
   why.clear();
-  thread_local SweepHandle sh;
-  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
-  const std::uint8_t* code = func;
-  std::size_t left = size;
-  std::uint64_t at = 0;
-  while (left > 0) {
+  if (!sweep_available()) return refuse(why, "cannot open the disassembler");
+  for (std::uint64_t at = 0; at < size;) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
-      if (const std::size_t n = vex_length(code, left)) {  // not a lea: step over it
-        code += n;
-        left -= n;
-        at += n;
-        continue;
-      }
+    const SweepStep st = sweep_step(func + start, size - start, true);
+    if (!st.len)
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so the tables its indirect jumps read cannot be found");
-    }
+    at += st.len;
     std::uint64_t target = 0;
-    if (sh.insn->id == X86_INS_LEA && lea_rip_target(func + start, sh.insn->size, at, target) && target >= size)
+    if (st.lea && lea_rip_target(func + start, st.len, at, target) && target >= size)
       refs.push_back(static_cast<std::int64_t>(target));
   }
   std::sort(refs.begin(), refs.end());
@@ -562,33 +421,31 @@ bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::i
   return check_function(code, size, win, len, why, false);
 }
 
-void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets) {
-  targets.clear();
-  // may_reach_window()'s forms at every byte (whatever the instruction
-  // boundaries), each target it would test recorded instead of tested.
-  auto at = [&](std::size_t p) {
-    branch_form_targets(f, size, p, [&](std::size_t end, std::int64_t rel) {
-      if (end <= size) targets.push_back(static_cast<std::int64_t>(end) + rel);
-      return false;
-    });
+bool neighbour_branch_targets(const std::uint8_t* f, std::size_t size, std::vector<std::int32_t>& targets) {
+  // check_function()'s sweep, to the end, each target it would test
+  // recorded instead of tested (int32: a window near `f` is far inside that
+  // range; a farther target is kept at its bound, which no window reaches).
+  const std::size_t first = targets.size();
+  const auto record = [&](std::uint64_t t) {
+    const auto v = std::clamp<std::int64_t>(static_cast<std::int64_t>(t), INT32_MIN, INT32_MAX);
+    targets.push_back(static_cast<std::int32_t>(v));
   };
-  // 16 bytes at a time (SSE2, as check_function()'s scan): the positions of
-  // those first bytes, then each of them in order.
-  auto splat = [](int b) { return _mm_set1_epi8(static_cast<char>(b)); };
-  const __m128i wide[5] = {splat(0xe8), splat(0xe9), splat(0x0f), splat(0xc7), splat(0x8d)};
-  const __m128i hi4 = splat(0xf0), hi6 = splat(0xfc), jcc8 = splat(0x70), jcxz = splat(0xe0), jmp8 = splat(0xeb);
-  std::size_t p = 0;
-  for (; p + 16 <= size; p += 16) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(f + p));
-    __m128i m = _mm_cmpeq_epi8(v, wide[0]);
-    for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, wide[k]));
-    m = _mm_or_si128(_mm_or_si128(m, _mm_cmpeq_epi8(_mm_and_si128(v, hi4), jcc8)),
-                     _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, hi6), jcxz), _mm_cmpeq_epi8(v, jmp8)));
-    for (unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(m)); mask; mask &= mask - 1)
-      at(p + static_cast<std::size_t>(__builtin_ctz(mask)));
+  bool whole = true;
+  for (std::uint64_t at = 0; at < size;) {
+    const std::uint64_t start = at;
+    const SweepStep st = sweep_step(f + start, size - start, true);
+    if (!st.len) {
+      whole = false;
+      break;
+    }
+    at += st.len;
+    std::uint64_t target = 0;
+    if (st.lea && lea_rip_target(f + start, st.len, at, target)) record(target);
+    if (st.branch)
+      if (const BranchInfo bi = branch_info(f + start, st.len); bi.relative) record(at + static_cast<std::uint64_t>(bi.rel));
   }
-  for (; p < size; ++p) at(p);
-  std::sort(targets.begin(), targets.end());
+  std::sort(targets.begin() + static_cast<std::ptrdiff_t>(first), targets.end());
+  return whole;
 }
 
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,

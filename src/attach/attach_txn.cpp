@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <tuple>
 
 #include "arch.hpp"
@@ -426,6 +427,32 @@ struct Garbage {
   }
 };
 
+/// What TextBatch::write() asks (TextBatch::Joinable): whether the text
+/// [lo, hi) of one page holds no site of a probe outside `mine` (sorted),
+/// whose patch locks the transaction holds. Any probe of the file within
+/// kReach bytes before lo counts (a site's writes, its jump and pads, reach
+/// less far past it).
+struct JoinScope {
+  const Registry* r;
+  const VmaSnapshot* vmas;
+  std::span<Uprobe* const> mine;
+};
+
+bool only_mine(std::uint64_t lo, std::uint64_t hi, const void* p) noexcept {
+  constexpr std::uint64_t kReach = 32;
+  static_assert(kReach > arch::kMaxJumpLen && kReach > arch::kMaxWindowLen);
+  const auto& c = *static_cast<const JoinScope*>(p);
+  const Vma* v = c.vmas->find(lo);
+  if (!v || hi > v->end) return false;
+  const std::uint64_t off = v->pgoff + (lo - v->start), off_end = off + (hi - lo);
+  for (auto it = c.r->tree.lower_bound(ProbeKey{v->dev, v->ino, off > kReach ? off - kReach : 0}, KeyLess());
+       it != c.r->tree.end(); ++it) {
+    if (it->key.dev != v->dev || it->key.ino != v->ino || it->key.offset >= off_end) break;
+    if (!std::binary_search(c.mine.begin(), c.mine.end(), &*it, std::less<const Uprobe*>())) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool probe_registered(Registry& r, const Uprobe* up) {
@@ -502,7 +529,7 @@ void Transaction::writing() {
   // page again).
   if (!poke_) poke_.emplace();
   if (!xol_batch_) {
-    xol_area().begin_batch();
+    xol_area().begin_batch(expected_ > 1);
     xol_batch_ = true;
   }
   if (expected_ > 1 && !peeks_) peeks_.emplace();
@@ -675,11 +702,49 @@ void Transaction::commit_adds() {
   } catch (const std::exception&) {
     opt.items.clear();  // out of memory: int3 probes only
   }
+  // Every breakpoint, in runs per page of text (TextBatch), each probe's
+  // patch lock taken first; a probe with a write that failed goes through
+  // apply_sites() on its own (below).
+  std::vector<Uprobe*> mine;
+  TextBatch breakpoints;
+  std::vector<std::uint8_t> failed;
+  bool batched = true;
+  try {
+    mine.reserve(fresh_.size());
+    std::size_t sites = 0;
+    for (const Fresh& f : fresh_) {
+      mine.push_back(f.up);
+      sites += f.up->sites.load(std::memory_order_relaxed)->sites.size();
+    }
+    std::sort(mine.begin(), mine.end(), std::less<const Uprobe*>());
+    breakpoints.reserve(sites);
+    failed.assign(fresh_.size(), 0);
+  } catch (const std::bad_alloc&) {
+    batched = false;  // (each probe on its own)
+  }
+  const JoinScope scope{&r_, &vmas, mine};
+  opt.joinable = batched ? only_mine : nullptr;
+  opt.join_ctx = &scope;
+  for (const Fresh& f : fresh_) PatchLock::lock(f.up);
+  if (batched) {
+    const std::uint8_t bp = arch::kBreakpoint;
+    for (std::size_t k = 0; k < fresh_.size(); ++k)
+      for (const Site& s : fresh_[k].up->sites.load(std::memory_order_relaxed)->sites)
+        breakpoints.add(s.addr, &bp, arch::kBreakpointLen, static_cast<std::uint32_t>(k));
+    if (!breakpoints.write(only_mine, &scope))
+      for (const TextBatch::Write& w : breakpoints.writes()) failed[w.owner] |= w.err != 0;
+  }
   for (std::size_t k = 0; k < fresh_.size(); ++k) {
     Uprobe* up = fresh_[k].up;
-    PatchLock::lock(up);
     try {
-      apply_sites(up, *up->sites.load(std::memory_order_relaxed));  // restores what it wrote before it throws
+      if (!batched || failed[k]) {
+        // As on its own: what was written put back, then apply_sites(), which
+        // skips a site unmapped since the snapshot and on any other failure
+        // restores what it wrote and throws.
+        for (const TextBatch::Write& w : breakpoints.writes())
+          if (w.owner == k && w.err == 0) poke_text(w.addr, up->insn.bytes, arch::kBreakpointLen);
+        apply_sites(up, *up->sites.load(std::memory_order_relaxed));
+      }
       up->applied = true;
       applied.push_back(up);
       continue;

@@ -532,6 +532,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
     }
   }
   b.windows.reserve(2 * b.items.size());
+  b.text.reserve(b.items.size());
 }
 
 void finish_optimize_batch(OptBatch& b) {
@@ -601,19 +602,29 @@ void finish_optimize_batch(OptBatch& b) {
         for (const OptBatch::Item& it : b.items) f(it.up, *it.site);
       },
       true);
+  // The tails, one serialisation, the first bytes, one more: each step's
+  // writes in runs per page (TextBatch).
+  const auto step = [&](bool tails) {
+    b.text.clear();
+    for (std::size_t i = 0; i < b.items.size(); ++i) {
+      const OptBatch::Item& it = b.items[i];
+      std::uint8_t jmp[arch::kMaxJumpLen];
+      site_jump(*it.site, jmp);
+      const std::size_t tail = tail_len(it.up);
+      if (tails && !tail) continue;
+      const std::uint64_t at = tails ? it.site->addr + 1 : it.site->addr;
+      const std::uint8_t* bytes = tails ? jmp + 1 : jmp;
+      if (!b.text.add(at, bytes, tails ? tail : 1, static_cast<std::uint32_t>(i))) poke_text(at, bytes, tails ? tail : 1);
+    }
+    b.text.write(b.joinable ? b.joinable : [](std::uint64_t, std::uint64_t, const void*) { return false; }, b.join_ctx);
+  };
   for (const OptBatch::Item& it : b.items) {
     it.site->stub = it.stub;
     __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
-    std::uint8_t jmp[arch::kMaxJumpLen];
-    site_jump(*it.site, jmp);
-    if (tail_len(it.up)) poke_text(it.site->addr + 1, jmp + 1, tail_len(it.up));
   }
+  step(true);
   sync_cores();
-  for (const OptBatch::Item& it : b.items) {
-    std::uint8_t jmp[arch::kMaxJumpLen];
-    site_jump(*it.site, jmp);
-    poke_text(it.site->addr, jmp, 1);
-  }
+  step(false);
   sync_cores();
 }
 

@@ -221,17 +221,26 @@ bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, st
   const pid_t pid = batch_ ? batch_pid_ : ::getpid();  // a batch runs in one process: asked once
   if ((r.owner != pid || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
-  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   if (batch_) {
+    // Through the region's alias, kept for the batch. Filling many sites
+    // (populate_), it is mapped with all its pages at once (one system call
+    // rather than a fault per page) and compared there too (a read through
+    // the R-X mapping would fault in pages no thread may ever run).
+    if (!populate_ && std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
     auto it = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& a) { return a.base == r.base; });
     if (it == aliases_.end()) {
       void* rw = rw_alias(r.base, r.size, why);
       if (rw == MAP_FAILED) return false;
+#ifdef MADV_POPULATE_WRITE
+      if (populate_) (void)::madvise(rw, r.size, MADV_POPULATE_WRITE);  // (a hint: faults do the same)
+#endif
       it = aliases_.insert(aliases_.end(), Alias{r.base, rw});
     }
-    std::memcpy(static_cast<std::uint8_t*>(it->rw) + (addr - r.base), bytes, len);
+    std::uint8_t* to = static_cast<std::uint8_t*>(it->rw) + (addr - r.base);
+    if (!populate_ || std::memcmp(to, bytes, len) != 0) std::memcpy(to, bytes, len);
     return true;
   }
+  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;
   std::uint64_t page_off = off & ~(page - 1);
@@ -279,7 +288,7 @@ void XolArea::end_batch() noexcept {
     ::munmap(a.rw, r ? r->size : kRegionSize);
   }
   aliases_.clear();
-  batch_ = false;
+  batch_ = populate_ = false;
 }
 
 std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWindow& window,

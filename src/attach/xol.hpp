@@ -113,8 +113,11 @@ class XolArea {
   /// From begin_batch() to end_batch() (registry mutex held throughout, as
   /// for a batch registration), writes keep one RW alias per region mapped
   /// instead of mapping and unmapping one per write; end_batch() unmaps them.
-  void begin_batch() noexcept {
+  /// `populate` (a batch of many sites, which fills regions): each alias is
+  /// mapped with its pages populated.
+  void begin_batch(bool populate = false) noexcept {
     batch_ = true;
+    populate_ = populate;
     batch_pid_ = ::getpid();
   }
   void end_batch() noexcept;
@@ -167,6 +170,7 @@ class XolArea {
   };
   std::vector<Alias> aliases_;
   bool batch_ = false;
+  bool populate_ = false;  ///< begin_batch(true): aliases mapped with their pages
   pid_t batch_pid_ = 0;
   std::vector<Region> regions_;
   /// The maps' nodes come from pooled chunks, not one malloc() each: a batch

@@ -580,8 +580,13 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
   if (fresh && base_name(path).rfind("libc.so", 0) == 0) {
     unsigned rank = 1;
     for (const char* name : kRegistrationPath) {
+      // The site resolve_symbol() gives the name: its symbol's offset (the
+      // path is resolve_location()'s, canonical already), or for a GNU
+      // IFUNC the implementation bound to it.
       try {
-        it->second[uprobe::resolve_symbol(path, name).offset] = rank;
+        const uprobe::Symbol sym = uprobe::find_symbol(path, name);
+        if (sym.in_file && sym.executable)  // (what resolve_symbol() refuses is no site)
+          it->second[sym.type == STT_GNU_IFUNC ? uprobe::resolve_symbol(path, name).offset : sym.offset] = rank;
       } catch (const uprobe::Error&) {
       }
       ++rank;
