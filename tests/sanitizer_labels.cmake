@@ -41,6 +41,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.ReturnProbeOnVforkIsRefusedEntryProbeCounts
                      trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
                      trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
+                     trace.Trace.ProgramSeesOnlyItsOwnFileDescriptors
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
                      trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame
@@ -149,15 +150,17 @@ set_tests_properties(
   [=[life.Kinds/Process.VforkChildResettingHandlersLeavesTheParentsAlone/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   [=[life.Kinds/Process.VforkChildResettingHandlersLeavesTheParentsAlone/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
   PROPERTIES LABELS "no-tsan")
-# A thread's return through the trampoline after the thread-exit hook (from
-# glibc's __nptl_deallocate_tsd) reads its consumer set after liburcu-bp's own
-# exit destructor unregistered the reader: uprobe_rcu_read_lock() skips the
-# section of a thread that was a reader and has none (src/hit/rcu_read.c), so
-# no grace period waits for that read, and TSan reports it against the set's
-# free. A known gap (README, Limits; to be closed): a return probe on a
-# function of the thread-exit path unregistered while a thread returns
-# through it. Its exact counts pass without TSan and under ASan.
+# Return handlers on glibc's thread-exit path (__nptl_deallocate_tsd) run
+# after TSan's own thread-exit destructor: TSan's state of that thread is
+# gone (an instrumented atomic that needs a new sync object faults: SEGV in
+# __tsan::MetaMap::GetSync), and the hand-over that makes the unregister's
+# grace period wait for such a handler (a count of readers liburcu-bp no
+# longer knows, src/hit/rcu_read.c) is uninstrumented for that reason, so
+# TSan reports the consumer set's free after the wait as a race. The plain
+# and ASan suites run them (UnregisterWaits... asserts the wait).
 set_tests_properties(
   [=[life.Kinds/Threads.ReturnProbeOnThreadExitPathReturns/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
   [=[life.Kinds/Threads.ReturnProbeOnThreadExitPathReturns/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
+  [=[life.Kinds/Threads.UnregisterWaitsForAReturnHandlerOnTheThreadExitPath/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
+  [=[life.Kinds/Threads.UnregisterWaitsForAReturnHandlerOnTheThreadExitPath/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
   PROPERTIES LABELS "no-tsan")

@@ -555,14 +555,112 @@ struct EntryWindow {
   /// rest of the plan.
   std::uint8_t min_pad = 0;
   std::uint8_t max_pad = 0;
+  /// Successor eviction (E9Patch's tactic T2, plan_evict()), for a punned
+  /// window whose own forms may find no free page: the instruction right
+  /// after it (`evict`, at +len, evict.len bytes; 0 = none planned) first
+  /// gets a jump of its own (after 0..evict_max_pad prefixes: B1 when it
+  /// fits the instruction, else punned over the bytes after it, which stay),
+  /// to a trampoline holding its relocated copy and a jump back; the site's
+  /// punned jump then keeps the successor's new bytes, whose free rel32
+  /// bytes select other targets (solve_evicted()). A branch to the successor
+  /// takes its jump; only the two instructions' own bytes change.
+  Insn evict;
+  std::uint8_t evict_max_pad = 0;
+  /// Place the site by eviction before looking for a free page of its own
+  /// punned or padded forms (the core's SiteTactics::instruction_evicted,
+  /// for the test suites); false: eviction only where none has one.
+  bool evict_first = false;
+  /// The original bytes from the site on: [0, len + max(evict.len, kJumpLen
+  /// + evict_max_pad)), when evict.len.
+  std::uint8_t evict_bytes[kMaxInsnLen + 4 + kMaxJumpLen] = {};
 };
 
+/// Bytes from the site on that successor eviction (EntryWindow::evict) may
+/// rewrite or keep: the site's instruction, then the successor's jump over
+/// its whole instruction (or its longest padded punned form). 0 when no
+/// eviction is planned. Pure.
+inline std::size_t evict_extent(const EntryWindow& w) noexcept {
+  if (!w.evict.len) return 0;
+  const std::size_t sj = kJumpLen + w.evict_max_pad;
+  return w.len + (w.evict.len > sj ? w.evict.len : sj);
+}
+
+/// Plans successor eviction (EntryWindow::evict) for the punned window `w`
+/// (plan_punned()'s result) from the file's bytes `code` [0, avail) at the
+/// site: the successor at +w.len must be displaceable as a window's last
+/// instruction (no trap or system call, no loop; a call or return is fine:
+/// nothing of the window follows it) and its bytes and the kJumpLen +
+/// evict_max_pad after its start must exist. False with `why` (w unchanged)
+/// otherwise. Thread-safe.
+bool plan_evict(const std::uint8_t* code, std::size_t avail, EntryWindow& w, std::string& why);
+
+/// One solution of successor eviction: the site's jump after `pad`
+/// prefixes to `target`, the successor's after `evict_pad` prefixes to
+/// `evict_target`, consistent byte for byte (the site's rel32 bytes past
+/// its instruction are the successor's jump's).
+struct EvictChoice {
+  std::uint8_t pad = 0, evict_pad = 0;
+  std::uint64_t target = 0, evict_target = 0;
+};
+
+/// Searches the jumps of successor eviction for the site at `site` with the
+/// planned window `w` (w.evict.len != 0): for each pair of pads, the free
+/// bytes of both rel32s (the site's bytes after its opcode, the
+/// successor's rel32 bytes inside the successor; the others are fixed: a
+/// prefix, the successor's opcode, a byte past the successor), asking
+/// `maybe_free(addr, len)` (cheap: false when that memory is known to be
+/// taken) before `place_evict(addr)` (reserves the successor's trampoline
+/// at exactly addr, true when done) and `place_site(addr)` (the site's hop
+/// at exactly addr). At most `budget` maybe_free() questions. True with
+/// `out` when both were placed. Not hot; thread-safe as its callbacks are.
+bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
+                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
+                   EvictChoice& out, std::size_t budget = 20000);
+
+/// The successor's bytes once evicted: its jump (after `evict_pad`
+/// prefixes) to `evict_target`, written over the successor's own bytes
+/// only (a punned jump's bytes past it are the original ones): out[0 ..
+/// n), n = min(evict_pad + kJumpLen, evict.len) returned. Pure.
+std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
+                       std::uint8_t* out) noexcept;
+
+/// The mark after an evicted successor's trampoline (its relocated copy,
+/// then its jump back; never executed: ud2, 'E', 'V'), followed by the
+/// successor's address relative to the trampoline's entry (int32, little
+/// endian): kEvictMarkLen bytes. The step path finds the successor of a
+/// trampoline a self-stepping program entered with find_evict_mark().
+inline constexpr std::uint8_t kEvictMark[4] = {0x0f, 0x0b, 'E', 'V'};
+inline constexpr std::size_t kEvictMarkLen = 8;
+
+/// Appends the mark (kEvictMark, then successor - entry) at code[n]:
+/// returns n + kEvictMarkLen. `entry` is the trampoline's address,
+/// `successor` the evicted instruction's (within rel32 reach of it: the
+/// trampoline's jump back reaches it). Pure.
+std::size_t append_evict_mark(std::uint8_t* code, std::size_t n, std::uint64_t entry, std::uint64_t successor) noexcept;
+
+/// Looks in `code` [0, n) (the bytes at `entry` on) for a trampoline's
+/// mark after `from` bytes: the first kEvictMark at offset k >= from whose
+/// claimed successor is in user space. True with the successor's address
+/// and k (the trampoline's code length). The caller checks the successor's
+/// jump aims at `entry` (and calls again with from = k + 1 if not). Pure;
+/// async-signal-safe.
+bool find_evict_mark(const std::uint8_t* code, std::size_t n, std::uint64_t entry, std::size_t from,
+                     std::uint64_t& successor, std::size_t& len) noexcept;
+
 /// Bytes from the site on that a window's jump may cover and whose values it
-/// needs unchanged: its window, or for a punned jump its longest padded form
-/// (max_pad + kJumpLen; a probe inside them would change the jump's
-/// target). Pure.
-inline std::size_t jump_extent(const EntryWindow& w) noexcept {
+/// needs unchanged, without successor eviction: its window, or for a
+/// punned jump its longest padded form (max_pad + kJumpLen; a probe inside
+/// them would change the jump's target). Pure.
+inline std::size_t own_jump_extent(const EntryWindow& w) noexcept {
   return w.punned ? kJumpLen + w.max_pad : w.len;
+}
+
+/// own_jump_extent(), or evict_extent() when longer: the bytes a site
+/// that evicts its successor needs unchanged. Pure.
+inline std::size_t jump_extent(const EntryWindow& w) noexcept {
+  const std::size_t own = own_jump_extent(w);
+  const std::size_t ev = evict_extent(w);
+  return ev > own ? ev : own;
 }
 
 /// Bytes of the jump a window's site holds once optimized that differ from
@@ -606,8 +704,9 @@ bool punned_jump_range(std::uint64_t site, const EntryWindow& w, std::uint64_t& 
 /// case labels after the dispatch, never into a function's first bytes.
 /// Branches are found by a scan of every byte as a possible opcode (so for
 /// any instruction boundaries); only where one could aim into the window,
-/// the linear sweep from the entry (Capstone) decides, and it refuses when
-/// it cannot decode up to there.
+/// the linear sweep from the entry (Capstone's instruction lengths: from the
+/// sweep's table for the common encodings, sweep.cpp) decides, and it
+/// refuses when it cannot decode up to there.
 /// `first`, when given, is analyze()'s result for the instruction at func[0]
 /// (the probed one, analyzed already), so it is not decoded again.
 /// A return (ret, ret imm16) may be the last displaced instruction, as a
@@ -658,19 +757,22 @@ constexpr bool is_relative_reloc(std::uint32_t type) noexcept { return type == 8
 /// to the second instruction of __memmove_*_erms), which the window's own
 /// function cannot show. Also refuses when the sweep meets undecodable bytes
 /// before the last possible such branch. Not hot; thread-safe (one Capstone
-/// handle per thread).
+/// handle per thread, for what the sweep's table does not know).
 bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::int64_t win, std::size_t len,
                               std::string& why);
 
-/// Every target that check_neighbour_branches() could find a branch of the
-/// function `f` [0, size) aiming at, for any window: at every byte (whatever
-/// the instruction boundaries), each direct-branch or `lea disp32(%rip)` form
-/// that its prefilter reads there, with each operand size, relative to `f`;
-/// sorted. With none of them in (win, win + len), check_neighbour_branches()
-/// on the same bytes accepts that window without decoding anything: an index
-/// that clears a neighbour for every window of a batch after one pass over
-/// its bytes (a window it does not clear is checked exactly). Pure.
-void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets);
+/// The targets of the function `f` [0, size), swept from its first byte as
+/// check_neighbour_branches() sweeps it: of every direct branch and every
+/// `lea disp32(%rip)`, relative to `f` (a target beyond the int32 range kept
+/// at its bound), appended to `targets`, those appended sorted. Returns
+/// false when the sweep cannot reach the end (undecodable bytes: then
+/// check_neighbour_branches() may refuse a window for that reason alone).
+/// With true and no target in (win, win + len), check_neighbour_branches()
+/// on the same bytes accepts that window: an index that clears a neighbour
+/// for every window of a batch after one sweep (a window it does not clear is
+/// checked exactly). Not async-signal-safe (Capstone, for the encodings the
+/// sweep's table does not know: sweep.cpp); thread-safe.
+bool neighbour_branch_targets(const std::uint8_t* f, std::size_t size, std::vector<std::int32_t>& targets);
 
 /// Builds the relocated copy of `w` (original address `ip`) to run at
 /// `slot`: every instruction with its rip-relative displacement re-aimed, a
@@ -728,6 +830,16 @@ class PlanContext {
   virtual bool no_outside_entry(std::size_t len, std::string& why) = 0;
   /// The file's `n` bytes at the site; false when fewer exist there.
   virtual bool site_bytes(std::uint8_t* out, std::size_t n) = 0;
+  /// Whether successor eviction (EntryWindow::evict) is to be planned.
+  virtual bool evict_wanted() const { return false; }
+  /// Whether the byte `off` bytes past the site is known to be code of the
+  /// site's function (a function of known bounds, disassembled from its
+  /// entry up to the site, holds it): after a jump or a return, only then is
+  /// what follows evicted (it may be another function's data otherwise).
+  virtual bool code_at(std::size_t off) const {
+    (void)off;
+    return false;
+  }
 
  protected:
   ~PlanContext() = default;
@@ -749,6 +861,9 @@ struct PatchPlan {
   EntryWindow window;
   /// Why no window (nor punned jump) was planned; "" when one was.
   std::string why_no_window;
+  /// For a punned window: why no successor eviction (EntryWindow::evict)
+  /// was planned; "" when one was (or no punned jump).
+  std::string why_no_evict;
 };
 
 /// The kernel has no counterpart (its uprobes always trap; kprobes'

@@ -64,6 +64,22 @@ PatchPlan plan(const Insn& insn, PlanContext& ctx) {
     } else if (!plan_punned(code, avail, insn, out.window, pwhy)) {
       out.window = EntryWindow{};
       if (!pwhy.empty()) out.why_no_window += "; no punned jump either: " + pwhy;
+    } else if (ctx.evict_wanted()) {
+      // Successor eviction (T2), for when no form's pages are free: the
+      // successor and the bytes its jump keeps (the core drops the plan when
+      // Config::optimize_evicted is off: evict_wanted()).
+      std::uint8_t more[sizeof out.window.evict_bytes];
+      std::size_t n = std::min<std::size_t>(sizeof more, insn.len + kMaxInsnLen + kMaxJumpLen);
+      for (; n > insn.len && !ctx.site_bytes(more, n); --n) {
+      }
+      std::string ewhy;
+      const bool falls_through = insn.cls != InsnClass::jmp_rel && insn.cls != InsnClass::jmp_ind &&
+                                 insn.cls != InsnClass::ret && insn.cls != InsnClass::ret_imm;
+      if (!falls_through && !ctx.code_at(insn.len))
+        out.why_no_evict = "the instruction is a jump or a return, and what follows it is not known to be code of "
+                           "its function";
+      else if (n > insn.len && !plan_evict(more, n, out.window, ewhy)) out.why_no_evict = ewhy;
+      else if (n <= insn.len) out.why_no_evict = "the code ends after the instruction";
     }
   }
   out.tactic = is_nop5(insn)                 ? Tactic::nop5

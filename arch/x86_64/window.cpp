@@ -5,7 +5,6 @@
 /// sites; the same checks as its x86 kprobes optimizer, can_optimize() in
 /// arch/x86/kernel/kprobes/opt.c), and their relocated copy. Not hot.
 
-#include <capstone/capstone.h>
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <memory>
 
 #include "arch.hpp"
+#include "sweep.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -28,129 +28,6 @@ std::string hex(std::uint64_t v) {
 bool refuse(std::string& why, std::string reason) {
   why = std::move(reason);
   return false;
-}
-
-/// One Capstone handle per thread for the sweeps, opened once, detail off
-/// (attaching every entry of a library sweeps thousands of functions; the
-/// decoder only gives the lengths, the branches are read from the bytes).
-struct SweepHandle {
-  csh h = 0;
-  cs_insn* insn = nullptr;
-  SweepHandle() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) {
-      h = 0;
-      return;
-    }
-    insn = cs_malloc(h);
-  }
-  ~SweepHandle() {
-    if (insn) cs_free(insn, 1);
-    if (h) cs_close(&h);
-  }
-  SweepHandle(const SweepHandle&) = delete;
-  SweepHandle& operator=(const SweepHandle&) = delete;
-};
-
-/// What one decoded instruction is as a branch, from its bytes.
-struct BranchInfo {
-  bool relative = false;  ///< a direct branch: target = end + rel
-  std::int64_t rel = 0;
-};
-
-BranchInfo branch_info(const std::uint8_t* b, std::size_t n) {
-  BranchInfo bi;
-  std::size_t i = 0;
-  bool opsize = false;
-  for (; i < n; ++i) {
-    const std::uint8_t c = b[i];
-    if (c == 0x66) opsize = true;
-    else if (c == 0x67 || c == 0xf2 || c == 0xf3 || c == 0xf0 || c == 0x2e || c == 0x3e || c == 0x26 ||
-             c == 0x36 || c == 0x64 || c == 0x65 || (c & 0xf0) == 0x40)
-      continue;
-    else
-      break;
-  }
-  if (i >= n) return bi;
-  const std::uint8_t op = b[i];
-  const std::uint8_t op2 = i + 1 < n ? b[i + 1] : 0;
-  auto rel8 = [&] { return static_cast<std::int64_t>(static_cast<std::int8_t>(b[n - 1])); };
-  auto relz = [&] {
-    if (opsize) {  // rel16 (Intel truncates rip; either way the target is computed below)
-      std::int16_t v;
-      std::memcpy(&v, b + n - 2, 2);
-      return static_cast<std::int64_t>(v);
-    }
-    std::int32_t v;
-    std::memcpy(&v, b + n - 4, 4);
-    return static_cast<std::int64_t>(v);
-  };
-  if ((op >= 0x70 && op <= 0x7f) || op == 0xeb || (op >= 0xe0 && op <= 0xe3)) {
-    bi.relative = true;
-    bi.rel = rel8();
-  } else if (op == 0xe8 || op == 0xe9 || (op == 0x0f && op2 >= 0x80 && op2 <= 0x8f) ||
-             (op == 0xc7 && op2 == 0xf8)) {  // call, jmp, Jcc rel32, xbegin
-    bi.relative = true;
-    bi.rel = relz();
-  }
-  return bi;
-}
-
-/// The length of the VEX- or EVEX-encoded (AVX, AVX-512) instruction at
-/// `b`, or 0 when it is not one or is truncated. Capstone 4 (Debian 12)
-/// cannot decode some of them (e.g. `vpcmpeqb (%rdi), %ymm16, %k0` and
-/// `kmovd %k0, %edx`, common in glibc's *_evex string functions); none is a
-/// branch, so a sweep steps over it: c5 + 1 payload byte (map 0F), c4 + 2
-/// (map in the first one's low bits) or 62 + 3 (likewise), then the opcode,
-/// ModRM with its SIB and displacement, and an imm8 in map 0F3A and for the
-/// 0F opcodes that take one.
-std::size_t vex_length(const std::uint8_t* b, std::size_t n) {
-  if (n < 2) return 0;
-  std::size_t len = 0;
-  unsigned map = 0;
-  if (b[0] == 0xc5) {
-    len = 2;
-    map = 1;
-  } else if (b[0] == 0xc4) {
-    len = 3;
-    map = b[1] & 0x1fu;
-  } else if (b[0] == 0x62) {
-    len = 4;
-    map = b[1] & 7u;
-  } else {
-    return 0;
-  }
-  if (map != 1 && map != 2 && map != 3 && !(b[0] == 0x62 && (map == 5 || map == 6))) return 0;
-  if (n < len + 2) return 0;
-  const std::uint8_t op = b[len], modrm = b[len + 1];
-  len += 2;
-  const unsigned mod = modrm >> 6, rm = modrm & 7u;
-  if (mod != 3) {
-    if (rm == 4) {
-      if (n < len + 1) return 0;
-      const unsigned base = b[len] & 7u;
-      ++len;
-      if (mod == 0 && base == 5) len += 4;
-    } else if (mod == 0 && rm == 5) {
-      len += 4;
-    }
-    if (mod == 1) len += 1;
-    else if (mod == 2) len += 4;
-  }
-  const bool imm = map == 3 || (map == 1 && ((op >= 0x70 && op <= 0x73) || op == 0xc2 || (op >= 0xc4 && op <= 0xc6)));
-  if (imm) len += 1;
-  return len <= n ? len : 0;
-}
-
-/// The target of `lea disp32(%rip), reg` (prefixes and REX, 8d, ModRM
-/// mod=00 rm=101, disp32) ending at `end`; false for any other lea.
-bool lea_rip_target(const std::uint8_t* b, std::size_t n, std::uint64_t end, std::uint64_t& target) {
-  std::size_t i = 0;
-  while (i < n && (b[i] == 0x66 || b[i] == 0x67 || (b[i] & 0xf0) == 0x40)) ++i;
-  if (i + 6 > n || b[i] != 0x8d || (b[i + 1] & 0xc7) != 0x05) return false;
-  std::int32_t disp;
-  std::memcpy(&disp, b + i + 2, 4);
-  target = end + static_cast<std::uint64_t>(static_cast<std::int64_t>(disp));
-  return true;
 }
 
 /// Calls `visit(end, rel)` for each target `end + rel` that an instruction
@@ -271,11 +148,6 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
   scan(near_lo, near_hi, true);
   scan(0, near_lo, false);
   if (last == size) return true;
-  thread_local SweepHandle sh;
-  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
-  const std::uint8_t* code = func;
-  std::size_t left = size;
-  std::uint64_t at = 0;
   const auto inside = [&](std::uint64_t target) {
     const auto t = static_cast<std::int64_t>(target);
     return t > win && t < win + static_cast<std::int64_t>(len);
@@ -287,35 +159,31 @@ bool check_function(const std::uint8_t* func, std::size_t size, std::int64_t win
     out += hex(static_cast<std::uint64_t>(t));
     return out;
   };
-  while (left > 0 && at <= last) {
+  if (!sweep_available()) return refuse(why, "cannot open the disassembler");
+  const auto text = [&](std::uint64_t start) { return sweep_text(func + start, size - start, start); };
+  for (std::uint64_t at = 0; at < size && at <= last;) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
-      if (const std::size_t n = vex_length(code, left)) {  // not a branch: step over it
-        code += n;
-        left -= n;
-        at += n;
-        continue;
-      }
+    const SweepStep st = sweep_step(func + start, size - start, true);
+    if (!st.len)
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so branches into the displaced bytes cannot be ruled out");
-    }
+    at += st.len;
     // An address taken inside the window (lea L(%rip) of a label there, for
     // a computed goto or a hand-made jump table): an indirect jump may land
     // in the middle of the jump.
-    if (sh.insn->id == X86_INS_LEA) {
+    if (st.lea) {
       std::uint64_t target = 0;
-      if (lea_rip_target(func + start, sh.insn->size, at, target) && inside(target))
-        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " + sh.insn->op_str +
-                               ") takes the address " + shown(target) + ", inside the " + std::to_string(len) +
+      if (lea_rip_target(func + start, st.len, at, target) && inside(target))
+        return refuse(why, "the instruction at +" + hex(start) + " (" + text(start) + ") takes the address " +
+                               shown(target) + ", inside the " + std::to_string(len) +
                                " bytes the jump displaces (an indirect jump may land there)");
     }
-    const BranchInfo bi = branch_info(func + start, sh.insn->size);
+    const BranchInfo bi = st.branch ? branch_info(func + start, st.len) : BranchInfo{};
     if (bi.relative) {
       const std::uint64_t target = at + static_cast<std::uint64_t>(bi.rel);
       if (inside(target))
-        return refuse(why, "the instruction at +" + hex(start) + " (" + sh.insn->mnemonic + " " +
-                               sh.insn->op_str + ") branches to " + shown(target) + ", inside the " +
-                               std::to_string(len) + " bytes the jump displaces");
+        return refuse(why, "the instruction at +" + hex(start) + " (" + text(start) + ") branches to " +
+                               shown(target) + ", inside the " + std::to_string(len) + " bytes the jump displaces");
     }
   }
   return true;
@@ -495,25 +363,16 @@ bool plan_window(const std::uint8_t* func, std::size_t size, std::size_t at, Ent
 bool rip_data_refs(const std::uint8_t* func, std::size_t size, std::vector<std::int64_t>& refs, std::string& why) {
   refs.clear();
   why.clear();
-  thread_local SweepHandle sh;
-  if (!sh.h || !sh.insn) return refuse(why, "cannot open the disassembler");
-  const std::uint8_t* code = func;
-  std::size_t left = size;
-  std::uint64_t at = 0;
-  while (left > 0) {
+  if (!sweep_available()) return refuse(why, "cannot open the disassembler");
+  for (std::uint64_t at = 0; at < size;) {
     const std::uint64_t start = at;
-    if (!cs_disasm_iter(sh.h, &code, &left, &at, sh.insn)) {
-      if (const std::size_t n = vex_length(code, left)) {  // not a lea: step over it
-        code += n;
-        left -= n;
-        at += n;
-        continue;
-      }
+    const SweepStep st = sweep_step(func + start, size - start, true);
+    if (!st.len)
       return refuse(why, "the function cannot be disassembled to its end (undecodable bytes at +" + hex(start) +
                              "), so the tables its indirect jumps read cannot be found");
-    }
+    at += st.len;
     std::uint64_t target = 0;
-    if (sh.insn->id == X86_INS_LEA && lea_rip_target(func + start, sh.insn->size, at, target) && target >= size)
+    if (st.lea && lea_rip_target(func + start, st.len, at, target) && target >= size)
       refs.push_back(static_cast<std::int64_t>(target));
   }
   std::sort(refs.begin(), refs.end());
@@ -562,33 +421,31 @@ bool check_neighbour_branches(const std::uint8_t* code, std::size_t size, std::i
   return check_function(code, size, win, len, why, false);
 }
 
-void neighbour_branch_candidates(const std::uint8_t* f, std::size_t size, std::vector<std::int64_t>& targets) {
-  targets.clear();
-  // may_reach_window()'s forms at every byte (whatever the instruction
-  // boundaries), each target it would test recorded instead of tested.
-  auto at = [&](std::size_t p) {
-    branch_form_targets(f, size, p, [&](std::size_t end, std::int64_t rel) {
-      if (end <= size) targets.push_back(static_cast<std::int64_t>(end) + rel);
-      return false;
-    });
+bool neighbour_branch_targets(const std::uint8_t* f, std::size_t size, std::vector<std::int32_t>& targets) {
+  // check_function()'s sweep, to the end, each target it would test
+  // recorded instead of tested (int32: a window near `f` is far inside that
+  // range; a farther target is kept at its bound, which no window reaches).
+  const std::size_t first = targets.size();
+  const auto record = [&](std::uint64_t t) {
+    const auto v = std::clamp<std::int64_t>(static_cast<std::int64_t>(t), INT32_MIN, INT32_MAX);
+    targets.push_back(static_cast<std::int32_t>(v));
   };
-  // 16 bytes at a time (SSE2, as check_function()'s scan): the positions of
-  // those first bytes, then each of them in order.
-  auto splat = [](int b) { return _mm_set1_epi8(static_cast<char>(b)); };
-  const __m128i wide[5] = {splat(0xe8), splat(0xe9), splat(0x0f), splat(0xc7), splat(0x8d)};
-  const __m128i hi4 = splat(0xf0), hi6 = splat(0xfc), jcc8 = splat(0x70), jcxz = splat(0xe0), jmp8 = splat(0xeb);
-  std::size_t p = 0;
-  for (; p + 16 <= size; p += 16) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(f + p));
-    __m128i m = _mm_cmpeq_epi8(v, wide[0]);
-    for (int k = 1; k < 5; ++k) m = _mm_or_si128(m, _mm_cmpeq_epi8(v, wide[k]));
-    m = _mm_or_si128(_mm_or_si128(m, _mm_cmpeq_epi8(_mm_and_si128(v, hi4), jcc8)),
-                     _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(v, hi6), jcxz), _mm_cmpeq_epi8(v, jmp8)));
-    for (unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(m)); mask; mask &= mask - 1)
-      at(p + static_cast<std::size_t>(__builtin_ctz(mask)));
+  bool whole = true;
+  for (std::uint64_t at = 0; at < size;) {
+    const std::uint64_t start = at;
+    const SweepStep st = sweep_step(f + start, size - start, true);
+    if (!st.len) {
+      whole = false;
+      break;
+    }
+    at += st.len;
+    std::uint64_t target = 0;
+    if (st.lea && lea_rip_target(f + start, st.len, at, target)) record(target);
+    if (st.branch)
+      if (const BranchInfo bi = branch_info(f + start, st.len); bi.relative) record(at + static_cast<std::uint64_t>(bi.rel));
   }
-  for (; p < size; ++p) at(p);
-  std::sort(targets.begin(), targets.end());
+  std::sort(targets.begin() + static_cast<std::ptrdiff_t>(first), targets.end());
+  return whole;
 }
 
 std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64_t slot, std::uint8_t* out,
@@ -680,6 +537,180 @@ std::size_t build_window_xol(const EntryWindow& w, std::uint64_t ip, std::uint64
   if (n > kWindowSlotSize) return why = "the relocated window does not fit a slot", 0;
   std::memcpy(out, buf, n);
   return n;
+}
+
+}  // namespace uprobe::arch
+
+namespace uprobe::arch {
+
+bool plan_evict(const std::uint8_t* code, std::size_t avail, EntryWindow& w, std::string& why) {
+  why.clear();
+  if (!w.punned || w.len == 0 || w.len >= kJumpLen) return refuse(why, "no punned jump to evict for");
+  if (avail <= w.len) return refuse(why, "the code ends after the instruction");
+  Insn s;
+  if (!analyze(code + w.len, avail - w.len, s, why)) return refuse(why, "its successor: " + why);
+  if (!displaceable(s, w.len, true, false, why)) return refuse(why, "its successor: " + why);
+  const std::size_t max_pad = std::min<std::size_t>(s.len - 1, kMaxJumpPad);
+  std::size_t pad = max_pad + 1;
+  // The bytes the successor's longest jump keeps must exist (a shorter one
+  // where the file ends sooner).
+  while (pad-- > 0)
+    if (w.len + std::max<std::size_t>(s.len, kJumpLen + pad) <= avail) break;
+  if (pad > max_pad) return refuse(why, "the code ends within the successor's jump");
+  const std::size_t n = w.len + std::max<std::size_t>(s.len, kJumpLen + pad);
+  if (n > sizeof w.evict_bytes) return refuse(why, "the successor is too long");
+  w.evict = s;
+  w.evict_max_pad = static_cast<std::uint8_t>(pad);
+  std::memcpy(w.evict_bytes, code, n);
+  return true;
+}
+
+std::size_t append_evict_mark(std::uint8_t* code, std::size_t n, std::uint64_t entry, std::uint64_t successor) noexcept {
+  std::memcpy(code + n, kEvictMark, sizeof kEvictMark);
+  const auto rel = static_cast<std::int32_t>(static_cast<std::int64_t>(successor - entry));
+  std::memcpy(code + n + sizeof kEvictMark, &rel, sizeof rel);
+  return n + kEvictMarkLen;
+}
+
+bool find_evict_mark(const std::uint8_t* code, std::size_t n, std::uint64_t entry, std::size_t from,
+                     std::uint64_t& successor, std::size_t& len) noexcept {
+  for (std::size_t k = from ? from : 1; k + kEvictMarkLen <= n; ++k) {
+    if (std::memcmp(code + k, kEvictMark, sizeof kEvictMark) != 0) continue;
+    std::int32_t rel;
+    std::memcpy(&rel, code + k + sizeof kEvictMark, sizeof rel);
+    const std::uint64_t s = entry + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
+    if (s < 0x10000 || s >= 0x7ffffffff000ull) continue;
+    successor = s;
+    len = k;
+    return true;
+  }
+  return false;
+}
+
+std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evict_pad, std::uint64_t evict_target,
+                       std::uint8_t* out) noexcept {
+  std::uint8_t j[kMaxJumpLen];
+  encode_jump(site + w.len, evict_target, j, evict_pad);
+  const std::size_t n = std::min<std::size_t>(evict_pad + kJumpLen, w.evict.len);
+  std::memcpy(out, j, n);
+  return n;
+}
+
+namespace {
+
+struct EvictSearch {
+  std::uint64_t site;
+  const EntryWindow* w;
+  bool (*maybe_free)(void*, std::uint64_t, std::size_t);
+  bool (*place_evict)(void*, std::uint64_t);
+  bool (*place_site)(void*, std::uint64_t);
+  void* ctx;
+  std::size_t budget;
+  std::size_t pad, epad;
+  std::uint8_t c[32];         // the combined bytes from the site on
+  std::size_t vars[8];        // positions of the free bytes, in search order
+  std::size_t nvars = 0, site_vars = 0;  // the first site_vars decide the site's rel32
+  EvictChoice found;
+
+  static bool user(std::uint64_t a) { return a >= 0x10000 && a < 0x7ffffffff000ull - 64; }
+  std::uint64_t target(std::size_t at, std::uint64_t end) const {
+    std::int32_t rel;
+    std::memcpy(&rel, c + at, 4);
+    return end + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel));
+  }
+  std::uint64_t site_target() const { return target(pad + 1, site + pad + kJumpLen); }
+  std::uint64_t evict_target() const { return target(w->len + epad + 1, site + w->len + epad + kJumpLen); }
+  bool ask(std::uint64_t a, std::size_t len) {
+    if (budget == 0 || !user(a)) return false;
+    --budget;
+    return maybe_free(ctx, a, len);
+  }
+  /// Values tried for the free byte at position p: every value for the
+  /// most significant free byte of either rel32, a few otherwise (they move
+  /// a target by less than a page's worth of pages).
+  std::size_t values(std::size_t k, std::uint8_t* v) const {
+    const std::size_t p = vars[k];
+    (void)p;
+    if (k == 0 || k == site_vars) {  // (each list is most significant first)
+      // 0, 1, -1, 2, -2, ...: nearest first (as signed values of that byte).
+      std::size_t n = 0;
+      v[n++] = 0;
+      for (int d = 1; d <= 128; ++d) {
+        v[n++] = static_cast<std::uint8_t>(d);
+        if (d < 128) v[n++] = static_cast<std::uint8_t>(-d);
+      }
+      return n;
+    }
+    v[0] = 0x00;
+    v[1] = 0x80;
+    v[2] = 0x40;
+    v[3] = 0xc0;
+    return 4;
+  }
+  /// 1: solved; 0: nothing under this prefix; -1: the site's target of
+  /// this prefix cannot be placed (try the next site value).
+  int dfs(std::size_t k) {
+    if (budget == 0) return 0;
+    if (k == site_vars) {
+      if (!ask(site_target(), kJumpLen)) return 0;
+    }
+    if (k == nvars) {
+      const std::uint64_t t = evict_target();
+      if (!ask(t, 32)) return 0;
+      if (!place_evict(ctx, t)) return 0;
+      if (!place_site(ctx, site_target())) return -1;
+      found = EvictChoice{static_cast<std::uint8_t>(pad), static_cast<std::uint8_t>(epad), site_target(), t};
+      return 1;
+    }
+    std::uint8_t v[256];
+    const std::size_t n = values(k, v);
+    for (std::size_t i = 0; i < n; ++i) {
+      c[vars[k]] = v[i];
+      const int r = dfs(k + 1);
+      if (r == 1) return 1;
+      if (r == -1 && k >= site_vars) return -1;  // the site's value is the culprit: up to its loops
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
+                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
+                   EvictChoice& out, std::size_t budget) {
+  if (!w.evict.len || !w.punned || w.len >= kJumpLen) return false;
+  const std::size_t lp = w.len, ls = w.evict.len;
+  EvictSearch s{site, &w, maybe_free, place_evict, place_site, ctx, budget, 0, 0, {}, {}, 0, 0, {}};
+  for (std::size_t epad = 0; epad <= w.evict_max_pad; ++epad) {
+    for (std::size_t pad = 0; pad < lp && pad <= kMaxJumpPad; ++pad) {
+      s.pad = pad;
+      s.epad = epad;
+      const std::size_t n = lp + std::max<std::size_t>(ls, kJumpLen + epad);
+      std::memcpy(s.c, w.evict_bytes, n);
+      bool is_free[32] = {};
+      for (std::size_t i = 0; i < pad; ++i) s.c[i] = kJumpPadPrefix[i];
+      s.c[pad] = kJumpOpcode;
+      for (std::size_t i = pad + 1; i < lp; ++i) is_free[i] = true;
+      for (std::size_t i = 0; i < epad; ++i) s.c[lp + i] = kJumpPadPrefix[i];
+      s.c[lp + epad] = kJumpOpcode;
+      for (std::size_t i = lp + epad + 1; i < lp + epad + kJumpLen && i < lp + ls; ++i) is_free[i] = true;
+      // The site's rel32 bytes, most significant first; then the
+      // successor's own, most significant first.
+      s.nvars = 0;
+      for (std::size_t i = pad + kJumpLen; i-- > pad + 1;)
+        if (is_free[i]) s.vars[s.nvars++] = i;
+      s.site_vars = s.nvars;
+      for (std::size_t i = lp + epad + kJumpLen; i-- > lp + epad + 1;)
+        if (is_free[i] && i >= pad + kJumpLen) s.vars[s.nvars++] = i;
+      if (s.dfs(0) == 1) {
+        out = s.found;
+        return true;
+      }
+      if (s.budget == 0) return false;
+    }
+  }
+  return false;
 }
 
 }  // namespace uprobe::arch

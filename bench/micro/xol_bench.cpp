@@ -6,7 +6,8 @@
 // xol_free_insn_slot() pair has no counterpart). What costs is the slot's
 // allocation and write at attach time:
 //   BM_XolSlotNew        a new site: place the slot, relocate the instruction,
-//                        write it through a transient RW alias (mmap + munmap)
+//                        write it through a transient RW alias (mremap of the
+//                        R-X view with old size 0, mprotect RW, munmap)
 //   BM_XolSlotNewBatched the same inside begin_batch()/end_batch(), as
 //                        register_uprobes() does: one RW alias per region
 //   BM_XolSlotAgain      a site that has its slot already (re-attach): the

@@ -90,6 +90,17 @@ struct Config {
   /// optimize_entries / optimize_windows as the site is an entry or not.
   /// Default true; false keeps such sites on int3.
   bool optimize_punned = true;
+  /// With optimize_punned: where no punned or padded form of a site's jump
+  /// finds a free page, evict the instruction after it (E9Patch's tactic T2,
+  /// ProbeMode::optimized_evicted): that successor first gets a jump of its
+  /// own to a trampoline running its relocated copy (so a branch to it still
+  /// runs it), and the site's punned jump keeps the successor's new bytes,
+  /// which select other targets. Detach restores the site, then the
+  /// successor. A program single-stepping itself (TF) through an evicted
+  /// successor sees the steps it would see without the probe (the
+  /// trampoline is a silent region of the step path). Read when a probe is
+  /// created. Default true; false keeps such sites on int3.
+  bool optimize_evicted = true;
   /// How a probe past a function's entry is planned (lab.hpp): the default
   /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
   /// only (the test suites run every class of instruction through punned

@@ -74,6 +74,12 @@ enum class SiteTactics : std::uint8_t {
   /// default a padded jump is taken only
   /// when B2's range has no free page; this exercises it at every site (the test suites' padded mode).
   instruction_padded,
+  /// instruction_only, with every punned jump placed by successor eviction (E9Patch's T2,
+  /// ProbeMode::optimized_evicted) wherever the instruction after it can be evicted, without looking for a free
+  /// page of the plain or padded forms first (by default eviction is taken only when none has one); B2 where the
+  /// successor cannot be evicted or both jumps find no place. The test suites' evicted mode (needs
+  /// Config::optimize_evicted).
+  instruction_evicted,
 };
 
 }  // namespace uprobe

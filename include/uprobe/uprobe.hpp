@@ -373,6 +373,11 @@ enum class ProbeMode : std::uint8_t {
                      ///< outside user space): each prefix moves the jump's rel32 one byte further over the bytes
                      ///< after the instruction, so they select another range. As optimized_punned otherwise: only
                      ///< the instruction's own bytes change (the prefixes, the opcode, the rel32's free bytes).
+  optimized_evicted,  ///< a punned jump over an evicted successor (E9Patch's tactic T2, Config::optimize_evicted),
+                      ///< taken where no punned or padded form finds a free page: the next instruction first got a
+                      ///< jump of its own (B1, or punned/padded over the bytes after it) to a trampoline running its
+                      ///< relocated copy, and the site's jump keeps that jump's bytes, which select other targets.
+                      ///< A branch to the successor takes its jump; detach restores the site, then the successor.
 };
 
 /// The mode's name as the tools print it: "pending", "int3",
@@ -389,6 +394,7 @@ constexpr const char* to_string(ProbeMode mode) noexcept {
     case ProbeMode::optimized_window: return "optimized-window";
     case ProbeMode::optimized_punned: return "optimized-punned";
     case ProbeMode::optimized_padded: return "optimized-punned-padded";
+    case ProbeMode::optimized_evicted: return "optimized-evicted";
   }
   return "?";
 }

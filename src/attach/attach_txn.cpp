@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <tuple>
 
 #include "arch.hpp"
@@ -40,6 +41,60 @@ constexpr std::size_t kNotFresh = ~std::size_t{0};
 
 // ---- The steps (registry mutex held by the transaction).
 
+/// Places successor eviction (T2) for the punned site `s` of window `w`:
+/// the successor's trampoline and the site's hop at the addresses
+/// arch::solve_evicted() finds free (memory of the snapshot `vmas` is
+/// taken, save our pages of hops), the trampoline written. Sets s.hop,
+/// s.pad, s.evict_*; leaves them 0 when nothing fits.
+void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>& vmas) {
+  struct Ctx {
+    const std::vector<Vma>* vmas;
+    const arch::EntryWindow* w;
+    std::uint64_t site, succ;
+    std::size_t tramp_len;
+  } c{&vmas, &w, s.addr, s.addr + w.len, 0};
+  auto maybe_free = [](void* p, std::uint64_t a, std::size_t len) -> bool {
+    const Ctx& c = *static_cast<Ctx*>(p);
+    const int room = xol_area().hop_room(a, len);
+    if (room >= 0) return room == 1;
+    if ((a & 4095) + len > 4096) return false;  // a new page of hops holds it whole
+    // Not inside any mapping of the snapshot (sorted by start).
+    auto it = std::upper_bound(c.vmas->begin(), c.vmas->end(), a,
+                               [](std::uint64_t x, const Vma& v) { return x < v.start; });
+    return it == c.vmas->begin() || std::prev(it)->end <= a;
+  };
+  auto place_evict = [](void* p, std::uint64_t a) -> bool {
+    Ctx& c = *static_cast<Ctx*>(p);
+    arch::EntryWindow one;
+    one.insns.push_back(c.w->evict);
+    one.len = c.w->evict.len;
+    std::uint8_t code[arch::kWindowSlotSize + arch::kEvictMarkLen];
+    std::string why;
+    const std::size_t len = arch::build_window_xol(one, c.succ, a, code, why);
+    if (len == 0) return false;
+    // Then the mark the step path finds the successor by (never executed),
+    // in the same page.
+    const std::size_t n = arch::append_evict_mark(code, len, a, c.succ);
+    if ((a & 4095) + n > 4096) return false;
+    if (xol_area().hop_in(c.succ | kEvictKey, a, a + 1, n, why) != a) return false;
+    c.tramp_len = len;
+    return xol_area().write_code(a, code, n, why);
+  };
+  auto place_site = [](void* p, std::uint64_t a) -> bool {
+    const Ctx& c = *static_cast<Ctx*>(p);
+    std::string why;
+    return xol_area().hop_in(c.site, a, a + 1, arch::kJumpLen, why) == a;
+  };
+  arch::EvictChoice ch;
+  if (!arch::solve_evicted(s.addr, w, maybe_free, place_evict, place_site, &c, ch)) return;
+  s.hop = ch.target;
+  s.pad = ch.pad;
+  s.evict_addr = c.succ;
+  s.evict_hop = ch.evict_target;
+  s.evict_pad = ch.evict_pad;
+  s.evict_len = static_cast<std::uint8_t>(c.tramp_len);
+}
+
 /// The sites of `up` in the current address space: one per executable
 /// mapping of the file that covers the offset. Prepares their XOL slots.
 /// @throws uprobe::Error(refused_instruction) when a site cannot be probed.
@@ -64,7 +119,13 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
         if (const Site* o = old->find(s.addr)) {
           s.hop = o->hop;
           s.pad = o->pad;
+          s.evict_addr = o->evict_addr;
+          s.evict_hop = o->evict_hop;
+          s.evict_pad = o->evict_pad;
+          s.evict_len = o->evict_len;
         }
+      // (SiteTactics::instruction_evicted: eviction first, for the tests.)
+      if (w.punned && !s.hop && w.evict.len && w.evict_first) place_evicting(s, w, vmas.vmas());
       for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
         const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
         std::uint64_t lo = 0, hi = 0;
@@ -73,6 +134,8 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
         s.pad = static_cast<std::uint8_t>(pad);
       }
       if (!s.hop) s.pad = 0;
+      // No form's pages free: evict the successor (T2).
+      if (w.punned && !s.hop && w.evict.len) place_evicting(s, w, vmas.vmas());
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
@@ -206,17 +269,48 @@ void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.tree.size());
   for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
+  // The successor a site may evict (T2) names that site's probe, so that a
+  // thread hitting the int3 written there while the successor's jump is
+  // written or undone is sent to its trampoline (on_sigtrap()). Never over
+  // a probe of its own there (which blocks the eviction: jump_extent()).
+  bool alias = false;
+  for (Uprobe& u : r.tree) {
+    if (!u.window.evict.len) continue;
+    const ProbeKey k{u.key.dev, u.key.ino, u.key.offset + u.window.len};
+    if (r.tree.find(k, KeyLess()) != r.tree.end()) continue;
+    table->entries.emplace_back(k, &u);
+    alias = true;
+  }
+  if (alias)
+    std::sort(table->entries.begin(), table->entries.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
   table->build();
   publish(r, nullptr, table.release());
 }
 
 /// The offset of a probe of the same file strictly inside the window of
 /// `up` (`extra` counts as one when given), or 0.
+/// The first probe (or `extra`) at key.offset + [1, len) in the file of
+/// `k`, as an offset; 0 when none.
+std::uint64_t probe_within(Registry& r, const ProbeKey& k, std::size_t len, const ProbeKey* extra) {
+  const std::uint64_t end = k.offset + len;
+  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
+    return extra->offset;
+  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
+    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
+    return it->key.offset;
+  }
+  return 0;
+}
+
 std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
   const ProbeKey& k = up->key;
   // A punned jump keeps the bytes after its window: a probe there would
-  // change its target (padded, it covers more of them).
-  const std::uint64_t end = k.offset + arch::jump_extent(up->window);
+  // change its target (padded, it covers more of them; evicting its
+  // successor, the successor's jump and what that keeps).
+  const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
+  const bool evicts = ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return s.evict_hop; });
+  const std::uint64_t end = k.offset + (evicts ? arch::jump_extent(up->window) : arch::own_jump_extent(up->window));
   if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
     return extra->offset;
   for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
@@ -334,6 +428,32 @@ struct Garbage {
   }
 };
 
+/// What TextBatch::write() asks (TextBatch::Joinable): whether the text
+/// [lo, hi) of one page holds no site of a probe outside `mine` (sorted),
+/// whose patch locks the transaction holds. Any probe of the file within
+/// kReach bytes before lo counts (a site's writes, its jump and pads, reach
+/// less far past it).
+struct JoinScope {
+  const Registry* r;
+  const VmaSnapshot* vmas;
+  std::span<Uprobe* const> mine;
+};
+
+bool only_mine(std::uint64_t lo, std::uint64_t hi, const void* p) noexcept {
+  constexpr std::uint64_t kReach = 32;
+  static_assert(kReach > arch::kMaxJumpLen && kReach > arch::kMaxWindowLen);
+  const auto& c = *static_cast<const JoinScope*>(p);
+  const Vma* v = c.vmas->find(lo);
+  if (!v || hi > v->end) return false;
+  const std::uint64_t off = v->pgoff + (lo - v->start), off_end = off + (hi - lo);
+  for (auto it = c.r->tree.lower_bound(ProbeKey{v->dev, v->ino, off > kReach ? off - kReach : 0}, KeyLess());
+       it != c.r->tree.end(); ++it) {
+    if (it->key.dev != v->dev || it->key.ino != v->ino || it->key.offset >= off_end) break;
+    if (!std::binary_search(c.mine.begin(), c.mine.end(), &*it, std::less<const Uprobe*>())) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool probe_registered(Registry& r, const Uprobe* up) {
@@ -410,7 +530,7 @@ void Transaction::writing() {
   // page again).
   if (!poke_) poke_.emplace();
   if (!xol_batch_) {
-    xol_area().begin_batch();
+    xol_area().begin_batch(expected_ > 1);
     xol_batch_ = true;
   }
   if (expected_ > 1 && !peeks_) peeks_.emplace();
@@ -488,6 +608,18 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
     up->tactic = plan.tactic;
     up->window = std::move(plan.window);
     up->window_why = std::move(plan.why_no_window);
+    up->evict_why = std::move(plan.why_no_evict);
+    if (up->window.evict.len) {
+      // A probe in the bytes the successor's jump would change or keep (past
+      // the site's own jump's): no eviction for this probe (a probe
+      // arriving there later blocks it while it evicts: probe_inside_window()).
+      if (const std::uint64_t in = probe_within(r_, key, arch::jump_extent(up->window), nullptr);
+          in && in >= key.offset + arch::own_jump_extent(up->window)) {
+        up->window.evict = arch::Insn{};
+        up->window.evict_max_pad = 0;
+        up->evict_why = "a probe at +" + std::to_string(in - key.offset) + " is inside the successor's jump";
+      }
+    }
     up->window_blocker.store(probe_inside_window(r_, up.get(), nullptr), std::memory_order_relaxed);
     up->sites.store(compute_sites(up.get(), vmas).release(), std::memory_order_relaxed);
   } catch (...) {
@@ -572,11 +704,49 @@ void Transaction::commit_adds() {
   } catch (const std::exception&) {
     opt.items.clear();  // out of memory: int3 probes only
   }
+  // Every breakpoint, in runs per page of text (TextBatch), each probe's
+  // patch lock taken first; a probe with a write that failed goes through
+  // apply_sites() on its own (below).
+  std::vector<Uprobe*> mine;
+  TextBatch breakpoints;
+  std::vector<std::uint8_t> failed;
+  bool batched = true;
+  try {
+    mine.reserve(fresh_.size());
+    std::size_t sites = 0;
+    for (const Fresh& f : fresh_) {
+      mine.push_back(f.up);
+      sites += f.up->sites.load(std::memory_order_relaxed)->sites.size();
+    }
+    std::sort(mine.begin(), mine.end(), std::less<const Uprobe*>());
+    breakpoints.reserve(sites);
+    failed.assign(fresh_.size(), 0);
+  } catch (const std::bad_alloc&) {
+    batched = false;  // (each probe on its own)
+  }
+  const JoinScope scope{&r_, &vmas, mine};
+  opt.joinable = batched ? only_mine : nullptr;
+  opt.join_ctx = &scope;
+  for (const Fresh& f : fresh_) PatchLock::lock(f.up);
+  if (batched) {
+    const std::uint8_t bp = arch::kBreakpoint;
+    for (std::size_t k = 0; k < fresh_.size(); ++k)
+      for (const Site& s : fresh_[k].up->sites.load(std::memory_order_relaxed)->sites)
+        breakpoints.add(s.addr, &bp, arch::kBreakpointLen, static_cast<std::uint32_t>(k));
+    if (!breakpoints.write(only_mine, &scope))
+      for (const TextBatch::Write& w : breakpoints.writes()) failed[w.owner] |= w.err != 0;
+  }
   for (std::size_t k = 0; k < fresh_.size(); ++k) {
     Uprobe* up = fresh_[k].up;
-    PatchLock::lock(up);
     try {
-      apply_sites(up, *up->sites.load(std::memory_order_relaxed));  // restores what it wrote before it throws
+      if (!batched || failed[k]) {
+        // As on its own: what was written put back, then apply_sites(), which
+        // skips a site unmapped since the snapshot and on any other failure
+        // restores what it wrote and throws.
+        for (const TextBatch::Write& w : breakpoints.writes())
+          if (w.owner == k && w.err == 0) poke_text(w.addr, up->insn.bytes, arch::kBreakpointLen);
+        apply_sites(up, *up->sites.load(std::memory_order_relaxed));
+      }
       up->applied = true;
       applied.push_back(up);
       continue;

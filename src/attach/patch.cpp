@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -156,6 +157,57 @@ bool peek_text_checked(std::uint64_t addr, std::uint8_t* out, std::size_t len) n
     }
   }
   return read_self(sys_getpid(), out, addr, len);
+}
+
+bool TextBatch::add(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::uint32_t owner) noexcept {
+  const std::size_t room = std::min({writes_.capacity(), sorted_.capacity(), order_.capacity()});  // (write() allocates nothing)
+  if (writes_.size() >= room || len == 0 || len > sizeof(Write::bytes)) return false;
+  Write w;
+  w.addr = addr;
+  w.owner = owner;
+  w.len = static_cast<std::uint8_t>(len);
+  copy_bytes(w.bytes, bytes, len);
+  writes_.push_back(w);
+  return true;
+}
+
+bool TextBatch::write(Joinable joinable, const void* ctx) noexcept {
+  // By address: the (address, index) pairs sorted (cheaper to move than
+  // the writes), then the writes put in that order. (std::sort allocates
+  // nothing; the room was reserved.)
+  if (!std::is_sorted(writes_.begin(), writes_.end(), [](const Write& a, const Write& b) { return a.addr < b.addr; })) {
+    order_.clear();
+    for (std::size_t i = 0; i < writes_.size(); ++i) order_.emplace_back(writes_[i].addr, static_cast<std::uint32_t>(i));
+    std::sort(order_.begin(), order_.end());
+    sorted_.clear();
+    for (const auto& [addr, i] : order_) sorted_.push_back(writes_[i]);
+    writes_.swap(sorted_);
+  }
+  const auto page_of = [](std::uint64_t a) { return a & ~(kPage - 1); };
+  bool all = true;
+  const std::size_t n = writes_.size();
+  for (std::size_t i = 0; i < n;) {
+    // The run: the writes after i that lie in i's page, none overlapping.
+    const std::uint64_t page = page_of(writes_[i].addr);
+    std::uint64_t end = writes_[i].addr + writes_[i].len;
+    std::size_t j = i + 1;
+    if (end <= page + kPage)
+      for (; j < n && writes_[j].addr >= end && writes_[j].addr + writes_[j].len <= page + kPage; ++j)
+        end = writes_[j].addr + writes_[j].len;
+    const std::uint64_t lo = writes_[i].addr;
+    bool joined = false;
+    if (j - i > 1 && joinable(lo, end, ctx) && peek_text_checked(lo, run_, end - lo)) {
+      for (std::size_t k = i; k < j; ++k) copy_bytes(run_ + (writes_[k].addr - lo), writes_[k].bytes, writes_[k].len);
+      joined = poke_text(lo, run_, end - lo) == 0;
+    }
+    for (std::size_t k = i; k < j; ++k) {
+      Write& w = writes_[k];
+      w.err = joined ? 0 : poke_text(w.addr, w.bytes, w.len);
+      all = all && w.err == 0;
+    }
+    i = j;
+  }
+  return all;
 }
 
 }  // namespace uprobe::detail

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "services.hpp"
 
@@ -58,6 +60,51 @@ class PeekCache {
 
  private:
   Page* owned_ = nullptr;
+};
+
+/// The text writes of one step of a batch (every breakpoint, every jump's
+/// tail, every jump's first byte), made as one pwrite() per run of them in
+/// a page: [first, last end) with the bytes between rewritten as memory holds
+/// them (so unchanged), where the caller says that no one else writes there
+/// meanwhile. A write to a text page costs a system call whatever its
+/// length; attaching every libc entry makes ~3,700 writes per step in ~350
+/// pages. Registry mutex held (one thread). reserve() allocates; add() and
+/// write() do not (they run after breakpoints are in, where libc's malloc may
+/// be probed).
+class TextBatch {
+ public:
+  struct Write {
+    std::uint64_t addr = 0;
+    std::uint32_t owner = 0;  ///< the caller's index (of the probe or item it belongs to)
+    std::uint8_t len = 0;
+    std::uint8_t bytes[8] = {};
+    int err = 0;  ///< after write(): 0 or the errno value of the write (made alone)
+  };
+  /// Room for `n` writes. @throws std::bad_alloc.
+  void reserve(std::size_t n) {
+    writes_.reserve(n);
+    sorted_.reserve(n);
+    order_.reserve(n);
+  }
+  void clear() noexcept { writes_.clear(); }
+  /// Adds a write of `len` (<= 8) bytes at `addr`; false when no room was reserved.
+  bool add(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len, std::uint32_t owner) noexcept;
+  /// Whether the bytes [lo, hi) of one page may be rewritten with their own
+  /// value: no site of a probe whose patch lock the caller does not hold
+  /// lies there (a handler's Action::remove restores such a site's bytes
+  /// with its own lock only).
+  using Joinable = bool (*)(std::uint64_t lo, std::uint64_t hi, const void* ctx);
+  /// Makes the writes, sorted by address (they must not overlap): each run
+  /// of them within one page that `joinable` allows as one write; a run
+  /// whose write or read fails, and any other write, alone. Returns whether
+  /// every write succeeded (Write::err says which did not).
+  bool write(Joinable joinable, const void* ctx) noexcept;
+  const std::vector<Write>& writes() const noexcept { return writes_; }
+
+ private:
+  std::vector<Write> writes_, sorted_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> order_;
+  std::uint8_t run_[4096];
 };
 
 // peek_text(addr, out, len): declared in src/hit/services.hpp (the hit path

@@ -40,14 +40,16 @@ namespace {
 ProbeMode probe_mode(const Uprobe* up) noexcept {
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   if (!up->applied || !ss || ss->sites.empty()) return ProbeMode::pending;
-  bool optimized = false, padded = false;
+  bool optimized = false, padded = false, evicted = false;
   for (const Site& s : ss->sites) {
     const bool opt = site_is_optimized(s);
     optimized = optimized || opt;
     padded = padded || (opt && s.pad > 0);
+    evicted = evicted || (opt && s.evict_hop);
   }
   return !optimized                           ? ProbeMode::int3
          : up->tactic == arch::Tactic::nop5   ? ProbeMode::optimized_nop5
+         : evicted                            ? ProbeMode::optimized_evicted
          : padded                             ? ProbeMode::optimized_padded
          : up->tactic == arch::Tactic::punned ? ProbeMode::optimized_punned
          : up->function_entry                 ? ProbeMode::optimized_entry
@@ -342,7 +344,10 @@ ProbeInfo probe_state(const Uprobe* up) {
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites)
     info.why_not_optimized = up->window.punned && ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return !s.hop; })
-                                 ? no_hop_reason(up->window)
+                                 ? no_hop_reason(up->window) +
+                                       (up->window.evict.len
+                                            ? "; nor both jumps of evicting the successor `" + up->window.evict.text + "`"
+                                            : "; no successor eviction: " + up->evict_why)
                                  : "no stub memory within reach";
   return info;
 }

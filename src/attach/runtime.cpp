@@ -188,6 +188,7 @@ void configure(const Config& c) {
   g_hot.optimize_windows.store(c.optimize_windows, std::memory_order_relaxed);
   g_hot.optimize_punned.store(c.optimize_punned, std::memory_order_relaxed);
   g_hot.site_tactics.store(c.site_tactics, std::memory_order_relaxed);
+  g_hot.optimize_evicted.store(c.optimize_evicted, std::memory_order_relaxed);
   if (r.started && optimize_changed) reoptimize_all(r);
   if (r.started)
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
@@ -212,6 +213,7 @@ Config configuration() {
   c.optimize_windows = g_hot.optimize_windows.load(std::memory_order_relaxed);
   c.optimize_punned = g_hot.optimize_punned.load(std::memory_order_relaxed);
   c.site_tactics = g_hot.site_tactics.load(std::memory_order_relaxed);
+  c.optimize_evicted = g_hot.optimize_evicted.load(std::memory_order_relaxed);
   c.sample_signal = sample_signal();
   return c;
 }

@@ -142,7 +142,115 @@ bool keeps_bytes_after(const Uprobe* up, const Site& s) noexcept {
   if (!up->window.punned) return true;
   std::uint8_t jmp[arch::kMaxJumpLen];
   const std::size_t n = site_jump(s, jmp);
+  if (s.evict_hop) {
+    // The successor's jump, then the bytes past it: those of the site's
+    // jump past its instruction.
+    std::uint8_t after[sizeof up->window.evict_bytes];
+    std::memcpy(after, up->window.evict_bytes, sizeof after);
+    arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, after + up->window.len);
+    return same_bytes(jmp + up->window.len, after + up->window.len, n - up->window.len);
+  }
   return same_bytes(jmp + up->window.len, up->window.bytes + up->window.len, n - up->window.len);
+}
+
+/// An evicting site's successor (T2) holds its jump to its trampoline.
+bool successor_evicted(const Uprobe* up, const Site& s) noexcept {
+  if (!s.evict_hop) return false;
+  std::uint8_t want[arch::kMaxJumpLen], cur[arch::kMaxJumpLen];
+  const std::size_t n = arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, want);
+  return peek_text_checked(s.evict_addr, cur, n) && same_bytes(cur, want, n);
+}
+
+/// An evicting site's successor holds the file's bytes.
+bool successor_original(const Uprobe* up, const Site& s) noexcept {
+  std::uint8_t cur[arch::kMaxJumpLen];
+  const std::size_t n = std::min<std::size_t>(s.evict_pad + arch::kJumpLen, up->window.evict.len);
+  return peek_text_checked(s.evict_addr, cur, n) && same_bytes(cur, up->window.evict_bytes + up->window.len, n);
+}
+
+/// Writes `to` (n bytes) over `from` at `addr` with text_poke_bp()'s
+/// protocol: int3, serialise, the tail, serialise, byte 0, serialise. A
+/// thread meeting the int3 meanwhile is sent to the successor's trampoline
+/// (on_sigtrap(): the probe table names the site's probe at the successor).
+void poke_through_int3(std::uint64_t addr, const std::uint8_t* to, std::size_t n) noexcept {
+  const std::uint8_t bp = arch::kBreakpoint;
+  poke_text(addr, &bp, 1);
+  sync_cores();
+  if (n > 1) poke_text(addr + 1, to + 1, n - 1);
+  sync_cores();
+  poke_text(addr, to, 1);
+  sync_cores();
+}
+
+/// Gives the successor of an evicting site its jump (before the site's own
+/// jump, which keeps its bytes). Only the successor's own bytes change.
+void evict_successor(const Uprobe* up, const Site& s) noexcept {
+  if (successor_evicted(up, s)) return;
+  std::uint8_t j[arch::kMaxJumpLen];
+  const std::size_t n = arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, j);
+  g_hot.evicted_ever.store(true, std::memory_order_relaxed);
+  poke_through_int3(s.evict_addr, j, n);
+}
+
+/// Puts the successor's own bytes back (after the site's jump is gone: no
+/// jump's target depends on them any more). A thread in its trampoline
+/// jumps back past it, as the original instruction would go on.
+void restore_successor(const Uprobe* up, const Site& s) noexcept {
+  if (!successor_evicted(up, s)) return;
+  const std::size_t n = std::min<std::size_t>(s.evict_pad + arch::kJumpLen, up->window.evict.len);
+  poke_through_int3(s.evict_addr, up->window.evict_bytes + up->window.len, n);
+}
+
+/// The successor's bytes an evicting site's successor takes: its jump
+/// (`evict`) or the file's; n returned.
+std::size_t successor_bytes(const Uprobe* up, const Site& s, bool evict, std::uint8_t* to) noexcept {
+  if (evict) return arch::evict_jump(s.addr, up->window, s.evict_pad, s.evict_hop, to);
+  const std::size_t n = std::min<std::size_t>(s.evict_pad + arch::kJumpLen, up->window.evict.len);
+  std::memcpy(to, up->window.evict_bytes + up->window.len, n);
+  return n;
+}
+
+/// evict_successor() (`evict`) or restore_successor() for every evicting
+/// site `each` visits (each(f) calls f(up, site) for every site of the
+/// batch), batch-wide: all int3s, one serialisation, all tails, one more,
+/// all first bytes, one more (three in all instead of three per site).
+template <class Each>
+void poke_successors(Each&& each, bool evict) noexcept {
+  const std::uint8_t bp = arch::kBreakpoint;
+  bool any = false;
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_hop || successor_evicted(up, s) == evict) return;
+    if (evict) g_hot.evicted_ever.store(true, std::memory_order_relaxed);
+    poke_text(s.evict_addr, &bp, 1);
+    s.evict_poke = 1;
+    any = true;
+  });
+  if (!any) return;
+  sync_cores();
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_poke) return;
+    std::uint8_t to[arch::kMaxJumpLen];
+    const std::size_t n = successor_bytes(up, s, evict, to);
+    if (n > 1) poke_text(s.evict_addr + 1, to + 1, n - 1);
+  });
+  sync_cores();
+  each([&](const Uprobe* up, const Site& s) {
+    if (!s.evict_poke) return;
+    std::uint8_t to[arch::kMaxJumpLen];
+    successor_bytes(up, s, evict, to);
+    poke_text(s.evict_addr, to, 1);
+    s.evict_poke = 0;
+  });
+  sync_cores();
+}
+
+/// The bytes after byte 0 of a site about to be optimized are as its jump
+/// needs them: the file's (an evicting site: its instruction's, then its
+/// successor's either the file's or already its jump).
+bool ready_bytes(const Uprobe* up, const Site& s, const std::uint8_t* cur, std::size_t len) noexcept {
+  if (!s.evict_hop) return same_bytes(cur + 1, up->window.bytes + 1, len - 1);
+  return same_bytes(cur + 1, up->window.bytes + 1, up->window.len - 1u) &&
+         (successor_evicted(up, s) || successor_original(up, s));
 }
 
 }  // namespace
@@ -151,6 +259,13 @@ void retire_site_memory(const Site& s) {
   if (site_is_optimized(s)) return;  // (not restored: the jump still leads there)
   stubs().erase(s.addr);
   xol_area().retire_site(s.addr);
+  if (s.evict_addr) {
+    // The successor's trampoline, unless its jump still leads there.
+    std::uint8_t cur[arch::kMaxJumpLen];
+    if (!peek_text_checked(s.evict_addr, cur, sizeof cur) ||
+        arch::decode_jump(s.evict_addr, cur, sizeof cur) != s.evict_hop)
+      xol_area().retire_site(s.evict_addr | kEvictKey);
+  }
 }
 
 void reclaim_retired(std::size_t n) {
@@ -229,13 +344,16 @@ void apply_sites(Uprobe* up, const SiteSet& ss) {
 
 void deoptimize_sites(Uprobe* up, const SiteSet& ss) noexcept {
   for (const Site& s : ss.sites) {
-    if (!optimizable_shape(up) || !site_is_optimized(s)) continue;
-    const std::uint8_t bp = arch::kBreakpoint;
-    poke_text(s.addr, &bp, 1);
-    sync_cores();
-    if (tail_len(up)) poke_text(s.addr + 1, original_bytes(up) + 1, tail_len(up));
-    sync_cores();
-    __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
+    if (optimizable_shape(up) && site_is_optimized(s)) {
+      const std::uint8_t bp = arch::kBreakpoint;
+      poke_text(s.addr, &bp, 1);
+      sync_cores();
+      if (tail_len(up)) poke_text(s.addr + 1, original_bytes(up) + 1, tail_len(up));
+      sync_cores();
+      __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
+    }
+    // Then an evicted successor: no jump's target depends on its bytes now.
+    if (s.evict_hop) restore_successor(up, s);
   }
 }
 
@@ -278,6 +396,13 @@ void restore_sites_batch(std::span<Uprobe* const> ups) noexcept {
         if (__atomic_load_n(&s.jumped, __ATOMIC_ACQUIRE) == 2) __atomic_store_n(&s.jumped, 0, __ATOMIC_RELEASE);
     }
   }
+  // Evicted successors, once no site's jump keeps their bytes: batch-wide.
+  poke_successors(
+      [&](auto&& f) {
+        for (Uprobe* up : ups)
+          for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) f(up, s);
+      },
+      false);
   for (Uprobe* up : ups) {
     for (const Site& s : up->sites.load(std::memory_order_relaxed)->sites) {
       std::uint8_t cur;
@@ -349,7 +474,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (entry) {
       // Only over the file's own bytes, and with the window's slot in place.
-      if (!s.window_xol || !same_bytes(cur + 1, up->window.bytes + 1, len - 1)) continue;
+      if (!s.window_xol || !ready_bytes(up, s, cur, len)) continue;
       if (up->window.punned) {
         // Only the instruction's own bytes change: no thread can be inside.
         if (!s.hop || !keeps_bytes_after(up, s)) continue;
@@ -379,6 +504,7 @@ void optimize_sites(Uprobe* up, const SiteSet& ss, const std::vector<Vma>& vmas)
     const Site& s = *sp;
     const std::uint64_t stub = write_stub(up, s, vmas, entry);
     if (!stub) continue;  // stays int3
+    if (s.evict_hop) evict_successor(up, s);  // first: the site's jump keeps its bytes
     s.stub = stub;
     __atomic_store_n(&s.jumped, 1, __ATOMIC_RELEASE);
     std::uint8_t jmp[arch::kMaxJumpLen];
@@ -406,6 +532,7 @@ void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<V
     }
   }
   b.windows.reserve(2 * b.items.size());
+  b.text.reserve(b.items.size());
 }
 
 void finish_optimize_batch(OptBatch& b) {
@@ -419,7 +546,7 @@ void finish_optimize_batch(OptBatch& b) {
     peek_text(it.site->addr, cur, len);
     if (cur[0] != arch::kBreakpoint) continue;  // already optimized, or not ours
     if (it.entry) {
-      if (!same_bytes(cur + 1, it.up->window.bytes + 1, len - 1)) continue;
+      if (!ready_bytes(it.up, *it.site, cur, len)) continue;
       if (!it.up->window.punned) {  // (a punned jump changes one instruction's bytes only)
         wins.emplace_back(kept, AddrRange(it.site->addr, it.site->addr + len));
         // The first instruction's XOL slot jumps back into the window (see optimize_sites()).
@@ -468,19 +595,36 @@ void finish_optimize_batch(OptBatch& b) {
     }
     b.items.resize(k);
   }
+  // Evicting sites' successors first, batch-wide (a thread meeting an int3
+  // there goes to the trampoline).
+  poke_successors(
+      [&](auto&& f) {
+        for (const OptBatch::Item& it : b.items) f(it.up, *it.site);
+      },
+      true);
+  // The tails, one serialisation, the first bytes, one more: each step's
+  // writes in runs per page (TextBatch).
+  const auto step = [&](bool tails) {
+    b.text.clear();
+    for (std::size_t i = 0; i < b.items.size(); ++i) {
+      const OptBatch::Item& it = b.items[i];
+      std::uint8_t jmp[arch::kMaxJumpLen];
+      site_jump(*it.site, jmp);
+      const std::size_t tail = tail_len(it.up);
+      if (tails && !tail) continue;
+      const std::uint64_t at = tails ? it.site->addr + 1 : it.site->addr;
+      const std::uint8_t* bytes = tails ? jmp + 1 : jmp;
+      if (!b.text.add(at, bytes, tails ? tail : 1, static_cast<std::uint32_t>(i))) poke_text(at, bytes, tails ? tail : 1);
+    }
+    b.text.write(b.joinable ? b.joinable : [](std::uint64_t, std::uint64_t, const void*) { return false; }, b.join_ctx);
+  };
   for (const OptBatch::Item& it : b.items) {
     it.site->stub = it.stub;
     __atomic_store_n(&it.site->jumped, 1, __ATOMIC_RELEASE);
-    std::uint8_t jmp[arch::kMaxJumpLen];
-    site_jump(*it.site, jmp);
-    if (tail_len(it.up)) poke_text(it.site->addr + 1, jmp + 1, tail_len(it.up));
   }
+  step(true);
   sync_cores();
-  for (const OptBatch::Item& it : b.items) {
-    std::uint8_t jmp[arch::kMaxJumpLen];
-    site_jump(*it.site, jmp);
-    poke_text(it.site->addr, jmp, 1);
-  }
+  step(false);
   sync_cores();
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "patch.hpp"
 #include "probe.hpp"
 #include "vma.hpp"
 
@@ -60,6 +61,11 @@ struct OptBatch {
   };
   std::vector<Item> items;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;  // scratch, reserved by prepare
+  /// The tails, then the first bytes, as TextBatch runs (reserved by
+  /// prepare) where `joinable` allows (never when null).
+  TextBatch text;
+  TextBatch::Joinable joinable = nullptr;
+  const void* join_ctx = nullptr;
 };
 void prepare_optimize_batch(const std::vector<Uprobe*>& ups, const std::vector<Vma>& vmas, OptBatch& b);
 void finish_optimize_batch(OptBatch& b);

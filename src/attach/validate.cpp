@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -47,28 +48,57 @@ std::size_t read_at(int fd, std::uint64_t off, std::uint8_t* buf, std::size_t le
 /// function, into a buffer faulted in once.
 constexpr std::size_t kWindow = 128u << 10;
 
-/// read_at() on the target's file, through the batch's window when it has
-/// one. A copy, never a mapping of the file: a file truncated or rewritten
-/// meanwhile (`cp new old`) gives short reads, never a SIGBUS.
-std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
-  if (!t.batch || len > kWindow) return read_at(t.fd, off, buf, len);
-  const bool at_end = t.window_size < kWindow;  // the last fill reached the end of the file
-  if (t.window && off >= t.window_offset && off - t.window_offset < t.window_size &&
-      (off + len <= t.window_offset + t.window_size || at_end)) {
-    const std::size_t n = std::min<std::uint64_t>(len, t.window_offset + t.window_size - off);
-    std::memcpy(buf, t.window + (off - t.window_offset), n);
-    return n;
-  }
+/// Fills the batch's window of the target's file from file offset `off`
+/// (one pread() of up to kWindow bytes). False when no window can be mapped.
+bool fill_window(const Target& t, std::uint64_t off) {
   if (!t.window) {
     void* m = ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (m == MAP_FAILED) return read_at(t.fd, off, buf, len);
+    if (m == MAP_FAILED) return false;
     t.window = static_cast<std::uint8_t*>(m);
   }
   t.window_offset = off;
   t.window_size = read_at(t.fd, off, t.window, kWindow);
-  const std::size_t n = std::min(len, t.window_size);
-  std::memcpy(buf, t.window, n);
-  return n;
+  return true;
+}
+
+/// The file's bytes [off, off + len) in the batch's window of the target's
+/// file (filled from `off` when they are not all there), as a pointer into
+/// it and the count there (fewer at the end of the file); nullptr without a
+/// window (not a batch, too long, no memory). Valid until the window is
+/// filled again. A copy of the file, never a mapping of it: a file truncated
+/// or rewritten meanwhile (`cp new old`) gives short reads, never a SIGBUS.
+const std::uint8_t* in_window(const Target& t, std::uint64_t off, std::size_t len, std::size_t& got) {
+  if (!t.batch || len > kWindow) return nullptr;
+  const bool at_end = t.window_size < kWindow;  // the last fill reached the end of the file
+  const bool there = t.window && off >= t.window_offset && off - t.window_offset < t.window_size &&
+                     (off + len <= t.window_offset + t.window_size || at_end);
+  if (!there && !fill_window(t, off)) return nullptr;
+  if (off - t.window_offset >= t.window_size) {  // (past the end of the file)
+    got = 0;
+    return t.window;
+  }
+  got = static_cast<std::size_t>(std::min<std::uint64_t>(len, t.window_offset + t.window_size - off));
+  return t.window + (off - t.window_offset);
+}
+
+/// read_at() on the target's file, through the batch's window when it has
+/// one: one pread() per window rather than per function.
+std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std::size_t len) {
+  std::size_t got = 0;
+  const std::uint8_t* w = in_window(t, off, len, got);
+  if (!w) return read_at(t.fd, off, buf, len);
+  std::memcpy(buf, w, got);
+  return got;
+}
+
+/// The file's bytes [off, off + len): a view of the batch's window (no
+/// copy; valid until the window is filled again), else read into `scratch`.
+std::span<const std::uint8_t> view_code(const Target& t, std::uint64_t off, std::size_t len,
+                                        std::vector<std::uint8_t>& scratch) {
+  std::size_t got = 0;
+  if (const std::uint8_t* w = in_window(t, off, len, got)) return {w, got};
+  scratch.resize(len);  // (not zeroed first where it grows: read over at once)
+  return {scratch.data(), read_at(t.fd, off, scratch.data(), len)};
 }
 
 /// How far around a function entry its neighbours are searched for a
@@ -103,11 +133,11 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
   std::uint64_t from = lo;
   for (auto it = first; it != funcs.end() && it->file_offset < lo; ++it)
     if (it->file_offset >= seg.offset && lo - it->file_offset <= kMaxLead) from = std::min(from, it->file_offset);
-  // (Not zeroed first: read over at once; a batch reads ~10 KB per entry,
-  // through its window of the file: a copy, not a pread() per entry.)
+  // (A batch reads ~10 KB per entry: a view of its window of the file, not
+  // a copy.)
+  thread_local std::vector<std::uint8_t> scratch;
   const auto want = static_cast<std::size_t>(hi - from);
-  const std::unique_ptr<std::uint8_t[]> buf(new std::uint8_t[want]);
-  const std::span<const std::uint8_t> code(buf.get(), read_code(t, from, buf.get(), want));
+  const std::span<const std::uint8_t> code = view_code(t, from, want, scratch);
   const FuncSym* passed = nullptr;  // the last neighbour found not to branch into the window
   for (auto it = first; it != funcs.end() && it->file_offset < hi; ++it) {
     const FuncSym& f = *it;
@@ -121,24 +151,40 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     // Its bytes up to hi: a branch further on is beyond the neighbourhood.
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
     const auto win = static_cast<std::int64_t>(site - f.file_offset);
-    // In a batch, a neighbour seen whole is indexed once: the targets its
-    // bytes could branch to clear it for every window they miss, and only a
-    // window they may reach is checked here, for the exact answer and its
-    // reason.
-    if (t.batch && n == f.size) {
+    // In a batch, a neighbour seen whole is swept once: the targets of its
+    // branches clear it for every window they miss, and only a window one
+    // of them reaches (or a neighbour that cannot be swept to its end) is
+    // checked here, for the exact answer and its reason.
+    if (t.batch && n == f.size && win > INT32_MIN / 2 && win < INT32_MAX / 2) {
       if (t.neighbours_of != &info) {  // (indexed by position in info.funcs)
         t.neighbours.assign(funcs.size(), {});
+        t.neighbour_targets.clear();
+        t.neighbour_targets.reserve(static_cast<std::size_t>(seg.filesz / 16));
         t.neighbours_of = &info;
       }
-      Target::NeighbourTargets& nt = t.neighbours[static_cast<std::size_t>(it - funcs.begin())];
-      if (!nt.indexed) {
-        arch::neighbour_branch_candidates(code.data() + at, n, nt.targets);
-        nt.indexed = true;
+      const auto i = static_cast<std::size_t>(it - funcs.begin());
+      Target::NeighbourIndex& ni = t.neighbours[i];
+      if (ni.state == Target::NeighbourIndex::unswept) {
+        // An alias with the same bounds may have been swept (they are adjacent in funcs).
+        for (std::size_t j = i; j > 0 && funcs[j - 1].file_offset == f.file_offset && funcs[j - 1].size == f.size; --j)
+          if (t.neighbours[j - 1].state != Target::NeighbourIndex::unswept) {
+            ni = t.neighbours[j - 1];
+            break;
+          }
       }
-      const auto next = std::upper_bound(nt.targets.begin(), nt.targets.end(), win);
-      if (next == nt.targets.end() || *next >= win + static_cast<std::int64_t>(len)) {
-        passed = &f;
-        continue;
+      if (ni.state == Target::NeighbourIndex::unswept) {
+        ni.begin = static_cast<std::uint32_t>(t.neighbour_targets.size());
+        const bool whole = arch::neighbour_branch_targets(code.data() + at, n, t.neighbour_targets);
+        ni.end = static_cast<std::uint32_t>(t.neighbour_targets.size());
+        ni.state = whole ? Target::NeighbourIndex::whole : Target::NeighbourIndex::undecodable;
+      }
+      if (ni.state == Target::NeighbourIndex::whole) {
+        const auto b = t.neighbour_targets.begin() + ni.begin, e = t.neighbour_targets.begin() + ni.end;
+        const auto next = std::upper_bound(b, e, static_cast<std::int32_t>(win));
+        if (next == e || *next >= win + static_cast<std::int64_t>(len)) {
+          passed = &f;
+          continue;
+        }
       }
     }
     if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
@@ -270,8 +316,11 @@ class SitePlanContext final : public arch::PlanContext {
     if (!at_function_entry() && st != SiteTactics::windows) {
       why = st == SiteTactics::instruction_only
                 ? "no window is planned past a function's entry (Config::site_tactics is SiteTactics::instruction_only)"
-                : "no window is planned past a function's entry (Config::site_tactics is "
-                  "SiteTactics::instruction_padded)";
+                : st == SiteTactics::instruction_padded
+                    ? "no window is planned past a function's entry (Config::site_tactics is "
+                      "SiteTactics::instruction_padded)"
+                    : "no window is planned past a function's entry (Config::site_tactics is "
+                      "SiteTactics::instruction_evicted)";
       return false;
     }
     if (!fn_) {
@@ -309,6 +358,10 @@ class SitePlanContext final : public arch::PlanContext {
            (at_function_entry() || check_data_refs(t_, info_, *fn_, seg_, code_, offset_, len, why));
   }
 
+  bool evict_wanted() const override { return g_hot.optimize_evicted.load(std::memory_order_relaxed); }
+  bool code_at(std::size_t off) const override {
+    return fn_ && swept_to_site_ && offset_ + off < fn_->file_offset + fn_->size;
+  }
   bool site_bytes(std::uint8_t* out, std::size_t n) override {
     return seg_.offset + seg_.filesz - offset_ >= n && read_code(t_, offset_, out, n) == n;
   }
@@ -396,6 +449,16 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   if (plan->window.punned && plan->window.max_pad > 0 &&
       g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_padded)
     plan->window.min_pad = 1;
+  // Successor eviction (T2) only when asked for: its bytes then count as
+  // the jump's (a probe there blocks it, arch::jump_extent()).
+  if (!g_hot.optimize_evicted.load(std::memory_order_relaxed)) {
+    plan->window.evict = arch::Insn{};
+    plan->window.evict_max_pad = 0;
+    plan->why_no_evict = "successor eviction is switched off (Config::optimize_evicted)";
+  } else if (plan->window.evict.len &&
+             g_hot.site_tactics.load(std::memory_order_relaxed) == SiteTactics::instruction_evicted) {
+    plan->window.evict_first = true;  // SiteTactics::instruction_evicted: T2 before any free page of B2/T1
+  }
 }
 
 namespace {

@@ -28,15 +28,16 @@ struct Target {
   mutable std::size_t window_size = 0;
   mutable std::uint64_t window_offset = 0;
   /// With `batch`: per neighbour function (by its position in the funcs of
-  /// the ELF image `neighbours_of`), the targets its bytes could branch to
-  /// (arch::neighbour_branch_candidates()), found once for all the batch's
-  /// entries around it rather than scanned again for each
-  /// (check_neighbours() in validate.cpp).
-  struct NeighbourTargets {
-    bool indexed = false;
-    std::vector<std::int64_t> targets;
+  /// the ELF image `neighbours_of`), the targets of its direct branches and
+  /// rip-relative leas (arch::neighbour_branch_targets()), [begin, end) of
+  /// `neighbour_targets`: swept once for all the batch's windows around it
+  /// rather than for each (check_neighbours() in validate.cpp).
+  struct NeighbourIndex {
+    std::uint32_t begin = 0, end = 0;
+    enum : std::uint8_t { unswept, whole, undecodable } state = unswept;
   };
-  mutable std::vector<NeighbourTargets> neighbours;
+  mutable std::vector<NeighbourIndex> neighbours;
+  mutable std::vector<std::int32_t> neighbour_targets;
   mutable const void* neighbours_of = nullptr;
   Target() = default;
   Target(const Target&) = delete;

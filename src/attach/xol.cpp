@@ -29,15 +29,53 @@ std::atomic<std::uint64_t> g_fork_gen{0};
 
 std::uint64_t distance(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : b - a; }
 
+/// A memfd of `size` bytes, for the caller to map and close at once (no
+/// descriptor outlives the call that made it: the program sees none of ours
+/// in /proc/self/fd, in its fd numbers, in its close_range() or its
+/// children). -1 with errno set.
 int new_memfd(std::size_t size) {
   int fd = ::memfd_create("libuprobe-xol", MFD_CLOEXEC | kMfdExec);
   if (fd < 0 && errno == EINVAL) fd = ::memfd_create("libuprobe-xol", MFD_CLOEXEC);
   if (fd < 0) return -1;
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
     ::close(fd);
+    errno = err;
     return -1;
   }
   return fd;
+}
+
+/// Maps the memfd `fd` (`len` bytes) at `at` (MAP_FIXED_NOREPLACE), R-X.
+/// False when the range is taken (or the mapping fails otherwise).
+bool map_code_at(int fd, std::uint64_t at, std::size_t len) {
+  void* p = ::mmap(reinterpret_cast<void*>(at), len, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+  if (p == MAP_FAILED) return false;
+  if (reinterpret_cast<std::uint64_t>(p) != at) {  // old kernels ignore NOREPLACE
+    ::munmap(p, len);
+    return false;
+  }
+  return true;
+}
+
+/// An RW view of the `len` bytes of XOL memory at `addr` (page aligned, inside
+/// one region's R-X mapping), for the caller to write and unmap: mremap() with
+/// old_size 0 maps the same shared pages again elsewhere (the memfd is long
+/// closed), R-X as the original, then mprotect() makes the copy RW (the pages
+/// were mapped from an O_RDWR memfd, so the mapping may be made writable):
+/// never one view both writable and executable. MAP_FAILED with `why` set.
+void* rw_alias(std::uint64_t addr, std::size_t len, std::string& why) {
+  void* rw = ::mremap(reinterpret_cast<void*>(addr), 0, len, MREMAP_MAYMOVE);
+  if (rw == MAP_FAILED) {
+    why = std::string("mremap of XOL memory for its RW alias failed: ") + std::strerror(errno);
+    return MAP_FAILED;
+  }
+  if (::mprotect(rw, len, PROT_READ | PROT_WRITE) != 0) {
+    why = std::string("mprotect of the XOL alias failed: ") + std::strerror(errno);
+    ::munmap(rw, len);
+    return MAP_FAILED;
+  }
+  return rw;
 }
 
 }  // namespace
@@ -137,15 +175,9 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
     return nullptr;
   }
   for (std::uint64_t at : candidates) {
-    void* p = ::mmap(reinterpret_cast<void*>(at), kRegionSize, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE,
-                     fd, 0);
-    if (p == MAP_FAILED) continue;
-    if (reinterpret_cast<std::uint64_t>(p) != at) {  // old kernels ignore NOREPLACE
-      ::munmap(p, kRegionSize);
-      continue;
-    }
-    regions_.push_back(
-        Region{at, kRegionSize, 0, fd, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}});
+    if (!map_code_at(fd, at, kRegionSize)) continue;
+    ::close(fd);  // the mapping keeps the pages; an alias comes from it (rw_alias())
+    regions_.push_back(Region{at, kRegionSize, 0, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}});
     return &regions_.back();
   }
   ::close(fd);
@@ -174,13 +206,12 @@ bool XolArea::privatize(Region& r, std::string& why) {
   std::memcpy(rw, reinterpret_cast<const void*>(r.base), r.size);
   ::munmap(rw, r.size);
   void* p = ::mmap(reinterpret_cast<void*>(r.base), r.size, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, fd, 0);
+  const int err = errno;
+  ::close(fd);  // the mapping keeps the pages
   if (p == MAP_FAILED) {
-    why = std::string("remapping the XOL area failed: ") + std::strerror(errno);
-    ::close(fd);
+    why = std::string("remapping the XOL area failed: ") + std::strerror(err);
     return false;
   }
-  ::close(r.fd);
-  r.fd = fd;
   r.owner = ::getpid();
   r.fork_gen = g_fork_gen.load(std::memory_order_relaxed);
   return true;
@@ -190,29 +221,32 @@ bool XolArea::write(Region& r, std::uint64_t addr, const std::uint8_t* bytes, st
   const pid_t pid = batch_ ? batch_pid_ : ::getpid();  // a batch runs in one process: asked once
   if ((r.owner != pid || r.fork_gen != g_fork_gen.load(std::memory_order_relaxed)) && !privatize(r, why))
     return false;
-  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   if (batch_) {
+    // Through the region's alias, kept for the batch. Filling many sites
+    // (populate_), it is mapped with all its pages at once (one system call
+    // rather than a fault per page) and compared there too (a read through
+    // the R-X mapping would fault in pages no thread may ever run).
+    if (!populate_ && std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
     auto it = std::find_if(aliases_.begin(), aliases_.end(), [&](const Alias& a) { return a.base == r.base; });
     if (it == aliases_.end()) {
-      void* rw = ::mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
-      if (rw == MAP_FAILED) {
-        why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
-        return false;
-      }
+      void* rw = rw_alias(r.base, r.size, why);
+      if (rw == MAP_FAILED) return false;
+#ifdef MADV_POPULATE_WRITE
+      if (populate_) (void)::madvise(rw, r.size, MADV_POPULATE_WRITE);  // (a hint: faults do the same)
+#endif
       it = aliases_.insert(aliases_.end(), Alias{r.base, rw});
     }
-    std::memcpy(static_cast<std::uint8_t*>(it->rw) + (addr - r.base), bytes, len);
+    std::uint8_t* to = static_cast<std::uint8_t*>(it->rw) + (addr - r.base);
+    if (!populate_ || std::memcmp(to, bytes, len) != 0) std::memcpy(to, bytes, len);
     return true;
   }
+  if (std::memcmp(reinterpret_cast<const void*>(addr), bytes, len) == 0) return true;
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   std::uint64_t off = addr - r.base;
   std::uint64_t page_off = off & ~(page - 1);
   std::size_t map_len = static_cast<std::size_t>(((off + len + page - 1) & ~(page - 1)) - page_off);
-  void* rw = ::mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, static_cast<off_t>(page_off));
-  if (rw == MAP_FAILED) {
-    why = std::string("mmap of the XOL alias failed: ") + std::strerror(errno);
-    return false;
-  }
+  void* rw = rw_alias(r.base + page_off, map_len, why);
+  if (rw == MAP_FAILED) return false;
   std::memcpy(static_cast<std::uint8_t*>(rw) + (off - page_off), bytes, len);
   ::munmap(rw, map_len);
   return true;
@@ -254,7 +288,7 @@ void XolArea::end_batch() noexcept {
     ::munmap(a.rw, r ? r->size : kRegionSize);
   }
   aliases_.clear();
-  batch_ = false;
+  batch_ = populate_ = false;
 }
 
 std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWindow& window,
@@ -315,13 +349,10 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
       why = std::string("memfd_create for a hop page failed: ") + std::strerror(errno);
       return 0;
     }
-    void* m = ::mmap(reinterpret_cast<void*>(p), page, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
-    if (m == MAP_FAILED || reinterpret_cast<std::uint64_t>(m) != p) {
-      if (m != MAP_FAILED) ::munmap(m, page);
-      ::close(fd);
-      continue;
-    }
-    Region r{p, static_cast<std::size_t>(page), static_cast<std::size_t>(page), fd, ::getpid(),
+    const bool mapped = map_code_at(fd, p, page);
+    ::close(fd);  // the mapping keeps the page; an alias comes from it (rw_alias())
+    if (!mapped) continue;
+    Region r{p, static_cast<std::size_t>(page), static_cast<std::size_t>(page), ::getpid(),
              g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}};
     r.hop_used.assign(static_cast<std::size_t>(page), false);
     regions_.push_back(std::move(r));
@@ -332,6 +363,17 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
                 static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
   why = b;
   return 0;
+}
+
+int XolArea::hop_room(std::uint64_t a, std::size_t len) const noexcept {
+  for (const Region& r : regions_) {
+    if (r.hop_used.empty() || a < r.base || a >= r.base + r.size) continue;
+    if (a + len > r.base + r.size) return 0;
+    for (std::size_t i = 0; i < len; ++i)
+      if (r.hop_used[a - r.base + i]) return 0;
+    return 1;
+  }
+  return -1;
 }
 
 void XolArea::privatize_all() noexcept {
@@ -363,8 +405,10 @@ void XolArea::retire_site(std::uint64_t site) {
   for (const std::uint64_t key : keys) {
     auto it = code_by_site_.find(key);
     if (it == code_by_site_.end()) continue;
+    // (An evicted successor's memory is keyed by its address | kEvictKey:
+    // the thread check looks for a trap at the address itself.)
     retired_.push_back(Retired{it->second & kAddrMask, static_cast<std::uint32_t>(it->second >> 48),
-                               key == (site | (3ull << 62)), site, key, false});
+                               key == (site | (3ull << 62)), site & ~kEvictKey, key, false});
     code_by_site_.erase(it);
   }
 }
@@ -402,7 +446,6 @@ void XolArea::free_retired(std::size_t n) noexcept {
       aliases_.erase(a);
     }
     ::munmap(reinterpret_cast<void*>(r->base), r->size);
-    ::close(r->fd);
     regions_.erase(regions_.begin() + (r - regions_.data()));
   }
   retired_.erase(retired_.begin(), retired_.begin() + static_cast<std::ptrdiff_t>(n));

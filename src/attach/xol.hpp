@@ -8,6 +8,10 @@
 // the same time. Regions live within reach of the code they serve (rip-
 // relative operands keep a disp32) and are memfd pages mapped R-X; they are
 // written only through a short-lived RW alias of the same pages, never RWX.
+// No descriptor is kept (the kernel's uprobes add none to the process): the
+// memfd is closed once its R-X view is mapped, and an alias is mapped from
+// that view (mremap() of a shared mapping with old_size 0), so the program
+// never sees one of ours, nor closes one under us (close_range()).
 // A slot stays assigned to its site address until the site is retired
 // (retire_site(): its probe is gone and its text restored); retired memory is
 // reused only after free_retired(), which the registry calls once no thread
@@ -28,6 +32,11 @@
 #include "vma.hpp"
 
 namespace uprobe::detail {
+
+/// Added to an evicted successor's address (arch::EntryWindow::evict) to
+/// key its trampoline apart from the memory of a probe at that address
+/// (hop_in(), retire_site()): user addresses stay below bit 47.
+inline constexpr std::uint64_t kEvictKey = 1ull << 60;
 
 class XolArea {
  public:
@@ -62,6 +71,12 @@ class XolArea {
   /// every page that could hold it is taken by another mapping.
   /// Registry mutex held.
   std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
+
+  /// Whether hop_in() could give the `len` bytes at exactly `a`: 1 when a
+  /// page of hops holds them and they are free, 0 when one holds `a` but
+  /// not them all free, -1 when no page of hops holds `a`. Registry mutex
+  /// held.
+  int hop_room(std::uint64_t a, std::size_t len) const noexcept;
 
   /// Takes the memory of the probe site at `site` out of use: its XOL slot,
   /// window slot, stub and punned jump's hop (those it has) are no longer
@@ -98,8 +113,11 @@ class XolArea {
   /// From begin_batch() to end_batch() (registry mutex held throughout, as
   /// for a batch registration), writes keep one RW alias per region mapped
   /// instead of mapping and unmapping one per write; end_batch() unmaps them.
-  void begin_batch() noexcept {
+  /// `populate` (a batch of many sites, which fills regions): each alias is
+  /// mapped with its pages populated.
+  void begin_batch(bool populate = false) noexcept {
     batch_ = true;
+    populate_ = populate;
     batch_pid_ = ::getpid();
   }
   void end_batch() noexcept;
@@ -109,7 +127,6 @@ class XolArea {
     std::uint64_t base = 0;
     std::size_t size = 0;
     std::size_t used = 0;
-    int fd = -1;
     pid_t owner = 0;
     std::uint64_t fork_gen = 0;  ///< fork_generation() when this process got its own copy
     /// A page of hops (hop_in()): bytes taken one by one, never handed out
@@ -153,6 +170,7 @@ class XolArea {
   };
   std::vector<Alias> aliases_;
   bool batch_ = false;
+  bool populate_ = false;  ///< begin_batch(true): aliases mapped with their pages
   pid_t batch_pid_ = 0;
   std::vector<Region> regions_;
   /// The maps' nodes come from pooled chunks, not one malloc() each: a batch

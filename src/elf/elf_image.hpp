@@ -135,6 +135,12 @@ struct ElfImage {
   bool has_landing_pads(std::uint64_t off) const noexcept;
 };
 
+/// For each of `offsets` (sorted, unique), the code symbol of `img` that
+/// symbol_at() (symbols.hpp) reports there: the tightest sized one holding
+/// the offset (or an unsized one at it), the preferred alias among equals;
+/// nullptr where none. One pass over the symbols for all the offsets. Pure.
+std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<std::uint64_t>& offsets);
+
 /// Reads (or returns the cached) image of `path`.
 /// @throws uprobe::Error: file_not_found (cannot open/stat), not_executable
 /// (not a 64-bit x86-64 ET_EXEC/ET_DYN ELF file).

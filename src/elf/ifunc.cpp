@@ -9,8 +9,11 @@
 #include <link.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "elf_image.hpp"
@@ -34,26 +37,70 @@ DlcloseFn real_dlclose() {
   return fn;
 }
 
-/// The file and file offset of code address `addr` of a loaded object.
-bool file_offset_of_code(const void* addr, std::string& path, std::uint64_t& offset) {
-  Dl_info info;
-  struct link_map* lm = nullptr;
-  if (!dladdr1(addr, &info, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) || !lm) return false;
-  const bool main = !lm->l_name || !lm->l_name[0];
-  const std::string file = main ? std::string("/proc/self/exe") : std::string(lm->l_name);
-  char buf[PATH_MAX];
-  if (!::realpath(file.c_str(), buf)) return false;
-  try {
-    auto img = load_elf_image(buf);
-    const std::uint64_t vaddr = reinterpret_cast<std::uint64_t>(addr) - lm->l_addr;
-    const LoadSegment* seg = img->segment_of_vaddr(vaddr);
-    if (!seg || !seg->executable()) return false;
-    path = buf;
-    offset = vaddr - seg->vaddr + seg->offset;
-    return true;
-  } catch (const Error&) {
-    return false;
+/// The executable segments of the loaded objects (dl_iterate_phdr()), to
+/// find the object of a code address without dladdr() (a scan of the
+/// object's symbols for each address).
+struct LoadedCode {
+  std::uintptr_t lo, hi;  ///< [lo, hi): an executable PT_LOAD in memory
+  std::uintptr_t base;    ///< the object's load bias (dlpi_addr, the link map's l_addr)
+  std::string name;       ///< dlpi_name ("" for the main program)
+};
+
+std::vector<LoadedCode> loaded_code() {
+  std::vector<LoadedCode> out;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, std::size_t, void* p) {
+        auto& out = *static_cast<std::vector<LoadedCode>*>(p);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const std::uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          out.push_back(LoadedCode{lo, lo + ph.p_memsz, info->dlpi_addr, info->dlpi_name ? info->dlpi_name : ""});
+        }
+        return 0;
+      },
+      &out);
+  return out;
+}
+
+/// One file holding implementations: its canonical path, image and identity,
+/// found once per object name.
+struct ImplFile {
+  std::string path;
+  std::shared_ptr<const ElfImage> img;
+  struct stat st;
+};
+
+/// The file and file offset of code address `addr` of a loaded object (the
+/// object's file opened and read once for all its addresses: `files`, by the
+/// dynamic linker's name).
+bool file_offset_of_code(const void* addr, const std::vector<LoadedCode>& code,
+                         std::map<std::string, std::optional<ImplFile>>& files, const ImplFile*& file,
+                         std::uint64_t& offset) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const LoadedCode* obj = nullptr;
+  for (const LoadedCode& c : code)
+    if (a >= c.lo && a < c.hi) obj = &c;
+  if (!obj) return false;
+  auto [it, fresh] = files.try_emplace(obj->name);
+  if (fresh) {
+    const std::string name = obj->name.empty() ? std::string("/proc/self/exe") : obj->name;
+    char buf[PATH_MAX];
+    struct stat st;
+    if (::realpath(name.c_str(), buf) && ::stat(buf, &st) == 0) {
+      try {
+        it->second = ImplFile{buf, load_elf_image(buf), st};
+      } catch (const Error&) {
+      }
+    }
   }
+  if (!it->second) return false;
+  file = &*it->second;
+  const std::uint64_t vaddr = a - obj->base;
+  const LoadSegment* seg = file->img->segment_of_vaddr(vaddr);
+  if (!seg || !seg->executable()) return false;
+  offset = vaddr - seg->vaddr + seg->offset;
+  return true;
 }
 
 /// One loaded object's bindings, found again without a system call: the
@@ -124,6 +171,8 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
     // by path (RTLD_NOLOAD matches the file's identity too).
     void* h = real_dlopen()(obj->name.empty() ? nullptr : obj->name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
     if (h) {
+      const std::vector<LoadedCode> code = loaded_code();
+      std::map<std::string, std::optional<ImplFile>> files;
       for (const ElfSymbol& s : img->symbols) {
         if (!s.dynamic || s.type != STT_GNU_IFUNC) continue;
         // A hidden version (name@VER) only through dlvsym; the default one
@@ -133,15 +182,33 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
         // (The handle's lookup scope starts with the object itself, so the
         // definition found is this symbol; its resolver's answer is usually
         // code of the same file, but need not be.)
-        IfuncBinding b{s.to_symbol(), {}, 0, 0, 0};
-        struct stat ist;
-        if (!impl || !file_offset_of_code(impl, b.impl_path, b.impl_offset) || ::stat(b.impl_path.c_str(), &ist) != 0)
-          continue;
-        b.impl_dev = ist.st_dev;
-        b.impl_ino = ist.st_ino;
+        IfuncBinding b{s.to_symbol(), {}, 0, 0, 0, 0, {}};
+        const ImplFile* file = nullptr;
+        if (!impl || !file_offset_of_code(impl, code, files, file, b.impl_offset)) continue;
+        b.impl_path = file->path;
+        b.impl_dev = file->st.st_dev;
+        b.impl_ino = file->st.st_ino;
+        const LoadSegment* seg = file->img->segment_of_offset(b.impl_offset);
+        b.impl_address = seg ? b.impl_offset - seg->offset + seg->vaddr : 0;
         out.push_back(std::move(b));
       }
       real_dlclose()(h);
+      // The implementations' names, one pass over each file's symbols.
+      for (auto& [name, file] : files) {
+        if (!file) continue;
+        std::vector<std::uint64_t> offsets;
+        for (const IfuncBinding& b : out)
+          if (b.impl_path == file->path) offsets.push_back(b.impl_offset);
+        std::sort(offsets.begin(), offsets.end());
+        offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+        const std::vector<const ElfSymbol*> at = symbols_at(*file->img, offsets);
+        for (IfuncBinding& b : out) {
+          if (b.impl_path != file->path) continue;
+          const auto i = static_cast<std::size_t>(
+              std::lower_bound(offsets.begin(), offsets.end(), b.impl_offset) - offsets.begin());
+          if (at[i] && at[i]->offset == b.impl_offset) b.implementation = at[i]->full_name();
+        }
+      }
     }
   }
   // The name the dynamic linker reports for the object (dl_iterate_phdr's

@@ -25,6 +25,10 @@ struct IfuncBinding {
   std::uint64_t impl_offset;  ///< the implementation's file offset in impl_path
   dev_t impl_dev;             ///< st_dev of impl_path
   ino_t impl_ino;             ///< st_ino of impl_path
+  std::uint64_t impl_address = 0;  ///< its link-time address (offset_to_address(impl_path, impl_offset))
+  /// The code symbol starting there (symbol_at(impl_path, impl_offset),
+  /// full_name()), "" when the symbol holding it starts elsewhere or none does.
+  std::string implementation;
 };
 
 /// Every exported (.dynsym) STT_GNU_IFUNC symbol of `path` whose binding the

@@ -84,22 +84,33 @@ struct Match {
 std::vector<Match> match_in(const ElfImage& img, std::string_view glob) {
   const std::string pat(glob);
   const bool full = pat.find('@') != std::string::npos;
-  std::map<std::uint64_t, Match> by_offset;
+  const bool any = pat == "*";  // (fnmatch("*", name, 0) matches every name)
+  // The matching symbols in table order, then grouped by offset (a stable
+  // sort keeps that order within an offset).
+  std::vector<const ElfSymbol*> hits;
   std::string subject;
   for (const ElfSymbol& s : img.symbols) {
     if (!is_code(s)) continue;
-    subject = full ? s.full_name() : std::string(s.name);
-    if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
-    auto [it, inserted] = by_offset.emplace(s.offset, Match{&s, s.size});
-    if (!inserted) {
-      std::uint64_t size = std::max(it->second.size, s.size);
-      if (preferred(s, s.size, *it->second.sym, it->second.size)) it->second.sym = &s;
-      it->second.size = size;
+    if (!any) {
+      if (full) subject = s.full_name();
+      else subject.assign(s.name);
+      if (::fnmatch(pat.c_str(), subject.c_str(), 0) != 0) continue;
     }
+    hits.push_back(&s);
   }
+  std::stable_sort(hits.begin(), hits.end(), [](const ElfSymbol* a, const ElfSymbol* b) { return a->offset < b->offset; });
   std::vector<Match> out;
-  out.reserve(by_offset.size());
-  for (auto& [off, m] : by_offset) out.push_back(m);
+  for (std::size_t i = 0; i < hits.size(); ++i) {
+    const ElfSymbol& s = *hits[i];
+    if (out.empty() || i == 0 || hits[i - 1]->offset != s.offset) {
+      out.push_back(Match{&s, s.size});
+      continue;
+    }
+    Match& m = out.back();  // the preferred alias at the offset, with the largest size of them
+    const std::uint64_t size = std::max(m.size, s.size);
+    if (preferred(s, s.size, *m.sym, m.size)) m.sym = &s;
+    m.size = size;
+  }
   return out;
 }
 
@@ -189,9 +200,8 @@ void apply_ifunc(Location& l, const Sym& s, std::uint64_t off) {
       continue;
     l.path = b.impl_path;
     l.offset = b.impl_offset;
-    l.address = offset_to_address(b.impl_path, b.impl_offset);
-    if (auto at = symbol_at(b.impl_path, b.impl_offset); at && at->offset == b.impl_offset)
-      l.implementation = at->full_name();
+    l.address = b.impl_address;
+    l.implementation = b.implementation;
     l.ifunc_bound = true;
     return;
   }
@@ -277,19 +287,7 @@ std::vector<Symbol> match_symbols(const std::string& path, std::string_view glob
 
 std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
   auto img = load_elf_image(path);
-  const ElfSymbol* best = nullptr;
-  for (const ElfSymbol& s : img->symbols) {
-    if (!is_code(s)) continue;
-    bool holds = s.size ? (offset >= s.offset && offset - s.offset < s.size) : offset == s.offset;
-    if (!holds) continue;
-    if (!best) {
-      best = &s;
-      continue;
-    }
-    // Tightest sized symbol; among equals the preferred alias.
-    auto span = [](const ElfSymbol& x) { return x.size ? x.size : UINT64_MAX; };
-    if (span(s) < span(*best) || (span(s) == span(*best) && preferred(s, *best))) best = &s;
-  }
+  const ElfSymbol* best = detail::symbols_at(*img, {offset})[0];
   if (!best) return std::nullopt;
   return best->to_symbol();
 }
@@ -399,3 +397,24 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
 }
 
 }  // namespace uprobe
+
+namespace uprobe::detail {
+
+std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<std::uint64_t>& offsets) {
+  std::vector<const ElfSymbol*> best(offsets.size(), nullptr);
+  // Tightest sized symbol; among equals the preferred alias.
+  auto span = [](const ElfSymbol& x) { return x.size ? x.size : UINT64_MAX; };
+  for (const ElfSymbol& s : img.symbols) {
+    if (!is_code(s)) continue;
+    // The offsets it holds: [offset, offset + size), or offset alone when unsized.
+    auto it = std::lower_bound(offsets.begin(), offsets.end(), s.offset);
+    const std::uint64_t end = s.size ? s.offset + s.size : s.offset + 1;
+    for (; it != offsets.end() && *it < end; ++it) {
+      const ElfSymbol*& b = best[static_cast<std::size_t>(it - offsets.begin())];
+      if (!b || span(s) < span(*b) || (span(s) == span(*b) && preferred(s, *b))) b = &s;
+    }
+  }
+  return best;
+}
+
+}  // namespace uprobe::detail

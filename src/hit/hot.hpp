@@ -28,6 +28,11 @@ struct HotState {
   std::atomic<bool> optimize_entries{true};
   std::atomic<bool> optimize_windows{true};  ///< Config::optimize_windows
   std::atomic<bool> optimize_punned{true};   ///< Config::optimize_punned
+  std::atomic<bool> optimize_evicted{true};  ///< Config::optimize_evicted (read when a probe is analysed)
+  /// Set (for good) once a successor's jump to its trampoline was first
+  /// written: only then does a self-stepping program's foreign step look
+  /// for a trampoline's mark (stepped_into_evicted()).
+  std::atomic<bool> evicted_ever{false};
   std::atomic<SiteTactics> site_tactics{SiteTactics::windows};  ///< Config::site_tactics (read when a probe is analysed)
   /// Config::site_state == SiteState::full: every save the optimized paths
   /// make is SaveMode::full (effective_save()).

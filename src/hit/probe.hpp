@@ -100,10 +100,25 @@ struct Site {
   /// arch::EntryWindow::min_pad .. max_pad): the first pad for which a hop
   /// was found; 0 for B2 and the other tactics.
   std::uint8_t pad = 0;
+  /// Successor eviction (E9Patch's T2, arch::EntryWindow::evict): the
+  /// successor's address (addr + window.len), its trampoline (its relocated
+  /// copy, then a jump back; where its own jump lands) and the prefixes
+  /// before its jump; 0 for a site that evicts nothing. The site's hop and
+  /// pad are then the ones solve_evicted() chose with it.
+  std::uint64_t evict_addr = 0;
+  std::uint64_t evict_hop = 0;
+  std::uint8_t evict_pad = 0;
+  /// The trampoline's code length (before its mark, arch::kEvictMark): a
+  /// self-stepping program's steps in [evict_hop, evict_hop + evict_len)
+  /// are not its own.
+  std::uint8_t evict_len = 0;
   /// 1 from before the jump's tail is written until the original bytes are
   /// back and serialised (the int3 path then never resumes inside the
   /// window); read by the trap path with __atomic_load_n.
   mutable std::uint8_t jumped = 0;
+  /// 1 while a batch writes this site's successor (its int3 is in:
+  /// poke_successors()); registry side only.
+  mutable std::uint8_t evict_poke = 0;
 };
 
 /// Immutable set of sites.
@@ -112,6 +127,13 @@ struct SiteSet {
   const Site* find(std::uint64_t addr) const noexcept {
     for (const Site& s : sites)
       if (s.addr == addr) return &s;
+    return nullptr;
+  }
+  /// The site whose evicted successor is at `addr` (Site::evict_addr), or
+  /// nullptr. Async-signal-safe.
+  const Site* find_evictor(std::uint64_t addr) const noexcept {
+    for (const Site& s : sites)
+      if (s.evict_hop && s.evict_addr == addr) return &s;
     return nullptr;
   }
 };
@@ -175,6 +197,8 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   /// window_why). Immutable after registration.
   arch::EntryWindow window;
   std::string window_why;
+  /// Why no successor eviction was planned (arch::PatchPlan::why_no_evict).
+  std::string evict_why;
   /// Why the last attempt to optimize failed for a passing reason (a thread
   /// inside the window); registry side.
   std::string opt_failure;

@@ -5,6 +5,8 @@
 #define _LGPL_SOURCE
 #include <urcu/urcu-bp.h>
 
+#include <time.h>
+
 #include "sanitize.hpp"
 
 #if UPROBE_TSAN
@@ -32,14 +34,35 @@ static char tsan_grace_period;
  * skipped too (sections nest). The same for a hit while liburcu-bp
  * unregisters the thread at its exit (a key destructor, which clears the
  * reader before it takes the same mutex): a thread that was a reader and has
- * none is being unregistered. Such a hit reads the probe tables without a
- * reader: while this thread holds the registry mutex no grace period can end
- * (the writer's urcu_bp_synchronize_rcu() takes it too); only a hit in the
- * mutex's acquisition itself, or after the thread's unregistration, runs
- * unprotected. */
+ * none is being unregistered, or is past it (a return handler of glibc's
+ * __nptl_deallocate_tsd, which ran that destructor). Such a hit has no
+ * liburcu-bp reader, so a grace period would not wait for it: it counts
+ * itself in uprobe_rcu_readers_unregistered instead for the length of its
+ * section, and uprobe_rcu_synchronize() waits, after liburcu-bp's grace
+ * period, until that count is zero. The count is a shared cache line, but
+ * written only by these rare hits (a thread's registration and its exit),
+ * never by an ordinary one. Dekker's pattern makes it a grace period: the
+ * reader's increment is a full barrier before its loads of the tables, the
+ * writer's load of the count follows the publication and liburcu-bp's full
+ * barriers, so either the writer sees the reader or the reader sees the new
+ * tables. */
 static _Thread_local int uprobe_rcu_registering;
 static _Thread_local int uprobe_rcu_was_reader;
 static _Thread_local unsigned uprobe_rcu_skipped;
+static unsigned long uprobe_rcu_readers_unregistered;
+
+/* Not instrumented under TSan: on a thread's exit path these run after
+ * TSan's own thread-exit destructor (its per-thread state is gone, and an
+ * instrumented atomic that needs a new sync object faults). */
+UPROBE_NO_SANITIZE static void unregistered_reader_enter(void) {
+  __atomic_fetch_add(&uprobe_rcu_readers_unregistered, 1, __ATOMIC_SEQ_CST);
+}
+UPROBE_NO_SANITIZE static void unregistered_reader_leave(void) {
+  __atomic_fetch_sub(&uprobe_rcu_readers_unregistered, 1, __ATOMIC_SEQ_CST);
+}
+UPROBE_NO_SANITIZE static unsigned long unregistered_readers(void) {
+  return __atomic_load_n(&uprobe_rcu_readers_unregistered, __ATOMIC_SEQ_CST);
+}
 
 __attribute__((visibility("hidden"))) void uprobe_rcu_register_thread(void) {
   if (URCU_TLS(urcu_bp_reader)) return;
@@ -68,6 +91,7 @@ __attribute__((visibility("hidden"))) unsigned long uprobe_rcu_registrations(uns
 __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_lock(void) {
   if (caa_unlikely(!URCU_TLS(urcu_bp_reader))) {
     if (uprobe_rcu_registering || uprobe_rcu_was_reader) {
+      unregistered_reader_enter();
       ++uprobe_rcu_skipped;
       return;
     }
@@ -83,6 +107,7 @@ __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_
 __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_unlock(void) {
   if (caa_unlikely(uprobe_rcu_skipped != 0)) {
     --uprobe_rcu_skipped;
+    unregistered_reader_leave();
     return;
   }
 #if UPROBE_TSAN
@@ -92,6 +117,12 @@ __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_
 }
 __attribute__((visibility("hidden"))) void uprobe_rcu_synchronize(void) {
   urcu_bp_synchronize_rcu();
+  /* Readers liburcu-bp does not know (above): a hit lasts microseconds, a
+   * consumer that blocks holds the grace period as it would as a reader. */
+  while (unregistered_readers() != 0) {
+    const struct timespec pause = {0, 50 * 1000};
+    nanosleep(&pause, NULL);
+  }
 #if UPROBE_TSAN
   __tsan_acquire(&tsan_grace_period);
 #endif

@@ -175,6 +175,39 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   return taken;
 }
 
+/// A program single-stepping itself took an evicted successor's jump (T2):
+/// the trap arrives at the successor's trampoline, whose mark (after its
+/// code, arch::find_evict_mark()) names the successor; when that
+/// successor's jump aims here, the trampoline becomes the thread's silent
+/// region (as an entry window's slot): its steps are not the program's,
+/// whose next step is the one after the relocated successor (past it, or
+/// where it branched), as without the probe. Reads with a system call (the
+/// trapping address may be anything the program jumped to); only once some
+/// successor was evicted.
+bool stepped_into_evicted(ucontext_t* uc) noexcept {
+  if (!g_hot.evicted_ever.load(std::memory_order_relaxed)) return false;
+  const std::uint64_t ip = arch::ucontext_ip(uc);
+  std::uint8_t code[arch::kWindowSlotSize + arch::kEvictMarkLen];
+  const std::size_t room = g_page_size - (ip & (g_page_size - 1));  // a trampoline and its mark share a page
+  const std::size_t n = room < sizeof code ? room : sizeof code;
+  if (!peek_at_trap(ip, code, n, false)) return false;
+  std::uint64_t succ = 0;
+  std::size_t len = 0;
+  for (std::size_t from = 1; arch::find_evict_mark(code, n, ip, from, succ, len); from = len + 1) {
+    std::uint8_t jmp[arch::kMaxJumpLen];
+    if (!peek_at_trap(succ, jmp, arch::kJumpLen, false)) continue;
+    const std::size_t jl = arch::jump_len(jmp, arch::kJumpLen);
+    if (jl > arch::kJumpLen && !peek_at_trap(succ, jmp, jl, false)) continue;
+    if (jl == 0 || arch::decode_jump(succ, jmp, jl) != ip) continue;
+    ThreadState& ts = t_state;
+    ts.wstep_lo = ip;
+    ts.wstep_hi = ip + len;
+    ts.wstep_active = true;
+    return true;
+  }
+  return false;
+}
+
 /// A program single-stepping itself executed a `ret` into the return
 /// trampoline: runs the return here, in the signal handler, and continues at
 /// the real return address (the trampoline itself is never stepped through).
@@ -237,6 +270,8 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
       deliver_user_step(sig, info, uc);
     } else if (trace && program_handles_sigtrap() && (taken = stepped_into_stub(uc)) != StepTaken::no) {
       if (taken == StepTaken::deliver) deliver_user_step(sig, info, uc);
+    } else if (trace && program_handles_sigtrap() && stepped_into_evicted(uc)) {
+      // (silent: the jump to the trampoline is no instruction of the program's)
     } else {
       count(stat_block().foreign_traps);
       forward_foreign_trap(sig, info, ctx);
@@ -256,6 +291,26 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
   const Site* site = ss ? ss->find(ip) : nullptr;
+  if (!site && ss) {
+    // The int3 written at a successor while its eviction (T2) is written or
+    // undone (the probe table names the evicting site's probe there): its
+    // trampoline runs the successor, relocated, and jumps back past it.
+    if (const Site* ev = ss->find_evictor(ip)) {
+      const std::uint64_t to = ev->evict_hop;
+      if (arch::ucontext_single_stepping(uc) && program_handles_sigtrap()) {
+        // A self-stepping program: the trampoline's steps are not its own.
+        ts.wstep_lo = to;
+        ts.wstep_hi = to + ev->evict_len;
+        ts.wstep_active = true;
+      }
+      uprobe_rcu_read_unlock();
+      count(st.out_of_line);
+      arch::set_ucontext_ip(uc, to);
+      st.trap_ip.store(outer_trap_ip, std::memory_order_release);
+      errno = saved_errno;
+      return;
+    }
+  }
   if (!site) {
     uprobe_rcu_read_unlock();
     std::uint8_t byte;

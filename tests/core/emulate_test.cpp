@@ -175,7 +175,7 @@ TEST_P(Emulated, ThousandCallsExact) { run_class_case(std::get<0>(GetParam()), s
 INSTANTIATE_TEST_SUITE_P(Class, Emulated,
                          testing::Combine(testing::ValuesIn(cases()),
                                           testing::Values(Mode::def, Mode::no_emulate, Mode::entry_opt, Mode::punned,
-                                                          Mode::padded, Mode::single_step_no_emulate)),
+                                                          Mode::padded, Mode::evicted, Mode::single_step_no_emulate)),
                          case_name);
 
 // Both outcomes of every Jcc occur with the edge inputs (so "taken" and "not

@@ -47,8 +47,10 @@ inline void PrintTo(const ClassCase& c, std::ostream* os) { *os << c.name; }
 /// line (returns and indirect jumps too) is single-stepped from its slot.
 /// punned: E9Patch's B1/B2 past an entry (SiteTactics::instruction_only);
 /// padded: the same with every punned jump of a 2-4 byte instruction padded
-/// with redundant prefixes (T1, SiteTactics::instruction_padded).
-enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate, punned, padded };
+/// with redundant prefixes (T1, SiteTactics::instruction_padded); evicted:
+/// the same with every punned jump placed by evicting the instruction after
+/// it (T2, SiteTactics::instruction_evicted) where that one can be evicted.
+enum class Mode { def, no_emulate, single_step, locked, entry_opt, single_step_no_emulate, punned, padded, evicted };
 
 inline const char* mode_name(Mode m) {
   switch (m) {
@@ -59,6 +61,7 @@ inline const char* mode_name(Mode m) {
     case Mode::entry_opt: return "entry_opt";
     case Mode::punned: return "punned";
     case Mode::padded: return "padded";
+    case Mode::evicted: return "evicted";
     case Mode::single_step_no_emulate: return "single_step_no_emulate";
   }
   return "?";
@@ -88,13 +91,14 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
   if (mode == Mode::single_step || mode == Mode::single_step_no_emulate) cfg.xol = uprobe::XolMode::single_step;
   if (mode == Mode::locked) cfg.lookup = uprobe::LookupMode::locked;
   cfg.optimize_entries = mode == Mode::entry_opt;
-  const bool e9 = mode == Mode::punned || mode == Mode::padded;
+  const bool e9 = mode == Mode::punned || mode == Mode::padded || mode == Mode::evicted;
   cfg.optimize_windows = mode == Mode::entry_opt || e9;  // a site inside a function: a window too
   // Mode::punned: E9Patch's plan only past an entry (a jump over the
   // instruction alone: B1, or a punned jump B2); entries trap. Mode::padded:
   // the punned jumps padded (T1).
   if (mode == Mode::punned) cfg.site_tactics = uprobe::SiteTactics::instruction_only;
   if (mode == Mode::padded) cfg.site_tactics = uprobe::SiteTactics::instruction_padded;
+  if (mode == Mode::evicted) cfg.site_tactics = uprobe::SiteTactics::instruction_evicted;
   uprobe::configure(cfg);
 
   const std::string exe = self_exe();
@@ -161,10 +165,28 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
                            info.mode == uprobe::ProbeMode::optimized_entry ||
                            info.mode == uprobe::ProbeMode::optimized_window ||
                            info.mode == uprobe::ProbeMode::optimized_punned ||
-                           info.mode == uprobe::ProbeMode::optimized_padded;
-    // (A padded jump starts with its first prefix, ES.)
-    EXPECT_EQ(now[c.site], info.mode == uprobe::ProbeMode::optimized_padded ? 0x26 : optimized ? 0xE9 : 0xCC)
+                           info.mode == uprobe::ProbeMode::optimized_padded ||
+                           info.mode == uprobe::ProbeMode::optimized_evicted;
+    const bool evicted = info.mode == uprobe::ProbeMode::optimized_evicted;
+    // (A padded jump starts with its first prefix, ES; an evicting one is
+    // padded only where no unpadded pair of jumps found its places.)
+    EXPECT_EQ(now[c.site], info.mode == uprobe::ProbeMode::optimized_padded ? 0x26
+                           : evicted && now[c.site] == 0x26             ? 0x26
+                           : optimized                                   ? 0xE9
+                                                                         : 0xCC)
         << "no int3/jmp at the site while attached (mode " << info.mode << ")";
+    // An evicted successor (at site + displaced) holds its own jump (after
+    // 0..3 prefixes); the bytes past that jump are the file's.
+    std::size_t changed_to = c.site + (optimized ? 5 : 1);
+    if (evicted) {
+      const std::size_t succ = c.site + info.displaced;
+      static constexpr std::uint8_t kPrefix[] = {0x26, 0x36, 0x3e};  // ES, SS, DS
+      std::size_t epad = 0;
+      while (epad < 3 && succ + epad < now.size() && now[succ + epad] == kPrefix[epad]) ++epad;
+      ASSERT_LT(succ + epad, now.size());
+      EXPECT_EQ(now[succ + epad], 0xE9) << "the successor's jump, after " << epad << " prefixes";
+      changed_to = std::max(changed_to, succ + epad + 5);
+    }
     if (mode == Mode::entry_opt && c.site == 0 && !optimized) {
       // Only the documented reasons keep a function entry on int3.
       const std::string& w = info.why_not_optimized;
@@ -181,6 +203,11 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
       const std::size_t len = optimized ? info.displaced : 1;  // a jump over the instruction alone
       if (optimized) {
         const uprobe::ProbeMode want = len >= 5                            ? uprobe::ProbeMode::optimized_window
+                                       // (past the function's end, after its last jump or return, may
+                                       // be anything: never evicted)
+                                       : mode == Mode::evicted && c.site + len < sym->size
+                                           ? uprobe::ProbeMode::optimized_evicted
+                                       : mode == Mode::evicted            ? uprobe::ProbeMode::optimized_punned
                                        : mode == Mode::padded && len >= 2 ? uprobe::ProbeMode::optimized_padded
                                                                           : uprobe::ProbeMode::optimized_punned;
         EXPECT_EQ(info.mode, want) << info.instruction;
@@ -199,11 +226,11 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
         EXPECT_NE(info.why_not_optimized.find("no punned jump either: the instruction `"), std::string::npos)
             << info.instruction << ": " << info.why_not_optimized;
       }
-      for (std::size_t k = c.site + len; k < now.size(); ++k)
+      for (std::size_t k = evicted ? changed_to : c.site + len; k < now.size(); ++k)
         EXPECT_EQ(now[k], orig[k]) << "byte " << k << " past the instruction changed while attached";
     }
     for (std::size_t k = 0; k < now.size(); ++k)
-      if (k != c.site && !(optimized && k > c.site && k < c.site + 5)) {
+      if (k != c.site && !(optimized && k > c.site && k < changed_to)) {
         EXPECT_EQ(now[k], orig[k]) << "byte " << k << " changed while attached";
       }
 

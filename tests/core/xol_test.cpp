@@ -221,7 +221,7 @@ TEST_P(OutOfLine, ThousandCallsExact) { run_class_case(std::get<0>(GetParam()), 
 INSTANTIATE_TEST_SUITE_P(Class, OutOfLine,
                          testing::Combine(testing::ValuesIn(cases()),
                                           testing::Values(Mode::def, Mode::single_step, Mode::entry_opt, Mode::punned,
-                                                          Mode::padded, Mode::single_step_no_emulate)),
+                                                          Mode::padded, Mode::evicted, Mode::single_step_no_emulate)),
                          case_name);
 
 }  // namespace

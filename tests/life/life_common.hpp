@@ -35,6 +35,8 @@ extern const std::uint64_t lf_step_on_popf_site, lf_step_off_popf_site;
 std::uint64_t lf_step_ret(std::uint64_t, std::uint64_t);
 std::uint64_t lf_step_rep(std::uint64_t);
 extern const std::uint64_t lf_step_rep_site;
+std::uint64_t lf_step_ev(std::uint64_t, std::uint64_t);
+extern const std::uint64_t lf_step_ev_site;
 extern std::uint8_t lf_rep_buf[128];
 std::uint64_t lf_win(std::uint64_t, std::uint64_t);
 std::uint64_t lf_step_win(std::uint64_t, std::uint64_t);

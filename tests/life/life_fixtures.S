@@ -99,6 +99,29 @@ OFF lf_step_run, .Lstep_nop5, lf_step_nop5_site
 OFF lf_step_run, .Lstep_xol, lf_step_xol_site
 OFF lf_step_run, .Lstep_push, lf_step_push_site
 
+/* lf_step_ev(a, b) = a + b + 0x1234 (a, b below 2^31) with TF set: a
+ * 1-byte site (xchg %eax, %ecx, which zero-extends both) that a branch
+ * enters right after (b == 0: no window applies, a 1-byte instruction has
+ * no padded form), then its successor add $0x1234, %rax (48 05 34 12 00
+ * 00), which the branch lands on: with the page the site's punned jump
+ * [48 05 34 12] selects taken, a probe at the site evicts the successor
+ * (E9Patch's T2). Without a probe the program sees 8 steps (b != 0) or 7. */
+FUNC lf_step_ev
+        mov %rdi, %rax
+        mov %rsi, %rcx
+        TF_ON
+        test %rsi, %rsi
+        jz .Lstepev_succ
+.Lstepev_site:
+        .byte 0x91
+.Lstepev_succ:
+        .byte 0x48, 0x05, 0x34, 0x12, 0x00, 0x00
+        add %rcx, %rax
+        TF_OFF
+        ret
+ENDF lf_step_ev
+OFF lf_step_ev, .Lstepev_site, lf_step_ev_site
+
 /* rdx + 1 (called from lf_step_run with TF set; rax is live). */
 FUNC lf_step_callee
         NOP5

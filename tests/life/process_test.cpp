@@ -8,9 +8,12 @@
 // (below and above the parent's) while the parent waits with a return in
 // flight; a return probe on vfork itself refused (its child would take our
 // return instance), an entry probe there counting each call; a vfork child
-// resetting handlers leaves ours alone. Each for int3 and optimized (nop5)
-// probes.
+// resetting handlers leaves ours alone; a program that closes every
+// descriptor (close_range()) while probed, then has new probes attached that
+// need new XOL memory, and never sees a descriptor of ours. Each for int3 and
+// optimized (nop5) probes.
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,9 +22,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "life_common.hpp"
 #include "uprobe/symbols.hpp"
@@ -572,5 +580,143 @@ void check_clone(bool child_stack_above) {
 
 TEST_P(Process, CloneVmChildStackBelowParent) { check_clone(false); }
 TEST_P(Process, CloneVmChildStackAboveParent) { check_clone(true); }
+
+
+// ------------------------------------------------ file descriptors ----
+
+/// The numbers in /proc/self/fd, sorted (the directory's own excluded).
+std::vector<int> open_fds() {
+  std::vector<int> fds;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return {-1};
+  for (dirent* e; (e = ::readdir(d)) != nullptr;)
+    if (e->d_name[0] != '.' && std::atoi(e->d_name) != ::dirfd(d)) fds.push_back(std::atoi(e->d_name));
+  ::closedir(d);
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+/// The R-X mappings of libuprobe's XOL memory ([start, end) each), from
+/// /proc/self/maps.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> xol_mappings() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  std::FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return out;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::strstr(line, "libuprobe-xol") && std::sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) == 3 &&
+        std::strcmp(perms, "r-xs") == 0)
+      out.emplace_back(lo, hi);
+  }
+  std::fclose(f);
+  return out;
+}
+
+using StrverscmpFn = int (*)(const char*, const char*);
+
+/// A program that closes every descriptor but its own while probes are
+/// attached (as daemons do, and Python's subprocess in its children, with
+/// close_range()), opens files of its own that take the lowest free numbers,
+/// and then has new probes attached that need new XOL memory: a slot or stub
+/// next to its code (a region made before) and, for a libc function, a region
+/// of its own. libuprobe holds no descriptor across calls (the kernel's
+/// uprobes add none to the process), so nothing of its memory goes through a
+/// number the program reused: every hit is counted, every probed function
+/// returns what it computes, the program's files keep their bytes and it
+/// sees the descriptors it has, before and after each attach and detach.
+/// (libuprobe kept each region's memfd open and mapped a later RW alias from
+/// it: here that number named one of the program's files.)
+TEST_P(Process, ProgramClosingEveryDescriptorThenNewProbesNeedNewMemory) {
+  // Attaching and detaching leave the descriptors as they were.
+  const std::vector<int> fds0 = open_fds();
+  {
+    Counter c;
+    uprobe::Attachment a(vaddr(lf_add), c);
+    EXPECT_EQ(open_fds(), fds0) << "descriptors after an attach";
+    EXPECT_EQ(lf_add(2, 3), 5u);
+    EXPECT_EQ(c.hits.load(), 1u);
+  }
+  EXPECT_EQ(open_fds(), fds0) << "descriptors after a detach";
+
+  void* const libc = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(libc, nullptr);
+  auto* const verscmp = reinterpret_cast<StrverscmpFn>(::dlsym(libc, "strverscmp"));
+  ::dlclose(libc);
+  ASSERT_NE(verscmp, nullptr);
+  constexpr int kVictims = 16;
+  constexpr std::size_t kVictimSize = 64 * 1024;
+  int pfd[2];
+  ASSERT_EQ(::pipe(pfd), 0);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ChildReport r;
+    const int rep = pfd[1];
+    Counter add, mul, mov, vers;
+    uprobe::Attachment aa(vaddr(lf_add), add);  // XOL memory near the program's code
+    for (std::uint64_t i = 0; i < 3; ++i) r.v[0] += lf_add(i, 4) != i + 4;
+    // Every descriptor from 3 on but the report pipe.
+    r.v[1] = rep > 3 && ::close_range(3, static_cast<unsigned>(rep - 1), 0) != 0;
+    r.v[1] += ::close_range(static_cast<unsigned>(rep + 1), ~0u, 0) != 0;
+    // The program's files, in the lowest free numbers, each 64 KiB of 0xa5.
+    std::vector<std::uint8_t> pattern(kVictimSize, 0xa5);
+    int victims[kVictims];
+    for (int& v : victims) {
+      v = ::memfd_create("victim", 0);
+      r.v[2] += v < 0 || ::pwrite(v, pattern.data(), kVictimSize, 0) != static_cast<ssize_t>(kVictimSize);
+    }
+    const std::vector<int> fds1 = open_fds();
+    const auto xol0 = xol_mappings();
+    const auto site = reinterpret_cast<std::uint64_t>(verscmp);
+    bool in_reach = false;  // a region made by an earlier test of this process
+    for (const auto& [lo, hi] : xol0)
+      in_reach |= (lo > site ? lo - site : site - lo) < (1ull << 30) && (hi > site ? hi - site : site - hi) < (1ull << 30);
+    {
+      // A stub (optimized) near the program's code, an XOL slot for the mov
+      // at lf_mul + 5 (or a window), and libc's strverscmp: a new region.
+      uprobe::Attachment am(vaddr(lf_mul), mul), av(at(lf_mul, 5), mov), as(reinterpret_cast<void*>(verscmp), vers);
+      r.v[3] = open_fds() != fds1;
+      const auto xol1 = xol_mappings();
+      r.v[4] = in_reach ? 2 : xol1.size() > xol0.size();
+      for (std::uint64_t i = 0; i < 4; ++i) r.v[5] += lf_mul(i, 7) != i * 7;
+      for (std::uint64_t i = 0; i < 2; ++i) r.v[5] += lf_add(i, 9) != i + 9;
+      for (int i = 0; i < 5; ++i) r.v[5] += verscmp("libfoo-1.9", "libfoo-1.10") >= 0;
+      r.v[6] = add.hits.load();   // 5
+      r.v[7] = mul.hits.load();   // 4
+      r.v[8] = mov.hits.load();   // 4
+      r.v[9] = vers.hits.load();  // 5
+    }
+    r.v[10] = open_fds() != fds1;
+    std::vector<std::uint8_t> back(kVictimSize);
+    for (const int v : victims)
+      r.v[11] += v < 0 || ::pread(v, back.data(), kVictimSize, 0) != static_cast<ssize_t>(kVictimSize) ||
+                 back != pattern;
+    write_all(rep, &r, sizeof r);
+    ::_exit(0);
+  }
+  ::close(pfd[1]);
+  ChildReport rep;
+  const bool got = read_all(pfd[0], &rep, sizeof rep) == sizeof rep;
+  ::close(pfd[0]);
+  const int st = wait_child(pid, 60);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(rep.v[0], 0u) << "wrong lf_add results before the close";
+  EXPECT_EQ(rep.v[1], 0u) << "close_range failed";
+  EXPECT_EQ(rep.v[2], 0u) << "the program's files could not be made";
+  EXPECT_EQ(rep.v[3], 0u) << "the new probes changed the descriptors the program sees";
+  EXPECT_NE(rep.v[4], 0u) << "no new XOL region for strverscmp (none was in reach)";
+  EXPECT_EQ(rep.v[5], 0u) << "wrong results from probed functions";
+  EXPECT_EQ(rep.v[6], 5u);
+  EXPECT_EQ(rep.v[7], 4u);
+  EXPECT_EQ(rep.v[8], 4u);
+  EXPECT_EQ(rep.v[9], 5u);
+  EXPECT_EQ(rep.v[10], 0u) << "the detaches changed the descriptors the program sees";
+  EXPECT_EQ(rep.v[11], 0u) << "a file of the program changed (XOL code written into it)";
+  EXPECT_EQ(open_fds(), fds0);
+}
 
 }  // namespace

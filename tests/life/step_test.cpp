@@ -11,6 +11,7 @@
 // the probe when stepping.
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cstring>
@@ -85,6 +86,8 @@ std::string render(const std::vector<std::uint64_t>& v) {
       std::snprintf(b, sizeof b, " stepwin+%llu", static_cast<unsigned long long>(ip - addr(lf_step_win)));
     else if (ip >= addr(lf_add) && ip < addr(lf_add) + 0x10)
       std::snprintf(b, sizeof b, " add+%llu", static_cast<unsigned long long>(ip - addr(lf_add)));
+    else if (ip >= addr(lf_step_ev) && ip < addr(lf_step_ev) + 0x30)
+      std::snprintf(b, sizeof b, " ev+%llu", static_cast<unsigned long long>(ip - addr(lf_step_ev)));
     else if (ip >= addr(lf_step_callee) && ip < addr(lf_step_callee) + 0x20)
       std::snprintf(b, sizeof b, " callee+%llu", static_cast<unsigned long long>(ip - addr(lf_step_callee)));
     else
@@ -266,6 +269,76 @@ TEST(Step, RegionWithPaddedProbe) {
     for (std::size_t i = 4; i < 16; ++i) EXPECT_EQ(b[i], orig[i]) << "byte " << i << " changed";
     runs_as_baseline(base, 3);
     EXPECT_EQ(hits.hits.load(), 3u);
+  }
+  for (std::size_t i = 0; i < 16; ++i)
+    EXPECT_EQ(static_cast<const std::uint8_t*>(site)[i], orig[i]) << "byte " << i << " not restored";
+  EXPECT_EQ(g_log.bad_code.load(), 0) << "every trap the program saw was a TRAP_TRACE";
+}
+
+/// Successor eviction (E9Patch's T2) under the program's TF: lf_step_ev's
+/// 1-byte xchg site, whose punned jump's one page is taken here (mapped
+/// PROT_NONE with MAP_FIXED_NOREPLACE), evicts its successor (an add a
+/// branch lands on) to a trampoline. The program steps through the site
+/// (its hop, then its slot, silent), onto the successor's jump, into the
+/// trampoline (silent: the jump and the relocated add step as the add) and
+/// back; with b == 0 the branch lands on the successor directly. Each run
+/// sees exactly the unprobed run's traps (8 and 7, at the same addresses),
+/// the probe hits once per pass through the site, and the bytes are the
+/// file's after detach.
+TEST(Step, RegionWithEvictedSuccessor) {
+  ConfigGuard guard;
+  ProgramHandler ph;
+  const void* site = at(lf_step_ev, lf_step_ev_site);
+  const auto s = reinterpret_cast<std::uint64_t>(site);
+  const std::vector<std::uint8_t> orig(static_cast<const std::uint8_t*>(site),
+                                       static_cast<const std::uint8_t*>(site) + 16);
+  ASSERT_EQ(orig[0], 0x91);
+  ASSERT_EQ(orig[1], 0x48);
+  std::vector<std::uint64_t> base[2];
+  for (int nz = 0; nz < 2; ++nz) {
+    g_log.n = 0;
+    ASSERT_EQ(lf_step_ev(1000, nz * 7), 1000u + nz * 7 + 0x1234);
+    base[nz] = take_log();
+  }
+  // Traps after: test, jz, xchg, add, add, pushfq, andq, popfq (TF takes
+  // effect after the instruction after the popfq that sets it).
+  ASSERT_EQ(render(base[1]), " ev+19 ev+21 ev+22 ev+28 ev+31 ev+32 ev+40 ev+41");
+  ASSERT_EQ(render(base[0]), " ev+19 ev+22 ev+28 ev+31 ev+32 ev+40 ev+41");  // (jz to the add)
+  ASSERT_EQ(g_log.bad_code.load(), 0);
+  // The page the site's punned jump (e9 48 05 34 12) selects: taken.
+  std::int32_t rel;
+  std::memcpy(&rel, orig.data() + 1, 4);
+  const std::uint64_t page = (s + 5 + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel))) & ~0xfffull;
+  void* taken = ::mmap(reinterpret_cast<void*>(page), 4096, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_EQ(taken, reinterpret_cast<void*>(page)) << "the punned jump's page was not free";
+  struct Unmap {
+    void* p;
+    ~Unmap() { ::munmap(p, 4096); }
+  } unmap{taken};
+  use_site_tactics(uprobe::SiteTactics::windows);
+  ASSERT_TRUE(uprobe::configuration().optimize_evicted) << "successor eviction is on by default";
+  Counter hits;
+  {
+    uprobe::Attachment a(site, hits);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_evicted) << info.why_not_optimized;
+    const auto* b = static_cast<const std::uint8_t*>(site);
+    EXPECT_EQ(b[0], 0xe9);  // the site's jump
+    EXPECT_EQ(b[1], 0xe9);  // the successor's, whose bytes its rel32 keeps
+    EXPECT_EQ(b[6], orig[6]) << "the successor's last byte changed";
+    for (int round = 0; round < 3; ++round) {
+      for (int nz = 1; nz >= 0; --nz) {
+        SCOPED_TRACE("round " + std::to_string(round) + ", b " + (nz ? "!= 0" : "== 0"));
+        g_log.n = 0;
+        EXPECT_EQ(lf_step_ev(1000 + round, nz * 7), 1000u + round + nz * 7 + 0x1234);
+        const std::vector<std::uint64_t> steps = take_log();
+        EXPECT_EQ(render(steps), render(base[nz])) << "single-step traps seen by the program";
+        EXPECT_EQ(steps.size(), base[nz].size());
+      }
+    }
+    EXPECT_EQ(hits.hits.load(), 3u);
+    EXPECT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_evicted);
   }
   for (std::size_t i = 0; i < 16; ++i)
     EXPECT_EQ(static_cast<const std::uint8_t*>(site)[i], orig[i]) << "byte " << i << " not restored";

@@ -208,6 +208,16 @@ TEST_P(Threads, CancelDeferredInsideReturnProbedFunction) { check_cancel(GetPara
 TEST_P(Threads, CancelAsynchronousInsideReturnProbedFunction) { check_cancel(GetParam(), 1); }
 TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam(), 2); }
 
+/// glibc's __nptl_deallocate_tsd in `libc` (named with libc6-dbg), or a
+/// Symbol with an empty name when the debug file is not there.
+uprobe::Symbol deallocate_tsd(const std::string& libc) {
+  try {
+    return uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
+  } catch (const uprobe::Error&) {
+    return {};
+  }
+}
+
 /// A return probe on what runs a thread's exit: glibc's start_thread calls
 /// __nptl_deallocate_tsd (named with libc6-dbg), which runs the pthread key
 /// destructors, libuprobe's thread-exit hook among them. The hook dropped
@@ -218,12 +228,8 @@ TEST_P(Threads, PthreadExitInsideReturnProbedFunction) { check_cancel(GetParam()
 /// child process (a regression aborts it).
 TEST_P(Threads, ReturnProbeOnThreadExitPathReturns) {
   const std::string libc = uprobe::resolve_library("libc.so.6");
-  uprobe::Symbol sym;
-  try {
-    sym = uprobe::find_symbol(libc, "__nptl_deallocate_tsd");
-  } catch (const uprobe::Error& e) {
-    GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?): " << e.what();
-  }
+  const uprobe::Symbol sym = deallocate_tsd(libc);
+  if (sym.name.empty()) GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?)";
   constexpr int kThreads = 4;
   ChildReport rep;
   bool got = false;
@@ -252,6 +258,54 @@ TEST_P(Threads, ReturnProbeOnThreadExitPathReturns) {
   EXPECT_EQ(rep.v[2], 0u);
   EXPECT_EQ(rep.v[3], 0u);
   EXPECT_EQ(rep.v[4], 0u);
+}
+
+/// The return handler of __nptl_deallocate_tsd runs after liburcu-bp's own
+/// thread-exit destructor has unregistered the thread as a reader (it ran
+/// inside that function). Unregistering the probe while such a handler runs
+/// must wait for it, as for any hit: the consumer set it reads is freed after
+/// the unregister's grace period. The grace period did not wait for the
+/// unregistered thread (a use-after-free TSan reported). The exiting thread's
+/// handler holds on for 200 ms after the main thread began the unregister;
+/// the unregister returns only after the handler finished.
+struct ExitPathHolder : uprobe::Consumer {
+  ExitPathHolder() : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  pid_t main_tid = ::gettid();
+  std::atomic<int> taken{0}, in_handler{0}, unregistering{0}, done{0};
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    if (::gettid() == main_tid || taken.exchange(1) != 0) return;
+    in_handler.store(1);
+    for (int i = 0; i < 5000 && unregistering.load() == 0; ++i) ::usleep(1000);
+    ::usleep(200 * 1000);
+    done.store(1);
+  }
+};
+
+TEST_P(Threads, UnregisterWaitsForAReturnHandlerOnTheThreadExitPath) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  const uprobe::Symbol sym = deallocate_tsd(libc);
+  if (sym.name.empty()) GTEST_SKIP() << "no __nptl_deallocate_tsd symbol (libc6-dbg not installed?)";
+  ChildReport rep;
+  bool got = false;
+  const int st = in_child(
+      [&](ChildReport& r) {
+        ExitPathHolder h;
+        uprobe::Attachment a(libc, sym.offset, h);
+        std::thread t([] { (void)lf_add(1, 2); });
+        for (int i = 0; i < 5000 && h.in_handler.load() == 0; ++i) ::usleep(1000);
+        r.v[0] = static_cast<std::uint64_t>(h.in_handler.load());
+        h.unregistering.store(1);
+        a.detach();
+        r.v[1] = static_cast<std::uint64_t>(h.done.load());
+        t.join();
+        r.v[2] = static_cast<std::uint64_t>(h.done.load());
+      },
+      rep, got);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << rep.msg;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(rep.v[0], 1u) << "the exiting thread's return handler ran";
+  EXPECT_EQ(rep.v[1], 1u) << "unregister returned while a return handler on the thread-exit path still ran";
+  EXPECT_EQ(rep.v[2], 1u);
 }
 
 /// Counts the hits whose first argument is one mutex.

@@ -175,6 +175,12 @@ TEST(Padded, TwoPrefixesWhereTheOnePrefixPagesAreTakenToo) {
 }
 
 TEST(Padded, EveryFormsPagesTakenStaysInt3AndSaysWhy) {
+  // Successor eviction (T2, on by default) switched off: int3 is what is
+  // left (opt.Evict.* covers the default).
+  ConfigGuard g;
+  uprobe::Config cfg = uprobe::configuration();
+  cfg.optimize_evicted = false;
+  uprobe::configure(cfg);
   const void* site = at(pad_none, pad_none_site);
   const auto s = reinterpret_cast<std::uint64_t>(site);
   const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
@@ -188,7 +194,8 @@ TEST(Padded, EveryFormsPagesTakenStaysInt3AndSaysWhy) {
     EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
     EXPECT_EQ(info.why_not_optimized,
               "no free page at the addresses the punned jump's bytes after the instruction select, nor at those "
-              "its 2 padded forms (1 to 2 redundant prefixes before the opcode) select");
+              "its 2 padded forms (1 to 2 redundant prefixes before the opcode) select; no successor eviction: "
+              "successor eviction is switched off (Config::optimize_evicted)");
     EXPECT_EQ(hex(mem(site, 1)[0]), "0xcc");
     for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_none(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
   }

@@ -26,8 +26,9 @@ std::uint64_t storm_usdt_plain(std::uint64_t);  // x ^ 0x5a
 std::uint64_t storm_pun(std::uint64_t);         // x < 2^63: 2x + 1, else x + 1
 std::uint64_t storm_win(std::uint64_t);         // 4x
 std::uint64_t storm_pad(std::uint64_t);         // x < 2^63: 2x - 0xe2f6, else x - 0xe2f6
+std::uint64_t storm_ev(std::uint64_t);          // x < 2^63: x + 0x5679, else x + 0x5678
 extern const std::uint64_t storm_mid_lea_site, storm_mid_rip_site, storm_nop5_site, storm_pun_site, storm_win_site,
-    storm_pad_site;
+    storm_pad_site, storm_ev_site;
 }
 
 namespace storm {
@@ -36,8 +37,8 @@ namespace storm {
 constexpr int kMaxProducers = 16;
 
 /// The probed functions.
-enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain, dl, pun, win, pad };
-constexpr int kFns = 10;
+enum class Fn : int { mid, nop5, entry, ret, usdt_sema, usdt_plain, dl, pun, win, pad, ev };
+constexpr int kFns = 11;
 const char* fn_name(Fn f);
 /// Calls `f(x)`. Fn::dl calls storm_dl_fn of libuprobe_storm_dl.so through
 /// the calling thread's own dlopen() handle (see DlHandle).

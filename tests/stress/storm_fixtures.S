@@ -79,6 +79,23 @@ FUNC storm_pad
 ENDF storm_pad
 OFF storm_pad, .Lpad, storm_pad_site
 
+/* x < 2^63: x + 0x5679; else x + 0x5678. A 1-byte site (stc: no padded
+ * form) that a branch enters right after (no window), then its successor
+ * `adc $0x5678, %rax` (48 15 78 56 00 00, spelled in bytes): the storm
+ * takes the page its punned jump [48 15 78 56] aims at (make_kinds()), so
+ * the site evicts the successor (E9Patch's T2): the adc gets a jump of its
+ * own to a trampoline, and the site's jump keeps that jump's bytes. */
+FUNC storm_ev
+        mov %rdi, %rax
+        test %rdi, %rdi
+        js 1f
+.Lev:
+        stc
+1:      .byte 0x48, 0x15, 0x78, 0x56, 0x00, 0x00
+        ret
+ENDF storm_ev
+OFF storm_ev, .Lev, storm_ev_site
+
 /* x + 3x (4x) with the site at `lea` inside the function: a window of the
  * lea and the add after it (4 + 3 bytes), relocated together. */
 FUNC storm_win

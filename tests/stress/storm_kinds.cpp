@@ -58,7 +58,7 @@ void DlHandle::reopen() {
 const char* fn_name(Fn f) {
   static const char* const names[kFns] = {"storm_mid",       "storm_nop5",       "storm_entry", "storm_ret",
                                           "storm_usdt_sema", "storm_usdt_plain", "storm_dl_fn",
-                                          "storm_pun",       "storm_win",        "storm_pad"};
+                                          "storm_pun",       "storm_win",        "storm_pad",   "storm_ev"};
   return names[static_cast<int>(f)];
 }
 
@@ -76,6 +76,7 @@ std::uint64_t call(Fn f, std::uint64_t x) {
     case Fn::pun: return storm_pun(x);
     case Fn::win: return storm_win(x);
     case Fn::pad: return storm_pad(x);
+    case Fn::ev: return storm_ev(x);
   }
   std::abort();
 }
@@ -94,6 +95,7 @@ bool result_ok(Fn f, std::uint64_t x, std::uint64_t r, bool& sema_on) {
     case Fn::pun: return r == (static_cast<std::int64_t>(x) < 0 ? x + 1 : 2 * x + 1);
     case Fn::win: return r == 4 * x;
     case Fn::pad: return r == (static_cast<std::int64_t>(x) < 0 ? x : 2 * x) - 0xe2f6;
+    case Fn::ev: return r == x + (static_cast<std::int64_t>(x) < 0 ? 0x5678 : 0x5679);
   }
   return false;
 }
@@ -137,6 +139,20 @@ std::vector<Kind> make_kinds() {
   }
   add("padded", Fn::pad, Style::entry, reinterpret_cast<const void*>(&storm_pad), storm_pad_site);
   k.back().optimized_as = uprobe::ProbeMode::optimized_padded;
+  {
+    // The page the punned jump at storm_ev's 1-byte site aims at (rel32 =
+    // [48 15 78 56], one address), taken for good: the site evicts its
+    // successor (Config::optimize_evicted, on by default).
+    const std::uint64_t site = reinterpret_cast<std::uint64_t>(&storm_ev) + storm_ev_site;
+    const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t lo = (site + 5 + 0x56781548) & ~(page - 1);
+    void* m = ::mmap(reinterpret_cast<void*>(lo), page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                     -1, 0);
+    if (m == MAP_FAILED || reinterpret_cast<std::uint64_t>(m) != lo)
+      throw uprobe::Error(uprobe::Errc::system, "", lo, "cannot take the page storm_ev's punned jump aims at");
+  }
+  add("evicted", Fn::ev, Style::entry, reinterpret_cast<const void*>(&storm_ev), storm_ev_site);
+  k.back().optimized_as = uprobe::ProbeMode::optimized_evicted;
   // USDT sites, from this executable's .note.stapsdt.
   const std::string exe = k[0].path;
   for (auto [name, probe, fn] : {std::tuple{"usdt-semaphore", "tick", Fn::usdt_sema},

@@ -31,11 +31,14 @@
  *   vforksig N      a SIGUSR1 handler; a vfork() child resets it to SIG_DFL (as Python's
  *                   subprocess does) and _exit()s; then N raise(SIGUSR1): prints how many
  *                   times the handler ran
- *   fds             prints its open file descriptors (fds=0,1,2,...), from /proc/self/fd
+ *   fds             prints its open file descriptors (fds=0,1,2,...), from /proc/self/fd, the
+ *                   number open() gives /dev/null (open=3), then a fork()ed child calls
+ *                   trace_fn() once and prints its own (child fds=...); child_status=0
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -101,6 +104,37 @@ static long calls(long n) {
   long s = 0;
   for (long i = 0; i < n; i++) s += trace_fn(i);
   return s;
+}
+
+/* Writes `prefix` and the sorted numbers of /proc/self/fd (all but the
+ * directory's own): "fds=0,1,2\n". 0, or -1 if the directory cannot be read. */
+static int print_fds(const char* prefix) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  char line[512];
+  size_t len = strlen(prefix);
+  memcpy(line, prefix, len);
+  int seen[256], n = 0;
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d) || n == 256) continue;
+    seen[n++] = atoi(e->d_name);
+  }
+  closedir(d);
+  for (int i = 1; i < n; i++)  /* insertion sort: no qsort (no libc callbacks) */
+    for (int j = i; j > 0 && seen[j - 1] > seen[j]; j--) {
+      int t = seen[j];
+      seen[j] = seen[j - 1];
+      seen[j - 1] = t;
+    }
+  for (int i = 0; i < n && len < sizeof line - 16; i++) {
+    char digits[16];
+    int k = 0, v = seen[i];
+    do digits[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    if (i) line[len++] = ',';
+    while (k) line[len++] = digits[--k];
+  }
+  line[len++] = '\n';
+  return write(1, line, len) == (ssize_t)len ? 0 : -1;
 }
 
 static long per_thread;
@@ -290,31 +324,18 @@ int main(int argc, char** argv) {
     for (long i = 0; i < a; i++) raise(SIGUSR1);
     say("usr1", usr1_runs);
   } else if (!strcmp(mode, "fds")) {
-    DIR* d = opendir("/proc/self/fd");
-    if (!d) return 5;
-    char line[512] = "fds=";
-    size_t len = 4;
-    int seen[256], n = 0;
-    for (struct dirent* e; (e = readdir(d)) != NULL;) {
-      if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d) || n == 256) continue;
-      seen[n++] = atoi(e->d_name);
+    if (print_fds("fds=") != 0) return 5;
+    int fd = open("/dev/null", O_RDONLY);
+    say("open", fd);
+    if (fd >= 0) close(fd);
+    pid_t p = fork();
+    if (p == 0) {
+      sink += calls(1);
+      _exit(print_fds("child fds=") != 0 ? 5 : 0);
     }
-    closedir(d);
-    for (int i = 1; i < n; i++)  /* insertion sort: no qsort (no libc callbacks) */
-      for (int j = i; j > 0 && seen[j - 1] > seen[j]; j--) {
-        int t = seen[j];
-        seen[j] = seen[j - 1];
-        seen[j - 1] = t;
-      }
-    for (int i = 0; i < n && len < sizeof line - 16; i++) {
-      char digits[16];
-      int k = 0, v = seen[i];
-      do digits[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
-      if (i) line[len++] = ',';
-      while (k) line[len++] = digits[--k];
-    }
-    line[len++] = '\n';
-    if (write(1, line, len) < 0) return 3;
+    int st = 0;
+    waitpid(p, &st, 0);
+    say("child_status", st);
   } else if (!strcmp(mode, "sleepy")) {
     for (long i = 0; i < a; i++) trace_sleep();
   } else {

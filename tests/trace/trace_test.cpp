@@ -320,6 +320,19 @@ TEST(Trace, ReturnProbeOnVforkIsRefusedEntryProbeCounts) {
   const std::string k = libc_key(h, "uprobe", "vfork");
   ASSERT_FALSE(k.empty()) << dump(e);
   EXPECT_EQ(h[k], 3) << dump(e);
+  // Both in one run (one consumer per site in the agent): the return side is
+  // refused, the entry side still counts every call. The entry was refused
+  // with it.
+  Result b = trace({"uprobe:libc:vfork", "uretprobe:libc:vfork"}, {kFixture, "vfork", "3"});
+  ASSERT_EQ(b.status, 0) << dump(b);
+  EXPECT_EQ(b.out, "vforked=3\n");
+  auto hb = hits(b.report);
+  const std::string kb = libc_key(hb, "uprobe", "vfork");
+  ASSERT_FALSE(kb.empty()) << dump(b);
+  EXPECT_EQ(hb[kb], 3) << dump(b);
+  EXPECT_EQ(libc_key(hb, "uretprobe", "vfork"), "") << dump(b);
+  EXPECT_NE(b.err.find("uretprobe:libc:vfork attached in no process"), std::string::npos) << b.err;
+  EXPECT_EQ(b.err.find("WARNING: uprobe:libc:vfork"), std::string::npos) << b.err;
 }
 
 /// A return probe on glibc's thread-exit path (__nptl_deallocate_tsd, named
@@ -350,25 +363,26 @@ TEST(Trace, VforkChildResettingAHandlerLeavesTheParentsHandler) {
   EXPECT_EQ(r.out, plain.out) << dump(r);
 }
 
-/// The traced program has the file descriptors it has without the tracer.
-/// DISABLED: libuprobe keeps each XOL region's memfd open for as long as the
-/// region lives (src/attach/xol.cpp: Region::fd, for the RW alias a later
-/// stub write maps, and for privatize() after fork), one per region: one fd
-/// with a single probe, 28 more with uprobe:libc:* (here and in python3.11).
-/// The program sees them in /proc/self/fd, and descriptors it opens get
-/// other numbers; after exec the new image's regions take the
-/// lowest free numbers, so Python's test_subprocess (test_close_fds,
-/// test_pass_fds, test_pass_fds_redirected) finds "fds not in pass_fds left
-/// open" in its children. The fix is in xol.cpp (no fd kept: e.g. a
-/// region's RW alias made at creation, or the memfd moved out of the
-/// program's way), which other work is changing now.
-TEST(Trace, DISABLED_ProgramSeesOnlyItsOwnFileDescriptors) {
+/// The traced program has the file descriptors it has without the tracer:
+/// libuprobe keeps no descriptor (each XOL region's memfd is closed once its
+/// R-X view is mapped; src/attach/xol.cpp), nor does the agent (its counts
+/// file is mapped and closed), so /proc/self/fd lists the same numbers, with
+/// one probe and with every libc function probed (28 regions, once one fd
+/// each, which took the lowest free numbers after an exec: Python's
+/// test_subprocess found "fds not in pass_fds left open" in its children).
+TEST(Trace, ProgramSeesOnlyItsOwnFileDescriptors) {
   Result plain = run({kFixture, "fds"});
   ASSERT_EQ(plain.status, 0);
   ASSERT_EQ(plain.out.rfind("fds=0,1,2", 0), 0u) << plain.out;
+  // The same descriptors in the fork()ed child, and no memfd there: "fds=0,1,2,...\nopen=N\nchild
+  // fds=0,1,2,...\nchild_status=0\n" with the child's list the parent's.
+  const std::size_t nl = plain.out.find('\n');
+  const std::string list = plain.out.substr(4, nl - 4);
+  ASSERT_NE(plain.out.find("\nchild fds=" + list + "\nchild_status=0\n"), std::string::npos) << plain.out;
   Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "fds"});
   ASSERT_EQ(r.status, 0) << dump(r);
   EXPECT_EQ(r.out, plain.out) << dump(r);
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 1) << dump(r);  // the child's call
   Result all = trace({"uprobe:libc:*"}, {kFixture, "fds"});
   ASSERT_EQ(all.status, 0) << dump(all);
   EXPECT_EQ(all.out, plain.out) << dump(all);

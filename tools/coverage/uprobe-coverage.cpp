@@ -15,7 +15,7 @@
 //                                    (uprobe::function_sites()), reports how many would take a
 //                                    jump (trap-free) by tactic and why the others would not, and
 //                                    ends with `trap-free: N of M instruction sites (P%)`
-//   uprobe-coverage --every-instruction --attach [-v] [FILE]
+//   uprobe-coverage --every-instruction --attach [--no-evict] [-v] [FILE]   (--no-evict: Config::optimize_evicted off)
 //                                    attaches them instead, in 32 rounds (round k: instructions
 //                                    k, k + 32, ... of every function, in batches of
 //                                    register_uprobes(), then detached: probes of one round are
@@ -47,6 +47,7 @@
 
 #include "uprobe/batch.hpp"
 #include "uprobe/symbols.hpp"
+#include "uprobe/config.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace {
@@ -128,9 +129,9 @@ struct SiteTally {
     for (const auto& [k, v] : modes) total += v;
     const long jump =
         modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] +
-        modes["optimized-punned-padded"] + modes["optimized-nop5"];
+        modes["optimized-punned-padded"] + modes["optimized-evicted"] + modes["optimized-nop5"];
     std::printf("uprobe-coverage: %s: %s\n", path.c_str(), header.c_str());
-    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded",
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded", "optimized-evicted",
                           "optimized-nop5", "int3",
                           "pending", "refused"})
       std::printf("  %-23s %7ld  %5.1f%%\n", m, modes[m], total ? 100.0 * modes[m] / total : 0.0);
@@ -375,9 +376,15 @@ int main(int argc, char** argv) {
       every = true;
     } else if (std::strcmp(argv[i], "--attach") == 0) {
       attach = true;
+    } else if (std::strcmp(argv[i], "--evict") == 0 || std::strcmp(argv[i], "--no-evict") == 0) {
+      // Successor eviction (E9Patch's T2) where no punned form finds a page:
+      // on by default (--evict kept for scripts), --no-evict to compare.
+      uprobe::Config c = uprobe::configuration();
+      c.optimize_evicted = std::strcmp(argv[i], "--evict") == 0;
+      uprobe::configure(c);
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::printf("usage: uprobe-coverage [-v] [LIBRARY]   (default libc.so.6)\n"
-                  "       uprobe-coverage --every-instruction [--attach] [-v] [FILE]\n");
+                  "       uprobe-coverage --every-instruction [--attach] [--no-evict] [-v] [FILE]\n");
       return 0;
     } else {
       lib = argv[i];
@@ -456,13 +463,13 @@ int main(int argc, char** argv) {
     std::printf("uprobe-coverage: %s: %d function entries (.dynsym STT_FUNC/STT_GNU_IFUNC and the %d IFUNC "
                 "implementations bound here, distinct offsets)\n",
                 path.c_str(), total, impls);
-    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded",
+    for (const char* m : {"optimized-entry", "optimized-window", "optimized-punned", "optimized-punned-padded", "optimized-evicted",
                           "optimized-nop5", "int3", "pending", "refused"})
       std::printf("  %-23s %5d  %5.1f%% of all, %5.1f%% of attached\n", m, modes[m], 100.0 * modes[m] / total,
                   std::strcmp(m, "refused") == 0 ? 0.0 : 100.0 * modes[m] / (attached_n ? attached_n : 1));
     const int optimized =
         modes["optimized-entry"] + modes["optimized-window"] + modes["optimized-punned"] +
-        modes["optimized-punned-padded"] + modes["optimized-nop5"];
+        modes["optimized-punned-padded"] + modes["optimized-evicted"] + modes["optimized-nop5"];
     std::printf("  optimized        %5d  %5.1f%% of all, %5.1f%% of attached\n", optimized, 100.0 * optimized / total,
                 100.0 * optimized / (attached_n ? attached_n : 1));
     if (!reasons.empty()) std::printf("why int3:\n");

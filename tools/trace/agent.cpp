@@ -558,6 +558,7 @@ struct FnPlan {
   std::set<std::string> entry_keys, ret_keys;
   std::string hist_key;
   std::set<std::size_t> specs;  // indexes into meta->specs
+  std::set<std::size_t> ret_specs;  // those of uretprobe specs
   std::vector<BtHit> bt_entries, bt_rets;
 };
 
@@ -612,8 +613,13 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
   if (fresh && base_name(path).rfind("libc.so", 0) == 0) {
     unsigned rank = 1;
     for (const char* name : kRegistrationPath) {
+      // The site resolve_symbol() gives the name: its symbol's offset (the
+      // path is resolve_location()'s, canonical already), or for a GNU
+      // IFUNC the implementation bound to it.
       try {
-        it->second[uprobe::resolve_symbol(path, name).offset] = rank;
+        const uprobe::Symbol sym = uprobe::find_symbol(path, name);
+        if (sym.in_file && sym.executable)  // (what resolve_symbol() refuses is no site)
+          it->second[sym.type == STT_GNU_IFUNC ? uprobe::resolve_symbol(path, name).offset : sym.offset] = rank;
       } catch (const uprobe::Error&) {
       }
       ++rank;
@@ -626,7 +632,7 @@ unsigned registration_rank(const std::string& path, std::uint64_t offset) {
 /// Sites attached per mode (ProbeMode's values), counted while the probes
 /// are in: no string, no map (their libc calls would be probed, some int3).
 /// Named into meta->modes afterwards.
-unsigned mode_sites[static_cast<std::size_t>(uprobe::ProbeMode::optimized_padded) + 1] = {};
+unsigned mode_sites[static_cast<std::size_t>(uprobe::ProbeMode::optimized_evicted) + 1] = {};
 
 void note_mode(uprobe::ProbeMode mode) {
   const auto m = static_cast<std::size_t>(mode);
@@ -762,6 +768,7 @@ void attach(const std::vector<std::string>& texts) {
           f.path = loc.path, f.offset = loc.offset;
           if (f.name.empty()) f.name = what;
           f.specs.insert(si);
+          if (spec->kind == Kind::uretprobe) f.ret_specs.insert(si);
           if (bt_probe >= 0) {
             const std::string probe_name =
                 std::string(kind_name(spec->kind)) + ":" + (shown.empty() ? loc.path : shown) + ":" + what;
@@ -853,19 +860,53 @@ void attach(const std::vector<std::string>& texts) {
   }
   const std::vector<uprobe::RegisterResult> results = uprobe::register_uprobes(requests);
 
+  // A site refused for its return probe alone (vfork returns twice: a
+  // return probe there is refused, an entry probe is fine) keeps its entry
+  // probes, registered again without the return side: the kernel registers
+  // an entry and a return consumer apart, so one's refusal leaves the other.
+  std::vector<PendingFn> entry_pf;  // (complete before Armed points into it)
+  std::vector<std::set<std::size_t>> entry_specs;
+  std::vector<std::size_t> entry_of;  // entry_pf[k] is pf[entry_of[k]]'s entry side
+  std::vector<uprobe::ProbeRequest> entry_requests;
+  std::vector<FnConsumer*> entry_consumers;
+  for (std::size_t i = 0; i < pf.size(); ++i) {
+    const PendingFn& p = pf[i];
+    if (results[i] || fn_consumers[i]->callbacks() != CB::entry_and_ret) continue;
+    std::set<std::size_t> mine;
+    for (std::size_t s : p.plan->specs)
+      if (!p.plan->ret_specs.count(s)) mine.insert(s);
+    if (mine.empty()) continue;
+    entry_of.push_back(i);
+    entry_specs.push_back(std::move(mine));
+    entry_pf.push_back({p.plan, p.entries, {}, -1, p.rank});
+    auto* c = new FnConsumer(CB::entry, p.entries, {}, -1, p.plan->bt_entries, {});  // never freed (see Meta)
+    entry_consumers.push_back(c);
+    entry_requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
+  }
+  const std::vector<uprobe::RegisterResult> entry_results =
+      entry_requests.empty() ? std::vector<uprobe::RegisterResult>{} : uprobe::register_uprobes(entry_requests);
+  std::vector<const std::set<std::size_t>*> entry_only(pf.size(), nullptr);  // the specs its entry side holds
+
   struct Armed {
     PendingFn* p;
     FnConsumer* c;
     const uprobe::RegisterResult* r;
+    const std::set<std::size_t>* specs;  // the specs it attaches
   };
   std::vector<Armed> armed;
   armed.reserve(pf.size());
+  for (std::size_t k = 0; k < entry_pf.size(); ++k)
+    if (entry_results[k]) {
+      armed.push_back({&entry_pf[k], entry_consumers[k], &entry_results[k], &entry_specs[k]});
+      entry_only[entry_of[k]] = &entry_specs[k];
+    }
   for (std::size_t i = 0; i < pf.size(); ++i) {
     if (results[i]) {
-      armed.push_back({&pf[i], fn_consumers[i], &results[i]});
+      armed.push_back({&pf[i], fn_consumers[i], &results[i], &pf[i].plan->specs});
       continue;
     }
     for (std::size_t s : pf[i].plan->specs) {
+      if (entry_only[i] && entry_only[i]->count(s)) continue;  // attached by its entry side
       add_message(meta->specs[s], results[i].error->what());
       meta->specs[s].failed++;
     }
@@ -876,8 +917,8 @@ void attach(const std::vector<std::string>& texts) {
         std::fprintf(stderr, "uprobe-trace agent: %u hits while attaching: %s+%#llx\n", a.c->setup_hits(),
                      a.p->plan->path.c_str(), static_cast<unsigned long long>(a.p->plan->offset));
   for (const Armed& a : armed) {
-    note_site(*a.r, &a.p->plan->name, &a.p->plan->specs);
-    for (std::size_t s : a.p->plan->specs) meta->specs[s].attached++;
+    note_site(*a.r, &a.p->plan->name, a.specs);
+    for (std::size_t s : *a.specs) meta->specs[s].attached++;
     for (long e : a.p->entries) attached[static_cast<std::size_t>(e)] = true;
     for (long r : a.p->rets) attached[static_cast<std::size_t>(r)] = true;
     if (a.p->hist >= 0) hist_attached[static_cast<std::size_t>(a.p->hist)] = true;

@@ -57,7 +57,21 @@ std::vector<std::pair<std::string, std::uint64_t>> sorted_hits(const Report& r) 
 }  // namespace
 
 std::string serialize_entry(std::string_view kind, std::string_view key, std::size_t index) {
-  return std::string(kind) + "\t" + clean(key) + "\t" + std::to_string(index) + "\n";
+  // One allocation (the agent makes one per key: 3,661 for `uprobe:libc:*`).
+  char num[24];
+  const int n = std::snprintf(num, sizeof num, "%zu", index);
+  std::string s;
+  s.reserve(kind.size() + key.size() + static_cast<std::size_t>(n) + 3);
+  s.append(kind);
+  s += '\t';
+  const std::size_t at = s.size();
+  s.append(key);
+  for (std::size_t i = at; i < s.size(); ++i)  // as clean(): no tab or newline inside a field
+    if (s[i] == '\t' || s[i] == '\n') s[i] = ' ';
+  s += '\t';
+  s.append(num, static_cast<std::size_t>(n));
+  s += '\n';
+  return s;
 }
 
 std::string serialize(const ImageRecord& r, bool end) {

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT
+ * Fixtures of the successor eviction tests (evict_test.cpp, E9Patch's
+ * tactic T2): a 1-byte site (xchg %eax, %ecx) that a branch enters right
+ * after (so no window applies; a 1-byte instruction has no padded form),
+ * then its successor `add $(i1 << 8 | i0), %rax` (48 05 i0 i1 00 00, 6
+ * bytes), which the branch (b = 0) lands on. The site's punned jump reads
+ * [48, 05, i0, i1] (B2: one address, whose page a test takes); evicted, the
+ * successor holds its own jump (e9 r0 r1 r2 r3, then its last byte) and the
+ * site's jump reads [e9, r0, r1, r2]. Result: a + b + (i1 << 8 | i0), for a
+ * and b below 2^31 (the xchg zero-extends both).
+ */
+
+#include "fixtures.inc"
+
+        .macro EVFN name, i0, i1
+FUNC \name
+        mov %rdi, %rax
+        mov %rsi, %rcx
+        test %rsi, %rsi
+        jz 2f
+1:      .byte 0x91                               /* xchg %eax, %ecx: the site */
+2:      .byte 0x48, 0x05, \i0, \i1, 0x00, 0x00   /* add $(i1 << 8 | i0), %rax: the successor */
+        add %rcx, %rax
+        ret
+ENDF \name
+        SITE \name, 1b
+        .endm
+
+        EVFN ev_one, 0x34, 0x12
+        EVFN ev_off, 0x78, 0x16
+
+/* ev_end(a) = a + 0x99: its last instruction, the 1-byte ret (the site),
+ * is followed by ev_next's first (add $0x139a, %rax, spelled in bytes),
+ * which is not its function's: never evicted (what follows a function's
+ * last jump or return may be anything). ev_next(a) = a + 0x139a. */
+FUNC ev_end
+        lea 0x99(%rdi), %rax
+1:      ret
+ENDF ev_end
+        SITE ev_end, 1b
+FUNC_NOALIGN ev_next
+        mov %rdi, %rax
+        .byte 0x48, 0x05, 0x9a, 0x13, 0x00, 0x00
+        ret
+ENDF ev_next
+
+        .section .note.GNU-stack, "", @progbits

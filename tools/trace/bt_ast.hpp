@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// The syntax tree of bpftrace's language, as the parser (bt_parse.cpp) builds
+// it and the compiler (bt_compile.cpp) reads it. Private to those two files:
+// the rest of uprobe-trace sees compile() and the compact form (bt_lang.hpp,
+// bt_vm.hpp). Not thread-safe (a tree belongs to one compile() call).
+#pragma once
+
+#include <cctype>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace uptrace::bt::ast {
+
+struct Pos {
+  int line = 1, col = 1, end = 2;  // end: one past the last column
+};
+
+struct CompileError {
+  Pos pos;
+  std::string msg;
+};
+
+/// Ends parsing or compiling with an error at `p` (caught by compile()).
+[[noreturn]] inline void fail(Pos p, const std::string& m) { throw CompileError{p, m}; }
+
+// ---------------------------------------------------------------- AST
+
+enum class EK { num, str, builtin, var, map, call, unary, binary, land, lor, ternary, cast };
+
+struct Expr {
+  EK k;
+  Pos pos;
+  std::string name;  // builtin / var / map / call name; str: the text; unary/binary: the operator
+  std::int64_t num = 0;
+  std::vector<std::unique_ptr<Expr>> kids;  // map keys, call args, operands
+  int bits = 64;
+  bool sgn = true;  // cast
+  int call_end = 0;  // call: one past its ')'
+  Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end}; }
+};
+using ExprP = std::unique_ptr<Expr>;
+
+enum class SK { var_assign, map_assign, expr, if_ };
+
+struct StmtA {
+  SK k;
+  Pos pos;
+  ExprP target;  // $var or @map
+  ExprP value;   // or the expression / condition
+  // An update (`@m[k]++`, `--$v`, `@m[k] += e`, ...): value is then
+  // `target OP e`; upd the operator ("+", "-", "*", ...), delta what a
+  // `+`/`-` update adds (e, -e, 1 or -1); incdec: ++ or --.
+  std::string upd;
+  ExprP delta;
+  bool incdec = false;
+  std::vector<std::unique_ptr<StmtA>> then_, else_;
+};
+using StmtP = std::unique_ptr<StmtA>;
+
+struct ProbeA {
+  struct Point {
+    std::string text;
+    Pos pos;
+  };
+  std::vector<Point> points;
+  ExprP pred;
+  std::vector<StmtP> body;
+};
+
+/// A character that may continue an identifier.
+inline bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+/// bpftrace functions and builtins that uprobe-trace refuses by name (with
+/// their own message, before the generic "unknown function").
+extern const std::set<std::string> kUnsupportedFns;
+extern const std::set<std::string> kUnsupportedBuiltins;
+
+/// Parses a whole program (probes in source order). Throws CompileError
+/// (syntax errors, with bpftrace 0.17's words and positions).
+std::vector<ProbeA> parse(const std::string& text);
+
+}  // namespace uptrace::bt::ast
