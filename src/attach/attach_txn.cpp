@@ -288,8 +288,6 @@ void publish_probes(Registry& r) {
   publish(r, nullptr, table.release());
 }
 
-/// The offset of a probe of the same file strictly inside the window of
-/// `up` (`extra` counts as one when given), or 0.
 /// The first probe (or `extra`) at key.offset + [1, len) in the file of
 /// `k`, as an offset; 0 when none.
 std::uint64_t probe_within(Registry& r, const ProbeKey& k, std::size_t len, const ProbeKey* extra) {
@@ -303,6 +301,8 @@ std::uint64_t probe_within(Registry& r, const ProbeKey& k, std::size_t len, cons
   return 0;
 }
 
+/// The offset of a probe of the same file strictly inside the window of
+/// `up` (`extra` counts as one when given), or 0.
 std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey* extra) {
   const ProbeKey& k = up->key;
   // A punned jump keeps the bytes after its window: a probe there would
@@ -310,14 +310,7 @@ std::uint64_t probe_inside_window(Registry& r, const Uprobe* up, const ProbeKey*
   // successor, the successor's jump and what that keeps).
   const SiteSet* ss = up->sites.load(std::memory_order_relaxed);
   const bool evicts = ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return s.evict_hop; });
-  const std::uint64_t end = k.offset + (evicts ? arch::jump_extent(up->window) : arch::own_jump_extent(up->window));
-  if (extra && extra->dev == k.dev && extra->ino == k.ino && extra->offset > k.offset && extra->offset < end)
-    return extra->offset;
-  for (auto it = r.tree.upper_bound(k, KeyLess()); it != r.tree.end(); ++it) {
-    if (it->key.dev != k.dev || it->key.ino != k.ino || it->key.offset >= end) break;
-    return it->key.offset;
-  }
-  return 0;
+  return probe_within(r, k, evicts ? arch::jump_extent(up->window) : arch::own_jump_extent(up->window), extra);
 }
 
 /// Re-evaluates the window of every entry probe of the file of `k` whose
