@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "arch.hpp"
+#include "capstone_lib.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -22,16 +23,16 @@ namespace {
 class Decoder {
  public:
   Decoder() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
+    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
       handle_ = 0;
       return;
     }
-    cs_option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
-    insn_ = cs_malloc(handle_);
+    capstone::option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
+    insn_ = capstone::malloc_insn(handle_);
   }
   ~Decoder() {
-    if (insn_ != nullptr) cs_free(insn_, 1);
-    if (handle_ != 0) cs_close(&handle_);
+    if (insn_ != nullptr) capstone::free_insn(insn_, 1);
+    if (handle_ != 0) capstone::close(&handle_);
   }
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -40,7 +41,7 @@ class Decoder {
   const cs_insn* decode(const std::uint8_t* code, std::size_t size) {
     if (insn_ == nullptr) return nullptr;
     std::uint64_t address = 0;
-    if (!cs_disasm_iter(handle_, &code, &size, &address, insn_)) return nullptr;
+    if (!capstone::disasm_iter(handle_, &code, &size, &address, insn_)) return nullptr;
     return insn_;
   }
   csh handle() const { return handle_; }
@@ -198,7 +199,7 @@ const cs_x86_op* rip_mem_operand(const cs_x86& x) {
 bool regs_access_rip(csh h, const cs_insn* ci) {
   cs_regs rd, wr;
   std::uint8_t nr = 0, nw = 0;
-  if (cs_regs_access(h, ci, rd, &nr, wr, &nw) != CS_ERR_OK) return false;
+  if (capstone::regs_access(h, ci, rd, &nr, wr, &nw) != CS_ERR_OK) return false;
   for (std::uint8_t i = 0; i < nr; ++i)
     if (is_rip(static_cast<x86_reg>(rd[i]))) return true;
   for (std::uint8_t i = 0; i < nw; ++i)
@@ -383,7 +384,8 @@ bool analyze_bytes(const std::uint8_t* code, std::size_t avail, Insn& out, std::
   Decoder& dec = decoder();
   const cs_insn* ci = dec.decode(code, n);
   if (ci == nullptr || ci->detail == nullptr) {
-    why = "undecodable bytes " + hex_bytes(code, n < 8 ? n : 8);
+    why = capstone::load_error().empty() ? "undecodable bytes " + hex_bytes(code, n < 8 ? n : 8)
+                                         : capstone::load_error();
     return false;
   }
   out.len = static_cast<std::uint8_t>(ci->size);

@@ -6,6 +6,7 @@
 #include <capstone/capstone.h>
 
 #include "arch.hpp"
+#include "capstone_lib.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -14,15 +15,15 @@ namespace {
 class Sweeper {
  public:
   Sweeper() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
+    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
       handle_ = 0;
       return;
     }
-    insn_ = cs_malloc(handle_);
+    insn_ = capstone::malloc_insn(handle_);
   }
   ~Sweeper() {
-    if (insn_ != nullptr) cs_free(insn_, 1);
-    if (handle_ != 0) cs_close(&handle_);
+    if (insn_ != nullptr) capstone::free_insn(insn_, 1);
+    if (handle_ != 0) capstone::close(&handle_);
   }
   Sweeper(const Sweeper&) = delete;
   Sweeper& operator=(const Sweeper&) = delete;
@@ -31,7 +32,7 @@ class Sweeper {
   /// an undecodable byte or the end.
   const cs_insn* next(const std::uint8_t*& code, std::size_t& size, std::uint64_t& address) {
     if (insn_ == nullptr || size == 0) return nullptr;
-    if (!cs_disasm_iter(handle_, &code, &size, &address, insn_)) return nullptr;
+    if (!capstone::disasm_iter(handle_, &code, &size, &address, insn_)) return nullptr;
     return insn_;
   }
 

@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "arch.hpp"
+#include "capstone_lib.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -373,22 +374,22 @@ struct Handle {
   csh h = 0;
   cs_insn* insn = nullptr;
   Handle() {
-    if (cs_open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) {
+    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &h) != CS_ERR_OK) {
       h = 0;
       return;
     }
-    insn = cs_malloc(h);
+    insn = capstone::malloc_insn(h);
   }
   ~Handle() {
-    if (insn) cs_free(insn, 1);
-    if (h) cs_close(&h);
+    if (insn) capstone::free_insn(insn, 1);
+    if (h) capstone::close(&h);
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   /// Capstone's decoding of the instruction at `code`, or nullptr.
   const cs_insn* decode(const std::uint8_t* code, std::size_t left, std::uint64_t address) {
     if (!h || !insn) return nullptr;
-    return cs_disasm_iter(h, &code, &left, &address, insn) ? insn : nullptr;
+    return capstone::disasm_iter(h, &code, &left, &address, insn) ? insn : nullptr;
   }
 };
 

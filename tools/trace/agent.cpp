@@ -89,6 +89,11 @@
 #include "bt_vm.hpp"
 #pragma GCC pop_options
 
+// libuprobe loads its decoder (Capstone) at the first analysis rather than
+// with itself (arch/x86_64/capstone_lib.hpp): a child none of whose probes
+// is in its own files never pays for it.
+extern "C" __attribute__((visibility("default"))) const int uprobe_decoder_on_demand = 1;
+
 namespace {
 
 using namespace uptrace;
