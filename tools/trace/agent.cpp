@@ -1286,8 +1286,30 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
+/// uprobe-trace's start gate (main.cpp, StartGate; kEnvGate): once this
+/// process attached, wait for the CLI's checks of the specs before any code
+/// of the program runs; end-of-file (the CLI refused a spec, or died) ends
+/// the process here (125). The descriptor is closed and the variable
+/// unset: the program, its children and what it execs see neither.
+void pass_start_gate() {
+  const char* v = getenv(kEnvGate);
+  if (!v) return;
+  const int fd = std::atoi(v);
+  unsetenv(kEnvGate);
+  // (System calls, not libc's read/close: probes on those count the program's calls only.)
+  char c = 0;
+  long n;
+  do n = syscall(SYS_read, fd, &c, 1);
+  while (n < 0 && errno == EINTR);
+  syscall(SYS_close, fd);
+  if (n != 1 || c != '1') _exit(125);
+}
+
 __attribute__((constructor)) void agent_init() {
   Scope scope;  // also covers this function's locals, freed after counting is on
+  struct AtReturn {
+    ~AtReturn() { pass_start_gate(); }
+  } gate;  // (whichever way this returns; inside the scope)
   const char* specs = getenv(kEnvSpecs);
   if (!specs || !g_dependencies_ready) return;
   const std::vector<std::string> texts = split(specs, '\n');

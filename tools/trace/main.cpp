@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -92,10 +93,49 @@ const char* const kUsage =
     "\n"
     "environment: UPROBE_TRACE_AGENT overrides the agent's path.\n";
 
+void remove_tree(const std::string& dir);
+/// The trace directory die() removes: set while the program is being started
+/// (its checks may still refuse a spec).
+std::string g_dir_to_remove;
+
 [[noreturn]] void die(const std::string& m) {
   std::fprintf(stderr, "uprobe-trace: %s\n", m.c_str());
+  if (!g_dir_to_remove.empty()) remove_tree(g_dir_to_remove);
   std::exit(2);
 }
+
+/// The traced program's start (exec, loading, the agent's attach) runs while
+/// this process checks the specs (validate(): each reads ELF files; ~10 ms
+/// of page faults on a VM): the child's agent waits at this gate once it has
+/// attached, before any code of the program runs (agent.cpp,
+/// pass_start_gate()), until open(). If this process dies first (die(): a
+/// refused spec), the agent reads end-of-file and the child exits (125)
+/// without running the program. A socket pair: a child gone before the gate
+/// opens costs no SIGPIPE here (MSG_NOSIGNAL).
+struct StartGate {
+  int fd[2] = {-1, -1};  ///< [0] ours (close-on-exec), [1] the child's
+  void make() {
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fd) != 0) die(std::string("socketpair: ") + std::strerror(errno));
+    fcntl(fd[0], F_SETFD, FD_CLOEXEC);
+  }
+  /// In the child, before exec: the agent finds its end by kEnvGate.
+  void in_child() {
+    close(fd[0]);
+    setenv(kEnvGate, std::to_string(fd[1]).c_str(), 1);
+  }
+  void in_parent() {
+    close(fd[1]);
+    fd[1] = -1;
+  }
+  /// Lets the program run (once every spec was checked).
+  void open() {
+    if (fd[0] < 0) return;
+    if (send(fd[0], "1", 1, MSG_NOSIGNAL) < 0) {
+    }  // (a child already gone: its status says why)
+    close(fd[0]);
+    fd[0] = -1;
+  }
+};
 
 std::string self_exe() {
   char buf[PATH_MAX];
@@ -840,6 +880,7 @@ int run_bpftrace(const BtOptions& o) {
   std::string joined;  // "PROBE\tSPEC" lines for the agent
   std::size_t nprobes = 0;
   bool user_probes = false;
+  std::vector<Spec> specs;  // checked while the program starts (StartGate)
   for (const auto& ap : c->attach) {
     if (ap.kind == bt::ProbeKind::begin || ap.kind == bt::ProbeKind::end || ap.kind == bt::ProbeKind::interval) {
       ++nprobes;
@@ -848,7 +889,7 @@ int run_bpftrace(const BtOptions& o) {
     std::string perr;
     auto s = parse_spec(ap.spec, perr);
     if (!s) die(perr);
-    nprobes += validate(*s, prog_path);
+    specs.push_back(*s);
     // (the `probe` strings name PATH as bpftrace does: as written, or a
     // `lib...` name by the dynamic linker cache's path)
     std::string shown;
@@ -888,10 +929,6 @@ int run_bpftrace(const BtOptions& o) {
   symbols = new UserSymbols(dir);  // (lives until exit: the maps print at the end)
   bt::set_symbolizer([](std::uint64_t image, std::uint64_t addr, bt::UserSym& u) { return symbols->resolve(image, addr, u); });
   BtRun run(p, out, counts_fd, o.json);
-  if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
-  else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
-  std::fflush(out);
-  run.run_here(bt::ProbeKind::begin, c->attach);
 
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   TraceSignals sigs;
@@ -899,18 +936,22 @@ int run_bpftrace(const BtOptions& o) {
 
   pid_t child = -1;
   int exec_errno = 0;
-  if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
+  StartGate gate;
+  if (!o.cmd.empty()) {
     const char* orig = getenv("LD_PRELOAD");
     std::string preload = (libuprobe.empty() ? "" : libuprobe + ":") + agent;
     if (orig && *orig) preload += ":" + std::string(orig);
     int exec_pipe[2];
     if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
     std::fflush(out);
+    gate.make();
+    g_dir_to_remove = dir;
     child = fork();
     if (child < 0) die(std::string("fork: ") + std::strerror(errno));
     if (child == 0) {
       close(exec_pipe[0]);
       sigs.restore_in_child();
+      gate.in_child();
       setenv(kEnvSpecs, joined.c_str(), 1);
       setenv(kEnvOut, dir.c_str(), 1);
       setenv(kEnvProgram, prog_file.c_str(), 1);
@@ -928,9 +969,26 @@ int run_bpftrace(const BtOptions& o) {
       _exit(e == ENOENT ? 127 : 126);
     }
     close(exec_pipe[1]);
+    gate.in_parent();
     while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
     }
     close(exec_pipe[0]);
+  }
+  for (const Spec& s : specs) nprobes += validate(s, prog_path);
+  g_dir_to_remove.clear();
+  if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
+  else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
+  std::fflush(out);
+  run.run_here(bt::ProbeKind::begin, c->attach);
+  if (child > 0 && run.header()->bt_exit.load()) {
+    // exit() in BEGIN: the program never runs (its agent ends at the gate).
+    gate.fd[0] >= 0 ? (void)close(gate.fd[0]) : (void)0;
+    gate.fd[0] = -1;
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    child = -1;
+  } else if (child > 0) {
+    gate.open();
     g_child = child;
   }
   // Interval probes: the next time each fires.
@@ -1155,8 +1213,7 @@ again:
     std::string err;
     auto s = parse_spec(t, err);
     if (!s) die(err);
-    validate(*s, prog_path);
-    specs.push_back(*s);
+    specs.push_back(*s);  // (checked while the program starts: StartGate)
   }
 
   // The report file is opened (created, truncated) before the program runs,
@@ -1194,11 +1251,15 @@ again:
   // successful one): no "no process loaded the agent" for a program that never ran.
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
+  StartGate gate;
+  gate.make();
+  g_dir_to_remove = dir;
   pid_t child = fork();
   if (child < 0) die(std::string("fork: ") + std::strerror(errno));
   if (child == 0) {
     close(exec_pipe[0]);
     sigs.restore_in_child();
+    gate.in_child();
     setenv(kEnvSpecs, joined.c_str(), 1);
     setenv(kEnvOut, dir.c_str(), 1);
     setenv(kEnvFollow, follow ? "1" : "0", 1);
@@ -1212,10 +1273,15 @@ again:
     _exit(err == ENOENT ? 127 : 126);
   }
   close(exec_pipe[1]);
+  gate.in_parent();
   int exec_errno = 0;
   while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
   }
   close(exec_pipe[0]);
+  if (exec_errno == 0)
+    for (const Spec& s : specs) validate(s, prog_path);
+  g_dir_to_remove.clear();
+  gate.open();
   g_child = child;
   int status = 0, main_status = 0;
   bool main_done = false, interrupted = false;

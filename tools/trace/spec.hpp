@@ -44,6 +44,11 @@ inline constexpr const char* kEnvOrigPreload = "UPROBE_TRACE_ORIG_PRELOAD";  ///
 /// The compiled bpftrace program (bt_vm.hpp) in the CLI's directory; the specs are then "PROBE\tSPEC" lines.
 inline constexpr const char* kEnvProgram = "UPROBE_TRACE_PROGRAM";
 inline constexpr const char* kEnvPerThread = "UPROBE_TRACE_PER_THREAD";  ///< "1": per-thread counts (stderr report)
+/// The descriptor of the start gate (main.cpp, StartGate): the agent of the
+/// process the CLI starts waits there, once it has attached, for the CLI's
+/// checks of the specs; end-of-file (a refused spec) ends it before the
+/// program's code runs (agent.cpp, pass_start_gate()).
+inline constexpr const char* kEnvGate = "UPROBE_TRACE_GATE";
 
 /// Splits on `sep`, dropping empty pieces.
 std::vector<std::string> split(std::string_view s, char sep);
