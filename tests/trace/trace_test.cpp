@@ -4,6 +4,7 @@
 // is checked exactly against what the program did.
 
 #include <elf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -869,6 +870,30 @@ TEST(Trace, BadInputIsRefusedBeforeTheProgramRuns) {
   refused({"-e", fn, "--", notelf}, 126, notelf + ": not executable");
   refused({"-e", fn, "--", d.path() + "/no-such-prog"}, 127, "No such file or directory");
   refused({"-e", fn, "--", "no-such-prog-in-path"}, 127, "no-such-prog-in-path: command not found");
+
+  // The program starts while the specs are checked, and waits at the agent's
+  // start gate: a spec refused then ends it there, before its code runs,
+  // and the trace's directory (under $TMPDIR) is removed. Both ways in.
+  {
+    TempDir tmp;
+    for (const std::vector<std::string>& a :
+         {std::vector<std::string>{kTrace, "-e", "uprobe:" + kFixture + ":trace_fn+1", "--", kFixture, "basic", "1",
+                                   "0"},
+          std::vector<std::string>{kTrace, "-e", "uprobe:" + kFixture + ":trace_fn+1 { @ = count(); }", "-c",
+                                   kFixture + " basic 1 0"}}) {
+      Result r = run(a, {"TMPDIR=" + tmp.path()});
+      EXPECT_EQ(r.status, 2) << dump(r);
+      EXPECT_NE(r.err.find("offset falls inside the "), std::string::npos) << dump(r);
+      EXPECT_EQ(r.out, "") << dump(r);  // the program did not run
+      std::vector<std::string> left;
+      if (DIR* dir = opendir(tmp.path().c_str())) {
+        while (dirent* e = readdir(dir))
+          if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") left.push_back(e->d_name);
+        closedir(dir);
+      }
+      EXPECT_TRUE(left.empty()) << left.size() << " entries left, first " << (left.empty() ? "" : left[0]);
+    }
+  }
 
   // An offset at an instruction start is accepted.
   Result ok = run({kTrace, "-e", "uprobe:" + kFixture + ":trace_fn+0", "--", kFixture, "basic", "1", "0"});
