@@ -5,6 +5,8 @@
 
 #include "capstone_lib.hpp"
 
+#include "arch.hpp"
+
 #include <dlfcn.h>
 
 #define UPROBE_STR2(x) #x
@@ -80,6 +82,16 @@ __attribute__((constructor)) void load_with_libuprobe() {
 }  // namespace
 
 const std::string& load_error() noexcept { return api().error; }
+
+}  // namespace uprobe::arch::capstone
+
+namespace uprobe::arch {
+
+const std::string& load_decoder() noexcept { return capstone::load_error(); }
+
+}  // namespace uprobe::arch
+
+namespace uprobe::arch::capstone {
 
 cs_err open(cs_arch arch, cs_mode mode, csh* handle) noexcept {
   const Api& a = api();

@@ -194,6 +194,8 @@ void configure(const Config& c) {
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
 }
 
+std::string load_decoder() { return arch::load_decoder(); }
+
 Config configuration() {
   using namespace detail;
   // The *_for_install fields are plain: written by configure() under the

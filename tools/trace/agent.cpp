@@ -39,6 +39,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1305,13 +1306,48 @@ void pass_start_gate() {
   if (n != 1 || c != '1') _exit(125);
 }
 
+/// libuprobe's decoder (Capstone: ~370 page faults to load) loads on a
+/// helper thread (all signals blocked) while this one reads ELF files and
+/// resolves the specs; joined before the program runs, so that the program
+/// starts with its one thread (uprobe_decoder_on_demand above).
+struct DecoderLoader {
+  pthread_t thread{};
+  bool started = false;
+  void start() {
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return;
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    started = pthread_create(
+                  &thread, &attr, [](void*) -> void* {
+                    (void)uprobe::load_decoder();  // (a failure: each analysis says why)
+                    return nullptr;
+                  },
+                  nullptr) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_attr_destroy(&attr);
+  }
+  void join() {
+    if (started) pthread_join(thread, nullptr);
+    started = false;
+  }
+};
+
 __attribute__((constructor)) void agent_init() {
   Scope scope;  // also covers this function's locals, freed after counting is on
+  DecoderLoader decoder;
   struct AtReturn {
-    ~AtReturn() { pass_start_gate(); }
-  } gate;  // (whichever way this returns; inside the scope)
+    DecoderLoader& decoder;
+    ~AtReturn() {
+      decoder.join();
+      pass_start_gate();
+    }
+  } gate{decoder};  // (whichever way this returns; inside the scope)
   const char* specs = getenv(kEnvSpecs);
   if (!specs || !g_dependencies_ready) return;
+  decoder.start();
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
   if (const char* prog = getenv(kEnvProgram)) load_bt_program(prog);
