@@ -894,6 +894,22 @@ TEST(Trace, BadInputIsRefusedBeforeTheProgramRuns) {
       EXPECT_TRUE(left.empty()) << left.size() << " entries left, first " << (left.empty() ? "" : left[0]);
     }
   }
+  // A program no agent is loaded into (statically linked) cannot wait at the
+  // gate: the specs are checked before it starts, so it does not run either.
+  for (const std::vector<std::string>& a :
+       {std::vector<std::string>{kTrace, "-e", "uprobe:libc:no_such_function_here", "--", TRACE_STATIC},
+        std::vector<std::string>{kTrace, "-e", "uprobe:libc:no_such_function_here { @ = count(); }", "-c",
+                                 TRACE_STATIC}}) {
+    Result r = run(a);
+    EXPECT_EQ(r.status, 2) << dump(r);
+    EXPECT_NE(r.err.find("symbol `no_such_function_here' not found"), std::string::npos) << dump(r);
+    EXPECT_EQ(r.out, "") << dump(r);  // "static fixture ran" would be the program's
+  }
+  {  // (and it runs when the specs pass: nothing waits for a gate there)
+    Result r = run({kTrace, "-e", "uprobe:libc:malloc", "--", TRACE_STATIC});
+    EXPECT_EQ(r.status, 0) << dump(r);
+    EXPECT_EQ(r.out, "static fixture ran\n") << dump(r);
+  }
 
   // An offset at an instruction start is accepted.
   Result ok = run({kTrace, "-e", "uprobe:" + kFixture + ":trace_fn+0", "--", kFixture, "basic", "1", "0"});

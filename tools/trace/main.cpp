@@ -20,6 +20,7 @@
 #include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,11 +121,12 @@ struct StartGate {
   }
   /// In the child, before exec: the agent finds its end by kEnvGate.
   void in_child() {
+    if (fd[1] < 0) return;
     close(fd[0]);
     setenv(kEnvGate, std::to_string(fd[1]).c_str(), 1);
   }
   void in_parent() {
-    close(fd[1]);
+    if (fd[1] >= 0) close(fd[1]);
     fd[1] = -1;
   }
   /// Lets the program run (once every spec was checked).
@@ -181,6 +183,44 @@ bool is_elf(const std::string& p) {
   char m[4] = {};
   f.read(m, 4);
   return f && std::memcmp(m, ELFMAG, SELFMAG) == 0;
+}
+
+/// Whether running `path` loads the agent, which then waits at the start
+/// gate (StartGate): a dynamically linked ELF program (PT_INTERP), or a
+/// `#!` script whose interpreter is one, run without secure-execution mode
+/// (no set-user-ID or set-group-ID bit, no file capabilities: the dynamic
+/// linker would ignore LD_PRELOAD). Otherwise PROG would run before the
+/// specs are checked: they are checked first, as the program must not run
+/// if one is refused.
+bool loads_the_agent(const std::string& path, int depth = 0) {
+  struct stat st;
+  if (depth > 2 || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (st.st_mode & (S_ISUID | S_ISGID)) return false;
+  if (getxattr(path.c_str(), "security.capability", nullptr, 0) >= 0) return false;
+  std::ifstream f(path, std::ios::binary);
+  char head[256] = {};
+  f.read(head, sizeof head);
+  const std::streamsize n = f.gcount();
+  if (n >= 2 && head[0] == '#' && head[1] == '!') {
+    std::string line(head + 2, static_cast<std::size_t>(n - 2));
+    line = line.substr(0, line.find('\n'));
+    const std::size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos) return false;
+    const std::string interp = line.substr(b, line.find_first_of(" \t", b) - b);
+    return interp.find('/') != std::string::npos && loads_the_agent(interp, depth + 1);
+  }
+  Elf64_Ehdr eh;
+  if (n < static_cast<std::streamsize>(sizeof eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0) return false;
+  std::memcpy(&eh, head, sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr)) return false;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    f.clear();
+    f.seekg(static_cast<std::streamoff>(eh.e_phoff + i * sizeof ph));
+    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return false;
+    if (ph.p_type == PT_INTERP) return true;
+  }
+  return false;  // statically linked
 }
 
 // PATH of a spec or of -l, as this process can see it: a path, the program
@@ -934,17 +974,29 @@ int run_bpftrace(const BtOptions& o) {
   TraceSignals sigs;
   const int sig_fd = sigs.fd;
 
+  // The specs checked, "Attaching N probes..." and BEGIN: while the program
+  // starts when it waits at the gate, else before it starts.
+  auto check_and_begin = [&] {
+    for (const Spec& s : specs) nprobes += validate(s, prog_path);
+    g_dir_to_remove.clear();
+    if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
+    else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
+    std::fflush(out);
+    run.run_here(bt::ProbeKind::begin, c->attach);
+  };
+  const bool gated = !o.cmd.empty() && loads_the_agent(prog_path);
+  if (!gated) check_and_begin();
   pid_t child = -1;
   int exec_errno = 0;
   StartGate gate;
-  if (!o.cmd.empty()) {
+  if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
     const char* orig = getenv("LD_PRELOAD");
     std::string preload = (libuprobe.empty() ? "" : libuprobe + ":") + agent;
     if (orig && *orig) preload += ":" + std::string(orig);
     int exec_pipe[2];
     if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
     std::fflush(out);
-    gate.make();
+    if (gated) gate.make();
     g_dir_to_remove = dir;
     child = fork();
     if (child < 0) die(std::string("fork: ") + std::strerror(errno));
@@ -974,13 +1026,9 @@ int run_bpftrace(const BtOptions& o) {
     }
     close(exec_pipe[0]);
   }
-  for (const Spec& s : specs) nprobes += validate(s, prog_path);
+  if (gated) check_and_begin();
   g_dir_to_remove.clear();
-  if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
-  else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
-  std::fflush(out);
-  run.run_here(bt::ProbeKind::begin, c->attach);
-  if (child > 0 && run.header()->bt_exit.load()) {
+  if (gated && child > 0 && run.header()->bt_exit.load()) {
     // exit() in BEGIN: the program never runs (its agent ends at the gate).
     gate.fd[0] >= 0 ? (void)close(gate.fd[0]) : (void)0;
     gate.fd[0] = -1;
@@ -1215,6 +1263,9 @@ again:
     if (!s) die(err);
     specs.push_back(*s);  // (checked while the program starts: StartGate)
   }
+  const bool gated = loads_the_agent(prog_path);
+  if (!gated)
+    for (const Spec& s : specs) validate(s, prog_path);
 
   // The report file is opened (created, truncated) before the program runs,
   // as a shell's redirection: a missing directory stops here.
@@ -1252,7 +1303,7 @@ again:
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
   StartGate gate;
-  gate.make();
+  if (gated) gate.make();
   g_dir_to_remove = dir;
   pid_t child = fork();
   if (child < 0) die(std::string("fork: ") + std::strerror(errno));
@@ -1278,7 +1329,7 @@ again:
   while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
   }
   close(exec_pipe[0]);
-  if (exec_errno == 0)
+  if (exec_errno == 0 && gated)
     for (const Spec& s : specs) validate(s, prog_path);
   g_dir_to_remove.clear();
   gate.open();
