@@ -668,12 +668,20 @@ TEST(Bpftrace, LostEventsAreCountedInTheOutput) {
     _exit(127);
   }
   setpgid(p, p);
-  // Stopped once it started the program (its child; under load the CLI's
-  // own start can take longer than any fixed wait), which sleeps 0.5 s
-  // before the fixture runs.
-  for (int i = 0; i < 1000 && slurp("/proc/" + std::to_string(p) + "/task/" + std::to_string(p) + "/children").empty();
-       ++i)
-    usleep(10000);
+  // Stopped once the program runs (under load the CLI's own start can take
+  // longer than any fixed wait): its child, the shell, has passed the
+  // agent's start gate when it has a child of its own (`sleep 0.5`, before
+  // the fixture runs).
+  auto children = [](pid_t pid) {
+    return slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  };
+  pid_t sh = 0;
+  for (int i = 0; i < 1000 && !sh; ++i) {
+    const std::string c = children(p);
+    if (!c.empty()) sh = static_cast<pid_t>(std::stol(c));
+    else usleep(10000);
+  }
+  for (int i = 0; i < 1000 && sh && children(sh).empty(); ++i) usleep(10000);
   kill(p, SIGSTOP);  // (the CLI only: its rings are not drained now)
   for (int i = 0; i < 3000 && slurp(d + "/out").find("fn=100000\n") == std::string::npos; ++i) usleep(10000);
   kill(p, SIGCONT);
