@@ -55,6 +55,9 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
   } c{&vmas, &w, s.addr, s.addr + w.len, 0};
   auto maybe_free = [](void* p, std::uint64_t a, std::size_t len) -> bool {
     const Ctx& c = *static_cast<Ctx*>(p);
+    // This site's own hop or its successor's trampoline, kept (retired, not
+    // yet freed) from an earlier probe here: hop_in() gives it back.
+    if (a == xol_area().hop_of(c.succ | kEvictKey) || a == xol_area().hop_of(c.site)) return true;
     const int room = xol_area().hop_room(a, len);
     if (room >= 0) return room == 1;
     if ((a & 4095) + len > 4096) return false;  // a new page of hops holds it whole

@@ -365,6 +365,14 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
   return 0;
 }
 
+std::uint64_t XolArea::hop_of(std::uint64_t site) const noexcept {
+  const std::uint64_t key = site | (3ull << 62);  // (as hop_in())
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second & kAddrMask;
+  for (std::size_t i = retired_.size(); i-- > 0;)
+    if (retired_[i].key == key && !retired_[i].xol) return retired_[i].addr;
+  return 0;
+}
+
 int XolArea::hop_room(std::uint64_t a, std::size_t len) const noexcept {
   for (const Region& r : regions_) {
     if (r.hop_used.empty() || a < r.base || a >= r.base + r.size) continue;

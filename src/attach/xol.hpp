@@ -78,6 +78,11 @@ class XolArea {
   /// held.
   int hop_room(std::uint64_t a, std::size_t len) const noexcept;
 
+  /// The hop hop_in() keeps for `site` (`site` as given to hop_in()), live or
+  /// retired and not yet freed: what hop_in() gives that site back when its
+  /// range holds it. 0 when none. Registry mutex held.
+  std::uint64_t hop_of(std::uint64_t site) const noexcept;
+
   /// Takes the memory of the probe site at `site` out of use: its XOL slot,
   /// window slot, stub and punned jump's hop (those it has) are no longer
   /// returned for `site` and join the retired list, in retirement order.
