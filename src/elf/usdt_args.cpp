@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "uprobe/uprobe.hpp"  // probe_read_user()
 #include "uprobe/usdt.hpp"
 
 namespace uprobe::usdt {
