@@ -35,10 +35,9 @@ struct Api {
 };
 
 template <typename F>
-bool bind(void* lib, const char* name, F& f, std::string& error) {
+void bind(void* lib, const char* name, F& f, std::string& error) {
   f = reinterpret_cast<F>(dlsym(lib, name));
   if (!f && error.empty()) error = std::string(kSoname) + " has no " + name;
-  return f != nullptr;
 }
 
 Api load() {
@@ -81,18 +80,6 @@ __attribute__((constructor)) void load_with_libuprobe() {
 
 }  // namespace
 
-const std::string& load_error() noexcept { return api().error; }
-
-}  // namespace uprobe::arch::capstone
-
-namespace uprobe::arch {
-
-const std::string& load_decoder() noexcept { return capstone::load_error(); }
-
-}  // namespace uprobe::arch
-
-namespace uprobe::arch::capstone {
-
 cs_err open(cs_arch arch, cs_mode mode, csh* handle) noexcept {
   const Api& a = api();
   if (!a.error.empty()) return CS_ERR_HANDLE;
@@ -111,3 +98,9 @@ cs_err regs_access(csh handle, const cs_insn* insn, cs_regs regs_read, uint8_t* 
 }
 
 }  // namespace uprobe::arch::capstone
+
+namespace uprobe::arch {
+
+const std::string& load_decoder() noexcept { return capstone::api().error; }
+
+}  // namespace uprobe::arch

@@ -23,11 +23,7 @@
 
 namespace uprobe::arch::capstone {
 
-/// "" when Capstone is loaded (or loads now); else why it cannot be: the
-/// library's name and the dynamic linker's message.
-const std::string& load_error() noexcept;
-
-/// cs_open(); CS_ERR_HANDLE when Capstone cannot be loaded (load_error() says why).
+/// cs_open(); CS_ERR_HANDLE when Capstone cannot be loaded (arch::load_decoder() says why).
 cs_err open(cs_arch arch, cs_mode mode, csh* handle) noexcept;
 /// cs_option().
 cs_err option(csh handle, cs_opt_type type, size_t value) noexcept;

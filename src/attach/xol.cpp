@@ -368,9 +368,8 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
 std::uint64_t XolArea::hop_of(std::uint64_t site) const noexcept {
   const std::uint64_t key = site | (3ull << 62);  // (as hop_in())
   if (auto it = code_by_site_.find(key); it != code_by_site_.end()) return it->second & kAddrMask;
-  for (std::size_t i = retired_.size(); i-- > 0;)
-    if (retired_[i].key == key && !retired_[i].xol) return retired_[i].addr;
-  return 0;
+  const std::size_t i = find_retired(key, false);
+  return i < retired_.size() ? retired_[i].addr : 0;
 }
 
 int XolArea::hop_room(std::uint64_t a, std::size_t len) const noexcept {
@@ -421,16 +420,20 @@ void XolArea::retire_site(std::uint64_t site) {
   }
 }
 
+std::size_t XolArea::find_retired(std::uint64_t key, bool xol) const noexcept {
+  for (std::size_t i = retired_.size(); i-- > 0;)
+    if (retired_[i].key == key && retired_[i].xol == xol) return i;
+  return retired_.size();
+}
+
 std::uint64_t XolArea::unretire(std::uint64_t key, bool xol) {
-  for (std::size_t i = retired_.size(); i-- > 0;) {
-    const Retired b = retired_[i];
-    if (b.key != key || b.xol != xol) continue;
-    if (xol) by_site_[key] = b.addr;
-    else code_by_site_[key] = block(b.addr, b.size);
-    retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
-    return b.addr;
-  }
-  return 0;
+  const std::size_t i = find_retired(key, xol);
+  if (i == retired_.size()) return 0;
+  const Retired b = retired_[i];
+  if (xol) by_site_[key] = b.addr;
+  else code_by_site_[key] = block(b.addr, b.size);
+  retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+  return b.addr;
 }
 
 void XolArea::free_retired(std::size_t n) noexcept {

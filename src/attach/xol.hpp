@@ -158,6 +158,9 @@ class XolArea {
     bool xol;
   };
   std::vector<Retired> retired_;
+  /// The newest retired block of `key` (in by_site_ when `xol`, else in
+  /// code_by_site_): its index, retired_.size() when none.
+  std::size_t find_retired(std::uint64_t key, bool xol) const noexcept;
   /// A new probe at a site whose block (of `key`) is retired but not yet
   /// freed takes that block back, as a site kept its memory for good before
   /// blocks were reclaimed: the same stub, slot or hop again (a thread still

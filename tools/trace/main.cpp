@@ -131,10 +131,13 @@ struct StartGate {
   }
   /// Lets the program run (once every spec was checked).
   void open() {
-    if (fd[0] < 0) return;
-    if (send(fd[0], "1", 1, MSG_NOSIGNAL) < 0) {
+    if (fd[0] >= 0 && send(fd[0], "1", 1, MSG_NOSIGNAL) < 0) {
     }  // (a child already gone: its status says why)
-    close(fd[0]);
+    shut();
+  }
+  /// Ends the program at the gate (end-of-file: its agent exits, 125).
+  void shut() {
+    if (fd[0] >= 0) close(fd[0]);
     fd[0] = -1;
   }
 };
@@ -1030,8 +1033,7 @@ int run_bpftrace(const BtOptions& o) {
   g_dir_to_remove.clear();
   if (gated && child > 0 && run.header()->bt_exit.load()) {
     // exit() in BEGIN: the program never runs (its agent ends at the gate).
-    gate.fd[0] >= 0 ? (void)close(gate.fd[0]) : (void)0;
-    gate.fd[0] = -1;
+    gate.shut();
     while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
     }
     child = -1;
