@@ -6,6 +6,7 @@
 #include "capstone_lib.hpp"
 
 #include "arch.hpp"
+#include "next_symbol.hpp"  // (src/common: header-only)
 
 #include <dlfcn.h>
 
@@ -42,11 +43,10 @@ void bind(void* lib, const char* name, F& f, std::string& error) {
 
 Api load() {
   Api a;
-  // The dynamic linker's dlopen (libuprobe interposes dlopen() to resync
-  // probes: not wanted for its own decoder). RTLD_NEXT from libuprobe's
-  // code is libc's, also when libuprobe is linked statically.
+  // libc's dlopen (libuprobe interposes dlopen() to resync probes: not
+  // wanted for its own decoder), wherever libuprobe sits in the search order.
   using DlopenFn = void* (*)(const char*, int);
-  auto real_dlopen = reinterpret_cast<DlopenFn>(dlsym(RTLD_NEXT, "dlopen"));
+  auto real_dlopen = reinterpret_cast<DlopenFn>(uprobe::detail::libc_symbol("dlopen"));
   void* lib = real_dlopen ? real_dlopen(kSoname, RTLD_NOW | RTLD_LOCAL) : nullptr;
   if (!lib) {
     const char* why = dlerror();

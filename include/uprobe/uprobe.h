@@ -134,7 +134,8 @@ struct uprobe_consumer {
  *                run out of line (refused_instruction); a ret_handler at an offset
  *                that is inside a known function but not its entry
  *   -ENXIO       the address is in anonymous memory or in no mapping (not_file_backed)
- *   -EPERM       libuprobe's own code or its trap-path dependencies (forbidden_target)
+ *   -EPERM       libuprobe's own code or its trap-path dependencies; any target when
+ *                libuprobe was loaded after libc (forbidden_target)
  *   -EEXIST      this consumer is already registered on this probe (conflict)
  *   -EBUSY       the probe is registered with another USDT semaphore: every consumer of a
  *                probe names the same ref_ctr_offset, 0 for none (ref_ctr_conflict)

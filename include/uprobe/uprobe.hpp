@@ -156,7 +156,8 @@ enum class Errc {
   mid_instruction,     ///< offset falls inside an instruction of a known function
   refused_instruction, ///< an existing int3, undecodable bytes, or an instruction we cannot run out of line
   not_file_backed,     ///< an address in anonymous memory, or in no mapping at all
-  forbidden_target,    ///< libuprobe's own code or its hot-path dependencies
+  forbidden_target,    ///< libuprobe's own code or its hot-path dependencies; or any target in a process
+                       ///< where libuprobe was loaded after libc (its interposers would not see the program)
   conflict,            ///< this consumer is already registered on this probe, or is not registered on it; an
                        ///< ambiguous symbol or library name (uprobe/symbols.hpp, uprobe/usdt.hpp)
   in_handler,          ///< (un)registering from inside a handler would deadlock

@@ -448,7 +448,7 @@ const char* uprobe_strerror(int err) {
     case EILSEQ: return "offset inside an instruction";
     case EOPNOTSUPP: return "instruction cannot be probed, or unsupported request";
     case ENXIO: return "address is not in a file-backed mapping";
-    case EPERM: return "target holds code that libuprobe's trap path runs";
+    case EPERM: return "target holds code that libuprobe's trap path runs, or libuprobe was loaded after libc";
     case EEXIST: return "consumer already registered on this probe";
     case EBUSY: return "the probe is registered with another USDT semaphore (ref_ctr_offset)";
     case EUSERS: return "the probe has the most consumers with a ret_handler already (10)";

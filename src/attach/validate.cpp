@@ -23,6 +23,8 @@
 #include "elf_info.hpp"
 #include "vma.hpp"
 #include "format.hpp"
+#include "load_order.hpp"
+#include "next_symbol.hpp"
 #include "hot.hpp"
 #include "signals.hpp"
 #include "uprobe/uprobe.hpp"
@@ -511,11 +513,11 @@ namespace {
 /// never unloaded), or nullptr. dlsym() on it searches libc, then its
 /// dependencies (the dynamic linker), never an interposer that the global
 /// scope finds first (a sanitizer's interceptor, an LD_PRELOAD wrapper). The
-/// dlopen() after ours (RTLD_NEXT): our interposed one resyncs the address
+/// dlopen() after ours (libc_symbol()): our interposed one resyncs the address
 /// space, which takes the registry mutex that our callers hold.
 void* libc_handle() {
   static void* const h = [] {
-    const auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlsym(RTLD_NEXT, "dlopen"));
+    const auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(libc_symbol("dlopen"));
     return real_dlopen ? real_dlopen(LIBC_SO, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
   }();
   return h;
@@ -843,6 +845,13 @@ void check_not_signal_return(const Target& t, std::uint64_t offset) {
 }  // namespace
 
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
+  if (!interposers_in_front())
+    throw Error(Errc::forbidden_target, t.path, offset,
+                "libuprobe was loaded after libc in this process (as a dependency of a library loaded after "
+                "libc, or by dlopen), so its interposers of sigaction, sigprocmask, pthread_create and dlopen "
+                "cannot see the program's calls, and a probe could be hit with SIGTRAP blocked, which the kernel "
+                "makes fatal: load libuprobe before libc (link the program with -luprobe, or put libuprobe.so "
+                "first in LD_PRELOAD)");
   // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
   check_not_trap_path_libc(t, offset);

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "elf_image.hpp"
+#include "next_symbol.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -29,11 +30,11 @@ using DlcloseFn = int (*)(void*);
 /// libc's dlopen and dlclose: libuprobe interposes both (dl_glue.cpp) to
 /// install pending probes, which takes the registry mutex.
 DlopenFn real_dlopen() {
-  static const auto fn = reinterpret_cast<DlopenFn>(dlsym(RTLD_NEXT, "dlopen"));
+  static const auto fn = reinterpret_cast<DlopenFn>(libc_symbol("dlopen"));
   return fn;
 }
 DlcloseFn real_dlclose() {
-  static const auto fn = reinterpret_cast<DlcloseFn>(dlsym(RTLD_NEXT, "dlclose"));
+  static const auto fn = reinterpret_cast<DlcloseFn>(libc_symbol("dlclose"));
   return fn;
 }
 

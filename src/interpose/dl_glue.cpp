@@ -17,13 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "next_symbol.hpp"
 #include "runtime.hpp"
 
 namespace {
 
 template <typename F>
 F next(const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  return reinterpret_cast<F>(uprobe::detail::libc_symbol(name));
 }
 
 using DlopenFn = void* (*)(const char*, int);

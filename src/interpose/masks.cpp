@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "context_layout.h"
+#include "next_symbol.hpp"
 #include "raw_syscall.hpp"
 #include "runtime.hpp"
 #include "sanitize.hpp"
@@ -91,13 +92,13 @@ std::atomic<bool> g_resolved{false};
 
 template <typename F>
 void next(F& f, const char* name) {
-  f = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+  f = reinterpret_cast<F>(uprobe::detail::libc_symbol(name));
 }
 
 void resolve_all() noexcept {
   if (g_resolved.load(std::memory_order_acquire)) return;
-  uprobe_real_sigsetjmp = dlsym(RTLD_NEXT, "__sigsetjmp");
-  uprobe_real_getcontext = dlsym(RTLD_NEXT, "getcontext");
+  uprobe_real_sigsetjmp = uprobe::detail::libc_symbol("__sigsetjmp");
+  uprobe_real_getcontext = uprobe::detail::libc_symbol("getcontext");
   next(g_real.setcontext, "setcontext");
   next(g_real.siglongjmp, "siglongjmp");
   next(g_real.longjmp, "longjmp");

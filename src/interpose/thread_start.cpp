@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 
 #include "masks.hpp"
+#include "next_symbol.hpp"
 #include "raw_syscall.hpp"
 #include "rcu.hpp"
 #include "sanitize.hpp"
@@ -91,7 +92,7 @@ UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
 extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
                                                                      void* (*start)(void*), void* arg) {
   using namespace uprobe::detail;
-  static const auto real = reinterpret_cast<CreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  static const auto real = reinterpret_cast<CreateFn>(libc_symbol("pthread_create"));
   // glibc blocks every signal around its clone() with its own system
   // calls: a hit in there (a probe on clone3) finds SIGSEGV blocked whatever
   // this thread's state says. Unknown during the call, as before after it.

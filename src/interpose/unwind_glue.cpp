@@ -13,13 +13,17 @@
 #include <dlfcn.h>
 #include <unistd.h>
 #include <unwind.h>
+#include <gnu/libc-version.h>
 
 #include <cstdint>
 #include <cstdlib>
 
 #include "arch.hpp"
+#include "next_symbol.hpp"
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
+
+extern "C" void __cxa_end_catch();  // (libstdc++; <cxxabi.h> declares it in __cxxabiv1)
 
 namespace uprobe::detail {
 
@@ -57,10 +61,16 @@ void rehijack(std::uint64_t live_sp) noexcept {
   }
 }
 
+/// The definition after ours (next_symbol()): libgcc_s's _Unwind_* (anchored
+/// at _Unwind_GetCFA, which libuprobe does not interpose), libstdc++'s
+/// __cxa_begin_catch (at __cxa_end_catch), libc's backtrace.
 template <typename F>
-F next(const char* name) {
-  return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+F next(const char* name, const void* anchor) {
+  return reinterpret_cast<F>(next_symbol(name, anchor));
 }
+const void* const kLibgcc = reinterpret_cast<const void*>(&_Unwind_GetCFA);
+const void* const kLibstdcxx = reinterpret_cast<const void*>(&__cxa_end_catch);
+const void* const kLibc = reinterpret_cast<const void*>(&gnu_get_libc_version);
 
 }  // namespace
 
@@ -113,6 +123,9 @@ extern "C" __attribute__((visibility("hidden"))) _Unwind_Reason_Code uprobe_ret_
   return _URC_INSTALL_CONTEXT;
 }
 
+using uprobe::detail::kLibc;
+using uprobe::detail::kLibgcc;
+using uprobe::detail::kLibstdcxx;
 using uprobe::detail::next;
 using uprobe::detail::rehijack;
 using uprobe::detail::unhijack;
@@ -120,7 +133,7 @@ using uprobe::detail::unhijack;
 #define UPROBE_EXPORT extern "C" __attribute__((visibility("default")))
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exception* e) {
-  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_RaiseException");
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_RaiseException", kLibgcc);
   unhijack();
   _Unwind_Reason_Code rc = real(e);  // returns only when no handler was found
   rehijack(0);
@@ -128,7 +141,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exceptio
 }
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Exception* e) {
-  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_Resume_or_Rethrow");
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_Resume_or_Rethrow", kLibgcc);
   unhijack();
   _Unwind_Reason_Code rc = real(e);
   rehijack(0);
@@ -138,7 +151,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Excep
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception* e, _Unwind_Stop_Fn stop,
                                                        void* arg) {
   static auto real =
-      next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*)>("_Unwind_ForcedUnwind");
+      next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*)>("_Unwind_ForcedUnwind", kLibgcc);
   unhijack();
   _Unwind_Reason_Code rc = real(e, stop, arg);
   rehijack(0);
@@ -146,7 +159,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception*
 }
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
-  static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace");
+  static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
   unhijack();
   _Unwind_Reason_Code rc = real(fn, arg);
   rehijack(0);
@@ -155,14 +168,14 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* a
 
 /// The catch: frames below the catching function are gone.
 UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
-  static auto real = next<void* (*)(void*)>("__cxa_begin_catch");
+  static auto real = next<void* (*)(void*)>("__cxa_begin_catch", kLibstdcxx);
   void* r = real(exc);
   rehijack(reinterpret_cast<std::uint64_t>(__builtin_dwarf_cfa()));
   return r;
 }
 
 UPROBE_EXPORT int backtrace(void** buffer, int size) {
-  static auto real = next<int (*)(void**, int)>("backtrace");
+  static auto real = next<int (*)(void**, int)>("backtrace", kLibc);
   unhijack();
   int n = real(buffer, size);
   rehijack(0);

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+// The definition a forwarder of libuprobe's calls: libc's dlopen, sigaction,
+// pthread_create..., libgcc_s's _Unwind_* (interpose/, elf/ifunc.cpp,
+// attach/validate.cpp, and arch/x86_64/capstone_lib.cpp: the one header of
+// src/ that arch/ includes).
+
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+
+namespace uprobe::detail {
+
+/// The definition of `name` after libuprobe's own in the search order
+/// (dlsym(RTLD_NEXT)); when there is none there because libuprobe was
+/// loaded after the library that defines it (a library that links
+/// libuprobe, loaded as a dependency after libc; an LD_PRELOADed library that
+/// needs libuprobe), the definition in the library that holds `anchor` (an
+/// address in it), looked up through a handle on it (libc's own dlopen,
+/// RTLD_NOLOAD: a link map of a library loaded as a dependency is no handle,
+/// its search list is not built). nullptr when neither has one.
+/// Thread-safe; not async-signal-safe (dlsym, dladdr): resolve up front.
+inline void* next_symbol(const char* name, const void* anchor) noexcept {
+  if (void* f = dlsym(RTLD_NEXT, name)) return f;
+  Dl_info di;
+  if (!anchor || !dladdr(anchor, &di) || !di.dli_fname) return nullptr;
+  // libc's dlopen whatever the order: a versioned lookup skips libuprobe's
+  // interposer, which is unversioned (src/api/libuprobe.map); glibc 2.34
+  // moved it into libc, GLIBC_2.2.5 is libdl's before.
+  using DlopenFn = void* (*)(const char*, int);
+  static const auto libc_dlopen = [] {
+    void* f = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
+    return reinterpret_cast<DlopenFn>(f ? f : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
+  }();
+  void* const lib = libc_dlopen ? libc_dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : nullptr;  // (kept)
+  return lib ? dlsym(lib, name) : nullptr;
+}
+
+/// next_symbol() of a libc function (gnu_get_libc_version() is libc's own).
+inline void* libc_symbol(const char* name) noexcept {
+  return next_symbol(name, reinterpret_cast<const void*>(&gnu_get_libc_version));
+}
+
+}  // namespace uprobe::detail

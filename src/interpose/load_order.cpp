@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// Where libuprobe sits in the search order (load_order.hpp).
+
+#include "load_order.hpp"
+
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+
+namespace uprobe::detail {
+
+bool interposers_in_front() noexcept {
+  static const bool in_front = [] {
+    const auto map_of = [](const void* addr) -> const struct link_map* {
+      Dl_info di;
+      struct link_map* lm = nullptr;
+      return dladdr1(addr, &di, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) ? lm : nullptr;
+    };
+    const struct link_map* self = map_of(reinterpret_cast<const void*>(&interposers_in_front));
+    const struct link_map* libc = map_of(reinterpret_cast<const void*>(&gnu_get_libc_version));
+    if (!self || !libc) return true;  // (not found: nothing to compare, as before)
+    // The link maps of the main namespace, in load order: the order of the
+    // global scope that symbol lookups search (the program, LD_PRELOAD, then
+    // the dependencies breadth first, then what dlopen(RTLD_GLOBAL) adds).
+    const struct link_map* m = self;
+    while (m->l_prev) m = m->l_prev;
+    for (; m; m = m->l_next) {
+      if (m == self) return true;
+      if (m == libc) return false;
+    }
+    return true;
+  }();
+  return in_front;
+}
+
+}  // namespace uprobe::detail
