@@ -271,17 +271,21 @@ void retire_sites(const Uprobe* up, const VmaSnapshot& vmas) {
 void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.tree.size());
-  for (Uprobe& u : r.tree) table->entries.emplace_back(u.key, &u);
-  // The successor a site may evict (T2) names that site's probe, so that a
-  // thread hitting the int3 written there while the successor's jump is
-  // written or undone is sent to its trampoline (on_sigtrap()). Never over
-  // a probe of its own there (which blocks the eviction: jump_extent()).
-  bool alias = false;
+  // One walk of the tree (its nodes are scattered: a walk is a cache miss a
+  // probe). The successor a site may evict (T2) names that site's probe, so
+  // that a thread hitting the int3 written there while the successor's jump
+  // is written or undone is sent to its trampoline (on_sigtrap()). Never
+  // over a probe of its own there (which blocks the eviction: jump_extent()).
+  std::vector<Uprobe*> evicting;
   for (Uprobe& u : r.tree) {
-    if (!u.window.evict.len) continue;
-    const ProbeKey k{u.key.dev, u.key.ino, u.key.offset + u.window.len};
+    table->entries.emplace_back(u.key, &u);
+    if (u.window.evict.len) evicting.push_back(&u);
+  }
+  bool alias = false;
+  for (Uprobe* u : evicting) {
+    const ProbeKey k{u->key.dev, u->key.ino, u->key.offset + u->window.len};
     if (r.tree.find(k, KeyLess()) != r.tree.end()) continue;
-    table->entries.emplace_back(k, &u);
+    table->entries.emplace_back(k, u);
     alias = true;
   }
   if (alias)

@@ -147,9 +147,38 @@ struct procmap_query {
 #define PROCMAP_QUERY_FILE_BACKED_VMA 0x20
 #endif
 
+namespace {
+
+std::atomic<bool> g_procmap_unsupported{false};
+
+/// One PROCMAP_QUERY of /proc/self/maps (`fd`): 0, ENOENT (no such
+/// mapping), or another errno (then the ioctl is noted unsupported when the
+/// kernel lacks it).
+int procmap_query_at(int fd, std::uint64_t addr, std::uint64_t flags, procmap_query& q) {
+  std::memset(&q, 0, sizeof q);
+  q.size = sizeof q;
+  q.query_addr = addr;
+  q.query_flags = flags;
+  if (::ioctl(fd, PROCMAP_QUERY, &q) == 0) return 0;
+  const int err = errno;
+  if (err == ENOTTY || err == EINVAL || err == EOPNOTSUPP) g_procmap_unsupported.store(true);
+  return err;
+}
+
+/// Whether the kernel's mapping `q` is `v` exactly.
+bool same_mapping(const Vma& v, const procmap_query& q) {
+  const std::uint8_t prot = static_cast<std::uint8_t>((q.vma_flags & PROCMAP_QUERY_VMA_READABLE ? 1 : 0) |
+                                                      (q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE ? 2 : 0) |
+                                                      (q.vma_flags & PROCMAP_QUERY_VMA_EXECUTABLE ? 4 : 0));
+  return v.start == q.vma_start && v.end == q.vma_end && v.pgoff == q.vma_offset &&
+         v.ino == static_cast<ino_t>(q.inode) && v.dev == makedev(q.dev_major, q.dev_minor) && v.prot == prot &&
+         v.shared == ((q.vma_flags & PROCMAP_QUERY_VMA_SHARED) != 0);
+}
+
+}  // namespace
+
 std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
-  static std::atomic<bool> unsupported{false};
-  if (unsupported.load(std::memory_order_relaxed)) return std::nullopt;
+  if (g_procmap_unsupported.load(std::memory_order_relaxed)) return std::nullopt;
   // Opened per call: a descriptor opened before a fork() would still name
   // the parent's address space in the child.
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -163,26 +192,16 @@ std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
   std::uint64_t addr = 0;
   for (;;) {
     procmap_query q;
-    std::memset(&q, 0, sizeof q);
-    q.size = sizeof q;
-    q.query_addr = addr;
-    q.query_flags = PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA;
     next_file_backed();
-    if (::ioctl(fd, PROCMAP_QUERY, &q) != 0) {
-      if (errno == ENOENT) {  // no file-backed mapping at or above addr
+    if (const int err = procmap_query_at(fd, addr, PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA, q)) {
+      if (err == ENOENT) {  // no file-backed mapping at or above addr
         if (i != v.size()) result = false;
       } else {
-        if (errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP) unsupported.store(true);
         result = std::nullopt;
       }
       break;
     }
-    const std::uint8_t prot = static_cast<std::uint8_t>((q.vma_flags & PROCMAP_QUERY_VMA_READABLE ? 1 : 0) |
-                                                        (q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE ? 2 : 0) |
-                                                        (q.vma_flags & PROCMAP_QUERY_VMA_EXECUTABLE ? 4 : 0));
-    if (i == v.size() || v[i].start != q.vma_start || v[i].end != q.vma_end || v[i].pgoff != q.vma_offset ||
-        v[i].ino != static_cast<ino_t>(q.inode) || v[i].dev != makedev(q.dev_major, q.dev_minor) ||
-        v[i].prot != prot || v[i].shared != ((q.vma_flags & PROCMAP_QUERY_VMA_SHARED) != 0)) {
+    if (i == v.size() || !same_mapping(v[i], q)) {
       result = false;
       break;
     }
@@ -191,6 +210,18 @@ std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
   }
   ::close(fd);
   return result;
+}
+
+std::optional<bool> mapping_unchanged(const Vma& v) {
+  if (g_procmap_unsupported.load(std::memory_order_relaxed)) return std::nullopt;
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);  // (per call: see above)
+  if (fd < 0) return std::nullopt;
+  procmap_query q;
+  const int err = procmap_query_at(fd, v.start, 0, q);  // the mapping covering v.start, if any
+  ::close(fd);
+  if (err == ENOENT) return false;
+  if (err) return std::nullopt;
+  return same_mapping(v, q);
 }
 
 FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t a) {

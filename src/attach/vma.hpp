@@ -34,6 +34,12 @@ bool same_layout(const VmaSnapshot& a, const VmaSnapshot& b) noexcept;
 /// of a big process's maps). Not async-signal-safe (open, ioctl).
 std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap);
 
+/// The same for one mapping `v` of a snapshot: whether the process maps
+/// exactly `v` at v.start now (one query where file_mappings_unchanged()
+/// makes one per file-backed mapping). What resolve_address() needs of a
+/// snapshot. Not async-signal-safe.
+std::optional<bool> mapping_unchanged(const Vma& v);
+
 /// The file and file offset mapped at `addr` in `vmas` (offset = pgoff +
 /// addr - start): resolve_address() on a snapshot.
 /// @throws uprobe::Error(not_file_backed) for anonymous memory, no mapping,

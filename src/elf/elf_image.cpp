@@ -580,9 +580,11 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
-  static std::once_flag once;
-  static bool elf_ok = false;
-  std::call_once(once, [] { elf_ok = elf_version(EV_CURRENT) != EV_NONE; });
+  // (A guarded static, not std::call_once: libstdc++'s call_once reaches
+  // its thread-local state through __tls_get_addr, which waits for a
+  // dlopen() in flight on another thread, e.g. uprobe-trace's agent loading
+  // Capstone beside this.)
+  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
   if (!elf_ok) throw Error(Errc::system, path, 0, "libelf initialisation failed");
 
   ElfHandle h;
