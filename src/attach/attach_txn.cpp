@@ -268,21 +268,38 @@ void retire_sites(const Uprobe* up, const VmaSnapshot& vmas) {
 }
 
 /// Publishes a new probe table built from the registry's tree.
+/// Adds `up` to the registry's tree, keys and evicting list.
+void insert_probe(Registry& r, Uprobe* up) {
+  r.tree.insert(*up);
+  const auto at = std::lower_bound(r.keys.begin(), r.keys.end(), up->key,
+                                   [](const auto& e, const ProbeKey& k) { return e.first < k; });
+  r.keys.insert(at, {up->key, up});
+  if (up->window.evict.len) r.evicting.push_back(up);
+}
+
+/// Removes `ups` (each in the tree) from the registry's tree, keys and
+/// evicting list: one compaction of each array for the whole batch.
+void erase_probes(Registry& r, const std::vector<Uprobe*>& ups) {
+  if (ups.empty()) return;
+  for (Uprobe* up : ups) r.tree.erase(r.tree.iterator_to(*up));
+  std::vector<Uprobe*> gone(ups);
+  std::sort(gone.begin(), gone.end());
+  const auto is_gone = [&](Uprobe* u) { return std::binary_search(gone.begin(), gone.end(), u); };
+  r.keys.erase(std::remove_if(r.keys.begin(), r.keys.end(), [&](const auto& e) { return is_gone(e.second); }),
+               r.keys.end());
+  r.evicting.erase(std::remove_if(r.evicting.begin(), r.evicting.end(), is_gone), r.evicting.end());
+}
+
 void publish_probes(Registry& r) {
   auto table = std::make_unique<ProbeTable>();
-  table->entries.reserve(r.tree.size());
-  // One walk of the tree (its nodes are scattered: a walk is a cache miss a
-  // probe). The successor a site may evict (T2) names that site's probe, so
-  // that a thread hitting the int3 written there while the successor's jump
-  // is written or undone is sent to its trampoline (on_sigtrap()). Never
-  // over a probe of its own there (which blocks the eviction: jump_extent()).
-  std::vector<Uprobe*> evicting;
-  for (Uprobe& u : r.tree) {
-    table->entries.emplace_back(u.key, &u);
-    if (u.window.evict.len) evicting.push_back(&u);
-  }
+  table->entries.reserve(r.keys.size() + r.evicting.size());
+  table->entries = r.keys;  // (sorted: insert_probe())
+  // The successor a site may evict (T2) names that site's probe, so that a
+  // thread hitting the int3 written there while the successor's jump is
+  // written or undone is sent to its trampoline (on_sigtrap()). Never over
+  // a probe of its own there (which blocks the eviction: jump_extent()).
   bool alias = false;
-  for (Uprobe* u : evicting) {
+  for (Uprobe* u : r.evicting) {
     const ProbeKey k{u->key.dev, u->key.ino, u->key.offset + u->window.len};
     if (r.tree.find(k, KeyLess()) != r.tree.end()) continue;
     table->entries.emplace_back(k, u);
@@ -630,7 +647,7 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   cs->regs.push_back(reg.release());
   up->consumers.store(cs.release(), std::memory_order_relaxed);
   Uprobe* raw = up.release();
-  r_.tree.insert(*raw);
+  insert_probe(r_, raw);
   fresh_of_[ticket] = fresh_.size();
   fresh_index_.emplace(raw, fresh_.size());
   fresh_.push_back(Fresh{raw, optimizable(raw)});
@@ -761,7 +778,7 @@ void Transaction::commit_adds() {
         adds_[i].offset = up->key.offset;
       }
       forget_references(up);
-      r_.tree.erase(r_.tree.iterator_to(*up));
+      erase_probes(r_, {up});
       dropped_keys.push_back(up->key);
       r_.deferred.emplace_back([up] {
         for (Registration* reg : up->consumers.load()->regs) delete reg;
@@ -875,10 +892,8 @@ void Transaction::commit_removals() {
     up->applied = false;
     PatchLock::unlock(up);
   }
-  for (Uprobe* up : garbage.probes) {
-    forget_references(up);
-    r_.tree.erase(r_.tree.iterator_to(*up));
-  }
+  for (Uprobe* up : garbage.probes) forget_references(up);
+  erase_probes(r_, garbage.probes);
   if (!garbage.probes.empty()) {
     publish_probes(r_);
     for (const Uprobe* up : garbage.probes) retire_sites(up, *vmas);
