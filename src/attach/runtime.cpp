@@ -64,9 +64,9 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
   // What the registry and the trap path use a snapshot for is file-backed:
   // where a file's code and USDT semaphores are mapped. While those mappings
-  // are exactly the snapshot's, it stays (its anonymous mappings may be
-  // older: only XOL placement looks at them, and it reads the address space
-  // afresh when it needs a new region).
+  // are exactly the snapshot's, it stays (its anonymous and read-only file
+  // mappings may be older: only XOL placement looks at them, and it reads
+  // the address space afresh when it needs a new region).
   if (cur && file_mappings_unchanged(*cur).value_or(false)) return cur;
   auto fresh = std::make_unique<VmaSnapshot>(read_proc_maps());
   if (cur && same_layout(*cur, *fresh)) return cur;

@@ -184,29 +184,38 @@ std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   const std::vector<Vma>& v = snap.vmas();
-  std::size_t i = 0;
-  auto next_file_backed = [&] {
-    while (i < v.size() && v[i].ino == 0) ++i;
-  };
   std::optional<bool> result = true;
-  std::uint64_t addr = 0;
-  for (;;) {
-    procmap_query q;
-    next_file_backed();
-    if (const int err = procmap_query_at(fd, addr, PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA, q)) {
-      if (err == ENOENT) {  // no file-backed mapping at or above addr
-        if (i != v.size()) result = false;
-      } else {
-        result = std::nullopt;
+  // Two sweeps, each over the file-backed mappings with one protection bit
+  // (the kernel filters: one query per such mapping): code, where sites
+  // are, then writable data, where USDT semaphores are. A read-only one
+  // (headers, .rodata, RELRO: two of a library's five) holds neither.
+  for (const auto& [bit, flag] : {std::pair<std::uint8_t, std::uint64_t>{4, PROCMAP_QUERY_VMA_EXECUTABLE},
+                                 std::pair<std::uint8_t, std::uint64_t>{2, PROCMAP_QUERY_VMA_WRITABLE}}) {
+    std::size_t i = 0;
+    auto next_wanted = [&] {
+      while (i < v.size() && (v[i].ino == 0 || !(v[i].prot & bit))) ++i;
+    };
+    std::uint64_t addr = 0;
+    for (;;) {
+      procmap_query q;
+      next_wanted();
+      const std::uint64_t flags = PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA | flag;
+      if (const int err = procmap_query_at(fd, addr, flags, q)) {
+        if (err == ENOENT) {  // no such mapping at or above addr
+          if (i != v.size()) result = false;
+        } else {
+          result = std::nullopt;
+        }
+        break;
       }
-      break;
+      if (i == v.size() || !same_mapping(v[i], q)) {
+        result = false;
+        break;
+      }
+      ++i;
+      addr = q.vma_end;
     }
-    if (i == v.size() || !same_mapping(v[i], q)) {
-      result = false;
-      break;
-    }
-    ++i;
-    addr = q.vma_end;
+    if (result != true) break;
   }
   ::close(fd);
   return result;

@@ -24,14 +24,18 @@ std::vector<Vma> read_proc_maps();
 /// Same (start, end, prot, pgoff, dev, ino) for every VMA of `a` and `b`.
 bool same_layout(const VmaSnapshot& a, const VmaSnapshot& b) noexcept;
 
-/// True when the file-backed mappings of the process are exactly those of
-/// `snap` (start, end, protection, shared, offset, device and inode of every
-/// one), false when any differs (a file mapped, unmapped, moved or changed
-/// protection), nullopt when the kernel cannot say (no PROCMAP_QUERY ioctl on
-/// /proc/self/maps: Linux < 6.11). It visits the file-backed mappings only
-/// and formats no text: a few microseconds where reading /proc/self/maps
-/// costs tens to hundreds (anonymous mappings such as thread stacks are most
-/// of a big process's maps). Not async-signal-safe (open, ioctl).
+/// True when the file-backed mappings of the process that hold code or
+/// writable data are exactly those of `snap` (start, end, protection,
+/// shared, offset, device and inode of every one): what the registry and the
+/// trap path use a snapshot for (a file's code: sites; its data: USDT
+/// semaphores). False when any differs (a file mapped, unmapped, moved or
+/// changed protection), nullopt when the kernel cannot say (no PROCMAP_QUERY
+/// ioctl on /proc/self/maps: Linux < 6.11). The read-only file mappings
+/// (headers, .rodata, RELRO) are not compared; like the anonymous ones, only
+/// XOL placement looks at them, and it reads the address space afresh when
+/// it needs a new region. One query per compared mapping, no text formatted:
+/// a few microseconds where reading /proc/self/maps costs tens to hundreds.
+/// Not async-signal-safe (open, ioctl).
 std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap);
 
 /// The same for one mapping `v` of a snapshot: whether the process maps
