@@ -267,13 +267,12 @@ void retire_sites(const Uprobe* up, const VmaSnapshot& vmas) {
   }
 }
 
-/// Publishes a new probe table built from the registry's tree.
-/// Adds `up` to the registry's tree, keys and evicting list.
+/// Adds `up` to the registry's tree, keys (appended: sorted at the next
+/// publish, once for a whole batch) and evicting list.
 void insert_probe(Registry& r, Uprobe* up) {
   r.tree.insert(*up);
-  const auto at = std::lower_bound(r.keys.begin(), r.keys.end(), up->key,
-                                   [](const auto& e, const ProbeKey& k) { return e.first < k; });
-  r.keys.insert(at, {up->key, up});
+  if (!r.keys.empty() && !(r.keys.back().first < up->key)) r.keys_sorted = false;
+  r.keys.emplace_back(up->key, up);
   if (up->window.evict.len) r.evicting.push_back(up);
 }
 
@@ -290,10 +289,15 @@ void erase_probes(Registry& r, const std::vector<Uprobe*>& ups) {
   r.evicting.erase(std::remove_if(r.evicting.begin(), r.evicting.end(), is_gone), r.evicting.end());
 }
 
+/// Publishes a new probe table built from the registry's keys.
 void publish_probes(Registry& r) {
+  if (!r.keys_sorted) {
+    std::sort(r.keys.begin(), r.keys.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    r.keys_sorted = true;
+  }
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.keys.size() + r.evicting.size());
-  table->entries = r.keys;  // (sorted: insert_probe())
+  table->entries = r.keys;
   // The successor a site may evict (T2) names that site's probe, so that a
   // thread hitting the int3 written there while the successor's jump is
   // written or undone is sent to its trampoline (on_sigtrap()). Never over

@@ -28,10 +28,12 @@ struct Registry {
   /// Every registered probe, by key. Changed only through insert_probe() and
   /// erase_probes() (attach_txn.cpp), which keep `keys` and `evicting` in step.
   boost::intrusive::set<Uprobe> tree;
-  /// `tree` as a sorted array, what the published ProbeTable copies: a
-  /// publish reads it in one sweep instead of walking the tree's scattered
-  /// nodes (a cache miss each), so an attach among 1,000 probes stays cheap.
+  /// `tree` as an array, what the published ProbeTable copies: a publish
+  /// reads it in one sweep instead of walking the tree's scattered nodes (a
+  /// cache miss each), so an attach among 1,000 probes stays cheap. Sorted
+  /// by key whenever `keys_sorted` (publish_probes() sorts it).
   std::vector<std::pair<ProbeKey, Uprobe*>> keys;
+  bool keys_sorted = true;
   /// The probes of `tree` whose plan evicts the successor (window.evict.len:
   /// fixed at registration), whose successor key the ProbeTable also names.
   std::vector<Uprobe*> evicting;
