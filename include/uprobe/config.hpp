@@ -7,6 +7,7 @@
 /// designs.
 
 #include <cstdint>
+#include <string>
 
 #include "uprobe/lab.hpp"
 

@@ -584,7 +584,13 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
                                  std::uint64_t& offset) {
   const VmaSnapshot& vmas = snapshot();
   if (q.address) {
-    FileOffset fo = file_offset_of(vmas, reinterpret_cast<std::uint64_t>(q.address));
+    // The snapshot stays while the file mappings holding code or writable
+    // data are unchanged (refresh_vmas()); an address may be in any other
+    // one: the mapping holding it is checked, else the address space read.
+    const auto a = reinterpret_cast<std::uint64_t>(q.address);
+    const Vma* v = vmas.find(a);
+    FileOffset fo = v && mapping_unchanged(*v).value_or(false) ? file_offset_of(vmas, a)
+                                                               : file_offset_of(VmaSnapshot(read_proc_maps()), a);
     path = std::move(fo.path);
     offset = fo.offset;
   }

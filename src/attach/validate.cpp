@@ -847,11 +847,12 @@ void check_not_signal_return(const Target& t, std::uint64_t offset) {
 void check_not_forbidden(const Target& t, std::uint64_t offset) {
   if (!interposers_in_front())
     throw Error(Errc::forbidden_target, t.path, offset,
-                "libuprobe was loaded after libc in this process (as a dependency of a library loaded after "
-                "libc, or by dlopen), so its interposers of sigaction, sigprocmask, pthread_create and dlopen "
-                "cannot see the program's calls, and a probe could be hit with SIGTRAP blocked, which the kernel "
-                "makes fatal: load libuprobe before libc (link the program with -luprobe, or put libuprobe.so "
-                "first in LD_PRELOAD)");
+                "libuprobe was loaded after libc in this process (the program names libc before it, or it came "
+                "as a dependency of a library loaded after libc, by dlopen, or into a namespace of its own by "
+                "dlmopen), so its interposers of sigaction, sigprocmask, pthread_create and dlopen cannot see "
+                "the program's calls, and a probe could be hit with SIGTRAP blocked, which the kernel makes "
+                "fatal: load libuprobe before libc (link the program with -luprobe before libc, or put "
+                "libuprobe.so first in LD_PRELOAD)");
   // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
   check_not_trap_path_libc(t, offset);

@@ -20,7 +20,11 @@ namespace uprobe::detail {
 /// RTLD_NOLOAD: a link map of a library loaded as a dependency is no handle,
 /// its search list is not built). nullptr when neither has one.
 /// Thread-safe; not async-signal-safe (dlsym, dladdr): resolve up front.
-inline void* next_symbol(const char* name, const void* anchor) noexcept {
+/// Never inlined: its Dl_info would put an ASan-poisoned stack object into
+/// the caller's frame, and an interposed _Unwind_RaiseException's frame is
+/// left without an epilogue when the unwinder jumps to a landing pad (the
+/// stale poison then failed every later throw under ASan).
+__attribute__((noinline)) inline void* next_symbol(const char* name, const void* anchor) noexcept {
   if (void* f = dlsym(RTLD_NEXT, name)) return f;
   Dl_info di;
   if (!anchor || !dladdr(anchor, &di) || !di.dli_fname) return nullptr;

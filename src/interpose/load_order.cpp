@@ -19,6 +19,10 @@ bool interposers_in_front() noexcept {
     const struct link_map* self = map_of(reinterpret_cast<const void*>(&interposers_in_front));
     const struct link_map* libc = map_of(reinterpret_cast<const void*>(&gnu_get_libc_version));
     if (!self || !libc) return true;  // (not found: nothing to compare, as before)
+    // Loaded into a namespace of its own (dlmopen): the program's calls go
+    // to the libc of the base namespace, which libuprobe never stands before.
+    Lmid_t ns = LM_ID_BASE;
+    if (dlinfo(const_cast<struct link_map*>(self), RTLD_DI_LMID, &ns) == 0 && ns != LM_ID_BASE) return false;
     // The link maps of the main namespace, in load order: the order of the
     // global scope that symbol lookups search (the program, LD_PRELOAD, then
     // the dependencies breadth first, then what dlopen(RTLD_GLOBAL) adds).

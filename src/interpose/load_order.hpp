@@ -9,7 +9,9 @@ namespace uprobe::detail {
 /// reach libuprobe's interposers (interpose/README.md): true when the program
 /// links libuprobe (or libuprobe.a), or LD_PRELOADs it; false when it was
 /// loaded after libc (a library that links libuprobe, loaded as a dependency
-/// after libc; an LD_PRELOADed library that needs it; a dlopen()). Then a
+/// after libc; an LD_PRELOADed library that needs it; a program that names
+/// libc before libuprobe; a dlopen()), or into a namespace of its own
+/// (dlmopen(), whose calls of libc are not the program's). Then a
 /// thread that blocks SIGTRAP with libc's own sigprocmask could take a hit,
 /// which the kernel makes fatal: every registration is refused
 /// (check_not_forbidden(), attach/validate.cpp). Computed once (the initial

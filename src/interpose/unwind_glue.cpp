@@ -61,6 +61,10 @@ void rehijack(std::uint64_t live_sp) noexcept {
   }
 }
 
+/// (The interposers below keep no stack object of their own: when the
+/// unwinder lands in a handler their frames end without an epilogue, and an
+/// ASan build would keep their redzones poisoned; next_symbol() is never
+/// inlined into them.)
 /// The definition after ours (next_symbol()): libgcc_s's _Unwind_* (anchored
 /// at _Unwind_GetCFA, which libuprobe does not interpose), libstdc++'s
 /// __cxa_begin_catch (at __cxa_end_catch), libc's backtrace.

@@ -743,6 +743,62 @@ TEST(AddressSpace, AFileMappedWithRawMmapIsSeenByTheNextRegistration) {
   EXPECT_EQ(mem_bytes(fx(80), 8), file_bytes(exe, off, 8));
 }
 
+TEST(AddressSpace, AnAddressInAReplacedReadOnlyMappingNamesTheFileMappedNow) {
+  // The snapshot stays while the file mappings holding code or writable data
+  // are unchanged; a read-only one may have been replaced meanwhile. A
+  // request by address there must name the file mapped now (a bug report:
+  // a batch request named the file mapped before, and an address where an
+  // anonymous mapping had been was refused as anonymous memory).
+  const std::string exe = self_exe();
+  char dir_tmpl[] = "/tmp/uprobe-ro-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_tmpl), nullptr);
+  const std::string dir = dir_tmpl, a = dir + "/a.bin", b = dir + "/b.bin";
+  for (const std::string& f : {a, b}) {
+    const std::vector<std::uint8_t> bytes = file_bytes(exe, 0, 8192);
+    const int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  }
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto map = [&](const std::string& f, void* at) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    void* m = ::mmap(at, static_cast<std::size_t>(page), PROT_READ, MAP_PRIVATE | (at ? MAP_FIXED : 0), fd, 0);
+    ::close(fd);
+    return m;
+  };
+  Counter c;
+  // Two registrations first: the XOL memory they map is in the next
+  // snapshot, which then stays (nothing below maps code or writable data).
+  uprobe::Uprobe* p0 = uprobe::register_uprobe(fx(71), c);
+  uprobe::Uprobe* p1 = uprobe::register_uprobe(fx(72), c);
+  for (const bool anonymous_first : {false, true}) {
+    SCOPED_TRACE(anonymous_first ? "anonymous PROT_NONE first" : "a.bin read-only first");
+    void* x = anonymous_first ? ::mmap(nullptr, static_cast<std::size_t>(page), PROT_NONE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                              : map(a, nullptr);
+    ASSERT_NE(x, MAP_FAILED);
+    uprobe::Uprobe* p2 = uprobe::register_uprobe(fx(73), c);  // the kept snapshot has not seen x
+    ASSERT_EQ(map(b, x), x);  // b.bin read-only over it: no code or writable data changed
+    const char* at = static_cast<const char*>(x) + 0x40;
+    const std::vector<uprobe::ProbeRequest> req{uprobe::ProbeRequest::at(at, c)};
+    auto res = uprobe::register_uprobes(req);
+    ASSERT_EQ(res.size(), 1u);
+    ASSERT_FALSE(res[0]) << "a read-only mapping holds no code";
+    EXPECT_EQ(res[0].error->code(), Errc::not_executable) << res[0].error->what();
+    EXPECT_EQ(res[0].error->path(), b) << res[0].error->what();
+    EXPECT_EQ(res[0].error->offset(), 0x40u);
+    EXPECT_EQ(uprobe::resolve_address(at).path, b);
+    uprobe::unregister_uprobe(p2, c);
+    ASSERT_EQ(::munmap(x, static_cast<std::size_t>(page)), 0);
+  }
+  uprobe::unregister_uprobe(p1, c);
+  uprobe::unregister_uprobe(p0, c);
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(Batch, EmptyBatchesAndHandlerRefusal) {
   EXPECT_TRUE(uprobe::register_uprobes({}).empty());
   EXPECT_TRUE(uprobe::unregister_uprobes({}).empty());

@@ -40,6 +40,23 @@ TEST(LoadOrder, AfterLibcEveryRegistrationIsRefusedAndTheTextIsUnchanged) {
   EXPECT_NE(out.find("put libuprobe.so first in LD_PRELOAD"), std::string::npos) << out;
 }
 
+TEST(LoadOrder, InANamespaceOfItsOwnEveryRegistrationIsRefused) {
+  // dlmopen(LM_ID_NEWLM): libuprobe is first in its own namespace, but the
+  // program calls the base namespace's libc (a bug report: accepted, then
+  // killed by SIGTRAP after sigprocmask blocked it).
+  const std::string cmd = std::string("GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536 ") + LOAD_ORDER_DLMOPEN +
+                          " " + LIBUPROBE_SO + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  const std::string head = "rc=" + std::to_string(-EPERM) + " hits=0 sum=11 why=libuprobe: cannot probe ";
+  EXPECT_EQ(out.rfind(head, 0), 0u) << out;
+  EXPECT_NE(out.find("into a namespace of its own by dlmopen"), std::string::npos) << out;
+}
+
 TEST(LoadOrder, PreloadedFirstTheSameProgramIsProbed) {
   const std::string out = run(std::string("LD_PRELOAD=") + LIBUPROBE_SO);
   EXPECT_EQ(out, "rc=0 sum=145 hits=10 same=0 why=\n");

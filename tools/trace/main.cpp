@@ -457,10 +457,15 @@ std::string find_agent() {
 // libuprobe.so as this process loaded it: preloaded too, so that its
 // sigaction()/signal()/dlopen() interposition comes before libc's.
 std::string find_libuprobe() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&uprobe::stats), &info) && info.dli_fname && info.dli_fname[0] == '/')
-    return real_path(info.dli_fname);
-  return {};
+  // The file mapped there (/proc/self/maps: an absolute path, also when the
+  // dynamic linker found it through a relative LD_LIBRARY_PATH, whose
+  // dli_fname is relative). Without it the traced program would load
+  // libuprobe after libc, as the agent's dependency, where every probe is refused.
+  try {
+    return real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
+  } catch (const uprobe::Error&) {
+    return {};
+  }
 }
 
 void remove_tree(const std::string& dir) {
