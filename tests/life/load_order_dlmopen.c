@@ -11,17 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include "uprobe/uprobe.h"
-
-static int g_hits;
-static int count_hit(struct uprobe_consumer* self, struct uprobe_regs* regs, uint64_t* cookie) {
-  (void)self;
-  (void)regs;
-  (void)cookie;
-  ++g_hits;
-  return 0;
-}
-static struct uprobe_consumer g_consumer = {.handler = count_hit};
+#include "load_order_consumer.h"
 
 __attribute__((noinline)) int order_target(int x) {
   __asm__ volatile("");

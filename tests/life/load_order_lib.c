@@ -1,22 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/life/load_order_test.cpp: a library that links libuprobe, so that a
  * program linking it (load_order_main.c) loads libuprobe after libc. */
-#include <stdint.h>
 #include <string.h>
 
-#include "uprobe/uprobe.h"
-
-static int g_hits;
-
-static int count_hit(struct uprobe_consumer* self, struct uprobe_regs* regs, uint64_t* cookie) {
-  (void)self;
-  (void)regs;
-  (void)cookie;
-  ++g_hits;
-  return 0;
-}
-
-static struct uprobe_consumer g_consumer = {.handler = count_hit};
+#include "load_order_consumer.h"
 
 int order_hits(void) { return g_hits; }
 
