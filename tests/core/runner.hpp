@@ -41,11 +41,16 @@ inline bool successor_target_taken(const void* fn, const std::vector<std::uint8_
 /// now: its rel32 keeps the three bytes after the successor, so its
 /// trampoline lies in one 256-byte range, ~29 MB past the code for the Jcc
 /// fixtures (xor, ret, mov follow): where the heap may be, at an address
-/// ASLR picks, and growing during the test. Then the site keeps its punned
+/// ASLR picks, and growing during the test; padded with one prefix, its
+/// rel32 is four fixed bytes: one address. Then the site keeps its punned
 /// jump.
 inline bool two_byte_successor_range_taken(const void* fn, const std::vector<std::uint8_t>& orig,
                                            std::size_t succ) {
-  if (succ + 5 > orig.size()) return false;
+  if (succ + 6 > orig.size()) return false;
+  std::int32_t padded_rel;
+  std::memcpy(&padded_rel, &orig[succ + 2], sizeof padded_rel);
+  const auto padded_at = reinterpret_cast<std::uintptr_t>(fn) + succ + 6 + static_cast<std::intptr_t>(padded_rel);
+  if (!mapping_of(reinterpret_cast<const void*>(padded_at)).has_value()) return false;
   std::uint32_t hi = 0;
   std::memcpy(&hi, &orig[succ + 1], sizeof hi);
   hi &= 0xffffff00u;
