@@ -23,6 +23,8 @@ set_tests_properties(usdt.UsdtArgs.SdtFromCLive usdt.nopie.UsdtArgs.SdtFromCLive
 # uprobe-trace preloads libuprobe-agent.so (instrumented) into the traced
 # program; a program not linked with the sanitizer runtime then stops with
 # "ASan runtime does not come first in initial library list" (TSan likewise).
+set_tests_properties(trace.Trace.BashRunsItsCommandsAndNoFollowLeavesThemUntraced
+                     PROPERTIES LABELS "no-asan;no-tsan")  # (bash: as the tests below)
 set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.MallocCountIsExactWithoutOtherProbes
                      trace.Trace.WildcardMatchesExactlyTheThreeFunctions
                      trace.Trace.UsdtSemaphoreGuardedBranchRunsOnlyWhileTraced trace.Trace.ThreadsCountInTheirOwnSlots

@@ -1287,6 +1287,22 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
+/// libc's own unsetenv() and setenv(). A program may define its own (bash
+/// defines getenv, setenv, unsetenv, putenv), which the agent's calls would
+/// reach; bash's, before its main() set up its variables, leave `environ` as
+/// it is, and bash then passed UPROBE_TRACE_GATE on to every command it ran
+/// (each exited 125 at a gate already read). libc's change the array main()
+/// is given, in place. RTLD_NEXT from the agent (preloaded after the program)
+/// finds libc's.
+int libc_unsetenv(const char* name) {
+  static const auto f = reinterpret_cast<int (*)(const char*)>(dlsym(RTLD_NEXT, "unsetenv"));
+  return f ? f(name) : unsetenv(name);
+}
+int libc_setenv(const char* name, const char* value, int overwrite) {
+  static const auto f = reinterpret_cast<int (*)(const char*, const char*, int)>(dlsym(RTLD_NEXT, "setenv"));
+  return f ? f(name, value, overwrite) : setenv(name, value, overwrite);
+}
+
 /// uprobe-trace's start gate (main.cpp, StartGate; kEnvGate): once this
 /// process attached, wait for the CLI's checks of the specs before any code
 /// of the program runs; end-of-file (the CLI refused a spec, or died) ends
@@ -1296,7 +1312,7 @@ void pass_start_gate() {
   const char* v = getenv(kEnvGate);
   if (!v) return;
   const int fd = std::atoi(v);
-  unsetenv(kEnvGate);
+  libc_unsetenv(kEnvGate);
   // (System calls, not libc's read/close: probes on those count the program's calls only.)
   char c = 0;
   long n;
@@ -1366,10 +1382,10 @@ __attribute__((constructor)) void agent_init() {
   if (env_or(kEnvFollow, "1") == "0") {
     // --no-follow: whatever this program execs runs without the agent.
     std::string orig = env_or(kEnvOrigPreload, "-");
-    if (orig == "-") unsetenv("LD_PRELOAD");
-    else setenv("LD_PRELOAD", orig.c_str(), 1);
+    if (orig == "-") libc_unsetenv("LD_PRELOAD");
+    else libc_setenv("LD_PRELOAD", orig.c_str(), 1);
     for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram})
-      unsetenv(v);
+      libc_unsetenv(v);
   }
   pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
   try {
