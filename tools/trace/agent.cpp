@@ -97,6 +97,27 @@ extern "C" __attribute__((visibility("default"))) const int uprobe_decoder_on_de
 
 namespace {
 
+/// libc's own getenv(), unsetenv() and setenv(). A program may define its own (bash
+/// defines getenv, setenv, unsetenv, putenv), which the agent's calls would
+/// reach; bash's, before its main() set up its variables, leave `environ` as
+/// it is, and bash then passed UPROBE_TRACE_GATE on to every command it ran
+/// (each exited 125 at a gate already read). libc's change the array main()
+/// is given, in place. RTLD_NEXT from the agent (preloaded after the program)
+/// finds libc's.
+const char* libc_getenv(const char* name) {
+  static const auto f = reinterpret_cast<char* (*)(const char*)>(dlsym(RTLD_NEXT, "getenv"));
+  return f ? f(name) : getenv(name);
+}
+int libc_unsetenv(const char* name) {
+  static const auto f = reinterpret_cast<int (*)(const char*)>(dlsym(RTLD_NEXT, "unsetenv"));
+  return f ? f(name) : unsetenv(name);
+}
+int libc_setenv(const char* name, const char* value, int overwrite) {
+  static const auto f = reinterpret_cast<int (*)(const char*, const char*, int)>(dlsym(RTLD_NEXT, "setenv"));
+  return f ? f(name, value, overwrite) : setenv(name, value, overwrite);
+}
+
+
 using namespace uptrace;
 using counts::kHeaderWords;
 
@@ -917,7 +938,7 @@ void attach(const std::vector<std::string>& texts) {
       meta->specs[s].failed++;
     }
   }
-  if (getenv("UPROBE_TRACE_DEBUG"))
+  if (libc_getenv("UPROBE_TRACE_DEBUG"))
     for (const Armed& a : armed)
       if (a.c->setup_hits())
         std::fprintf(stderr, "uprobe-trace agent: %u hits while attaching: %s+%#llx\n", a.c->setup_hits(),
@@ -960,7 +981,7 @@ void attach(const std::vector<std::string>& texts) {
 // ---------------------------------------------------------------- results
 
 std::string env_or(const char* name, const char* def) {
-  const char* v = getenv(name);
+  const char* v = libc_getenv(name);
   return v ? v : def;
 }
 
@@ -1287,29 +1308,13 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
-/// libc's own unsetenv() and setenv(). A program may define its own (bash
-/// defines getenv, setenv, unsetenv, putenv), which the agent's calls would
-/// reach; bash's, before its main() set up its variables, leave `environ` as
-/// it is, and bash then passed UPROBE_TRACE_GATE on to every command it ran
-/// (each exited 125 at a gate already read). libc's change the array main()
-/// is given, in place. RTLD_NEXT from the agent (preloaded after the program)
-/// finds libc's.
-int libc_unsetenv(const char* name) {
-  static const auto f = reinterpret_cast<int (*)(const char*)>(dlsym(RTLD_NEXT, "unsetenv"));
-  return f ? f(name) : unsetenv(name);
-}
-int libc_setenv(const char* name, const char* value, int overwrite) {
-  static const auto f = reinterpret_cast<int (*)(const char*, const char*, int)>(dlsym(RTLD_NEXT, "setenv"));
-  return f ? f(name, value, overwrite) : setenv(name, value, overwrite);
-}
-
 /// uprobe-trace's start gate (main.cpp, StartGate; kEnvGate): once this
 /// process attached, wait for the CLI's checks of the specs before any code
 /// of the program runs; end-of-file (the CLI refused a spec, or died) ends
 /// the process here (125). The descriptor is closed and the variable
 /// unset: the program, its children and what it execs see neither.
 void pass_start_gate() {
-  const char* v = getenv(kEnvGate);
+  const char* v = libc_getenv(kEnvGate);
   if (!v) return;
   const int fd = std::atoi(v);
   libc_unsetenv(kEnvGate);
@@ -1361,12 +1366,12 @@ __attribute__((constructor)) void agent_init() {
       pass_start_gate();
     }
   } gate{decoder};  // (whichever way this returns; inside the scope)
-  const char* specs = getenv(kEnvSpecs);
+  const char* specs = libc_getenv(kEnvSpecs);
   if (!specs || !g_dependencies_ready) return;
   decoder.start();
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
-  if (const char* prog = getenv(kEnvProgram)) load_bt_program(prog);
+  if (const char* prog = libc_getenv(kEnvProgram)) load_bt_program(prog);
   // str(), sargN and ustack read the program's memory at hits: in process
   // (faults taken by libuprobe's SIGSEGV/SIGBUS handler), not by a system call each.
   if (g_bt_blob) uprobe::enable_fault_safe_reads();
