@@ -297,7 +297,7 @@ void publish_probes(Registry& r) {
   }
   auto table = std::make_unique<ProbeTable>();
   table->entries.reserve(r.keys.size() + r.evicting.size());
-  table->entries = r.keys;
+  table->entries.assign(r.keys.begin(), r.keys.end());
   // The successor a site may evict (T2) names that site's probe, so that a
   // thread hitting the int3 written there while the successor's jump is
   // written or undone is sent to its trampoline (on_sigtrap()). Never over
@@ -584,13 +584,9 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
                                  std::uint64_t& offset) {
   const VmaSnapshot& vmas = snapshot();
   if (q.address) {
-    // The snapshot stays while the file mappings holding code or writable
-    // data are unchanged (refresh_vmas()); an address may be in any other
-    // one: the mapping holding it is checked, else the address space read.
     const auto a = reinterpret_cast<std::uint64_t>(q.address);
-    const Vma* v = vmas.find(a);
-    FileOffset fo = v && mapping_unchanged(*v).value_or(false) ? file_offset_of(vmas, a)
-                                                               : file_offset_of(VmaSnapshot(read_proc_maps()), a);
+    std::optional<FileOffset> known = file_offset_if_unchanged(vmas, a);
+    FileOffset fo = known ? std::move(*known) : file_offset_of(VmaSnapshot(read_proc_maps()), a);
     path = std::move(fo.path);
     offset = fo.offset;
   }

@@ -82,14 +82,7 @@ std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
-  const Vma* v = cur ? cur->find(addr) : nullptr;
-  // (The one mapping that holds addr is what the answer depends on.)
-  if (!v || v->ino == 0 || !mapping_unchanged(*v).value_or(false)) return std::nullopt;
-  try {
-    return file_offset_of(*cur, addr);
-  } catch (const Error&) {
-    return std::nullopt;  // e.g. a deleted file: the fresh read gives the error
-  }
+  return cur ? file_offset_if_unchanged(*cur, addr) : std::nullopt;
 }
 
 namespace {

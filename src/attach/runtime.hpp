@@ -60,7 +60,7 @@ const VmaSnapshot* refresh_vmas(Registry& r);
 
 /// The file and offset of `addr` from the current snapshot, when it lies in
 /// a file-backed mapping there that the process still maps exactly
-/// (mapping_unchanged(): one ioctl); nullopt otherwise (the caller then reads the
+/// (file_offset_if_unchanged(): one ioctl); nullopt otherwise (the caller then reads the
 /// address space). Takes the registry mutex (not from a handler: nullopt).
 std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr);
 

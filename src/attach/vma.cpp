@@ -233,6 +233,16 @@ std::optional<bool> mapping_unchanged(const Vma& v) {
   return same_mapping(v, q);
 }
 
+std::optional<FileOffset> file_offset_if_unchanged(const VmaSnapshot& snap, std::uint64_t addr) {
+  const Vma* v = snap.find(addr);
+  if (!v || v->ino == 0 || !mapping_unchanged(*v).value_or(false)) return std::nullopt;
+  try {
+    return file_offset_of(snap, addr);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t a) {
   const Vma* v = vmas.find(a);
   if (!v) throw Error(Errc::not_file_backed, "", a, "address " + hex(a) + " is in no mapping of this process");

@@ -50,4 +50,13 @@ std::optional<bool> mapping_unchanged(const Vma& v);
 /// or a deleted file.
 FileOffset file_offset_of(const VmaSnapshot& vmas, std::uint64_t addr);
 
+/// file_offset_of() on `snap` when the mapping holding `addr` there is still
+/// exactly what the process maps (mapping_unchanged()); nullopt otherwise,
+/// or when the snapshot's answer is an error (e.g. a deleted file): the
+/// caller then reads the address space afresh, which says. The one place
+/// that decides whether a kept snapshot can answer for an address (the
+/// snapshot itself is kept while only anonymous and read-only file mappings
+/// changed: refresh_vmas()). Not async-signal-safe.
+std::optional<FileOffset> file_offset_if_unchanged(const VmaSnapshot& snap, std::uint64_t addr);
+
 }  // namespace uprobe::detail
