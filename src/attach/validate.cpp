@@ -15,11 +15,14 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "code_refs.hpp"
+#include "elf_image.hpp"
 #include "elf_info.hpp"
 #include "vma.hpp"
 #include "format.hpp"
@@ -108,11 +111,73 @@ std::span<const std::uint8_t> view_code(const Target& t, std::uint64_t off, std:
 /// assembly shares labels between adjacent functions of one source file.
 constexpr std::uint64_t kNeighbourReach = 4096;
 
+}  // namespace
+
+/// A file's neighbour index: per function of its image (by position in
+/// ElfImage::funcs, the same in every image of the unchanged file), the
+/// targets of its direct branches and rip-relative leas
+/// (arch::neighbour_branch_targets()), [begin, end) of `targets`. An entry
+/// is all zero until swept (`ix` is fresh anonymous memory: only the pages
+/// of the entries swept are ever touched).
+struct NeighbourCache {
+  struct Entry {
+    std::uint32_t begin = 0, end = 0;
+    enum : std::uint8_t { unswept, whole, undecodable } state = unswept;
+  };
+  std::mutex mu;  ///< held while a check reads or sweeps
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  timespec mtime{};
+  std::size_t nfuncs = 0;
+  Entry* ix = nullptr;  ///< nfuncs entries (mmap), or nullptr: no index
+  std::vector<std::int32_t> targets;
+  NeighbourCache(const Target& t, std::size_t n)
+      : dev(t.st.st_dev), ino(t.st.st_ino), size(t.st.st_size), mtime(t.st.st_mtim), nfuncs(n) {
+    void* p = ::mmap(nullptr, std::max<std::size_t>(n, 1) * sizeof(Entry), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) ix = static_cast<Entry*>(p);
+  }
+  ~NeighbourCache() {
+    if (ix) ::munmap(ix, std::max<std::size_t>(nfuncs, 1) * sizeof(Entry));
+  }
+  bool same_file(const Target& t, std::size_t n) const {
+    return dev == t.st.st_dev && ino == t.st.st_ino && size == t.st.st_size &&
+           mtime.tv_sec == t.st.st_mtim.tv_sec && mtime.tv_nsec == t.st.st_mtim.tv_nsec && nfuncs == n;
+  }
+};
+
+namespace {
+
+/// The neighbour index of `t`'s file: kept per file (device, inode, size,
+/// modification time) for the process's life, for up to 32 files (beyond,
+/// the target's own, for this transaction); found once per target.
+NeighbourCache& neighbour_cache(const Target& t, const ElfImage& info) {
+  if (t.neighbour_cache && t.neighbour_cache->same_file(t, info.funcs.size())) return *t.neighbour_cache;
+  static std::mutex mu;
+  static auto& table = *new std::vector<NeighbourCache*>;  // never freed: a target in flight may hold one
+  std::lock_guard<std::mutex> lock(mu);
+  for (NeighbourCache* c : table)
+    if (c->same_file(t, info.funcs.size())) return *(t.neighbour_cache = c);
+  if (table.size() < 32) {
+    table.push_back(new NeighbourCache(t, info.funcs.size()));
+    return *(t.neighbour_cache = table.back());
+  }
+  delete t.own_neighbour_cache;
+  t.own_neighbour_cache = new NeighbourCache(t, info.funcs.size());
+  return *(t.neighbour_cache = t.own_neighbour_cache);
+}
+
 /// Whether no function whose bounds lie within kNeighbourReach of `fn` (a
 /// neighbour, swept from its own start) branches into the window of `len`
 /// bytes at file offset `site` (fn's entry, or an instruction inside fn)
 /// past its first byte; false with the reason in `why`. Code between known
-/// functions (no symbol, no FDE) is not searched.
+/// functions (no symbol, no FDE) is not searched. A neighbour seen whole is
+/// swept once (the file's neighbour index): the targets of its branches
+/// clear it for every window they miss, and only a window one of them
+/// reaches (or a neighbour that cannot be swept to its end) is checked
+/// here, for the exact answer and its reason. The neighbourhood's bytes are
+/// read only when a neighbour needs them.
 bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
                       std::uint64_t site, std::size_t len, std::string& why) {
   const std::uint64_t entry = fn.file_offset;
@@ -128,9 +193,9 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     if (info.reach[static_cast<std::size_t>(first - funcs.begin()) - 1] <= lo) break;
     --first;
   }
-  // One read of the neighbourhood, from the first neighbour's start (one
-  // that starts more than kMaxLead before lo is swept from lo's side only
-  // by the others: its own sweep would read too much).
+  // The neighbourhood, from the first neighbour's start (one that starts
+  // more than kMaxLead before lo is swept from lo's side only by the
+  // others: its own sweep would read too much), read at most once.
   constexpr std::uint64_t kMaxLead = 64u << 10;
   std::uint64_t from = lo;
   for (auto it = first; it != funcs.end() && it->file_offset < lo; ++it)
@@ -139,7 +204,14 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
   // a copy.)
   thread_local std::vector<std::uint8_t> scratch;
   const auto want = static_cast<std::size_t>(hi - from);
-  const std::span<const std::uint8_t> code = view_code(t, from, want, scratch);
+  std::span<const std::uint8_t> code;
+  bool read = false;
+  const auto bytes = [&]() -> std::span<const std::uint8_t> {
+    if (!read) code = view_code(t, from, want, scratch), read = true;
+    return code;
+  };
+  NeighbourCache& nc = neighbour_cache(t, info);
+  std::lock_guard<std::mutex> lock(nc.mu);
   const FuncSym* passed = nullptr;  // the last neighbour found not to branch into the window
   for (auto it = first; it != funcs.end() && it->file_offset < hi; ++it) {
     const FuncSym& f = *it;
@@ -149,39 +221,28 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     // same bytes, the same answer; libc has 9,642 entries and ~3,700 distinct bounds).
     if (passed && f.file_offset == passed->file_offset && f.size == passed->size) continue;
     const std::uint64_t at = f.file_offset - from;
-    if (at >= code.size()) continue;
-    // Its bytes up to hi: a branch further on is beyond the neighbourhood.
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
     const auto win = static_cast<std::int64_t>(site - f.file_offset);
-    // In a batch, a neighbour seen whole is swept once: the targets of its
-    // branches clear it for every window they miss, and only a window one
-    // of them reaches (or a neighbour that cannot be swept to its end) is
-    // checked here, for the exact answer and its reason.
-    if (t.batch && n == f.size && win > INT32_MIN / 2 && win < INT32_MAX / 2) {
-      if (t.neighbours_of != &info) {  // (indexed by position in info.funcs)
-        t.neighbours.assign(funcs.size(), {});
-        t.neighbour_targets.clear();
-        t.neighbour_targets.reserve(static_cast<std::size_t>(seg.filesz / 16));
-        t.neighbours_of = &info;
-      }
+    // Through the index: a neighbour that lies whole in the neighbourhood.
+    if (nc.ix && f.size <= hi - f.file_offset && win > INT32_MIN / 2 && win < INT32_MAX / 2) {
       const auto i = static_cast<std::size_t>(it - funcs.begin());
-      Target::NeighbourIndex& ni = t.neighbours[i];
-      if (ni.state == Target::NeighbourIndex::unswept) {
+      NeighbourCache::Entry& ni = nc.ix[i];
+      if (ni.state == NeighbourCache::Entry::unswept) {
         // An alias with the same bounds may have been swept (they are adjacent in funcs).
         for (std::size_t j = i; j > 0 && funcs[j - 1].file_offset == f.file_offset && funcs[j - 1].size == f.size; --j)
-          if (t.neighbours[j - 1].state != Target::NeighbourIndex::unswept) {
-            ni = t.neighbours[j - 1];
+          if (nc.ix[j - 1].state != NeighbourCache::Entry::unswept) {
+            ni = nc.ix[j - 1];
             break;
           }
       }
-      if (ni.state == Target::NeighbourIndex::unswept) {
-        ni.begin = static_cast<std::uint32_t>(t.neighbour_targets.size());
-        const bool whole = arch::neighbour_branch_targets(code.data() + at, n, t.neighbour_targets);
-        ni.end = static_cast<std::uint32_t>(t.neighbour_targets.size());
-        ni.state = whole ? Target::NeighbourIndex::whole : Target::NeighbourIndex::undecodable;
+      if (ni.state == NeighbourCache::Entry::unswept && at < bytes().size() && code.size() - at >= f.size) {
+        const auto begin = static_cast<std::uint32_t>(nc.targets.size());
+        const bool whole = arch::neighbour_branch_targets(code.data() + at, f.size, nc.targets);
+        ni.begin = begin;
+        ni.end = static_cast<std::uint32_t>(nc.targets.size());
+        ni.state = whole ? NeighbourCache::Entry::whole : NeighbourCache::Entry::undecodable;
       }
-      if (ni.state == Target::NeighbourIndex::whole) {
-        const auto b = t.neighbour_targets.begin() + ni.begin, e = t.neighbour_targets.begin() + ni.end;
+      if (ni.state == NeighbourCache::Entry::whole) {
+        const auto b = nc.targets.begin() + ni.begin, e = nc.targets.begin() + ni.end;
         const auto next = std::upper_bound(b, e, static_cast<std::int32_t>(win));
         if (next == e || *next >= win + static_cast<std::int64_t>(len)) {
           passed = &f;
@@ -189,6 +250,9 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
         }
       }
     }
+    if (at >= bytes().size()) continue;
+    // Its bytes up to hi: a branch further on is beyond the neighbourhood.
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
     if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
       why = "a neighbour, " + f.display_name() + " (file offset " + hex(f.file_offset) + ", bounds from " +
             bounds_source_name(f.source) + "): " + why;
@@ -270,6 +334,7 @@ bool check_data_refs(const Target& t, const ElfImage& info, const FuncSym& fn, c
 }  // namespace
 
 Target::~Target() {
+  delete own_neighbour_cache;
   if (window) ::munmap(window, kWindow);
   if (fd >= 0) ::close(fd);
 }
@@ -728,44 +793,68 @@ std::string describe_signals_blocked(unsigned where) {
 }  // namespace
 
 std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) {
+  // Where each function is in this process: the address libc's own scope
+  // gives (an IFUNC: the implementation selected here), as a file offset of
+  // libc's mapping. Computed once, never destroyed: probes fire during exit,
+  // and its free() at exit would be the traced program's (uprobe-trace
+  // counts it).
+  struct Libc {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::string path;
+    std::vector<std::pair<const SignalsBlocked*, std::uint64_t>> at;  // (function, file offset)
+  };
+  static const Libc& libc = *new const Libc([] {
+    Libc out;
+    void* const h = libc_handle();
+    if (!h) return out;
+    VmaSnapshot maps(read_proc_maps());
+    for (const SignalsBlocked& f : kSignalsBlockedLibc) {
+      const auto a = reinterpret_cast<std::uint64_t>(dlsym(h, f.name));
+      const Vma* v = maps.find(a);
+      if (!a || !v || !v->ino) continue;
+      if (out.ino == 0) out.dev = v->dev, out.ino = v->ino, out.path = v->path;
+      if (v->dev != out.dev || v->ino != out.ino) continue;
+      out.at.emplace_back(&f, v->pgoff + (a - v->start));
+    }
+    return out;
+  }());
+  if (libc.ino == 0 || dev != libc.dev || ino != libc.ino) return "";  // (a probe elsewhere: nothing to read)
   struct Range {
-    dev_t dev;
-    ino_t ino;
     std::uint64_t lo, hi;
     unsigned where;
   };
-  // Each function's (file, offset range) in this process, computed once: the
-  // address libc's own scope gives (an IFUNC: the implementation selected
-  // here), sized by the symbol there when it is that function's. Never
-  // destroyed: probes fire during exit, and its free() at exit would be the
-  // traced program's (uprobe-trace counts it).
+  // Each function's range: from its offset, sized by the .dynsym symbol
+  // exactly there (what dladdr1() reports; none for an IFUNC's
+  // implementation, which then covers its first byte). From libc's image,
+  // which resolving the probe in libc has read: one pass over its symbols
+  // (dladdr1() scans every dynamic symbol per call: ~0.4 ms for the 36).
   static const std::vector<Range>& ranges = *new const std::vector<Range>([] {
+    std::unordered_map<std::uint64_t, std::uint64_t> size_at;
+    for (const auto& [f, off] : libc.at) size_at.emplace(off, 1);
+    try {
+      const std::shared_ptr<const ElfImage> img = load_elf_image(libc.path);
+      if (img->dev == libc.dev && img->ino == libc.ino) {
+        std::unordered_map<std::uint64_t, bool> sized;
+        for (const ElfSymbol& s : img->symbols) {
+          if (!s.dynamic || !s.in_file || !s.size) continue;
+          const auto it = size_at.find(s.offset);
+          if (it != size_at.end() && sized.emplace(s.offset, true).second) it->second = s.size;
+        }
+      }
+    } catch (const std::exception&) {  // (unreadable: each function covers its first byte)
+    }
     std::vector<Range> out;
-    void* const libc = libc_handle();
-    if (!libc) return out;
-    VmaSnapshot maps(read_proc_maps());
-    for (const SignalsBlocked& f : kSignalsBlockedLibc) {
-      void* const p = dlsym(libc, f.name);
-      const auto a = reinterpret_cast<std::uint64_t>(p);
-      const Vma* v = maps.find(a);
-      if (!a || !v || !v->ino) continue;
-      std::uint64_t size = 1;
-      Dl_info di;
-      ElfW(Sym)* sym = nullptr;
-      if (dladdr1(p, &di, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) && sym && di.dli_saddr == p && sym->st_size)
-        size = sym->st_size;
-      const std::uint64_t off = v->pgoff + (a - v->start);
-      auto same = std::find_if(out.begin(), out.end(), [&](const Range& r) {
-        return r.dev == v->dev && r.ino == v->ino && r.lo == off;
-      });
-      if (same != out.end()) same->where |= f.where;
-      else out.push_back(Range{v->dev, v->ino, off, off + size, f.where});
+    for (const auto& [f, off] : libc.at) {
+      auto same = std::find_if(out.begin(), out.end(), [&](const Range& r) { return r.lo == off; });
+      if (same != out.end()) same->where |= f->where;
+      else out.push_back(Range{off, off + size_at[off], f->where});
     }
     return out;
   }());
   unsigned where = 0;
   for (const Range& r : ranges)
-    if (r.dev == dev && r.ino == ino && offset >= r.lo && offset < r.hi) where |= r.where;
+    if (offset >= r.lo && offset < r.hi) where |= r.where;
   return describe_signals_blocked(where);
 }
 

@@ -14,6 +14,8 @@
 
 namespace uprobe::detail {
 
+struct NeighbourCache;  // validate.cpp
+
 /// An opened probe target.
 struct Target {
   std::string path;
@@ -27,18 +29,14 @@ struct Target {
   mutable std::uint8_t* window = nullptr;  ///< file bytes [window_offset, window_offset + window_size), munmap()ed by ~Target
   mutable std::size_t window_size = 0;
   mutable std::uint64_t window_offset = 0;
-  /// With `batch`: per neighbour function (by its position in the funcs of
-  /// the ELF image `neighbours_of`), the targets of its direct branches and
-  /// rip-relative leas (arch::neighbour_branch_targets()), [begin, end) of
-  /// `neighbour_targets`: swept once for all the batch's windows around it
-  /// rather than for each (check_neighbours() in validate.cpp).
-  struct NeighbourIndex {
-    std::uint32_t begin = 0, end = 0;
-    enum : std::uint8_t { unswept, whole, undecodable } state = unswept;
-  };
-  mutable std::vector<NeighbourIndex> neighbours;
-  mutable std::vector<std::int32_t> neighbour_targets;
-  mutable const void* neighbours_of = nullptr;
+  /// The neighbour index of this file (check_neighbours() in validate.cpp):
+  /// per neighbour function, the targets of its direct branches and
+  /// rip-relative leas, swept once for every window around it, in this
+  /// transaction and the later ones (the file's bytes do not change while
+  /// its identity does not). Found at the first check; owned by a table
+  /// that is never freed, or by `own_neighbour_cache` when that is full.
+  mutable NeighbourCache* neighbour_cache = nullptr;
+  mutable NeighbourCache* own_neighbour_cache = nullptr;  // (deleted by ~Target)
   Target() = default;
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;

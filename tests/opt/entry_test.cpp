@@ -208,6 +208,48 @@ TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
   EXPECT_EQ(c.hits.load(), 10u);
 }
 
+// The file's neighbour index outlives a transaction (validate.cpp): single
+// registrations after a batch swept the neighbours, and after one another,
+// answer from it exactly as a first sweep does, refusal and reason included,
+// and an entry no neighbour branches into still takes its jump.
+TEST(Entry, NeighbourIndexKeptAcrossTransactionsGivesTheSameAnswers) {
+  ConfigGuard no_pun;
+  {
+    uprobe::Config cfg = uprobe::configuration();
+    cfg.optimize_punned = false;
+    uprobe::configure(cfg);
+  }
+  EntryCounter c(addr(ent_neigh_cpy)), target(addr(ent_neigh_target));
+  {
+    const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_neigh_cpy), c),
+                                                    uprobe::ProbeRequest::at(vaddr(ent_neigh_target), target)};
+    const auto res = uprobe::register_uprobes(reqs);
+    ASSERT_TRUE(res[0] && res[1]);
+    EXPECT_EQ(res[0].mode, uprobe::ProbeMode::int3);
+    EXPECT_EQ(res[1].mode, uprobe::ProbeMode::optimized_entry);
+    for (const auto& e : uprobe::unregister_uprobes(
+             std::vector<uprobe::ProbeConsumer>{{res[0].probe, &c}, {res[1].probe, &target}}))
+      EXPECT_FALSE(e);
+  }
+  for (int round = 0; round < 3; ++round) {
+    uprobe::Attachment a(vaddr(ent_neigh_cpy), c), b(vaddr(ent_neigh_target), target);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3) << round;
+    EXPECT_NE(info.why_not_optimized.find("bounds from symtab): the instruction at +0x6 (jmp "), std::string::npos)
+        << round << ": " << info.why_not_optimized;
+    EXPECT_NE(info.why_not_optimized.find("branches to the window's +0x3, inside the 6 bytes the jump displaces"),
+              std::string::npos)
+        << round << ": " << info.why_not_optimized;
+    EXPECT_EQ(uprobe::probe_info(b.probe()).mode, uprobe::ProbeMode::optimized_entry) << round;
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(ent_neigh_cpy(i, 1), i + 1u);
+      EXPECT_EQ(ent_neigh_target(i, 2), i + 2u);
+    }
+  }
+  EXPECT_EQ(c.hits.load(), 30u);
+  EXPECT_EQ(target.hits.load(), 30u);
+}
+
 /// The same entry with punned jumps on (the default): its first
 /// instruction (3 bytes, memcpy's `mov %rdi,%rax` shape) takes a punned
 /// jump whose rel32 keeps the bytes the neighbour jumps to; both functions

@@ -15,6 +15,8 @@
  *   blocked N       trace_fn() N times with every signal blocked
  *   rawlost N       as lost, but the child leaves with the exit_group system call
  *   quickexit N     trace_fn() N times, then _exit(3)
+ *   single N        trace_fn() N times, then prints single=1 when glibc still takes the
+ *                   process for single-threaded (__libc_single_threaded: no thread was ever made)
  *   rawexit N       trace_fn() N times, then the exit_group system call (status 3)
  *   sigexit         one idle thread; the main thread mallocs and frees in a loop until
  *                   a SIGALRM handler (after 100 ms) calls _exit(3)
@@ -46,6 +48,7 @@
 #include <string.h>
 #include <sys/sdt.h>
 #include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -249,6 +252,10 @@ int main(int argc, char** argv) {
     }
     int st = 0;
     waitpid(p, &st, 0);
+  } else if (!strcmp(mode, "single")) {
+    sink += calls(a);
+    say("fn", a);
+    say("single", __libc_single_threaded);
   } else if (!strcmp(mode, "quickexit")) {
     sink += calls(a);
     _exit(3);

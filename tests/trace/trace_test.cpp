@@ -510,6 +510,16 @@ TEST(Trace, BashRunsItsCommandsAndNoFollowLeavesThemUntraced) {
   EXPECT_EQ(nf.out, "[]\n0\n") << dump(nf);
 }
 
+TEST(Trace, TheProgramStartsSingleThreaded) {
+  // The agent makes no thread (it loaded libuprobe's decoder on a helper
+  // thread once): glibc takes a process that ever made one for
+  // multi-threaded for good, and malloc and stdio lock from then on.
+  Result r = trace({"uprobe:trace_fixture:trace_fn", "uprobe:libc:malloc"}, {kFixture, "single", "4"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, "fn=4\nsingle=1\n") << dump(r);
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 4) << dump(r);
+}
+
 TEST(Trace, UnderscoreExitKeepsTheCounts) {
   // _exit() skips every destructor: the counts are in the counts file
   // already (the CLI's), so a child that leaves with _exit() keeps its 10.

@@ -92,7 +92,12 @@
 
 // libuprobe loads its decoder (Capstone) at the first analysis rather than
 // with itself (arch/x86_64/capstone_lib.hpp): a child none of whose probes
-// is in its own files never pays for it.
+// is in its own files never pays for it. On this thread, not on a helper
+// thread overlapping the spec resolution (as before): glibc marks a process
+// multi-threaded for good at its first pthread_create() (malloc and stdio
+// take their locks from then on), the helper held the dynamic linker's lock
+// the resolution needs, and a registration's thread check could not sample
+// it (every signal blocked) and waited 10 ms for it in half the runs.
 extern "C" __attribute__((visibility("default"))) const int uprobe_decoder_on_demand = 1;
 
 namespace {
@@ -1327,48 +1332,13 @@ void pass_start_gate() {
   if (n != 1 || c != '1') _exit(125);
 }
 
-/// libuprobe's decoder (Capstone: ~370 page faults to load) loads on a
-/// helper thread (all signals blocked) while this one reads ELF files and
-/// resolves the specs; joined before the program runs, so that the program
-/// starts with its one thread (uprobe_decoder_on_demand above).
-struct DecoderLoader {
-  pthread_t thread{};
-  bool started = false;
-  void start() {
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0) return;
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    started = pthread_create(
-                  &thread, &attr, [](void*) -> void* {
-                    (void)uprobe::load_decoder();  // (a failure: each analysis says why)
-                    return nullptr;
-                  },
-                  nullptr) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    pthread_attr_destroy(&attr);
-  }
-  void join() {
-    if (started) pthread_join(thread, nullptr);
-    started = false;
-  }
-};
-
 __attribute__((constructor)) void agent_init() {
   Scope scope;  // also covers this function's locals, freed after counting is on
-  DecoderLoader decoder;
   struct AtReturn {
-    DecoderLoader& decoder;
-    ~AtReturn() {
-      decoder.join();
-      pass_start_gate();
-    }
-  } gate{decoder};  // (whichever way this returns; inside the scope)
+    ~AtReturn() { pass_start_gate(); }
+  } gate;  // (whichever way this returns; inside the scope)
   const char* specs = libc_getenv(kEnvSpecs);
   if (!specs || !g_dependencies_ready) return;
-  decoder.start();
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
   if (const char* prog = libc_getenv(kEnvProgram)) load_bt_program(prog);
