@@ -114,7 +114,7 @@ constexpr std::uint64_t kNeighbourReach = 4096;
 }  // namespace
 
 /// A file's neighbour index: per function of its image (by position in
-/// ElfImage::funcs, the same in every image of the unchanged file), the
+/// ElfImage::funcs), the
 /// targets of its direct branches and rip-relative leas
 /// (arch::neighbour_branch_targets()), [begin, end) of `targets`. An entry
 /// is all zero until swept (`ix` is fresh anonymous memory: only the pages
@@ -125,46 +125,40 @@ struct NeighbourCache {
     enum : std::uint8_t { unswept, whole, undecodable } state = unswept;
   };
   std::mutex mu;  ///< held while a check reads or sweeps
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = 0;
-  timespec mtime{};
+  std::uint64_t image = 0;  ///< the ElfImage::serial it indexes
   std::size_t nfuncs = 0;
   Entry* ix = nullptr;  ///< nfuncs entries (mmap), or nullptr: no index
   std::vector<std::int32_t> targets;
-  NeighbourCache(const Target& t, std::size_t n)
-      : dev(t.st.st_dev), ino(t.st.st_ino), size(t.st.st_size), mtime(t.st.st_mtim), nfuncs(n) {
-    void* p = ::mmap(nullptr, std::max<std::size_t>(n, 1) * sizeof(Entry), PROT_READ | PROT_WRITE,
+  explicit NeighbourCache(const ElfImage& img) : image(img.serial), nfuncs(img.funcs.size()) {
+    void* p = ::mmap(nullptr, std::max<std::size_t>(nfuncs, 1) * sizeof(Entry), PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p != MAP_FAILED) ix = static_cast<Entry*>(p);
   }
   ~NeighbourCache() {
     if (ix) ::munmap(ix, std::max<std::size_t>(nfuncs, 1) * sizeof(Entry));
   }
-  bool same_file(const Target& t, std::size_t n) const {
-    return dev == t.st.st_dev && ino == t.st.st_ino && size == t.st.st_size &&
-           mtime.tv_sec == t.st.st_mtim.tv_sec && mtime.tv_nsec == t.st.st_mtim.tv_nsec && nfuncs == n;
-  }
+  bool indexes(const ElfImage& img) const { return image == img.serial && nfuncs == img.funcs.size(); }
 };
 
 namespace {
 
-/// The neighbour index of `t`'s file: kept per file (device, inode, size,
-/// modification time) for the process's life, for up to 32 files (beyond,
-/// the target's own, for this transaction); found once per target.
+/// The neighbour index of `info` (the image of `t`'s file): kept per image
+/// (ElfImage::serial: the content read, so never that of a file since
+/// rewritten in place) for the process's life, for up to 32 images
+/// (beyond, the target's own, for this transaction); found once per target.
 NeighbourCache& neighbour_cache(const Target& t, const ElfImage& info) {
-  if (t.neighbour_cache && t.neighbour_cache->same_file(t, info.funcs.size())) return *t.neighbour_cache;
+  if (t.neighbour_cache && t.neighbour_cache->indexes(info)) return *t.neighbour_cache;
   static std::mutex mu;
   static auto& table = *new std::vector<NeighbourCache*>;  // never freed: a target in flight may hold one
   std::lock_guard<std::mutex> lock(mu);
   for (NeighbourCache* c : table)
-    if (c->same_file(t, info.funcs.size())) return *(t.neighbour_cache = c);
+    if (c->indexes(info)) return *(t.neighbour_cache = c);
   if (table.size() < 32) {
-    table.push_back(new NeighbourCache(t, info.funcs.size()));
+    table.push_back(new NeighbourCache(info));
     return *(t.neighbour_cache = table.back());
   }
   delete t.own_neighbour_cache;
-  t.own_neighbour_cache = new NeighbourCache(t, info.funcs.size());
+  t.own_neighbour_cache = new NeighbourCache(info);
   return *(t.neighbour_cache = t.own_neighbour_cache);
 }
 

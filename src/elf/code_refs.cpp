@@ -80,10 +80,13 @@ std::shared_ptr<const std::vector<std::uint64_t>> data_code_refs(int fd, const s
                                                                  bool (*is_relative)(std::uint32_t type),
                                                                  std::string& why) {
   static std::mutex mu;
-  static auto* cache = new std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const std::vector<std::uint64_t>>>;
+  // Per image (ElfImage::serial: the file's content as read), not per
+  // (device, inode): a file rewritten in place is a new image.
+  static auto* cache = new std::map<std::uint64_t, std::shared_ptr<const std::vector<std::uint64_t>>>;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(img.dev, img.ino);
+  const std::uint64_t key = img.serial;
   if (auto it = cache->find(key); it != cache->end()) return it->second;
+  if (cache->size() >= 64) cache->clear();  // (as the image cache: images of files long unloaded)
   auto refs = std::make_shared<std::vector<std::uint64_t>>();
   bool ok = false;
   if (img.type == ET_EXEC) {

@@ -684,13 +684,15 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
 }
 
 std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
-  using Key = std::tuple<dev_t, ino_t, off_t, long, long>;
+  using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long>;
   static std::mutex mu;
   // Never destroyed, as the registry: a static destructor would free the
   // images at exit while probes still fire and libraries still load (and
   // free() in it is not the program's, for a tracer that counts frees).
   static auto& cache = *new std::map<Key, std::shared_ptr<const ElfImage>>;
-  const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+  const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+  static std::uint64_t serials = 0;  // (under mu)
   {
     std::lock_guard<std::mutex> g(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
@@ -699,6 +701,7 @@ std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, 
   img->dev = st.st_dev;
   img->ino = st.st_ino;
   std::lock_guard<std::mutex> g(mu);
+  img->serial = ++serials;
   if (cache.size() >= 64) cache.clear();
   cache.emplace(key, img);
   return img;

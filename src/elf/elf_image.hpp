@@ -85,6 +85,11 @@ struct ElfImage {
   ElfImage& operator=(const ElfImage&) = delete;
   dev_t dev = 0;
   ino_t ino = 0;
+  /// This image's number, unique in the process (1, 2, ...): what caches
+  /// derived from an image are keyed by (code_refs.cpp, the attach side's
+  /// neighbour index), so that they never outlive the content they were
+  /// made from (a file rewritten in place, a reused inode: a new image).
+  std::uint64_t serial = 0;
   std::uint16_t type = 0;  ///< ET_EXEC or ET_DYN
   std::vector<LoadSegment> loads;
   std::vector<ElfSymbol> symbols;  ///< defined symbols, .symtab (or the debug file's) entries first, then .dynsym
@@ -141,7 +146,11 @@ struct ElfImage {
 /// nullptr where none. One pass over the symbols for all the offsets. Pure.
 std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<std::uint64_t>& offsets);
 
-/// Reads (or returns the cached) image of `path`.
+/// Reads (or returns the cached) image of `path`. Cached per file identity:
+/// device, inode, size, modification and status-change times (the ctime
+/// changes with every write and cannot be set back: a file rewritten in
+/// place with its size and mtime kept, `cp -p` or `rsync --inplace -t`, or a
+/// new file on a reused inode, is read again).
 /// @throws uprobe::Error: file_not_found (cannot open/stat), not_executable
 /// (not a 64-bit x86-64 ET_EXEC/ET_DYN ELF file).
 /// Thread-safety: any thread (internal mutex).
