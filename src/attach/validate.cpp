@@ -146,16 +146,26 @@ namespace {
 /// (ElfImage::serial: the content read, so never that of a file since
 /// rewritten in place) for the process's life, for up to 32 images
 /// (beyond, the target's own, for this transaction); found once per target.
+/// The table of kept neighbour indexes (never freed: a target in flight may
+/// hold one); replaced in a fork child (neighbour_caches_after_fork_child()).
+struct NeighbourTable {
+  std::mutex mu;
+  std::vector<NeighbourCache*> caches;
+};
+NeighbourTable*& neighbour_table() {
+  static NeighbourTable* t = new NeighbourTable;
+  return t;
+}
+
 NeighbourCache& neighbour_cache(const Target& t, const ElfImage& info) {
   if (t.neighbour_cache && t.neighbour_cache->indexes(info)) return *t.neighbour_cache;
-  static std::mutex mu;
-  static auto& table = *new std::vector<NeighbourCache*>;  // never freed: a target in flight may hold one
-  std::lock_guard<std::mutex> lock(mu);
-  for (NeighbourCache* c : table)
+  NeighbourTable& table = *neighbour_table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  for (NeighbourCache* c : table.caches)
     if (c->indexes(info)) return *(t.neighbour_cache = c);
-  if (table.size() < 32) {
-    table.push_back(new NeighbourCache(info));
-    return *(t.neighbour_cache = table.back());
+  if (table.caches.size() < 32) {
+    table.caches.push_back(new NeighbourCache(info));
+    return *(t.neighbour_cache = table.caches.back());
   }
   delete t.own_neighbour_cache;
   t.own_neighbour_cache = new NeighbourCache(info);
@@ -326,6 +336,13 @@ bool check_data_refs(const Target& t, const ElfImage& info, const FuncSym& fn, c
 }
 
 }  // namespace
+
+void neighbour_caches_after_fork_child() noexcept {
+  // A thread that did not come along may have held the table's lock or an
+  // index's (uprobe::plan_site() runs beside the registry) or been sweeping
+  // into one: the child starts a fresh table and leaves the old one as it is.
+  neighbour_table() = new NeighbourTable;
+}
 
 Target::~Target() {
   delete own_neighbour_cache;
