@@ -3,7 +3,6 @@
 // snapshots.
 
 #include "runtime.hpp"
-#include "validate.hpp"
 
 #include <memory>
 #include <stdexcept>
@@ -122,7 +121,6 @@ void after_fork_child() {
   signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();
-  neighbour_caches_after_fork_child();
   registry().mutex.unlock();
   // Do now what a first hit in the child would otherwise do with system
   // calls (RCU reader registration, gettid), so that a child that installs a

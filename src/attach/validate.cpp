@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <gnu/lib-names.h>
@@ -147,13 +148,20 @@ namespace {
 /// rewritten in place) for the process's life, for up to 32 images
 /// (beyond, the target's own, for this transaction); found once per target.
 /// The table of kept neighbour indexes (never freed: a target in flight may
-/// hold one); replaced in a fork child (neighbour_caches_after_fork_child()).
+/// hold one). A fork child starts a fresh table (the old one is left as it
+/// is): a thread that did not come along may have held its lock or an
+/// index's, or been sweeping into one (uprobe::plan_site() runs beside the
+/// registry, whose mutex is held across a fork), and the child's first
+/// analysis in that file would wait forever.
 struct NeighbourTable {
   std::mutex mu;
   std::vector<NeighbourCache*> caches;
 };
 NeighbourTable*& neighbour_table() {
-  static NeighbourTable* t = new NeighbourTable;
+  static NeighbourTable* t = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { neighbour_table() = new NeighbourTable; });
+    return new NeighbourTable;
+  }();
   return t;
 }
 
@@ -336,13 +344,6 @@ bool check_data_refs(const Target& t, const ElfImage& info, const FuncSym& fn, c
 }
 
 }  // namespace
-
-void neighbour_caches_after_fork_child() noexcept {
-  // A thread that did not come along may have held the table's lock or an
-  // index's (uprobe::plan_site() runs beside the registry) or been sweeping
-  // into one: the child starts a fresh table and leaves the old one as it is.
-  neighbour_table() = new NeighbourTable;
-}
 
 Target::~Target() {
   delete own_neighbour_cache;

@@ -43,10 +43,6 @@ struct Target {
   ~Target();
 };
 
-/// In a fork child (after_fork_child(), runtime.cpp): the kept neighbour
-/// indexes start afresh; another thread's lock on them did not come along.
-void neighbour_caches_after_fork_child() noexcept;
-
 /// Opens `path` and checks it is a regular file holding `offset`.
 /// @throws uprobe::Error (file_not_found, bad_offset, not_executable).
 void open_target(const std::string& path, std::uint64_t offset, Target& out);

@@ -7,6 +7,7 @@
 
 #include <gelf.h>
 #include <libelf.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,11 +80,21 @@ std::shared_ptr<const std::vector<std::uint64_t>> data_code_refs(int fd, const s
                                                                  const ElfImage& img,
                                                                  bool (*is_relative)(std::uint32_t type),
                                                                  std::string& why) {
-  static std::mutex mu;
   // Per image (ElfImage::serial: the file's content as read), not per
-  // (device, inode): a file rewritten in place is a new image.
-  static auto* cache = new std::map<std::uint64_t, std::shared_ptr<const std::vector<std::uint64_t>>>;
-  std::lock_guard<std::mutex> lock(mu);
+  // (device, inode): a file rewritten in place is a new image. Never
+  // destroyed; a fork child starts a fresh one (as the image cache: another
+  // thread may have held its lock, computing, when the process forked).
+  struct Cache {
+    std::mutex mu;
+    std::map<std::uint64_t, std::shared_ptr<const std::vector<std::uint64_t>>> refs;
+  };
+  static Cache* caches = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { caches = new Cache; });  // (the old one left as it is)
+    return new Cache;
+  }();
+  Cache& c = *caches;
+  auto* const cache = &c.refs;
+  std::lock_guard<std::mutex> lock(c.mu);
   const std::uint64_t key = img.serial;
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   if (cache->size() >= 64) cache->clear();  // (as the image cache: images of files long unloaded)

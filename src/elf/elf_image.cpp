@@ -9,6 +9,7 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
@@ -683,27 +684,52 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
   }
 }
 
-std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
+namespace {
+
+/// The image cache. Never destroyed, as the registry: a static destructor
+/// would free the images at exit while probes still fire and libraries still
+/// load (and free() in it is not the program's, for a tracer that counts
+/// frees). A fork child starts a fresh one (fork_child_cache()): another
+/// thread may have held its lock, or been changing it, when the forking
+/// thread forked (symbol resolution and uprobe::plan_site() run beside the
+/// registry, whose mutex is held across a fork), and the child's first
+/// lookup would wait forever.
+struct ImageCache {
   using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long>;
-  static std::mutex mu;
-  // Never destroyed, as the registry: a static destructor would free the
-  // images at exit while probes still fire and libraries still load (and
-  // free() in it is not the program's, for a tracer that counts frees).
-  static auto& cache = *new std::map<Key, std::shared_ptr<const ElfImage>>;
-  const Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
-  static std::uint64_t serials = 0;  // (under mu)
+  std::mutex mu;
+  std::map<Key, std::shared_ptr<const ElfImage>> images;
+  std::uint64_t serials = 0;  ///< the last ElfImage::serial given (under mu)
+};
+
+ImageCache*& image_cache() {
+  static ImageCache* c = [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      auto* fresh = new ImageCache;  // (the old one is left as it is)
+      fresh->serials = image_cache()->serials + (1u << 20);  // (never a serial given before the fork)
+      image_cache() = fresh;
+    });
+    return new ImageCache;
+  }();
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
+  ImageCache& c = *image_cache();
+  const ImageCache::Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                            st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
   {
-    std::lock_guard<std::mutex> g(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    std::lock_guard<std::mutex> g(c.mu);
+    if (auto it = c.images.find(key); it != c.images.end()) return it->second;
   }
   std::shared_ptr<ElfImage> img = read_image(path, fd);
   img->dev = st.st_dev;
   img->ino = st.st_ino;
-  std::lock_guard<std::mutex> g(mu);
-  img->serial = ++serials;
-  if (cache.size() >= 64) cache.clear();
-  cache.emplace(key, img);
+  std::lock_guard<std::mutex> g(c.mu);
+  img->serial = ++c.serials;
+  if (c.images.size() >= 64) c.images.clear();
+  c.images.emplace(key, img);
   return img;
 }
 

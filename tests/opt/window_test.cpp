@@ -372,9 +372,11 @@ TEST(Window, PlanSiteMatchesWhatAnAttachDoes) {
 /// A fork while another thread plans a site (plan_site() runs beside the
 /// registry, holding the file's neighbour index while it sweeps): the child
 /// plans and attaches in the same file at once, never waiting on a lock the
-/// planning thread took into the fork with it. (The lock is held for
-/// ~0.1 us of each ~25 us plan once the index is made: this does not
-/// reproduce that race reliably; it checks the child's plans and attaches.)
+/// planning thread took into the fork with it (the ELF image cache's, the
+/// neighbour index's, ...: each cache starts afresh in a child). The locks
+/// are held for a small part of each plan: with both CPUs busy, 9 of 25 runs
+/// had a child stuck on the image cache's (SIGALRM) before; on a quiet
+/// machine it rarely reproduces.
 TEST(Window, ForkWhileAnotherThreadPlansLeavesTheChildFree) {
   const uprobe::FileOffset mid = uprobe::resolve_address(vaddr(win_mid));
   std::atomic<bool> stop{false};
