@@ -172,3 +172,9 @@ set_tests_properties(
 # dlmopen() of the instrumented libuprobe.so loads a second sanitizer runtime into the new namespace.
 set_tests_properties(life.LoadOrder.PreloadedFirstTheSameProgramIsProbed
                      life.LoadOrder.InANamespaceOfItsOwnEveryRegistrationIsRefused PROPERTIES LABELS "no-asan;no-tsan")
+# A fork child of a process whose other thread is inside malloc: GCC 12's
+# AddressSanitizer allocator does not hold its size-class locks across fork(),
+# so the child may wait forever in its first calloc() (seen in Capstone's
+# cs_open(); the test's SIGALRM ends it). The test is about libuprobe's own
+# locks; it runs in the plain and the TSan suites.
+set_tests_properties(opt.Window.ForkWhileAnotherThreadPlansLeavesTheChildFree PROPERTIES LABELS "no-asan")
