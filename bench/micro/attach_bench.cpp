@@ -9,6 +9,7 @@
 
 #include "micro.hpp"
 #include "uprobe/batch.hpp"
+#include "uprobe/config.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace {
@@ -67,6 +68,30 @@ void BM_Detach(benchmark::State& state) {
   detach(base, g_a);
 }
 BENCHMARK(BM_Detach)->ArgName("attached")->Arg(0)->Arg(10)->Arg(100)->Arg(500)->Unit(benchmark::kMicrosecond);
+
+// The same two with Config::optimize off: every site an int3, what an attach
+// and a detach of these 2-byte fixtures (`nop; ret`) did before the
+// trap-free work (issue 16) gave them a punned jump, its stub and the thread
+// check; the before/after comparison of the attach path alone.
+struct Int3Only {
+  uprobe::Config saved = uprobe::configuration();
+  Int3Only() {
+    uprobe::Config c = saved;
+    c.optimize = false;
+    uprobe::configure(c);
+  }
+  ~Int3Only() { uprobe::configure(saved); }
+};
+void BM_AttachInt3(benchmark::State& state) {
+  Int3Only int3;
+  BM_Attach(state);
+}
+BENCHMARK(BM_AttachInt3)->ArgName("attached")->Arg(0)->Arg(10)->Arg(100)->Arg(500)->Unit(benchmark::kMicrosecond);
+void BM_DetachInt3(benchmark::State& state) {
+  Int3Only int3;
+  BM_Detach(state);
+}
+BENCHMARK(BM_DetachInt3)->ArgName("attached")->Arg(0)->Arg(10)->Arg(100)->Arg(500)->Unit(benchmark::kMicrosecond);
 
 // A second consumer on an already-probed site (no text patching), and its removal.
 void BM_AddSecondConsumer(benchmark::State& state) {
