@@ -50,6 +50,7 @@ std::string real(const std::string& p) {
 
 struct Result {
   int status = -1;  // exit code, or 128 + signal
+  int signal = 0;   // the signal that ended uprobe-trace itself, 0 when it exited
   std::string out, err, report;
 };
 
@@ -93,6 +94,7 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
   waitpid(p, &st, 0);
   Result r;
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
   r.out = slurp(d.path() + "/out");
   r.err = slurp(d.path() + "/err");
   r.report = slurp(d.path() + "/report");
@@ -147,6 +149,7 @@ Result trace_interrupted(const std::vector<std::string>& specs, const std::vecto
   kill(-p, SIGKILL);
   Result r;
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
   r.out = slurp(d.path() + "/out");
   r.err = slurp(d.path() + "/err");
   r.report = slurp(d.path() + "/report");
@@ -569,9 +572,11 @@ TEST(Trace, FatalSignalKeepsTheCounts) {
   const std::string key = "uprobe:" + fixture() + ":trace_fn";
   Result k = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "killself", "9"});
   EXPECT_EQ(k.status, 128 + SIGKILL) << dump(k);
+  EXPECT_EQ(k.signal, SIGKILL) << dump(k);  // uprobe-trace passed the death on (after its report)
   EXPECT_EQ(hits(k.report)[key], 9) << dump(k);
   Result a = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "abort", "11"});
   EXPECT_EQ(a.status, 128 + SIGABRT) << dump(a);
+  EXPECT_EQ(a.signal, SIGABRT) << dump(a);
   EXPECT_EQ(hits(a.report)[key], 11) << dump(a);
   for (const Result* r : {&k, &a}) {
     EXPECT_EQ(r->err.find("lost"), std::string::npos) << dump(*r);

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/statfs.h>
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1185,6 +1187,27 @@ int run_bpftrace(const BtOptions& o) {
 // offset into a function of a file it has not mapped (check_site()).
 extern "C" const int uprobe_decoder_on_demand = 1;
 
+/// The program's status as uprobe-trace's own: its exit code; or, when a
+/// signal ended it, the same signal raised here once the report is out (core
+/// dumps off: the program dumped its own), as timeout(1) and strace do, so
+/// that a caller sees a death by signal, not an exit (128 + N if the signal
+/// does not end this process).
+int pass_on_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (!WIFSIGNALED(status)) return 1;
+  const int sig = WTERMSIG(status);
+  std::fflush(nullptr);
+  const rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  std::signal(sig, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  raise(sig);
+  return 128 + sig;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> spec_texts;
   std::string out_file, format = "text", list_arg, program_file, cmd_text;
@@ -1464,7 +1487,5 @@ again:
     if (m.spec.empty() && notes.insert(m.text).second)
       std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
   if (interrupted && !main_done) return 128 + SIGINT;
-  if (WIFEXITED(main_status)) return WEXITSTATUS(main_status);
-  if (WIFSIGNALED(main_status)) return 128 + WTERMSIG(main_status);
-  return 1;
+  return pass_on_status(main_status);
 }
