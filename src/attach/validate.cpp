@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <pthread.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <gnu/lib-names.h>
@@ -16,7 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <span>
 #include <unordered_map>
@@ -25,6 +23,7 @@
 #include "code_refs.hpp"
 #include "elf_image.hpp"
 #include "elf_info.hpp"
+#include "neighbours.hpp"
 #include "vma.hpp"
 #include "format.hpp"
 #include "load_order.hpp"
@@ -97,6 +96,8 @@ std::size_t read_code(const Target& t, std::uint64_t off, std::uint8_t* buf, std
   return got;
 }
 
+}  // namespace
+
 /// The file's bytes [off, off + len): a view of the batch's window (no
 /// copy; valid until the window is filled again), else read into `scratch`.
 std::span<const std::uint8_t> view_code(const Target& t, std::uint64_t off, std::size_t len,
@@ -107,173 +108,7 @@ std::span<const std::uint8_t> view_code(const Target& t, std::uint64_t off, std:
   return {scratch.data(), read_at(t.fd, off, scratch.data(), len)};
 }
 
-/// How far around a function entry its neighbours are searched for a
-/// branch into the entry's window (check_neighbours()): hand-written
-/// assembly shares labels between adjacent functions of one source file.
-constexpr std::uint64_t kNeighbourReach = 4096;
-
-}  // namespace
-
-/// A file's neighbour index: per function of its image (by position in
-/// ElfImage::funcs), the
-/// targets of its direct branches and rip-relative leas
-/// (arch::neighbour_branch_targets()), [begin, end) of `targets`. An entry
-/// is all zero until swept (`ix` is fresh anonymous memory: only the pages
-/// of the entries swept are ever touched).
-struct NeighbourCache {
-  struct Entry {
-    std::uint32_t begin = 0, end = 0;
-    enum : std::uint8_t { unswept, whole, undecodable } state = unswept;
-  };
-  std::mutex mu;  ///< held while a check reads or sweeps
-  std::uint64_t image = 0;  ///< the ElfImage::serial it indexes
-  std::size_t nfuncs = 0;
-  Entry* ix = nullptr;  ///< nfuncs entries (mmap), or nullptr: no index
-  std::vector<std::int32_t> targets;
-  explicit NeighbourCache(const ElfImage& img) : image(img.serial), nfuncs(img.funcs.size()) {
-    void* p = ::mmap(nullptr, std::max<std::size_t>(nfuncs, 1) * sizeof(Entry), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) ix = static_cast<Entry*>(p);
-  }
-  ~NeighbourCache() {
-    if (ix) ::munmap(ix, std::max<std::size_t>(nfuncs, 1) * sizeof(Entry));
-  }
-  bool indexes(const ElfImage& img) const { return image == img.serial && nfuncs == img.funcs.size(); }
-};
-
 namespace {
-
-/// The neighbour index of `info` (the image of `t`'s file): kept per image
-/// (ElfImage::serial: the content read, so never that of a file since
-/// rewritten in place) for the process's life, for up to 32 images
-/// (beyond, the target's own, for this transaction); found once per target.
-/// The table of kept neighbour indexes (never freed: a target in flight may
-/// hold one). A fork child starts a fresh table (the old one is left as it
-/// is): a thread that did not come along may have held its lock or an
-/// index's, or been sweeping into one (uprobe::plan_site() runs beside the
-/// registry, whose mutex is held across a fork), and the child's first
-/// analysis in that file would wait forever.
-struct NeighbourTable {
-  std::mutex mu;
-  std::vector<NeighbourCache*> caches;
-};
-NeighbourTable*& neighbour_table() {
-  static NeighbourTable* t = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { neighbour_table() = new NeighbourTable; });
-    return new NeighbourTable;
-  }();
-  return t;
-}
-
-NeighbourCache& neighbour_cache(const Target& t, const ElfImage& info) {
-  if (t.neighbour_cache && t.neighbour_cache->indexes(info)) return *t.neighbour_cache;
-  NeighbourTable& table = *neighbour_table();
-  std::lock_guard<std::mutex> lock(table.mu);
-  for (NeighbourCache* c : table.caches)
-    if (c->indexes(info)) return *(t.neighbour_cache = c);
-  if (table.caches.size() < 32) {
-    table.caches.push_back(new NeighbourCache(info));
-    return *(t.neighbour_cache = table.caches.back());
-  }
-  delete t.own_neighbour_cache;
-  t.own_neighbour_cache = new NeighbourCache(info);
-  return *(t.neighbour_cache = t.own_neighbour_cache);
-}
-
-/// Whether no function whose bounds lie within kNeighbourReach of `fn` (a
-/// neighbour, swept from its own start) branches into the window of `len`
-/// bytes at file offset `site` (fn's entry, or an instruction inside fn)
-/// past its first byte; false with the reason in `why`. Code between known
-/// functions (no symbol, no FDE) is not searched. A neighbour seen whole is
-/// swept once (the file's neighbour index): the targets of its branches
-/// clear it for every window they miss, and only a window one of them
-/// reaches (or a neighbour that cannot be swept to its end) is checked
-/// here, for the exact answer and its reason. The neighbourhood's bytes are
-/// read only when a neighbour needs them.
-bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, const LoadSegment& seg,
-                      std::uint64_t site, std::size_t len, std::string& why) {
-  const std::uint64_t entry = fn.file_offset;
-  const std::uint64_t seg_end = seg.offset + seg.filesz;
-  const std::uint64_t lo = std::max(seg.offset, entry - std::min(entry, kNeighbourReach));
-  const std::uint64_t fn_end = fn.size > seg_end - entry ? seg_end : entry + fn.size;
-  const std::uint64_t hi = std::min(seg_end, fn_end + kNeighbourReach);
-  const auto& funcs = info.funcs;
-  auto first = std::lower_bound(funcs.begin(), funcs.end(), lo,
-                                [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
-  // Back to the functions that start before lo and reach into it.
-  for (int steps = 0; first != funcs.begin() && steps < 64; ++steps) {
-    if (info.reach[static_cast<std::size_t>(first - funcs.begin()) - 1] <= lo) break;
-    --first;
-  }
-  // The neighbourhood, from the first neighbour's start (one that starts
-  // more than kMaxLead before lo is swept from lo's side only by the
-  // others: its own sweep would read too much), read at most once.
-  constexpr std::uint64_t kMaxLead = 64u << 10;
-  std::uint64_t from = lo;
-  for (auto it = first; it != funcs.end() && it->file_offset < lo; ++it)
-    if (it->file_offset >= seg.offset && lo - it->file_offset <= kMaxLead) from = std::min(from, it->file_offset);
-  // (A batch reads ~10 KB per entry: a view of its window of the file, not
-  // a copy.)
-  thread_local std::vector<std::uint8_t> scratch;
-  const auto want = static_cast<std::size_t>(hi - from);
-  std::span<const std::uint8_t> code;
-  bool read = false;
-  const auto bytes = [&]() -> std::span<const std::uint8_t> {
-    if (!read) code = view_code(t, from, want, scratch), read = true;
-    return code;
-  };
-  NeighbourCache& nc = neighbour_cache(t, info);
-  std::lock_guard<std::mutex> lock(nc.mu);
-  const FuncSym* passed = nullptr;  // the last neighbour found not to branch into the window
-  for (auto it = first; it != funcs.end() && it->file_offset < hi; ++it) {
-    const FuncSym& f = *it;
-    if (f.file_offset < from || f.file_offset >= seg_end) continue;
-    if (f.file_offset == entry && f.size == fn.size) continue;  // fn itself, or an alias of it
-    // An alias of the neighbour just cleared (funcs is sorted by bounds: the
-    // same bytes, the same answer; libc has 9,642 entries and ~3,700 distinct bounds).
-    if (passed && f.file_offset == passed->file_offset && f.size == passed->size) continue;
-    const std::uint64_t at = f.file_offset - from;
-    const auto win = static_cast<std::int64_t>(site - f.file_offset);
-    // Through the index: a neighbour that lies whole in the neighbourhood.
-    if (nc.ix && f.size <= hi - f.file_offset && win > INT32_MIN / 2 && win < INT32_MAX / 2) {
-      const auto i = static_cast<std::size_t>(it - funcs.begin());
-      NeighbourCache::Entry& ni = nc.ix[i];
-      if (ni.state == NeighbourCache::Entry::unswept) {
-        // An alias with the same bounds may have been swept (they are adjacent in funcs).
-        for (std::size_t j = i; j > 0 && funcs[j - 1].file_offset == f.file_offset && funcs[j - 1].size == f.size; --j)
-          if (nc.ix[j - 1].state != NeighbourCache::Entry::unswept) {
-            ni = nc.ix[j - 1];
-            break;
-          }
-      }
-      if (ni.state == NeighbourCache::Entry::unswept && at < bytes().size() && code.size() - at >= f.size) {
-        const auto begin = static_cast<std::uint32_t>(nc.targets.size());
-        const bool whole = arch::neighbour_branch_targets(code.data() + at, f.size, nc.targets);
-        ni.begin = begin;
-        ni.end = static_cast<std::uint32_t>(nc.targets.size());
-        ni.state = whole ? NeighbourCache::Entry::whole : NeighbourCache::Entry::undecodable;
-      }
-      if (ni.state == NeighbourCache::Entry::whole) {
-        const auto b = nc.targets.begin() + ni.begin, e = nc.targets.begin() + ni.end;
-        const auto next = std::upper_bound(b, e, static_cast<std::int32_t>(win));
-        if (next == e || *next >= win + static_cast<std::int64_t>(len)) {
-          passed = &f;
-          continue;
-        }
-      }
-    }
-    if (at >= bytes().size()) continue;
-    // Its bytes up to hi: a branch further on is beyond the neighbourhood.
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(f.size, code.size() - at));
-    if (!arch::check_neighbour_branches(code.data() + at, n, win, len, why)) {
-      why = "a neighbour, " + f.display_name() + " (file offset " + hex(f.file_offset) + ", bounds from " +
-            bounds_source_name(f.source) + "): " + why;
-      return false;
-    }
-    passed = &f;
-  }
-  return true;
-}
 
 /// The filler bytes after `fn`, whose last `left` bytes from a window's
 /// site are fewer than `tail` (the jump's length): nops and int3 up to the next function's
@@ -346,7 +181,7 @@ bool check_data_refs(const Target& t, const ElfImage& info, const FuncSym& fn, c
 }  // namespace
 
 Target::~Target() {
-  delete own_neighbour_cache;
+  release_neighbour_cache(own_neighbour_cache);
   if (window) ::munmap(window, kWindow);
   if (fd >= 0) ::close(fd);
 }

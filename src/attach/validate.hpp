@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,7 @@
 
 namespace uprobe::detail {
 
-struct NeighbourCache;  // validate.cpp
+struct NeighbourCache;  // neighbours.cpp
 
 /// An opened probe target.
 struct Target {
@@ -29,12 +30,11 @@ struct Target {
   mutable std::uint8_t* window = nullptr;  ///< file bytes [window_offset, window_offset + window_size), munmap()ed by ~Target
   mutable std::size_t window_size = 0;
   mutable std::uint64_t window_offset = 0;
-  /// The neighbour index of this file (check_neighbours() in validate.cpp):
-  /// per neighbour function, the targets of its direct branches and
-  /// rip-relative leas, swept once for every window around it, in this
-  /// transaction and the later ones (the file's bytes do not change while
-  /// its identity does not). Found at the first check; owned by a table
-  /// that is never freed, or by `own_neighbour_cache` when that is full.
+  /// The neighbour index of this file's ELF image (neighbours.hpp): per
+  /// neighbour function, the targets of its direct branches and rip-relative
+  /// leas, swept once for every window around it, in this transaction and
+  /// the later ones. Found at the first check; owned by a table that is
+  /// never freed, or by `own_neighbour_cache` when that is full.
   mutable NeighbourCache* neighbour_cache = nullptr;
   mutable NeighbourCache* own_neighbour_cache = nullptr;  // (deleted by ~Target)
   Target() = default;
@@ -42,6 +42,12 @@ struct Target {
   Target& operator=(const Target&) = delete;
   ~Target();
 };
+
+/// The file's bytes [off, off + len): a view of a batch's window of the
+/// target's file (no copy; valid until the window is filled again), else
+/// read into `scratch` (validate.cpp).
+std::span<const std::uint8_t> view_code(const Target& t, std::uint64_t off, std::size_t len,
+                                        std::vector<std::uint8_t>& scratch);
 
 /// Opens `path` and checks it is a regular file holding `offset`.
 /// @throws uprobe::Error (file_not_found, bad_offset, not_executable).

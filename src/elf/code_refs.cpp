@@ -7,13 +7,14 @@
 
 #include <gelf.h>
 #include <libelf.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
+
+#include "fork_fresh.hpp"
 
 
 namespace uprobe::detail {
@@ -81,23 +82,16 @@ std::shared_ptr<const std::vector<std::uint64_t>> data_code_refs(int fd, const s
                                                                  bool (*is_relative)(std::uint32_t type),
                                                                  std::string& why) {
   // Per image (ElfImage::serial: the file's content as read), not per
-  // (device, inode): a file rewritten in place is a new image. Never
-  // destroyed; a fork child starts a fresh one (as the image cache: another
-  // thread may have held its lock, computing, when the process forked).
+  // (device, inode): a file rewritten in place is a new image.
   struct Cache {
     std::mutex mu;
     std::map<std::uint64_t, std::shared_ptr<const std::vector<std::uint64_t>>> refs;
   };
-  static Cache* caches = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { caches = new Cache; });  // (the old one left as it is)
-    return new Cache;
-  }();
-  Cache& c = *caches;
-  auto* const cache = &c.refs;
+  Cache& c = fork_fresh<Cache>();
   std::lock_guard<std::mutex> lock(c.mu);
   const std::uint64_t key = img.serial;
-  if (auto it = cache->find(key); it != cache->end()) return it->second;
-  if (cache->size() >= 64) cache->clear();  // (as the image cache: images of files long unloaded)
+  if (auto it = c.refs.find(key); it != c.refs.end()) return it->second;
+  if (c.refs.size() >= 64) c.refs.clear();  // (as the image cache: images of files long unloaded)
   auto refs = std::make_shared<std::vector<std::uint64_t>>();
   bool ok = false;
   if (img.type == ET_EXEC) {
@@ -114,7 +108,7 @@ std::shared_ptr<const std::vector<std::uint64_t>> data_code_refs(int fd, const s
   if (!ok) return nullptr;
   std::sort(refs->begin(), refs->end());
   refs->erase(std::unique(refs->begin(), refs->end()), refs->end());
-  (*cache)[key] = refs;
+  c.refs[key] = refs;
   return refs;
 }
 

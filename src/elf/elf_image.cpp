@@ -9,13 +9,13 @@
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "fork_fresh.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -686,37 +687,20 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
 
 namespace {
 
-/// The image cache. Never destroyed, as the registry: a static destructor
-/// would free the images at exit while probes still fire and libraries still
-/// load (and free() in it is not the program's, for a tracer that counts
-/// frees). A fork child starts a fresh one (fork_child_cache()): another
-/// thread may have held its lock, or been changing it, when the forking
-/// thread forked (symbol resolution and uprobe::plan_site() run beside the
-/// registry, whose mutex is held across a fork), and the child's first
-/// lookup would wait forever.
+/// The image cache (fork_fresh(): a fork child starts a fresh one).
 struct ImageCache {
   using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long>;
   std::mutex mu;
   std::map<Key, std::shared_ptr<const ElfImage>> images;
-  std::uint64_t serials = 0;  ///< the last ElfImage::serial given (under mu)
 };
 
-ImageCache*& image_cache() {
-  static ImageCache* c = [] {
-    ::pthread_atfork(nullptr, nullptr, [] {
-      auto* fresh = new ImageCache;  // (the old one is left as it is)
-      fresh->serials = image_cache()->serials + (1u << 20);  // (never a serial given before the fork)
-      image_cache() = fresh;
-    });
-    return new ImageCache;
-  }();
-  return c;
-}
+/// The last ElfImage::serial given (a fork child goes on from its parent's).
+std::atomic<std::uint64_t> g_serials{0};
 
 }  // namespace
 
 std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
-  ImageCache& c = *image_cache();
+  ImageCache& c = fork_fresh<ImageCache>();
   const ImageCache::Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
                             st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
   {
@@ -727,7 +711,7 @@ std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, 
   img->dev = st.st_dev;
   img->ino = st.st_ino;
   std::lock_guard<std::mutex> g(c.mu);
-  img->serial = ++c.serials;
+  img->serial = g_serials.fetch_add(1, std::memory_order_relaxed) + 1;
   if (c.images.size() >= 64) c.images.clear();
   c.images.emplace(key, img);
   return img;

@@ -7,7 +7,6 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
-#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <tuple>
 
 #include "elf_image.hpp"
+#include "fork_fresh.hpp"
 #include "next_symbol.hpp"
 #include "uprobe/uprobe.hpp"
 
@@ -114,21 +114,11 @@ struct CacheEntry {
   std::shared_ptr<const std::vector<IfuncBinding>> bindings;
 };
 
-// Never destroyed: probes fire and libraries load during exit, and its
-// free()s at exit would be the traced program's (uprobe-trace counts them).
-// A fork child starts a fresh one (as the image cache: another thread may
-// have held its lock when the process forked).
+/// The bindings found so far (fork_fresh()).
 struct Cache {
   std::mutex mu;
   std::map<std::pair<dev_t, ino_t>, CacheEntry> entries;
 };
-Cache*& cache() {
-  static Cache* c = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { cache() = new Cache; });  // (the old one left as it is)
-    return new Cache;
-  }();
-  return c;
-}
 
 /// Whether the dynamic linker has an object named `name` at `base` now.
 bool still_loaded(const std::string& name, std::uintptr_t base) {
@@ -157,7 +147,7 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
   if (::stat(path.c_str(), &st) != 0) return none;
   const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
   {
-    Cache& c = *cache();
+    Cache& c = fork_fresh<Cache>();
     std::lock_guard<std::mutex> lock(c.mu);
     if (auto it = c.entries.find(id); it != c.entries.end() && still_loaded(it->second.name, it->second.base))
       return it->second.bindings;
@@ -228,7 +218,7 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
   // The name the dynamic linker reports for the object (dl_iterate_phdr's
   // dlpi_name: "" for the main program).
   auto shared = std::make_shared<const std::vector<IfuncBinding>>(std::move(out));
-  Cache& c = *cache();
+  Cache& c = fork_fresh<Cache>();
   std::lock_guard<std::mutex> lock(c.mu);
   c.entries[id] = CacheEntry{obj->name, obj->base, shared};
   return shared;
