@@ -226,12 +226,7 @@ TEST(EntryBreak, ColdPartJumpsBackIntoTheWindow) {
 /// sweep sees only `jmp *%rcx`, but the `lea 1b(%rip)` that takes the
 /// address inside the window keeps the entry on int3.
 TEST(EntryBreak, IndirectJumpIntoTheWindow) {
-  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over (window_test.cpp)
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   EXPECT_EQ(brk_indloop(3, 4), 12u);
   {
     Counter c(addr(brk_indloop));

@@ -183,12 +183,7 @@ TEST(Entry, NeighbourTailCallToTheEntry) {
 
 // The reason names the neighbour and the target it jumps to.
 TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
-  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over (window_test.cpp)
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   EntryCounter c(addr(ent_neigh_cpy));
   uprobe::Attachment a(vaddr(ent_neigh_cpy), c);
   const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
@@ -213,12 +208,7 @@ TEST(Entry, NeighbourBranchIntoTheWindowIsNamed) {
 // answer from it exactly as a first sweep does, refusal and reason included,
 // and an entry no neighbour branches into still takes its jump.
 TEST(Entry, NeighbourIndexKeptAcrossTransactionsGivesTheSameAnswers) {
-  ConfigGuard no_pun;
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   EntryCounter c(addr(ent_neigh_cpy)), target(addr(ent_neigh_target));
   {
     const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_neigh_cpy), c),
@@ -281,12 +271,7 @@ TEST(Entry, NeighbourBranchIntoTheWindowTakesAPunnedJump) {
 // (validate.cpp): the same refusal, with the same reason, and the same
 // acceptance of the entries no neighbour branches into.
 TEST(Entry, NeighbourBranchIntoTheWindowIsNamedInABatch) {
-  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   EntryCounter c(addr(ent_neigh_cpy)), target(addr(ent_neigh_target)), load(addr(ent_load));
   const std::vector<uprobe::ProbeRequest> reqs = {uprobe::ProbeRequest::at(vaddr(ent_neigh_cpy), c),
                                                   uprobe::ProbeRequest::at(vaddr(ent_neigh_target), target),
@@ -417,12 +402,7 @@ TEST(Entry, VectorArgumentsSurviveAFloatingPointConsumer) {
 
 /// Entries that stay int3, and the reason each gives.
 TEST(Entry, RefusedEntriesStayInt3WithTheReason) {
-  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over (window_test.cpp)
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   struct Case {
     const void* fn;
     const char* why;

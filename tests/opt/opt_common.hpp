@@ -142,6 +142,17 @@ struct ConfigGuard {
 };
 void set_optimize(bool on);
 
+/// Config::optimize_punned off while it lives: a window's refusal is seen,
+/// not the punned jump that would take over (window_test.cpp), then the
+/// configuration is restored.
+struct NoPunnedGuard : ConfigGuard {
+  NoPunnedGuard() {
+    uprobe::Config cfg = saved;
+    cfg.optimize_punned = false;
+    uprobe::configure(cfg);
+  }
+};
+
 /// Counts hits, checks rip.
 struct Counter : uprobe::Consumer {
   std::atomic<std::uint64_t> hits{0};

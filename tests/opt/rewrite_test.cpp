@@ -18,7 +18,7 @@
 
 #include "opt_common.hpp"
 
-using opttest::ConfigGuard;
+using opttest::NoPunnedGuard;
 using opttest::Counter;
 
 namespace {
@@ -57,12 +57,7 @@ struct Loaded {
 }  // namespace
 
 TEST(Rewrite, ALibraryRewrittenInPlaceWithItsMtimeKeptIsAnalysedAgain) {
-  ConfigGuard no_pun;  // the window's refusal, not the punned jump that takes over
-  {
-    uprobe::Config cfg = uprobe::configuration();
-    cfg.optimize_punned = false;
-    uprobe::configure(cfg);
-  }
+  NoPunnedGuard no_pun;  // the window's refusal, not the punned jump that takes over
   const std::string entry = read_file(OPT_REWRITE_ENTRY), into = read_file(OPT_REWRITE_INTO);
   ASSERT_FALSE(entry.empty());
   ASSERT_EQ(entry.size(), into.size()) << "the two builds must have one size (rewrite_lib.S)";
