@@ -107,7 +107,8 @@ struct RiPool::ChunkHeader {
 // ---------------------------------------------------------------------------
 // Construction
 
-RiPool::RiPool(std::size_t object_size, std::size_t initial_capacity, std::size_t max_capacity) noexcept {
+RiPool::RiPool(std::size_t object_size, std::size_t initial_capacity, std::size_t max_capacity,
+               std::size_t ring_cells) noexcept {
   object_size_ = round_up(std::max<std::size_t>(object_size, 1), kLine);
   max_capacity_.store(max_capacity, std::memory_order_relaxed);
   gen_ = g_next_gen.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -125,7 +126,7 @@ RiPool::RiPool(std::size_t object_size, std::size_t initial_capacity, std::size_
   }
 
   long ncpu = ::get_nprocs_conf();
-  std::size_t cells = std::clamp(initial_capacity, kMinRing, kMaxRing);
+  std::size_t cells = std::clamp(ring_cells != 0 ? ring_cells : initial_capacity, kMinRing, kMaxRing);
   std::size_t r = kMinRing;
   while (r < cells) r <<= 1;
   ring_shift_ = static_cast<unsigned>(__builtin_ctzll(r));

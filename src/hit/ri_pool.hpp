@@ -141,9 +141,14 @@ class RiPool {
   /// object_size bytes (rounded up to a multiple of 64; objects are 64-byte
   /// aligned), initial_capacity objects mapped now and spread over the per-CPU
   /// rings. get() grows the pool by chunks until max_capacity objects.
+  /// ring_cells: the cells of each per-CPU ring, as for that many objects (0:
+  /// initial_capacity's), for a pool whose objects come later (reserve():
+  /// the return-instance pool maps none before a return consumer is attached,
+  /// so a process with entry probes only never faults its megabyte in).
   /// Not async-signal-safe (mmap, sysconf); never throws: if the initial
   /// mapping fails the pool starts empty.
-  RiPool(std::size_t object_size, std::size_t initial_capacity, std::size_t max_capacity = kUnlimited) noexcept;
+  RiPool(std::size_t object_size, std::size_t initial_capacity, std::size_t max_capacity = kUnlimited,
+         std::size_t ring_cells = 0) noexcept;
   ~RiPool();
   RiPool(const RiPool&) = delete;
   RiPool& operator=(const RiPool&) = delete;

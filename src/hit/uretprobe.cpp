@@ -35,8 +35,8 @@ namespace uprobe::detail {
 namespace {
 
 std::atomic<RiPool*> g_pool{nullptr};
-/// The pool of return instances: kPoolBase objects at start, grown before a
-/// return consumer is attached to kPoolPerThread per running thread plus
+/// The pool of return instances: none at start, grown before a return
+/// consumer is attached to at least kPoolBase, kPoolPerThread per running thread plus
 /// room for kPoolSpareThreads more (a thread caches up to 30 free objects,
 /// and holds one per pending return), never by a hit.
 constexpr std::size_t kPoolBase = 4096, kPoolPerThread = 64, kPoolSpareThreads = 64;
@@ -235,7 +235,10 @@ void uretprobe_after_fork_child() noexcept {
 void uretprobe_init() {
   if (g_pool.load(std::memory_order_relaxed)) return;
   create_exit_key();  // normally done already, before main()
-  auto* pool = new RiPool(sizeof(ReturnInstance), kPoolBase);
+  // (Its objects are mapped by the first uretprobe_reserve(), when a return
+  // consumer is attached: ~1 MiB, 256 pages, none faulted in by a process
+  // with entry probes only.)
+  auto* pool = new RiPool(sizeof(ReturnInstance), 0, RiPool::kUnlimited, kPoolBase);
   pool->set_grow_on_get(false);  // a hit never maps memory: uretprobe_reserve() grows it
   g_pool.store(pool, std::memory_order_release);
 }
