@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "elf_info.hpp"
@@ -134,13 +135,31 @@ TEST(ElfInfo, FunctionIndexIsConsistent) {
     ASSERT_EQ(info->reach.size(), info->funcs.size()) << path;
     ASSERT_GT(info->funcs.size(), 10u) << path;
     std::uint64_t reach = 0;
-    std::size_t fdes = 0;
+    std::size_t fdes = 0, symbol_entries = 0;
+    const uprobe::detail::FuncSym* last_symbol = nullptr;
     for (std::size_t i = 0; i < info->funcs.size(); ++i) {
       const auto& f = info->funcs[i];
       if (i) {
         const auto& p = info->funcs[i - 1];
         ASSERT_TRUE(p.file_offset < f.file_offset || (p.file_offset == f.file_offset && p.size <= f.size))
             << path << " index " << i;
+      }
+      if (f.source != uprobe::detail::BoundsSource::eh_frame) {
+        // A symbol's entry: after the one before it by (bounds, source,
+        // symbol_index), strictly, and that symbol's own bounds and name.
+        if (last_symbol) {
+          const auto& p = *last_symbol;
+          EXPECT_TRUE(std::tie(p.file_offset, p.size, p.source, p.symbol_index) <
+                      std::tie(f.file_offset, f.size, f.source, f.symbol_index))
+              << path << " index " << i;
+        }
+        last_symbol = &f;
+        ASSERT_LT(f.symbol_index, info->symbols.size()) << path << " index " << i;
+        const auto& sym = info->symbols[f.symbol_index];
+        EXPECT_EQ(sym.name, f.name) << path << " index " << i;
+        EXPECT_EQ(sym.offset, f.file_offset) << path << " index " << i;
+        EXPECT_EQ(sym.size, f.size) << path << " index " << i;
+        ++symbol_entries;
       }
       reach = std::max(reach, f.file_offset + f.size);
       ASSERT_EQ(info->reach[i], reach) << path << " index " << i;
@@ -154,6 +173,12 @@ TEST(ElfInfo, FunctionIndexIsConsistent) {
       }
     }
     EXPECT_LE(fdes, info->fde_count) << path;
+    // Every sized function symbol in the file once (the index is a
+    // permutation of them, the FDEs merged in).
+    std::size_t sized = 0;
+    for (const auto& sym : info->symbols)
+      sized += (sym.type == STT_FUNC || sym.type == STT_GNU_IFUNC) && sym.size != 0 && sym.in_file && sym.executable;
+    EXPECT_EQ(symbol_entries, sized) << path;
     if (std::string(path) == "/usr/bin/true") {
       EXPECT_GT(fdes, 10u) << "stripped: its bounds are FDEs";
     }
