@@ -1313,7 +1313,7 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
-/// uprobe-trace's start gate (main.cpp, StartGate; kEnvGate): once this
+/// uprobe-trace's start gate (launch.hpp, StartGate; kEnvGate): once this
 /// process attached, wait for the CLI's checks of the specs before any code
 /// of the program runs; end-of-file (the CLI refused a spec, or died) ends
 /// the process here (125). The descriptor is closed and the variable

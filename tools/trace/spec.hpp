@@ -44,7 +44,7 @@ inline constexpr const char* kEnvOrigPreload = "UPROBE_TRACE_ORIG_PRELOAD";  ///
 /// The compiled bpftrace program (bt_vm.hpp) in the CLI's directory; the specs are then "PROBE\tSPEC" lines.
 inline constexpr const char* kEnvProgram = "UPROBE_TRACE_PROGRAM";
 inline constexpr const char* kEnvPerThread = "UPROBE_TRACE_PER_THREAD";  ///< "1": per-thread counts (stderr report)
-/// The descriptor of the start gate (main.cpp, StartGate): the agent of the
+/// The descriptor of the start gate (launch.hpp, StartGate): the agent of the
 /// process the CLI starts waits there, once it has attached, for the CLI's
 /// checks of the specs; end-of-file (a refused spec) ends it before the
 /// program's code runs (agent.cpp, pass_start_gate()).

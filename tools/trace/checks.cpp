@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+// uprobe-trace's CLI: spec checks before the run and `-l` (checks.hpp).
+
+#include "checks.hpp"
+
+#include <elf.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <uprobe/symbols.hpp>
+#include <uprobe/uprobe.hpp>
+#include <uprobe/usdt.hpp>
+
+#include "launch.hpp"
+#include "ld_cache.hpp"
+
+namespace uptrace {
+
+std::string resolve_here(const std::string& name, const std::string& prog_path) {
+  if (name.find('/') != std::string::npos) {
+    struct stat st;
+    if (stat(name.c_str(), &st) != 0) die(name + ": " + (errno == ENOENT ? "no such file" : std::strerror(errno)));
+    if (S_ISDIR(st.st_mode)) die(name + ": is a directory, not a regular file");
+    if (!S_ISREG(st.st_mode)) die(name + ": not a regular file");
+    return real_path(name);
+  }
+  if (!prog_path.empty() && (name == base_name(prog_path))) return prog_path;
+  try {
+    return uprobe::resolve_library(name, uprobe::LibrarySearch::search_path);
+  } catch (const uprobe::Error&) {
+  }
+  if (std::string p = find_program(name); !p.empty() && is_elf(p)) return p;
+  return {};
+}
+
+std::string bpftrace_path(const std::string& name, const std::string& resolved) {
+  if (name.find('/') != std::string::npos) return name;
+  if (std::string c = ld_cache_path(name); !c.empty()) return c;
+  return resolved;
+}
+
+// ---------------------------------------------------------------- -l
+
+namespace {
+bool fnmatch_like(const std::string& glob, const std::string& s) { return fnmatch(glob.c_str(), s.c_str(), 0) == 0; }
+}  // namespace
+
+int list(const std::string& arg, bool verbose) {
+  // PATH, or uprobe:PATH[:GLOB], uretprobe:..., usdt:PATH[:PROVIDER[:NAME]].
+  std::string path = arg, sym_glob = "*", usdt_provider = "*", usdt_name = "*";
+  bool want_sym = true, want_usdt = true;
+  auto colon = arg.find(':');
+  std::string type = colon == std::string::npos ? "" : arg.substr(0, colon);
+  if (type == "uprobe" || type == "u" || type == "uretprobe" || type == "ur") {
+    want_usdt = false;
+    std::string rest = arg.substr(colon + 1);
+    auto last = rest.rfind(':');
+    if (last != std::string::npos && last > 0) {
+      path = rest.substr(0, last);
+      sym_glob = rest.substr(last + 1);
+    } else {
+      path = rest;
+    }
+  } else if (type == "usdt" || type == "U") {
+    want_sym = false;
+    std::vector<std::string> parts;
+    std::string rest = arg.substr(colon + 1);
+    // PATH[:PROVIDER[:NAME]]: a PATH holds no ':' here.
+    parts = split(rest, ':');
+    if (parts.empty()) die("-l " + arg + ": expected usdt:PATH[:PROVIDER[:NAME]]");
+    path = parts[0];
+    if (parts.size() == 2 && !has_glob(parts[1])) {
+      usdt_name = parts[1];  // usdt:PATH:NAME, any provider
+    } else {
+      if (parts.size() >= 2) usdt_provider = parts[1];
+      if (parts.size() >= 3) usdt_name = parts[2];
+    }
+  }
+  if (path.empty()) die("-l: empty PATH");
+  const std::string file = resolve_here(path, {});
+  if (file.empty()) die(path + ": no such file, loaded library, library on the search path or program in $PATH");
+  // (listed by the path bpftrace shows: as written, or libc's from the linker's cache)
+  const std::string shown = bpftrace_path(path, file);
+  std::string out;
+  try {
+    if (want_sym) {
+      // bpftrace's names: .symtab's as they are (`fnmatch@@GLIBC_2.2.5` in
+      // libc6-dbg's), .dynsym's without their version.
+      std::set<std::string> names;
+      for (const auto& s : uprobe::read_symbols(file)) {
+        if (!s.executable || !s.in_file) continue;
+        if (s.type != STT_FUNC && s.type != STT_GNU_IFUNC) continue;
+        // (and, as bpftrace 0.17's listing, no GCC partial function `f.part.N`)
+        if (s.name.find(".part.") != std::string::npos) continue;
+        for (const std::string& n : {s.name, s.dynamic ? s.name : s.full_name()})
+          if (fnmatch_like(sym_glob, n)) names.insert(n);
+      }
+      for (const auto& n : names) out += "uprobe:" + shown + ":" + n + "\n";
+    }
+    if (want_usdt) {
+      std::vector<std::string> order;
+      struct Info {
+        unsigned sites = 0;
+        std::vector<std::string> detail;
+      };
+      std::map<std::string, Info> info;
+      for (const auto& p : uprobe::usdt::probes(file)) {
+        if (!fnmatch_like(usdt_provider, p.provider) || !fnmatch_like(usdt_name, p.name)) continue;
+        std::string k = "usdt:" + shown + ":" + p.provider + ":" + p.name;
+        auto [it, fresh] = info.try_emplace(k);
+        if (fresh) order.push_back(k);
+        it->second.sites++;
+        char b[128];
+        std::snprintf(b, sizeof b, "    site 0x%llx", static_cast<unsigned long long>(p.offset));
+        std::string d = b;
+        if (p.semaphore_offset) {
+          std::snprintf(b, sizeof b, ", semaphore 0x%llx", static_cast<unsigned long long>(p.semaphore_offset));
+          d += b;
+        }
+        if (!p.args_text.empty()) d += ", args: " + p.args_text;
+        if (!p.error.empty()) d += " (unusable: " + p.error + ")";
+        it->second.detail.push_back(d);
+      }
+      for (const auto& k : order) {
+        out += k + "\n";
+        if (verbose)
+          for (const auto& d : info[k].detail) out += d + "\n";
+      }
+    }
+  } catch (const uprobe::Error& e) {
+    die(e.what());
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------- validation
+
+// Definite errors (no such file, symbol or USDT probe) stop before the run,
+// as in bpftrace; what this process cannot resolve (a library the program
+// loads from its own RUNPATH, a script's interpreter) is left to the agent.
+// A consumer that only exists to have a probe site checked.
+namespace {
+
+class NullConsumer final : public uprobe::Consumer {
+ public:
+  uprobe::Action handler(uprobe::Regs&) override { return uprobe::Action::keep; }
+};
+
+bool loaded_here(const std::string& file) {
+  struct stat st;
+  if (stat(file.c_str(), &st) != 0) return true;
+  for (const auto& o : uprobe::loaded_objects())
+    if (o.path == file || (o.dev == st.st_dev && o.ino == st.st_ino)) return true;
+  return false;
+}
+
+// An offset into a function (SYM+OFF, 0xADDR, +FILEOFF) must be an
+// instruction start: libuprobe checks that when a probe is registered, so a
+// file this process has not mapped gets a pending registration here (nothing
+// is patched), taken back at once. A file mapped here (libc, ...) is left to
+// the agent: registering would patch this process's own code.
+void check_site(const uprobe::Location& loc) {
+  if (!loc.symbol.empty() && loc.symbol_offset == 0) return;  // a function entry
+  if (loaded_here(loc.path)) return;
+  static NullConsumer consumer;
+  try {
+    uprobe::unregister_uprobe(uprobe::register_uprobe(loc.path, loc.offset, consumer), consumer);
+  } catch (const uprobe::Error& e) {
+    if (e.code() == uprobe::Errc::mid_instruction || e.code() == uprobe::Errc::not_executable ||
+        e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::refused_instruction)
+      die(e.what());
+  }
+}
+
+}  // namespace
+
+// (The count comes from the same resolution: a glob over libc is resolved once.)
+std::size_t validate(const Spec& s, const std::string& prog_path) {
+  std::string file = resolve_here(s.binary, prog_path);
+  if (file.empty()) return 1;
+  if (!is_elf(file)) {
+    // Named by a path: that file is what the user means, and it cannot be
+    // probed. (By name, a script run by PROG resolves differently in the agent.)
+    if (s.binary.find('/') != std::string::npos) die(s.binary + ": not an ELF file");
+    return 1;
+  }
+  try {
+    if (s.kind == Kind::usdt) {
+      std::set<std::string> names;
+      for (const auto& p : uprobe::usdt::find(file + ":" + s.what)) names.insert(p.provider + ":" + p.name);
+      return has_glob(s.what) ? std::max<std::size_t>(names.size(), 1) : 1;
+    }
+    const std::vector<uprobe::Location> locs = uprobe::resolve_location(file + ":" + s.what);
+    for (const auto& loc : locs) check_site(loc);
+    return has_glob(s.what) ? std::max<std::size_t>(locs.size(), 1) : 1;
+  } catch (const uprobe::Error& e) {
+    if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
+  }
+  return 1;
+}
+
+}  // namespace uptrace

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// uprobe-trace's CLI, before the program runs: a spec's PATH as this process
+// sees it, the specs checked as bpftrace checks them (definite errors stop
+// the run), and `-l`'s listing.
+
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "spec.hpp"
+
+namespace uptrace {
+
+/// PATH of a spec or of -l, as this process can see it: a path (canonical;
+/// die() when it is missing, a directory or not a regular file), the
+/// program (by its name, `prog_path`), a library on the search path or a
+/// program found in $PATH; "" when none.
+std::string resolve_here(const std::string& name, const std::string& prog_path);
+
+/// PATH as bpftrace 0.17 shows it: as written when it has a '/', the
+/// dynamic linker cache's path for a `lib...` name, else `resolved`.
+std::string bpftrace_path(const std::string& name, const std::string& resolved);
+
+/// `uprobe-trace -l ARG [-v]`: the probe-able functions and USDT probes of
+/// PATH, or those a spec (uprobe:PATH[:GLOB], usdt:PATH[:PROVIDER[:NAME]])
+/// matches, on standard output as bpftrace lists them; with `verbose`, USDT
+/// sites, semaphores and argument specs. Returns the exit status; die() on
+/// a bad argument or an unreadable file.
+int list(const std::string& arg, bool verbose);
+
+/// Checks spec `s` for the program at `prog_path` before it runs: a definite
+/// error (no such file, symbol or USDT probe; an offset that is not an
+/// instruction start) is die()'s; what this process cannot resolve (a
+/// library the program loads from its own RUNPATH, a script's interpreter)
+/// is left to the agent. Returns the number of probes bpftrace would attach
+/// for it (its wildcard expansions; 1 without a wildcard or where this
+/// process cannot tell).
+std::size_t validate(const Spec& s, const std::string& prog_path);
+
+}  // namespace uptrace

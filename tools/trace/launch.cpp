@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: MIT
+// uprobe-trace's CLI: what its bare-spec and bpftrace runs share (launch.hpp).
+
+#include "launch.hpp"
+
+#include <dirent.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include <uprobe/config.hpp>
+#include <uprobe/symbols.hpp>
+#include <uprobe/uprobe.hpp>
+
+#include "bt_lang.hpp"
+#include "counts.hpp"
+#include "spec.hpp"
+
+#ifndef UPROBE_TRACE_AGENT_NAME
+#define UPROBE_TRACE_AGENT_NAME "libuprobe-agent.so"
+#endif
+#ifndef UPROBE_TRACE_BIN_TO_LIB
+#define UPROBE_TRACE_BIN_TO_LIB "../lib"
+#endif
+
+namespace uptrace {
+
+std::string g_dir_to_remove;
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "uprobe-trace: %s\n", m.c_str());
+  if (!g_dir_to_remove.empty()) remove_tree(g_dir_to_remove);
+  std::exit(2);
+}
+
+// ---------------------------------------------------------------- the start gate
+
+void StartGate::make() {
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fd) != 0) die(std::string("socketpair: ") + std::strerror(errno));
+  fcntl(fd[0], F_SETFD, FD_CLOEXEC);
+}
+
+void StartGate::in_child() {
+  if (fd[1] < 0) return;
+  close(fd[0]);
+  setenv(kEnvGate, std::to_string(fd[1]).c_str(), 1);
+}
+
+void StartGate::in_parent() {
+  if (fd[1] >= 0) close(fd[1]);
+  fd[1] = -1;
+}
+
+void StartGate::open() {
+  if (fd[0] >= 0 && send(fd[0], "1", 1, MSG_NOSIGNAL) < 0) {
+  }  // (a child already gone: its status says why)
+  shut();
+}
+
+void StartGate::shut() {
+  if (fd[0] >= 0) close(fd[0]);
+  fd[0] = -1;
+}
+
+// ---------------------------------------------------------------- signals
+
+volatile sig_atomic_t g_child = 0;
+
+namespace {
+void forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+}  // namespace
+
+TraceSignals::TraceSignals() {
+  struct sigaction dfl{}, ign{}, fwd{};
+  dfl.sa_handler = SIG_DFL;
+  ign.sa_handler = SIG_IGN;
+  fwd.sa_handler = forward;
+  sigset_t waited;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &waited, &old_mask);
+  sigaction(SIGINT, &dfl, &old_int);
+  sigaction(SIGQUIT, &ign, &old_quit);
+  sigaction(SIGTERM, &fwd, nullptr);
+  sigaction(SIGHUP, &fwd, nullptr);
+  fd = signalfd(-1, &waited, SFD_CLOEXEC);
+  if (fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
+}
+
+void TraceSignals::restore_in_child() const {
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGQUIT, &old_quit, nullptr);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+}
+
+// ---------------------------------------------------------------- files
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  return buf;
+}
+
+std::string dir_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? "." : p.substr(0, s);
+}
+
+std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+// execvp's search.
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_file(name) ? real_path(name) : std::string();
+  const char* path = getenv("PATH");
+  for (const std::string& d : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
+    std::string c = d + "/" + name;
+    if (is_file(c) && access(c.c_str(), X_OK) == 0) return real_path(c);
+  }
+  return {};
+}
+
+bool is_elf(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  char m[4] = {};
+  f.read(m, 4);
+  return f && std::memcmp(m, ELFMAG, SELFMAG) == 0;
+}
+
+// (What the header says: ELF with PT_INTERP, or a #! script run by one.)
+bool loads_the_agent(const std::string& path, int depth) {
+  struct stat st;
+  if (depth > 2 || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (st.st_mode & (S_ISUID | S_ISGID)) return false;
+  if (getxattr(path.c_str(), "security.capability", nullptr, 0) >= 0) return false;
+  std::ifstream f(path, std::ios::binary);
+  char head[256] = {};
+  f.read(head, sizeof head);
+  const std::streamsize n = f.gcount();
+  if (n >= 2 && head[0] == '#' && head[1] == '!') {
+    std::string line(head + 2, static_cast<std::size_t>(n - 2));
+    line = line.substr(0, line.find('\n'));
+    const std::size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos) return false;
+    const std::string interp = line.substr(b, line.find_first_of(" \t", b) - b);
+    return interp.find('/') != std::string::npos && loads_the_agent(interp, depth + 1);
+  }
+  Elf64_Ehdr eh;
+  if (n < static_cast<std::streamsize>(sizeof eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0) return false;
+  std::memcpy(&eh, head, sizeof eh);
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr)) return false;
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    f.clear();
+    f.seekg(static_cast<std::streamoff>(eh.e_phoff + i * sizeof ph));
+    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return false;
+    if (ph.p_type == PT_INTERP) return true;
+  }
+  return false;  // statically linked
+}
+
+void remove_tree(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") unlink((dir + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+// The trace's private directory (counts file, records, program): under
+// $TMPDIR when it is set, else in /dev/shm when that is a writable tmpfs
+// directory, else under /tmp. Memory-backed, its files cost no journal: a
+// shared page a traced thread first writes, a record file, the final unlink
+// are page-cache operations only (with /tmp on ext4, a traced process's
+// start took ~20% longer). Storage is reserved before any page is written
+// (fallocate: create_counts_file(), the agent's alloc_block()), so a full
+// filesystem gives unrecorded hits, never a SIGBUS in the program.
+std::string make_trace_dir() {
+  std::string base;
+  if (const char* tmp = getenv("TMPDIR"); tmp && *tmp) {
+    base = tmp;
+  } else {
+    struct statfs fs;
+    base = statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC && access("/dev/shm", W_OK | X_OK) == 0
+               ? "/dev/shm"
+               : "/tmp";
+  }
+  const std::string tmpl = base + "/uprobe-trace.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back(0);
+  if (!mkdtemp(buf.data())) die("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  return buf.data();
+}
+
+int create_counts_file(const std::string& dir) {
+  const std::string path = dir + "/" + counts::kFileName;
+  auto fail = [&](const std::string& what) {
+    const std::string m = path + ": " + what + ": " + std::strerror(errno);
+    remove_tree(dir);
+    die(m);
+  };
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail("create");
+  if (ftruncate(fd, static_cast<off_t>(counts::kHeaderBytes)) != 0) fail("ftruncate");
+  // The header's first page, which this writes (the rest is sparse: a page
+  // of the tables is reserved by the process that first writes it).
+  if (fallocate(fd, 0, 0, static_cast<off_t>(counts::kPage)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+    fail("fallocate");
+  void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) fail("mmap");
+  auto* h = static_cast<counts::Header*>(m);
+  h->page_size = counts::kPage;
+  h->next_page.store(counts::kHeaderPages);
+  h->bt_start_ns = bt::now_ns();
+  h->magic = counts::kMagic;
+  munmap(m, counts::kHeaderBytes);
+  return fd;
+}
+
+// ---------------------------------------------------------------- the traced program
+
+namespace {
+
+std::string find_agent() {
+  if (const char* a = getenv("UPROBE_TRACE_AGENT")) return a;
+  const std::string dir = dir_name(self_exe());
+  for (const std::string& c : {dir + "/" + UPROBE_TRACE_AGENT_NAME,
+                               dir + "/" + UPROBE_TRACE_BIN_TO_LIB + "/" + UPROBE_TRACE_AGENT_NAME})
+    if (is_file(c)) return real_path(c);
+  die(std::string("cannot find ") + UPROBE_TRACE_AGENT_NAME + " next to " + dir + " (set UPROBE_TRACE_AGENT)");
+}
+
+// libuprobe.so as this process loaded it: preloaded too, so that its
+// sigaction()/signal()/dlopen() interposition comes before libc's.
+std::string find_libuprobe() {
+  // The file mapped there (/proc/self/maps: an absolute path, also when the
+  // dynamic linker found it through a relative LD_LIBRARY_PATH, whose
+  // dli_fname is relative). Without it the traced program would load
+  // libuprobe after libc, as the agent's dependency, where every probe is refused.
+  try {
+    return real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
+  } catch (const uprobe::Error&) {
+    return {};
+  }
+}
+
+}  // namespace
+
+Preload find_preload() {
+  Preload p{find_agent(), find_libuprobe()};
+  for (const std::string& f : {p.agent, p.libuprobe})  // LD_PRELOAD separates with ':' and blanks
+    if (f.find_first_of(": \t") != std::string::npos) die("cannot preload " + f + ": its path has ':' or a blank");
+  return p;
+}
+
+pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, const AgentEnv& env,
+                   const TraceSignals& sigs, StartGate& gate, bool gated, int& exec_errno) {
+  const char* orig = getenv("LD_PRELOAD");
+  std::string preloaded = (preload.libuprobe.empty() ? "" : preload.libuprobe + ":") + preload.agent;
+  if (orig && *orig) preloaded.append(":").append(orig);
+  std::vector<char*> args;
+  for (const auto& a : cmd) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // The child reports a failed exec through this pipe (closed by a
+  // successful one): no "no process loaded the agent" for a program that never ran.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
+  if (gated) gate.make();
+  g_dir_to_remove = env.dir;
+  const pid_t child = fork();
+  if (child < 0) die(std::string("fork: ") + std::strerror(errno));
+  if (child == 0) {
+    close(exec_pipe[0]);
+    sigs.restore_in_child();
+    gate.in_child();
+    setenv(kEnvSpecs, env.specs.c_str(), 1);
+    setenv(kEnvOut, env.dir.c_str(), 1);
+    if (!env.program_file.empty()) setenv(kEnvProgram, env.program_file.c_str(), 1);
+    setenv(kEnvFollow, env.follow ? "1" : "0", 1);
+    setenv(kEnvOrigPreload, orig ? orig : "-", 1);
+    setenv("LD_PRELOAD", preloaded.c_str(), 1);
+    execvp(args[0], args.data());
+    const int err = errno;
+    std::fprintf(stderr, "uprobe-trace: %s: %s\n", cmd[0].c_str(), std::strerror(err));
+    if (write(exec_pipe[1], &err, sizeof err) < 0) {
+    }
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  close(exec_pipe[1]);
+  gate.in_parent();
+  exec_errno = 0;
+  while (read(exec_pipe[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
+  return child;
+}
+
+/// The program's status as uprobe-trace's own: its exit code; or, when a
+/// signal ended it, the same signal raised here once the report is out (core
+/// dumps off: the program dumped its own), as timeout(1) and strace do, so
+/// that a caller sees a death by signal, not an exit (128 + N if the signal
+/// does not end this process).
+int pass_on_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (!WIFSIGNALED(status)) return 1;
+  const int sig = WTERMSIG(status);
+  std::fflush(nullptr);
+  const rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  std::signal(sig, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  raise(sig);
+  return 128 + sig;
+}
+
+}  // namespace uptrace
