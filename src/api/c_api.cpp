@@ -6,6 +6,8 @@
 
 #include "uprobe/uprobe.h"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -104,8 +106,22 @@ struct State {
   std::mutex mutex;
   std::unordered_map<uprobe_consumer*, std::unique_ptr<Adapter>> adapters;
 };
+State* g_state = nullptr;
+
+/// The C layer's state. Its mutex is held across fork() (taken by the
+/// prepare handler, given back in parent and child): a child forked while
+/// another thread was in a C API call (acquire(), release()) would otherwise
+/// find the mutex locked by a thread it does not have, and wait forever at
+/// its first call. The adapters come along as they are: the child inherits
+/// the registrations that point to them. (Nothing here takes the registry's
+/// lock while holding this one: the handler order cannot deadlock.)
 State& state() {
-  static State* s = new State;
+  static State* s = [] {
+    g_state = new State;
+    ::pthread_atfork([] { g_state->mutex.lock(); }, [] { g_state->mutex.unlock(); },
+                     [] { g_state->mutex.unlock(); });
+    return g_state;
+  }();
   return *s;
 }
 
