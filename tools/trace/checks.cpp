@@ -156,14 +156,6 @@ class NullConsumer final : public uprobe::Consumer {
   uprobe::Action handler(uprobe::Regs&) override { return uprobe::Action::keep; }
 };
 
-bool loaded_here(const std::string& file) {
-  struct stat st;
-  if (stat(file.c_str(), &st) != 0) return true;
-  for (const auto& o : uprobe::loaded_objects())
-    if (o.path == file || (o.dev == st.st_dev && o.ino == st.st_ino)) return true;
-  return false;
-}
-
 // An offset into a function (SYM+OFF, 0xADDR, +FILEOFF) must be an
 // instruction start: libuprobe checks that when a probe is registered, so a
 // file this process has not mapped gets a pending registration here (nothing
@@ -171,7 +163,7 @@ bool loaded_here(const std::string& file) {
 // the agent: registering would patch this process's own code.
 void check_site(const uprobe::Location& loc) {
   if (!loc.symbol.empty() && loc.symbol_offset == 0) return;  // a function entry
-  if (loaded_here(loc.path)) return;
+  if (loaded_here(loc.path).value_or(true)) return;  // (one that cannot be read: the agent says why)
   static NullConsumer consumer;
   try {
     uprobe::unregister_uprobe(uprobe::register_uprobe(loc.path, loc.offset, consumer), consumer);

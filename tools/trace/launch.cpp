@@ -117,22 +117,9 @@ void TraceSignals::restore_in_child() const {
 
 // ---------------------------------------------------------------- files
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return {};
-  buf[n] = 0;
-  return buf;
-}
-
 std::string dir_name(const std::string& p) {
   auto s = p.rfind('/');
   return s == std::string::npos ? "." : p.substr(0, s);
-}
-
-std::string base_name(const std::string& p) {
-  auto s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
 }
 
 bool is_file(const std::string& p) {

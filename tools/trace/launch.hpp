@@ -63,11 +63,8 @@ struct TraceSignals {
 
 // ---------------------------------------------------------------- files
 
-/// This executable's path (/proc/self/exe), "" when unreadable.
-std::string self_exe();
-/// The directory part of `p` ("." when none), and its last component.
+/// The directory part of `p` ("." when none). (self_exe(), base_name(): spec.hpp.)
 std::string dir_name(const std::string& p);
-std::string base_name(const std::string& p);
 /// Whether `p` is a regular file (stat, links followed).
 bool is_file(const std::string& p);
 /// realpath(3) of `p`, `p` itself when that fails.

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 #include "spec.hpp"
 
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <uprobe/symbols.hpp>
+
 namespace uptrace {
 
 const char* kind_name(Kind k) {
@@ -13,6 +19,27 @@ const char* kind_name(Kind k) {
 }
 
 bool has_glob(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  return buf;
+}
+
+std::string base_name(const std::string& p) {
+  auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::optional<bool> loaded_here(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  for (const auto& o : uprobe::loaded_objects())
+    if (o.path == path || (o.dev == st.st_dev && o.ino == st.st_ino)) return true;
+  return false;
+}
 
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;

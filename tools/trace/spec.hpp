@@ -34,6 +34,15 @@ std::optional<Spec> parse_spec(std::string_view text, std::string& error);
 /// True when `s` has fnmatch(3) metacharacters.
 bool has_glob(std::string_view s);
 
+/// This process's executable (/proc/self/exe), "" when unreadable.
+std::string self_exe();
+/// The last component of path `p` (`p` itself without a '/').
+std::string base_name(const std::string& p);
+/// Whether this process has the file at `path` mapped (an object of the
+/// dynamic linker's, by its path or its device and inode); nullopt when the
+/// file cannot be stat()ed.
+std::optional<bool> loaded_here(const std::string& path);
+
 /// The environment variables the CLI sets for the agent.
 inline constexpr const char* kEnvSpecs = "UPROBE_TRACE_SPECS";          ///< specs, one per line
 /// The CLI's directory: its counts file and the agent's records (unset: report to stderr).
