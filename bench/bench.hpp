@@ -29,6 +29,7 @@ void uprobe_target_nop5_mid();
 void sigtrap_floor_target();
 void uprobe_target_entry();
 void trampoline_floor_target();
+void trampoline_floor_popfq_target();
 }
 
 namespace bench {

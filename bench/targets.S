@@ -58,17 +58,16 @@ END(uprobe_target_entry)
 // it. The site is a jmp rel32 into a stub laid out as libuprobe's
 // (arch/x86_64/opt_stub.S): rsp below the red zone, every GPR and rflags
 // saved in a Regs frame, an aligned call of a C function that only counts the
-// hit, everything restored, `pop %rsp; ret $128` to the next instruction.
-TARGET(trampoline_floor_target)
-	.byte 0xe9
-	.long trampoline_floor_stub - . - 4
-trampoline_floor_resume:
-	ret
-END(trampoline_floor_target)
-
+// hit, everything restored (the arithmetic flags by an add and sahf, as
+// libuprobe's stubs; popfq only where AC, DF or TF is to be restored),
+// `pop %rsp; ret $128` to the next instruction.
+// trampoline-floor-popfq: the same with rflags always restored by popfq, as
+// libuprobe's stubs did until session 16 (the floor the figures of earlier
+// sessions and issue 17 are relative to).
+	.macro FLOOR_STUB name, resume, popfq_only
 	.p2align 4
-	.type trampoline_floor_stub, @function
-trampoline_floor_stub:
+	.type \name, @function
+\name:
 	lea	-136(%rsp), %rsp
 	push	%rsp
 	pushfq
@@ -96,8 +95,36 @@ trampoline_floor_stub:
 	call	bench_trampoline_floor_entry
 	mov	%rbx, %rsp
 	mov	17*8(%rsp), %rax		/* the target slot (site rsp - 136) */
-	lea	trampoline_floor_resume(%rip), %rcx
+	lea	\resume(%rip), %rcx
 	mov	%rcx, (%rax)
+	.if \popfq_only == 0
+	testl	$0x40500, 128(%rsp)	/* (never here: AC, DF or TF to restore takes popfq) */
+	jnz	2f
+	mov	128(%rsp), %edx		/* the arithmetic flags by an add (OF) and sahf, as */
+	mov	%edx, %eax		/* libuprobe's uprobe_opt_stub_exit */
+	shl	$20, %eax
+	add	%eax, %eax
+	mov	%dl, %ah
+	sahf
+	mov	0(%rsp), %r15
+	mov	8(%rsp), %r14
+	mov	16(%rsp), %r13
+	mov	24(%rsp), %r12
+	mov	32(%rsp), %rbp
+	mov	40(%rsp), %rbx
+	mov	48(%rsp), %r11
+	mov	56(%rsp), %r10
+	mov	64(%rsp), %r9
+	mov	72(%rsp), %r8
+	mov	80(%rsp), %rax
+	mov	88(%rsp), %rcx
+	mov	96(%rsp), %rdx
+	mov	104(%rsp), %rsi
+	mov	112(%rsp), %rdi
+	mov	136(%rsp), %rsp
+	ret	$128
+2:
+	.endif
 	pop	%r15
 	pop	%r14
 	pop	%r13
@@ -117,7 +144,24 @@ trampoline_floor_stub:
 	popfq
 	pop	%rsp
 	ret	$128
-	.size trampoline_floor_stub, .-trampoline_floor_stub
+	.size \name, .-\name
+	.endm
+
+TARGET(trampoline_floor_target)
+	.byte 0xe9
+	.long trampoline_floor_stub - . - 4
+trampoline_floor_resume:
+	ret
+END(trampoline_floor_target)
+	FLOOR_STUB trampoline_floor_stub, trampoline_floor_resume, 0
+
+TARGET(trampoline_floor_popfq_target)
+	.byte 0xe9
+	.long trampoline_floor_popfq_stub - . - 4
+trampoline_floor_popfq_resume:
+	ret
+END(trampoline_floor_popfq_target)
+	FLOOR_STUB trampoline_floor_popfq_stub, trampoline_floor_popfq_resume, 1
 
 // int3; ret: the SIGTRAP handler returns to the ret (rip is past the int3).
 TARGET(sigtrap_floor_target)

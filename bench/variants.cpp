@@ -59,6 +59,8 @@ const std::vector<Variant>& variants() {
       {"uprobe-push", Kind::uprobe, uprobe_target_push, call_loop<uprobe_target_push>},
       {"uprobe-ret", Kind::uprobe, uprobe_target_ret, call_loop<uprobe_target_ret>},
       {"trampoline-floor", Kind::trampoline, trampoline_floor_target, call_loop<trampoline_floor_target>},
+      {"trampoline-floor-popfq", Kind::trampoline, trampoline_floor_popfq_target,
+       call_loop<trampoline_floor_popfq_target>},
       {"uprobe-nop5", Kind::uprobe, uprobe_target_nop5, call_loop<uprobe_target_nop5>},
       {"uprobe-entry", Kind::uprobe, uprobe_target_entry, call_loop<uprobe_target_entry>},
       // A nop5 inside a function (as a USDT probe): no ABI boundary, so an

@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Template of an optimized-probe stub (copied per probe site by
- * build_opt_stub(), which patches the two 64-bit immediates). The site holds
+ * build_opt_stub(), which patches the three 64-bit immediates). The site holds
  * `jmp rel32` to the copy. The frame built here is a uprobe::Regs (low to
  * high: r15 .. rdi, rip, rflags, rsp), then the target slot, the 128-byte red
  * zone, and the site's stack.
  * uprobe_opt_entry() writes the continuation address into a target slot 136
  * bytes below the stack pointer to continue with (normally the slot this stub
  * reserved; lower when a handler moved rsp) and leaves that slot's address in
- * Regs.rsp; `pop %rsp; ret $128` then continues there with every register as
- * the handlers left it. `lea` does not touch the flags; `and`/`cld`/`test`
- * and the clearing of AC (alignment check) run after pushfq, and popfq
- * restores them.
+ * Regs.rsp; the stub then jumps to uprobe_opt_stub_exit (one copy, in
+ * libuprobe: the stubs stay small), which puts every register back as the
+ * handlers left it and continues there (`pop %rsp; ret $128`). `lea` does not
+ * touch the flags; `and`/`cld`/`test` and the clearing of AC (alignment
+ * check) run after pushfq; on the way out the arithmetic flags come back by
+ * an add (OF) and sahf, or, when AC, DF or TF is to be restored (a handler's
+ * write, or set at the site), the whole rflags by popfq.
  */
 	.text
 	.globl uprobe_opt_stub_template
@@ -22,6 +25,8 @@
 	.hidden uprobe_opt_stub_desc_imm
 	.globl uprobe_opt_stub_entry_imm
 	.hidden uprobe_opt_stub_entry_imm
+	.globl uprobe_opt_stub_exit_imm
+	.hidden uprobe_opt_stub_exit_imm
 	.p2align 4
 uprobe_opt_stub_template:
 	lea	-136(%rsp), %rsp
@@ -53,14 +58,63 @@ uprobe_opt_stub_desc_imm:
 	testl	$0x40000, 128(%rbx)	/* Regs.rflags.AC: alignment checking on at the site */
 	jz	1f
 	pushfq				/* the C code runs with it off (libc, ld.so and consumers */
-	andl	$~0x40000, (%rsp)	/* do unaligned accesses); popfq below puts the */
-	popfq				/* site's rflags back */
+	andl	$~0x40000, (%rsp)	/* do unaligned accesses); uprobe_opt_stub_exit's */
+	popfq				/* popfq puts the site's rflags back */
 1:
 	.byte	0x48, 0xb8		/* movabs $uprobe_opt_entry, %rax */
 uprobe_opt_stub_entry_imm:
 	.quad	0
 	call	*%rax
+	.byte	0x48, 0xb9		/* movabs $uprobe_opt_stub_exit, %rcx (rcx: restored there) */
+uprobe_opt_stub_exit_imm:
+	.quad	0
+	jmp	*%rcx
+uprobe_opt_stub_template_end:
+
+/*
+ * The way out of every stub, in the optimized path's section (a thread here
+ * counts as inside the stubs: it may still continue in a retired stub's
+ * slot; arch.hpp, UPROBE_OPT_PATH_TEXT). rbx: the Regs frame.
+ */
+	.section uprobe_opt_path, "ax", @progbits
+	.globl uprobe_opt_stub_exit
+	.hidden uprobe_opt_stub_exit
+	.type uprobe_opt_stub_exit, @function
+	.p2align 4
+uprobe_opt_stub_exit:
 	mov	%rbx, %rsp
+	testl	$0x40500, 128(%rsp)	/* AC, DF or TF to restore: popfq (below) */
+	jnz	2f
+	/*
+	 * Only the arithmetic flags, as the return trampoline: OF from an add
+	 * that overflows or not, then SF ZF AF PF CF by sahf (~2 ticks; popfq
+	 * takes ~16 on Intel). The registers come back by mov, which leaves the
+	 * flags alone; `mov 136(%rsp), %rsp` is the `pop %rsp` below.
+	 */
+	mov	128(%rsp), %edx
+	mov	%edx, %eax
+	shl	$20, %eax		/* OF to bit 31, DF (0 here) to bit 30 */
+	add	%eax, %eax		/* overflows iff bit 31 != bit 30: OF = the saved OF */
+	mov	%dl, %ah
+	sahf
+	mov	0(%rsp), %r15
+	mov	8(%rsp), %r14
+	mov	16(%rsp), %r13
+	mov	24(%rsp), %r12
+	mov	32(%rsp), %rbp
+	mov	40(%rsp), %rbx
+	mov	48(%rsp), %r11
+	mov	56(%rsp), %r10
+	mov	64(%rsp), %r9
+	mov	72(%rsp), %r8
+	mov	80(%rsp), %rax
+	mov	88(%rsp), %rcx
+	mov	96(%rsp), %rdx
+	mov	104(%rsp), %rsi
+	mov	112(%rsp), %rdi
+	mov	136(%rsp), %rsp		/* Regs.rsp: uprobe_opt_entry() left the target slot's address there */
+	ret	$128
+2:
 	pop	%r15
 	pop	%r14
 	pop	%r13
@@ -78,7 +132,8 @@ uprobe_opt_stub_entry_imm:
 	pop	%rdi
 	lea	8(%rsp), %rsp		/* Regs.rip */
 	popfq
-	pop	%rsp			/* Regs.rsp: uprobe_opt_entry() left the target slot's address there */
+	pop	%rsp			/* Regs.rsp */
 	ret	$128
-uprobe_opt_stub_template_end:
+	.size uprobe_opt_stub_exit, .-uprobe_opt_stub_exit
+
 	.section .note.GNU-stack,"",@progbits

@@ -11,7 +11,9 @@ extern const std::uint8_t uprobe_opt_stub_template[];
 extern const std::uint8_t uprobe_opt_stub_template_end[];
 extern const std::uint8_t uprobe_opt_stub_desc_imm[];
 extern const std::uint8_t uprobe_opt_stub_entry_imm[];
+extern const std::uint8_t uprobe_opt_stub_exit_imm[];
 void uprobe_opt_entry(std::uint64_t* frame, const uprobe::arch::OptSite* site);
+void uprobe_opt_stub_exit();
 }
 
 namespace uprobe::arch {
@@ -43,8 +45,10 @@ std::size_t build_opt_stub(std::uint64_t stub, const OptSite& desc, std::uint8_t
   std::memcpy(out, uprobe_opt_stub_template, n);
   const std::uint64_t desc_addr = stub + desc_offset();
   const auto entry = reinterpret_cast<std::uint64_t>(&uprobe_opt_entry);
+  const auto exit = reinterpret_cast<std::uint64_t>(&uprobe_opt_stub_exit);
   std::memcpy(out + (uprobe_opt_stub_desc_imm - uprobe_opt_stub_template), &desc_addr, 8);
   std::memcpy(out + (uprobe_opt_stub_entry_imm - uprobe_opt_stub_template), &entry, 8);
+  std::memcpy(out + (uprobe_opt_stub_exit_imm - uprobe_opt_stub_template), &exit, 8);
   std::memcpy(out + desc_offset(), &desc, sizeof desc);
   return desc_offset() + sizeof desc;
 }

@@ -23,6 +23,8 @@ std::uint64_t opt_mid5(std::uint64_t, std::uint64_t);
 extern const std::uint64_t opt_mid5_site;
 std::uint64_t opt_ac5(std::uint64_t);
 extern const std::uint64_t opt_ac5_site;
+std::uint64_t opt_flags5(std::uint64_t);
+extern const std::uint64_t opt_flags5_site;
 
 std::uint64_t opt_nop_0f1f440000(std::uint64_t);
 std::uint64_t opt_nop_660f1f0400(std::uint64_t);

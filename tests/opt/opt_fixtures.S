@@ -52,6 +52,23 @@ FUNC opt_ac5
 ENDF opt_ac5
 OFF opt_ac5, .Lac5_s, opt_ac5_site
 
+/* nop5 reached with rflags = a (its status flags and DF; every other bit as
+ * the caller's): returns rflags after the site; DF cleared before returning. */
+FUNC opt_flags5
+        pushfq
+        andl $~0xcd5, (%rsp)
+        and $0xcd5, %edi
+        or %rdi, (%rsp)
+        popfq
+.Lflags5_s:
+        NOP5
+        pushfq
+        pop %rax
+        cld
+        ret
+ENDF opt_flags5
+OFF opt_flags5, .Lflags5_s, opt_flags5_site
+
 /* Nop encodings at the entry, each followed by lea K(%rdi),%rax; ret (a + K). */
         .macro NOPFN name, k, bytes:vararg
 FUNC \name

@@ -555,6 +555,58 @@ TEST(Regs, GprAndFlagWrites) {
   }
 }
 
+// The flags at an optimized site: every combination of CF PF AF ZF SF OF,
+// with DF clear (the stub's way out restores them by an add and sahf) and
+// set (by popfq), is what the handler sees and what the code after the site
+// finds; a handler's write of each status flag, and of DF, takes effect.
+struct FlagsSeen : uprobe::Consumer {
+  std::uint64_t xor_mask = 0;
+  std::uint64_t seen = 0;
+  std::atomic<std::uint64_t> hits{0};
+  FlagsSeen() { set_vector_state_unused(); }
+  Action handler(Regs& r) override {
+    hits.fetch_add(1);
+    seen = r.rflags;
+    r.rflags ^= xor_mask;
+    return Action::keep;
+  }
+};
+
+TEST(Regs, EveryStatusFlagCombinationAndItsWrites) {
+  ConfigGuard g;
+  constexpr std::uint64_t kStatus = 0x8d5;  // CF PF AF ZF SF OF
+  constexpr std::uint64_t kDf = 0x400;
+  constexpr std::uint64_t kMask = kStatus | kDf;
+  auto spread = [](unsigned bits) {  // bit i of `bits` -> the i-th status flag
+    static constexpr std::uint64_t kFlag[] = {0x1, 0x4, 0x10, 0x40, 0x80, 0x800};
+    std::uint64_t f = 0;
+    for (unsigned i = 0; i < 6; ++i)
+      if (bits & (1u << i)) f |= kFlag[i];
+    return f;
+  };
+  for (unsigned combo = 0; combo < 128; ++combo) {  // (bit 6: DF)
+    const std::uint64_t in = spread(combo & 63) | (combo & 64 ? kDf : 0);
+    ASSERT_EQ(hex(opt_flags5(in) & kMask), hex(in)) << "the fixture without a probe";
+  }
+  FlagsSeen c;
+  uprobe::Attachment a(at(opt_flags5, opt_flags5_site), c);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::optimized_nop5);
+  std::uint64_t calls = 0;
+  for (std::uint64_t write : {std::uint64_t{0}, std::uint64_t{0x1}, std::uint64_t{0x4}, std::uint64_t{0x10},
+                              std::uint64_t{0x40}, std::uint64_t{0x80}, std::uint64_t{0x800}, kStatus, kDf}) {
+    c.xor_mask = write;
+    for (unsigned combo = 0; combo < 128; ++combo) {
+      const std::uint64_t in = spread(combo & 63) | (combo & 64 ? kDf : 0);
+      const std::uint64_t out = opt_flags5(in);
+      ++calls;
+      ASSERT_EQ(hex(c.seen & kMask), hex(in)) << "the handler's view, flags " << hex(in);
+      ASSERT_EQ(hex(out & kMask), hex(in ^ write)) << "after the site, flags " << hex(in) << ", the handler flipped "
+                                                   << hex(write);
+    }
+  }
+  EXPECT_EQ(c.hits.load(), calls);
+}
+
 // Regs: "Every field is readable and writable from a handler. Writes take
 // effect when the thread continues". rsp included.
 struct RspWriter : uprobe::Consumer {
