@@ -56,19 +56,29 @@ END(uprobe_target_entry)
 
 // trampoline-floor: what an optimized hit costs with nothing of libuprobe in
 // it. The site is a jmp rel32 into a stub laid out as libuprobe's
-// (arch/x86_64/opt_stub.S): rsp below the red zone, every GPR and rflags
-// saved in a Regs frame, an aligned call of a C function that only counts the
-// hit, everything restored (the arithmetic flags by an add and sahf, as
-// libuprobe's stubs; popfq only where AC, DF or TF is to be restored),
-// `pop %rsp; ret $128` to the next instruction.
-// trampoline-floor-popfq: the same with rflags always restored by popfq, as
-// libuprobe's stubs did until session 16 (the floor the figures of earlier
-// sessions and issue 17 are relative to).
+// (arch/x86_64/opt_stub.S): past the red zone, a call of its own body (the
+// return address in the target slot), every GPR and rflags saved in a Regs
+// frame, an aligned call of a C function that only counts the hit,
+// everything restored (the arithmetic flags by an add and sahf; popfq only
+// where AC, DF or TF is to be restored), `pop %rsp; ret $128` back to the
+// stub's resume point (a predicted return), a jump to the next instruction.
+// trampoline-floor-popfq: the stub libuprobe had until session 16: no call
+// (the C code wrote the next instruction's address into the target slot, so
+// `ret $128` returned where no call had pushed: two mispredicted returns a
+// hit, this one and the function's own), rflags always restored by popfq;
+// the floor that earlier sessions' figures and issue 17's ratios are relative to.
 	.macro FLOOR_STUB name, resume, popfq_only
 	.p2align 4
 	.type \name, @function
 \name:
+	.if \popfq_only == 0
+	lea	-128(%rsp), %rsp
+	call	1f
+	jmp	\resume
+1:
+	.else
 	lea	-136(%rsp), %rsp
+	.endif
 	push	%rsp
 	pushfq
 	push	$0
@@ -94,9 +104,6 @@ END(uprobe_target_entry)
 	cld
 	call	bench_trampoline_floor_entry
 	mov	%rbx, %rsp
-	mov	17*8(%rsp), %rax		/* the target slot (site rsp - 136) */
-	lea	\resume(%rip), %rcx
-	mov	%rcx, (%rax)
 	.if \popfq_only == 0
 	testl	$0x40500, 128(%rsp)	/* (never here: AC, DF or TF to restore takes popfq) */
 	jnz	2f
@@ -124,6 +131,10 @@ END(uprobe_target_entry)
 	mov	136(%rsp), %rsp
 	ret	$128
 2:
+	.else
+	mov	17*8(%rsp), %rax		/* the target slot (site rsp - 136) */
+	lea	\resume(%rip), %rcx
+	mov	%rcx, (%rax)
 	.endif
 	pop	%r15
 	pop	%r14

@@ -232,22 +232,28 @@ inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
 }
 
 /// After the handlers: keeps their changes to the arithmetic flags, DF and TF
-/// only, and points the stub's `pop %rsp; ret $128` at the continuation (a
-/// handler's new rip, else OptSite::resume), 136 bytes below the stack
-/// pointer to continue with. A slot that would fall inside this frame (a
-/// handler lowering rsp by less than the frame) cannot be written before the
-/// frame is popped: rsp then stays. Async-signal-safe.
+/// only, and points the stub's `pop %rsp; ret $128` at the continuation, 136
+/// bytes below the stack pointer to continue with: with rip and rsp as the
+/// site's, the stub's own slot, which holds its resume point already (its
+/// call pushed it: a predicted return, then OptSite::resume); else a
+/// handler's new rip (or OptSite::resume) written into the slot below the
+/// handler's rsp. A slot that would fall inside this frame (a handler lowering
+/// rsp by less than the frame) cannot be written before the frame is popped:
+/// rsp then stays. Async-signal-safe.
 inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
                             const OptFrameSaved& saved) noexcept {
   regs.rflags = merge_handler_flags(saved.rflags, regs.rflags);
-  const std::uint64_t target = regs.rip != site.site ? regs.rip : site.resume;
+  const bool redirected = regs.rip != site.site;
   std::uint64_t slot = saved.own_slot;
   if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
     slot = regs.rsp - 136;
     const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
     if (slot + 8 > lo_frame && slot < hi_frame) slot = saved.own_slot;
   }
-  __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // one move; the slot may be misaligned
+  if (__builtin_expect(redirected || slot != saved.own_slot, 0)) {
+    const std::uint64_t target = redirected ? regs.rip : site.resume;
+    __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // one move; the slot may be misaligned
+  }
   regs.rsp = slot;
 }
 

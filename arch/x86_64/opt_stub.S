@@ -1,20 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Template of an optimized-probe stub (copied per probe site by
- * build_opt_stub(), which patches the three 64-bit immediates). The site holds
- * `jmp rel32` to the copy. The frame built here is a uprobe::Regs (low to
- * high: r15 .. rdi, rip, rflags, rsp), then the target slot, the 128-byte red
- * zone, and the site's stack.
- * uprobe_opt_entry() writes the continuation address into a target slot 136
- * bytes below the stack pointer to continue with (normally the slot this stub
- * reserved; lower when a handler moved rsp) and leaves that slot's address in
- * Regs.rsp; the stub then jumps to uprobe_opt_stub_exit (one copy, in
- * libuprobe: the stubs stay small), which puts every register back as the
- * handlers left it and continues there (`pop %rsp; ret $128`). `lea` does not
- * touch the flags; `and`/`cld`/`test` and the clearing of AC (alignment
- * check) run after pushfq; on the way out the arithmetic flags come back by
- * an add (OF) and sahf, or, when AC, DF or TF is to be restored (a handler's
- * write, or set at the site), the whole rflags by popfq.
+ * build_opt_stub(), which patches the three 64-bit immediates and puts the
+ * site's OptSite descriptor right after the code). The site holds `jmp
+ * rel32` to the copy. The stub steps past the red zone and calls its own
+ * body: the call pushes the stub's resume point into the target slot, 136
+ * bytes below the site's stack pointer. The body's frame is a uprobe::Regs
+ * (low to high: r15 .. rdi, rip, rflags, rsp), then the target slot, the
+ * 128-byte red zone, and the site's stack. After uprobe_opt_entry() the body
+ * jumps to uprobe_opt_stub_exit (one copy, in libuprobe: the stubs stay
+ * small), which puts every register back as the handlers left them and
+ * returns through the target slot with `pop %rsp; ret $128`, rsp then the
+ * site's: normally to the resume point its call pushed, a return the CPU
+ * predicts (its return stack buffer stays in step with the program's calls:
+ * a `ret` to an address no call pushed cost two mispredicted returns a hit,
+ * this one and the probed function's own), which jumps to
+ * OptSite::resume. A handler's new rip or rsp: uprobe_opt_entry() writes the
+ * continuation into the target slot below the stack pointer to continue with
+ * and leaves that slot's address in Regs.rsp (opt_frame_leave()).
+ * `lea` and `call` do not touch the flags; `and`/`cld`/`test` and the
+ * clearing of AC (alignment check) run after pushfq; on the way out the
+ * arithmetic flags come back by an add (OF) and sahf, or, when AC, DF or TF
+ * is to be restored (a handler's write, or set at the site), the whole
+ * rflags by popfq.
  */
 	.text
 	.globl uprobe_opt_stub_template
@@ -29,7 +37,10 @@
 	.hidden uprobe_opt_stub_exit_imm
 	.p2align 4
 uprobe_opt_stub_template:
-	lea	-136(%rsp), %rsp
+	lea	-128(%rsp), %rsp	/* past the red zone */
+	call	1f			/* its return address: the target slot, site rsp - 136 */
+	jmp	*(uprobe_opt_stub_template_end + 8)(%rip)	/* OptSite::resume (the descriptor follows the code) */
+1:
 	push	%rsp			/* Regs.rsp (site rsp - 136; fixed up in C) */
 	pushfq				/* Regs.rflags */
 	push	$0			/* Regs.rip (filled in C) */
@@ -69,7 +80,8 @@ uprobe_opt_stub_entry_imm:
 uprobe_opt_stub_exit_imm:
 	.quad	0
 	jmp	*%rcx
-uprobe_opt_stub_template_end:
+	.p2align 4, 0xcc
+uprobe_opt_stub_template_end:			/* (16-aligned: where build_opt_stub() puts the descriptor) */
 
 /*
  * The way out of every stub, in the optimized path's section (a thread here
@@ -112,7 +124,7 @@ uprobe_opt_stub_exit:
 	mov	96(%rsp), %rdx
 	mov	104(%rsp), %rsi
 	mov	112(%rsp), %rdi
-	mov	136(%rsp), %rsp		/* Regs.rsp: uprobe_opt_entry() left the target slot's address there */
+	mov	136(%rsp), %rsp		/* Regs.rsp: the target slot (normally the stub's resume point) */
 	ret	$128
 2:
 	pop	%r15

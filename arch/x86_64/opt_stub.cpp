@@ -22,7 +22,10 @@ namespace {
 std::size_t code_len() noexcept {
   return static_cast<std::size_t>(uprobe_opt_stub_template_end - uprobe_opt_stub_template);
 }
-std::size_t desc_offset() noexcept { return (code_len() + 15) & ~std::size_t{15}; }
+// (The template ends 16-aligned, and its resume jump reads the descriptor's
+// `resume` there: opt_stub.S.)
+std::size_t desc_offset() noexcept { return code_len(); }
+static_assert(offsetof(uprobe::arch::OptSite, resume) == 8, "opt_stub.S reads OptSite::resume at +8");
 }  // namespace
 
 std::size_t opt_stub_probe_len() noexcept {
