@@ -622,11 +622,22 @@ struct EvictChoice {
 /// `maybe_free(addr, len)` (cheap: false when that memory is known to be
 /// taken) before `place_evict(addr)` (reserves the successor's trampoline
 /// at exactly addr, true when done) and `place_site(addr)` (the site's hop
-/// at exactly addr). At most `budget` maybe_free() questions. True with
-/// `out` when both were placed. Not hot; thread-safe as its callbacks are.
+/// at exactly addr). `mapped(lo, hi)` (cheap, no question counted): true
+/// when every address of [lo, hi) is known to be mapped (none can hold a
+/// trampoline); the search skips the successor's pads, and the values of
+/// its free bytes, whose every target is, and asks again after each failed
+/// place_evict() (which may teach the caller's memory that the address is
+/// mapped after all: a snapshot older than the heap's growth). At most
+/// `budget` maybe_free() questions. True with `out` when both were placed;
+/// false with `why`: "every trampoline address its bytes allow is mapped
+/// (SPANS)" when it is so for every successor's pad (eviction is
+/// impossible in this address space), else that the search gave up after
+/// `budget` questions ("... (the search gave up)"), or found no free pair
+/// among those it tries. Not hot; thread-safe as its callbacks are.
 bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
-                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
-                   EvictChoice& out, std::size_t budget = 20000);
+                   bool (*mapped)(void*, std::uint64_t, std::uint64_t), bool (*place_evict)(void*, std::uint64_t),
+                   bool (*place_site)(void*, std::uint64_t), void* ctx, EvictChoice& out, std::string& why,
+                   std::size_t budget = 20000);
 
 /// The successor's bytes once evicted: its jump (after `evict_pad`
 /// prefixes) to `evict_target`, written over the successor's own bytes

@@ -598,10 +598,15 @@ std::size_t evict_jump(std::uint64_t site, const EntryWindow& w, std::size_t evi
 
 namespace {
 
+/// dfs() results (besides 1, solved; 0, nothing under this prefix).
+constexpr int kSiteCulprit = -1;  // the site's target of this prefix cannot be placed: try the next site value
+constexpr int kSpanTaken = -2;    // every target the successor's bytes allow (this evict_pad) is mapped
+
 struct EvictSearch {
   std::uint64_t site;
   const EntryWindow* w;
   bool (*maybe_free)(void*, std::uint64_t, std::size_t);
+  bool (*mapped)(void*, std::uint64_t, std::uint64_t);
   bool (*place_evict)(void*, std::uint64_t);
   bool (*place_site)(void*, std::uint64_t);
   void* ctx;
@@ -612,7 +617,8 @@ struct EvictSearch {
   std::size_t nvars = 0, site_vars = 0;  // the first site_vars decide the site's rel32
   EvictChoice found;
 
-  static bool user(std::uint64_t a) { return a >= 0x10000 && a < 0x7ffffffff000ull - 64; }
+  static constexpr std::uint64_t kUserLo = 0x10000, kUserHi = 0x7ffffffff000ull - 64;
+  static bool user(std::uint64_t a) { return a >= kUserLo && a < kUserHi; }
   std::uint64_t target(std::size_t at, std::uint64_t end) const {
     std::int32_t rel;
     std::memcpy(&rel, c + at, 4);
@@ -620,35 +626,62 @@ struct EvictSearch {
   }
   std::uint64_t site_target() const { return target(pad + 1, site + pad + kJumpLen); }
   std::uint64_t evict_target() const { return target(w->len + epad + 1, site + w->len + epad + kJumpLen); }
+  /// The user addresses [lo, hi) the successor's jump may aim at while the
+  /// free bytes vars[from..nvars) are open (any value) and the others hold
+  /// what c holds: an open byte is 0x00 at the low end, 0xff at the high
+  /// one (0x80 / 0x7f for the rel32's most significant byte: signed). The
+  /// successor's free bytes are the low bytes of its rel32 (those past it
+  /// are fixed), so with every one open this is exactly the set its bytes
+  /// allow. False when no user address is in it.
+  bool evict_span(std::size_t from, std::uint64_t& lo, std::uint64_t& hi) const {
+    const std::size_t at = w->len + epad + 1;
+    std::uint8_t a[4], b[4];
+    std::memcpy(a, c + at, 4);
+    std::memcpy(b, c + at, 4);
+    for (std::size_t k = from; k < nvars; ++k) {
+      const std::size_t p = vars[k];
+      if (p < at || p >= at + 4) continue;
+      a[p - at] = p == at + 3 ? 0x80 : 0x00;
+      b[p - at] = p == at + 3 ? 0x7f : 0xff;
+    }
+    std::int32_t ra, rb;
+    std::memcpy(&ra, a, 4);
+    std::memcpy(&rb, b, 4);
+    const std::uint64_t end = site + w->len + epad + kJumpLen;
+    lo = std::max(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(ra)), kUserLo);
+    hi = std::min(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(rb)) + 1, kUserHi);
+    return lo < hi;
+  }
+  /// Whether every target of evict_span(from) is known to be mapped (no
+  /// maybe_free() question spent).
+  bool span_taken(std::size_t from) const {
+    std::uint64_t lo, hi;
+    return !evict_span(from, lo, hi) || mapped(ctx, lo, hi);
+  }
   bool ask(std::uint64_t a, std::size_t len) {
     if (budget == 0 || !user(a)) return false;
     --budget;
     return maybe_free(ctx, a, len);
   }
-  /// Values tried for the free byte at position p: every value for the
-  /// most significant free byte of either rel32, a few otherwise (they move
-  /// a target by less than a page's worth of pages).
-  std::size_t values(std::size_t k, std::uint8_t* v) const {
-    const std::size_t p = vars[k];
-    (void)p;
-    if (k == 0 || k == site_vars) {  // (each list is most significant first)
-      // 0, 1, -1, 2, -2, ...: nearest first (as signed values of that byte).
-      std::size_t n = 0;
-      v[n++] = 0;
-      for (int d = 1; d <= 128; ++d) {
-        v[n++] = static_cast<std::uint8_t>(d);
-        if (d < 128) v[n++] = static_cast<std::uint8_t>(-d);
-      }
-      return n;
+  /// The i-th value tried for the free byte vars[k]: every value for the
+  /// most significant free byte of either rel32, nearest first (0, 1, -1,
+  /// 2, -2, ... as signed values of that byte); for the others, values that
+  /// move a target by less than a page's worth of pages, spread (0x00,
+  /// 0x80, 0x40, 0xc0, ...: i's bits reversed), of which limit() are tried.
+  bool every_value(std::size_t k) const { return k == 0 || k == site_vars; }
+  static std::uint8_t value(bool every, std::size_t i) {
+    if (every) {
+      const int d = static_cast<int>((i + 1) / 2);
+      return static_cast<std::uint8_t>(i % 2 ? d : -d);
     }
-    v[0] = 0x00;
-    v[1] = 0x80;
-    v[2] = 0x40;
-    v[3] = 0xc0;
-    return 4;
+    std::uint8_t r = 0;
+    for (int b = 0; b < 8; ++b)
+      if (i & (1u << b)) r = static_cast<std::uint8_t>(r | (0x80u >> b));
+    return r;
   }
-  /// 1: solved; 0: nothing under this prefix; -1: the site's target of
-  /// this prefix cannot be placed (try the next site value).
+  /// dfs(): 1, solved; 0, nothing under this prefix; kSiteCulprit;
+  /// kSpanTaken (a placement that failed taught the caller's memory that
+  /// every target of this evict_pad is mapped: no other pad or prefix helps).
   int dfs(std::size_t k) {
     if (budget == 0) return 0;
     if (k == site_vars) {
@@ -657,32 +690,49 @@ struct EvictSearch {
     if (k == nvars) {
       const std::uint64_t t = evict_target();
       if (!ask(t, 32)) return 0;
-      if (!place_evict(ctx, t)) return 0;
-      if (!place_site(ctx, site_target())) return -1;
+      if (!place_evict(ctx, t)) return span_taken(0) ? kSpanTaken : 0;
+      if (!place_site(ctx, site_target())) return kSiteCulprit;
       found = EvictChoice{static_cast<std::uint8_t>(pad), static_cast<std::uint8_t>(epad), site_target(), t};
       return 1;
     }
-    std::uint8_t v[256];
-    const std::size_t n = values(k, v);
-    for (std::size_t i = 0; i < n; ++i) {
-      c[vars[k]] = v[i];
+    const bool every = every_value(k);
+    // The successor's own bytes skip the values whose every target is
+    // known to be mapped (asked again after each value: a failed placement
+    // teaches the memory more), so the few tried are ones that may be free.
+    const bool successor = k >= site_vars;
+    if (successor && span_taken(k)) return 0;
+    const std::size_t limit = every ? 256 : 4;
+    std::size_t tried = 0;
+    for (std::size_t i = 0; i < 256 && tried < limit; ++i) {
+      c[vars[k]] = value(every, i);
+      if (successor && span_taken(k + 1)) continue;
+      ++tried;
       const int r = dfs(k + 1);
-      if (r == 1) return 1;
-      if (r == -1 && k >= site_vars) return -1;  // the site's value is the culprit: up to its loops
+      if (r == 1 || r == kSpanTaken) return r;
+      if (r == kSiteCulprit && k >= site_vars) return kSiteCulprit;  // the site's value is the culprit: up to its loops
+      if (budget == 0) return 0;
     }
     return 0;
   }
 };
 
+std::string span_text(std::uint64_t lo, std::uint64_t hi) {
+  return hi - lo == 1 ? hex(lo) : "[" + hex(lo) + ", " + hex(hi) + ")";
+}
+
 }  // namespace
 
 bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),
-                   bool (*place_evict)(void*, std::uint64_t), bool (*place_site)(void*, std::uint64_t), void* ctx,
-                   EvictChoice& out, std::size_t budget) {
-  if (!w.evict.len || !w.punned || w.len >= kJumpLen) return false;
+                   bool (*mapped)(void*, std::uint64_t, std::uint64_t), bool (*place_evict)(void*, std::uint64_t),
+                   bool (*place_site)(void*, std::uint64_t), void* ctx, EvictChoice& out, std::string& why,
+                   std::size_t budget) {
+  if (!w.evict.len || !w.punned || w.len >= kJumpLen) return refuse(why, "no successor eviction is planned");
   const std::size_t lp = w.len, ls = w.evict.len;
-  EvictSearch s{site, &w, maybe_free, place_evict, place_site, ctx, budget, 0, 0, {}, {}, 0, 0, {}};
+  EvictSearch s{site, &w, maybe_free, mapped, place_evict, place_site, ctx, budget, 0, 0, {}, {}, 0, 0, {}};
+  std::string taken;   // the spans of the evict_pads whose every target is mapped
+  bool open = false;   // an evict_pad whose span is not
   for (std::size_t epad = 0; epad <= w.evict_max_pad; ++epad) {
+    bool span_taken = false;
     for (std::size_t pad = 0; pad < lp && pad <= kMaxJumpPad; ++pad) {
       s.pad = pad;
       s.epad = epad;
@@ -703,14 +753,35 @@ bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(
       s.site_vars = s.nvars;
       for (std::size_t i = lp + epad + kJumpLen; i-- > lp + epad + 1;)
         if (is_free[i] && i >= pad + kJumpLen) s.vars[s.nvars++] = i;
-      if (s.dfs(0) == 1) {
+      // The successor's targets do not depend on the site's pad (its free
+      // bytes, the ones inside it, are free for every pad): a span whose
+      // every address is mapped is skipped whole, no question spent.
+      const int r = pad == 0 && s.span_taken(0) ? kSpanTaken : s.dfs(0);
+      if (r == 1) {
         out = s.found;
+        why.clear();
         return true;
       }
-      if (s.budget == 0) return false;
+      if (r == kSpanTaken) {
+        span_taken = true;
+        break;
+      }
+      if (s.budget == 0)
+        return refuse(why, "no free pair of addresses for both jumps found in " +
+                               std::to_string(budget) + " tries (the search gave up)");
     }
+    if (!span_taken) {
+      open = true;
+      continue;
+    }
+    std::uint64_t lo = 0, hi = 0;
+    if (s.evict_span(0, lo, hi)) taken += (taken.empty() ? "" : ", ") + span_text(lo, hi);
   }
-  return false;
+  if (!open)
+    return refuse(why, "every trampoline address its bytes allow is mapped" +
+                           (taken.empty() ? std::string(" (none is a user address)") : " (" + taken + ")"));
+  return refuse(why, "no free pair of addresses for both jumps among those tried" +
+                         (taken.empty() ? std::string() : " (every trampoline address is mapped in " + taken + ")"));
 }
 
 }  // namespace uprobe::arch

@@ -412,6 +412,17 @@ struct ProbeInfo {
   unsigned displaced = 0;
   /// Why the probe is not optimized ("" when it is).
   std::string why_not_optimized;
+  /// Why its punned jump does not evict its successor (E9Patch's T2,
+  /// ProbeMode::optimized_evicted): the plan's reason when none is planned
+  /// ("no successor eviction: ..."), else the last placement's ("" when it
+  /// evicts, has no punned jump, or did not try: its punned or padded jump
+  /// found a page of its own first), "evicting the successor `INSN`: " and
+  /// e.g. "every trampoline address its bytes allow is mapped ([0x...,
+  /// 0x...), ...)" (impossible in this address space, checked against a
+  /// fresh read of it) or "no free pair of addresses for both jumps found
+  /// in 20000 tries (the search gave up)". A probe that stays int3 for it
+  /// says the same in why_not_optimized.
+  std::string why_not_evicted;
   unsigned sites = 0;        ///< mappings where the breakpoint is written now
   unsigned consumers = 0;    ///< registered consumers
   bool emulated = false;     ///< the instruction is emulated (else run out of line)

@@ -41,18 +41,93 @@ constexpr std::size_t kNotFresh = ~std::size_t{0};
 
 // ---- The steps (registry mutex held by the transaction).
 
+/// What successor eviction's placement knows of the address space: the
+/// transaction's snapshot, which may be older than the last anonymous
+/// mapping (refresh_vmas() keeps a snapshot while the file mappings are
+/// unchanged, so the heap may have grown over what it calls free), read
+/// afresh when a placement it called free is refused (MAP_FIXED_NOREPLACE:
+/// EEXIST; at most kMaxReads times a search, then the refused page alone is
+/// noted), and before it calls a span of addresses wholly mapped (so that
+/// "impossible" is said of the address space as it is).
+class PlacementView {
+ public:
+  explicit PlacementView(const std::vector<Vma>& snapshot) : vmas_(&snapshot) {}
+
+  /// Whether `a` lies in a mapping known (not counting our hop pages'
+  /// free bytes: XolArea::hop_room() answers for those).
+  bool taken(std::uint64_t a) const { return next_free(a) != a; }
+
+  /// Whether every address of [lo, hi) is known to be mapped, no page of
+  /// hops among them; read afresh once a search before the first yes.
+  bool all_taken(std::uint64_t lo, std::uint64_t hi) {
+    if (xol_area().hop_pages_in(lo, hi) || next_free(lo) < hi) return false;
+    if (fresh_) return true;
+    reread();
+    return next_free(lo) >= hi;
+  }
+
+  /// A placement at `a` was refused: something is mapped there.
+  void refused(std::uint64_t a) {
+    const std::uint64_t page = a & ~std::uint64_t{4095};
+    if (reads_ < kMaxReads) {
+      reread();
+      if (taken(a)) return;
+    }
+    pages_.insert(std::upper_bound(pages_.begin(), pages_.end(), page), page);  // (mapped and gone again meanwhile)
+  }
+
+ private:
+  static constexpr int kMaxReads = 4;
+
+  /// The first address from `a` on that no mapping known holds.
+  std::uint64_t next_free(std::uint64_t a) const {
+    for (;;) {
+      auto it = std::upper_bound(vmas_->begin(), vmas_->end(), a,
+                                 [](std::uint64_t x, const Vma& v) { return x < v.start; });
+      if (it != vmas_->begin() && std::prev(it)->end > a) {
+        a = std::prev(it)->end;
+        continue;
+      }
+      auto p = std::upper_bound(pages_.begin(), pages_.end(), a);
+      if (p != pages_.begin() && *std::prev(p) + 4096 > a) {
+        a = *std::prev(p) + 4096;
+        continue;
+      }
+      return a;
+    }
+  }
+  void reread() {
+    ++reads_;
+    fresh_ = true;
+    try {
+      read_ = read_proc_maps();
+      vmas_ = &read_;
+    } catch (const std::exception&) {
+      // (keep what is known)
+    }
+  }
+
+  const std::vector<Vma>* vmas_;
+  std::vector<Vma> read_;
+  std::vector<std::uint64_t> pages_;  // refused pages a fresh read did not show mapped, sorted
+  bool fresh_ = false;                // vmas_ was read during this search
+  int reads_ = 0;
+};
+
 /// Places successor eviction (T2) for the punned site `s` of window `w`:
 /// the successor's trampoline and the site's hop at the addresses
 /// arch::solve_evicted() finds free (memory of the snapshot `vmas` is
-/// taken, save our pages of hops), the trampoline written. Sets s.hop,
-/// s.pad, s.evict_*; leaves them 0 when nothing fits.
-void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>& vmas) {
+/// taken, save our pages of hops; a placement refused there teaches it
+/// more: PlacementView), the trampoline written. Sets s.hop, s.pad,
+/// s.evict_*, returns ""; leaves them 0 when nothing fits and returns why
+/// ("evicting the successor `INSN`: " and solve_evicted()'s reason).
+std::string place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>& vmas) {
   struct Ctx {
-    const std::vector<Vma>* vmas;
+    PlacementView view;
     const arch::EntryWindow* w;
     std::uint64_t site, succ;
     std::size_t tramp_len;
-  } c{&vmas, &w, s.addr, s.addr + w.len, 0};
+  } c{PlacementView(vmas), &w, s.addr, s.addr + w.len, 0};
   auto maybe_free = [](void* p, std::uint64_t a, std::size_t len) -> bool {
     const Ctx& c = *static_cast<Ctx*>(p);
     // This site's own hop or its successor's trampoline, kept (retired, not
@@ -61,10 +136,10 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
     const int room = xol_area().hop_room(a, len);
     if (room >= 0) return room == 1;
     if ((a & 4095) + len > 4096) return false;  // a new page of hops holds it whole
-    // Not inside any mapping of the snapshot (sorted by start).
-    auto it = std::upper_bound(c.vmas->begin(), c.vmas->end(), a,
-                               [](std::uint64_t x, const Vma& v) { return x < v.start; });
-    return it == c.vmas->begin() || std::prev(it)->end <= a;
+    return !c.view.taken(a);
+  };
+  auto mapped = [](void* p, std::uint64_t lo, std::uint64_t hi) -> bool {
+    return static_cast<Ctx*>(p)->view.all_taken(lo, hi);
   };
   auto place_evict = [](void* p, std::uint64_t a) -> bool {
     Ctx& c = *static_cast<Ctx*>(p);
@@ -79,23 +154,33 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
     // in the same page.
     const std::size_t n = arch::append_evict_mark(code, len, a, c.succ);
     if ((a & 4095) + n > 4096) return false;
-    if (xol_area().hop_in(c.succ | kEvictKey, a, a + 1, n, why) != a) return false;
+    bool taken = false;
+    if (xol_area().hop_in(c.succ | kEvictKey, a, a + 1, n, why, &taken) != a) {
+      if (taken) c.view.refused(a);
+      return false;
+    }
     c.tramp_len = len;
     return xol_area().write_code(a, code, n, why);
   };
   auto place_site = [](void* p, std::uint64_t a) -> bool {
-    const Ctx& c = *static_cast<Ctx*>(p);
+    Ctx& c = *static_cast<Ctx*>(p);
     std::string why;
-    return xol_area().hop_in(c.site, a, a + 1, arch::kJumpLen, why) == a;
+    bool taken = false;
+    if (xol_area().hop_in(c.site, a, a + 1, arch::kJumpLen, why, &taken) == a) return true;
+    if (taken) c.view.refused(a);
+    return false;
   };
   arch::EvictChoice ch;
-  if (!arch::solve_evicted(s.addr, w, maybe_free, place_evict, place_site, &c, ch)) return;
+  std::string why;
+  if (!arch::solve_evicted(s.addr, w, maybe_free, mapped, place_evict, place_site, &c, ch, why))
+    return "evicting the successor `" + w.evict.text + "`: " + why;
   s.hop = ch.target;
   s.pad = ch.pad;
   s.evict_addr = c.succ;
   s.evict_hop = ch.evict_target;
   s.evict_pad = ch.evict_pad;
   s.evict_len = static_cast<std::uint8_t>(c.tramp_len);
+  return "";
 }
 
 /// The sites of `up` in the current address space: one per executable
@@ -103,6 +188,14 @@ void place_evicting(Site& s, const arch::EntryWindow& w, const std::vector<Vma>&
 /// @throws uprobe::Error(refused_instruction) when a site cannot be probed.
 std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
   auto ss = std::make_unique<SiteSet>();
+  // Why the sites that tried successor eviction (this time) did not get it:
+  // the first one's reason, "" when every one did (Uprobe::evict_failure).
+  bool evict_tried = false;
+  std::string evict_failure;
+  auto note_evict = [&](std::string why) {
+    if (!evict_tried || evict_failure.empty()) evict_failure = std::move(why);
+    evict_tried = true;
+  };
   for (const Vma& v : vmas.vmas()) {
     if (!v.executable() || v.dev != up->key.dev || v.ino != up->key.ino) continue;
     if (up->key.offset < v.pgoff || up->key.offset >= v.pgoff + (v.end - v.start)) continue;
@@ -128,7 +221,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
           s.evict_len = o->evict_len;
         }
       // (SiteTactics::instruction_evicted: eviction first, for the tests.)
-      if (w.punned && !s.hop && w.evict.len && w.evict_first) place_evicting(s, w, vmas.vmas());
+      if (w.punned && !s.hop && w.evict.len && w.evict_first) note_evict(place_evicting(s, w, vmas.vmas()));
       for (std::size_t i = 0; w.punned && !s.hop && i <= w.max_pad; ++i) {
         const std::size_t pad = w.min_pad + i <= w.max_pad ? w.min_pad + i : w.min_pad + i - w.max_pad - 1;
         std::uint64_t lo = 0, hi = 0;
@@ -138,7 +231,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       }
       if (!s.hop) s.pad = 0;
       // No form's pages free: evict the successor (T2).
-      if (w.punned && !s.hop && w.evict.len) place_evicting(s, w, vmas.vmas());
+      if (w.punned && !s.hop && w.evict.len) note_evict(place_evicting(s, w, vmas.vmas()));
     }
     s.xol = xol_area().slot_for(s.addr, up->insn, vmas.vmas(), why);
     s.stub = stub_of(s.addr);
@@ -167,6 +260,7 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
     }
     ss->sites.push_back(s);
   }
+  if (evict_tried) up->evict_failure = std::move(evict_failure);
   return ss;
 }
 

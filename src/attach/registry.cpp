@@ -341,13 +341,18 @@ ProbeInfo probe_state(const Uprobe* up) {
   const bool optimized = info.mode != ProbeMode::pending && info.mode != ProbeMode::int3;
   if (optimized && info.mode != ProbeMode::optimized_nop5) info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
+  if (info.mode != ProbeMode::optimized_evicted && up->window.punned)
+    info.why_not_evicted = up->window.evict.len ? up->evict_failure
+                           : up->evict_why.empty() ? ""
+                                                   : "no successor eviction: " + up->evict_why;
   if (optimized) info.why_not_optimized.clear();
   else if (info.why_not_optimized.empty() && info.sites)
     info.why_not_optimized = up->window.punned && ss && std::any_of(ss->sites.begin(), ss->sites.end(), [](const Site& s) { return !s.hop; })
                                  ? no_hop_reason(up->window) +
-                                       (up->window.evict.len
+                                       (!up->window.evict.len ? "; no successor eviction: " + up->evict_why
+                                        : up->evict_failure.empty()
                                             ? "; nor both jumps of evicting the successor `" + up->window.evict.text + "`"
-                                            : "; no successor eviction: " + up->evict_why)
+                                            : "; nor " + up->evict_failure)
                                  : "no stub memory within reach";
   return info;
 }

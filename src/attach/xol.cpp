@@ -47,12 +47,14 @@ int new_memfd(std::size_t size) {
 }
 
 /// Maps the memfd `fd` (`len` bytes) at `at` (MAP_FIXED_NOREPLACE), R-X.
-/// False when the range is taken (or the mapping fails otherwise).
+/// False when the range is taken (errno EEXIST) or the mapping fails
+/// otherwise (errno says why).
 bool map_code_at(int fd, std::uint64_t at, std::size_t len) {
   void* p = ::mmap(reinterpret_cast<void*>(at), len, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
   if (p == MAP_FAILED) return false;
-  if (reinterpret_cast<std::uint64_t>(p) != at) {  // old kernels ignore NOREPLACE
+  if (reinterpret_cast<std::uint64_t>(p) != at) {  // old kernels ignore NOREPLACE: something is mapped there
     ::munmap(p, len);
+    errno = EEXIST;
     return false;
   }
   return true;
@@ -304,7 +306,8 @@ std::uint64_t XolArea::window_slot_for(std::uint64_t site, const arch::EntryWind
 }
 
 std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len,
-                              std::string& why) {
+                              std::string& why, bool* taken) {
+  if (taken) *taken = false;
   const std::uint64_t key = site | (3ull << 62);  // apart from stubs and window slots
   // The site's hop (or its retired one, taken back) when it lies in the
   // range asked: a padded jump (E9Patch's T1) asks for another range than the
@@ -339,7 +342,7 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
   }
   // A new page: the first in [lo, hi) that is free and holds [A, A + len).
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  int tries = 0;
+  int tries = 0, mapped = 0;
   for (std::uint64_t p = lo & ~(page - 1); p < hi && tries < 16; p += page) {
     const std::uint64_t a = std::max(lo, p);
     if (a >= hi || a + len > p + page) continue;
@@ -349,15 +352,20 @@ std::uint64_t XolArea::hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_
       why = std::string("memfd_create for a hop page failed: ") + std::strerror(errno);
       return 0;
     }
-    const bool mapped = map_code_at(fd, p, page);
+    const bool ok = map_code_at(fd, p, page);
+    const int err = errno;
     ::close(fd);  // the mapping keeps the page; an alias comes from it (rw_alias())
-    if (!mapped) continue;
+    if (!ok) {
+      mapped += err == EEXIST;
+      continue;
+    }
     Region r{p, static_cast<std::size_t>(page), static_cast<std::size_t>(page), ::getpid(),
              g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}};
     r.hop_used.assign(static_cast<std::size_t>(page), false);
     regions_.push_back(std::move(r));
     return take(regions_.back(), a);
   }
+  if (taken) *taken = tries > 0 && mapped == tries;
   char b[96];
   std::snprintf(b, sizeof b, "no free page for the punned jump's target in [0x%llx, 0x%llx)",
                 static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
@@ -381,6 +389,12 @@ int XolArea::hop_room(std::uint64_t a, std::size_t len) const noexcept {
     return 1;
   }
   return -1;
+}
+
+bool XolArea::hop_pages_in(std::uint64_t lo, std::uint64_t hi) const noexcept {
+  for (const Region& r : regions_)
+    if (!r.hop_used.empty() && r.base < hi && r.base + r.size > lo) return true;
+  return false;
 }
 
 void XolArea::privatize_all() noexcept {

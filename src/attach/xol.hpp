@@ -68,15 +68,23 @@ class XolArea {
   /// [lo, hi) (a padded jump, E9Patch's T1, asks for another range than the
   /// unpadded one); one outside is retired as by retire_site() (no jump aims
   /// at it: a site keeps its form while it has one). 0 with `why` set when
-  /// every page that could hold it is taken by another mapping.
+  /// every page that could hold it is taken by another mapping (then
+  /// `*taken`, when given, is true: every page it tried to map was refused
+  /// with EEXIST, so the caller's snapshot, if it said free, is stale).
   /// Registry mutex held.
-  std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why);
+  std::uint64_t hop_in(std::uint64_t site, std::uint64_t lo, std::uint64_t hi, std::size_t len, std::string& why,
+                       bool* taken = nullptr);
 
   /// Whether hop_in() could give the `len` bytes at exactly `a`: 1 when a
   /// page of hops holds them and they are free, 0 when one holds `a` but
   /// not them all free, -1 when no page of hops holds `a`. Registry mutex
   /// held.
   int hop_room(std::uint64_t a, std::size_t len) const noexcept;
+
+  /// Whether a page of hops (hop_in()) lies in [lo, hi), whose free bytes
+  /// hop_in() may still give: memory that is mapped, yet not taken for a
+  /// hop. Registry mutex held.
+  bool hop_pages_in(std::uint64_t lo, std::uint64_t hi) const noexcept;
 
   /// The hop hop_in() keeps for `site` (`site` as given to hop_in()), live or
   /// retired and not yet freed: what hop_in() gives that site back when its

@@ -199,6 +199,10 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   std::string window_why;
   /// Why no successor eviction was planned (arch::PatchPlan::why_no_evict).
   std::string evict_why;
+  /// Why the sites' last placement of a planned successor eviction failed
+  /// (arch::solve_evicted()'s reason; "" when it succeeded, or was not
+  /// tried: a punned jump found its own page); registry side.
+  std::string evict_failure;
   /// Why the last attempt to optimize failed for a passing reason (a thread
   /// inside the window); registry side.
   std::string opt_failure;

@@ -9,6 +9,7 @@
 /// (path, file offset) where the offset comes from our own ELF reader.
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -20,46 +21,50 @@
 
 namespace coretest {
 
-/// Whether evicting the successor at `succ` (an offset in fn) cannot be
-/// placed in this address space: a one-byte successor (push/pop reg,
-/// pushf/popf, nop) leaves its jump no byte to choose, so its rel32 is the
-/// four bytes that follow and its trampoline's address is fixed; when that
-/// lands in a mapping (in a large binary, its own rodata: the ASan build)
-/// the site keeps its punned jump. False for every other successor (its
-/// own bytes give a range: eviction is required to be placed).
-inline bool successor_target_taken(const void* fn, const std::vector<std::uint8_t>& orig, std::size_t succ) {
-  if (succ + 5 > orig.size()) return false;
-  const std::uint8_t b = orig[succ];
-  if (!((b >= 0x50 && b <= 0x5f) || b == 0x9c || b == 0x9d || b == 0x90)) return false;
-  std::int32_t rel;
-  std::memcpy(&rel, &orig[succ + 1], sizeof rel);
-  const auto at = reinterpret_cast<std::uintptr_t>(fn) + succ + 5 + static_cast<std::intptr_t>(rel);
-  return mapping_of(reinterpret_cast<const void*>(at)).has_value();
-}
-
-/// Whether every page a two-byte successor's own jump could go to is mapped
-/// now: its rel32 keeps the three bytes after the successor, so its
-/// trampoline lies in one 256-byte range, ~29 MB past the code for the Jcc
-/// fixtures (xor, ret, mov follow): where the heap may be, at an address
-/// ASLR picks, and growing during the test; padded with one prefix, its
-/// rel32 is four fixed bytes: one address. Then the site keeps its punned
-/// jump.
-inline bool two_byte_successor_range_taken(const void* fn, const std::vector<std::uint8_t>& orig,
-                                           std::size_t succ) {
-  if (succ + 6 > orig.size()) return false;
-  std::int32_t padded_rel;
-  std::memcpy(&padded_rel, &orig[succ + 2], sizeof padded_rel);
-  const auto padded_at = reinterpret_cast<std::uintptr_t>(fn) + succ + 6 + static_cast<std::intptr_t>(padded_rel);
-  if (!mapping_of(reinterpret_cast<const void*>(padded_at)).has_value()) return false;
-  std::uint32_t hi = 0;
-  std::memcpy(&hi, &orig[succ + 1], sizeof hi);
-  hi &= 0xffffff00u;
-  const auto base = reinterpret_cast<std::uintptr_t>(fn) + succ + 5;
-  const std::uintptr_t lo = base + static_cast<std::intptr_t>(static_cast<std::int32_t>(hi));
-  const std::uintptr_t last = base + static_cast<std::intptr_t>(static_cast<std::int32_t>(hi | 0xffu));
-  for (std::uintptr_t a = lo & ~std::uintptr_t{4095}; a <= last; a += 4096)
-    if (!mapping_of(reinterpret_cast<const void*>(a)).has_value()) return false;
-  return true;
+/// Whether probe_info()'s `why_not_evicted` says eviction is impossible in
+/// this address space, and is right: "evicting the successor `INSN`: every
+/// trampoline address its bytes allow is mapped (SPANS)", each span
+/// ("[0xLO, 0xHI)" or one address "0xA") mapped in every page now (the
+/// library read the address space afresh before saying so; the heap, at an
+/// address ASLR picks, may lie there). Else false with `err` saying why not
+/// (any other reason is a refusal the test does not accept).
+inline bool eviction_impossible_here(const std::string& why, std::string& err) {
+  static const std::string kHead = "evicting the successor `";
+  static const std::string kMapped = "`: every trampoline address its bytes allow is mapped (";
+  const std::size_t m = why.find(kMapped);
+  if (why.rfind(kHead, 0) != 0 || m == std::string::npos || why.back() != ')') {
+    err = "eviction refused for another reason than every trampoline address being mapped: \"" + why + "\"";
+    return false;
+  }
+  const std::string spans = why.substr(m + kMapped.size(), why.size() - 1 - (m + kMapped.size()));
+  if (spans == "none is a user address") return true;
+  std::size_t at = 0;
+  while (at < spans.size()) {
+    std::uint64_t lo = 0, hi = 0;
+    char* end = nullptr;
+    if (spans[at] == '[') {
+      lo = std::strtoull(spans.c_str() + at + 1, &end, 16);
+      if (std::strncmp(end, ", ", 2) != 0) break;
+      hi = std::strtoull(end + 2, &end, 16);
+      if (*end != ')') break;
+      ++end;
+    } else {
+      lo = std::strtoull(spans.c_str() + at, &end, 16);
+      hi = lo + 1;
+    }
+    if (lo >= hi) break;
+    for (std::uint64_t p = lo & ~std::uint64_t{4095}; p < hi; p += 4096)
+      if (!mapping_of(reinterpret_cast<const void*>(p)).has_value()) {
+        err = "eviction refused as every trampoline address were mapped, but " + hex(p) + " is not: \"" + why + "\"";
+        return false;
+      }
+    at = static_cast<std::size_t>(end - spans.c_str());
+    if (at == spans.size()) return true;
+    if (spans.compare(at, 2, ", ") != 0) break;
+    at += 2;
+  }
+  err = "cannot read the spans of \"" + why + "\"";
+  return false;
 }
 
 enum class Cont { emulated, out_of_line, either };
@@ -175,11 +180,6 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
     }
   }
 
-  // Per length of the probed instruction (a punned one is 1..4 bytes),
-  // before any probe: an evicted successor's trampoline then holds that page.
-  bool succ_taken[5] = {};
-  for (std::size_t n = 1; n < 5 && mode == Mode::evicted; ++n)
-    succ_taken[n] = successor_target_taken(c.fn, orig, c.site + n);
   for (int how = 0; how < 2; ++how) {
     SCOPED_TRACE(how == 0 ? "registered by address" : "registered by (path, offset) " + fo.path + " " +
                                                           hex(file_off));
@@ -252,20 +252,21 @@ inline void run_class_case(const ClassCase& c, Mode mode) {
       // for what cannot run displaced.
       const std::size_t len = optimized ? info.displaced : 1;  // a jump over the instruction alone
       if (optimized) {
+        // Mode::evicted: evicted wherever the function goes on after the
+        // instruction (past its end, after its last jump or return, may be
+        // anything: never evicted), unless the library says every address
+        // the successor's bytes allow for its trampoline is mapped here
+        // (checked: eviction_impossible_here()); any other refusal fails.
+        std::string not_evicted;
+        const bool must_evict = mode == Mode::evicted && len < 5 && c.site + len < sym->size &&
+                                (info.mode == uprobe::ProbeMode::optimized_evicted ||
+                                 !eviction_impossible_here(info.why_not_evicted, not_evicted));
         const uprobe::ProbeMode want = len >= 5                            ? uprobe::ProbeMode::optimized_window
-                                       // (past the function's end, after its last jump or return, may
-                                       // be anything: never evicted)
-                                       : mode == Mode::evicted && c.site + len < sym->size &&
-                                               !succ_taken[len] &&
-                                               // (taken since: the heap grows, at an address ASLR picks)
-                                               !(info.mode != uprobe::ProbeMode::optimized_evicted &&
-                                                 (successor_target_taken(c.fn, orig, c.site + len) ||
-                                                  two_byte_successor_range_taken(c.fn, orig, c.site + len)))
-                                           ? uprobe::ProbeMode::optimized_evicted
+                                       : must_evict                        ? uprobe::ProbeMode::optimized_evicted
                                        : mode == Mode::evicted            ? uprobe::ProbeMode::optimized_punned
                                        : mode == Mode::padded && len >= 2 ? uprobe::ProbeMode::optimized_padded
                                                                           : uprobe::ProbeMode::optimized_punned;
-        EXPECT_EQ(info.mode, want) << info.instruction;
+        EXPECT_EQ(info.mode, want) << info.instruction << (not_evicted.empty() ? "" : ": ") << not_evicted;
         if (info.mode == uprobe::ProbeMode::optimized_padded) {
           // 1 .. len - 1 prefixes (ES, SS, DS in that order; one unless its
           // pages were taken), the opcode inside the instruction.

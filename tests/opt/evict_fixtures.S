@@ -44,4 +44,32 @@ FUNC_NOALIGN ev_next
         ret
 ENDF ev_next
 
+/* ev_span(a) = a + 0x90: a 3-byte site (mov %rdi, %rax: 48 89 f8) and a
+ * 3-byte successor (mov %rax, %rdx: 48 89 c2), then lea 0x90(%rdx), %rax
+ * spelled with a disp32 (48 8d 82 90 00 00 00). Evicted, the successor's
+ * jump keeps the bytes after it, so its trampoline lies in one span per
+ * pad: unpadded [e9 r0 r1 | 48 8d], rel32 0x8d48xxxx (64 KiB); with one
+ * prefix [26 e9 r0 | 48 8d 82], 0x828d48xx (256 bytes); with two [26 36 e9
+ * | 48 8d 82 90], 0x90828d48 (one address): all below the code, where the
+ * tests map them on purpose. ev_span_rcx: the same with lea 0x90(%rdx),
+ * %rcx (48 8d 8a ...; then mov %rcx, %rax): its padded spans lie 128 MiB
+ * from ev_span's (where a trampoline of ev_span's may stay retired). */
+FUNC ev_span
+        mov %rdi, %rcx
+1:      mov %rdi, %rax                                  /* the site */
+        mov %rax, %rdx                                  /* its successor */
+        .byte 0x48, 0x8d, 0x82, 0x90, 0x00, 0x00, 0x00  /* lea 0x90(%rdx), %rax */
+        ret
+ENDF ev_span
+        SITE ev_span, 1b
+FUNC ev_span_rcx
+        mov %rdi, %rcx
+1:      mov %rdi, %rax                                  /* the site */
+        mov %rax, %rdx                                  /* its successor */
+        .byte 0x48, 0x8d, 0x8a, 0x90, 0x00, 0x00, 0x00  /* lea 0x90(%rdx), %rcx */
+        mov %rcx, %rax
+        ret
+ENDF ev_span_rcx
+        SITE ev_span_rcx, 1b
+
         .section .note.GNU-stack, "", @progbits
