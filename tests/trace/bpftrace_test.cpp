@@ -462,6 +462,17 @@ TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
             "PROG ARGS (per-thread counts: --per-thread)\n");
 }
 
+// -o into a missing directory stops the run before the program's code runs:
+// the file is opened while the program starts (it waits at the start gate),
+// as bpftrace opens it before running the command.
+TEST(Bpftrace, OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns) {
+  const Result r = run({kTrace, "-q", "-o", "/nonexistent-dir/out", "-e", "uprobe:libc:malloc { @ = count(); }", "-c",
+                        "/bin/sh -c 'echo ran'"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "the program ran";
+  EXPECT_EQ(r.err, "uprobe-trace: /nonexistent-dir/out: No such file or directory\n");
+}
+
 // Programs nested deeper than the parser or a hit may recurse are refused
 // with one error (the CLI crashed on its stack with 20000 parentheses or
 // 20000 nested ifs; a hit recursed once per nested if); the depths allowed run.

@@ -49,6 +49,9 @@ class BtRun {
 
   counts::Header* header() { return h_; }
 
+  /// Where the printf events and maps go from now on (-o's file, opened late).
+  void set_out(std::FILE* out) { out_ = out; }
+
   // Runs the BEGIN, END or interval probe blocks of `kind` here, in the CLI.
   void run_here(bt::ProbeKind kind, const std::vector<bt::AttachPoint>& aps, std::uint32_t only = ~0u) {
     map_new_blocks();  // (a map read sees every thread's table)
@@ -328,11 +331,19 @@ int run_bpftrace(const BtOptions& o) {
   if (user_probes && o.cmd.empty())
     die("uprobe, uretprobe and usdt probes need a program to trace: -c 'CMD' or -- PROG ARGS (uprobe-trace "
         "runs in the programs it starts, not system-wide)");
+  // -o FILE: opened (created, truncated) before the program runs, as a
+  // shell's redirection; with the start gate while the program starts
+  // (open_out() after start_traced(): truncating a file can take
+  // milliseconds, e.g. ext4 mounted with discard), a failure then ends it
+  // at the gate.
+  const bool gated = !o.cmd.empty() && loads_the_agent(prog_path);
   std::FILE* out = stdout;
-  if (!o.out_file.empty()) {
+  auto open_out = [&] {
+    if (o.out_file.empty()) return;
     out = std::fopen(o.out_file.c_str(), "we");
     if (!out) die(o.out_file + ": " + std::strerror(errno));
-  }
+  };
+  if (!gated) open_out();
   const Preload preload = o.cmd.empty() ? Preload{} : find_preload();
   const std::string dir = make_trace_dir();
   const int counts_fd = create_counts_file(dir);
@@ -358,6 +369,10 @@ int run_bpftrace(const BtOptions& o) {
   // The specs checked, "Attaching N probes..." and BEGIN: while the program
   // starts when it waits at the gate, else before it starts.
   auto check_and_begin = [&] {
+    if (gated) {
+      open_out();
+      run.set_out(out);
+    }
     for (const Spec& s : specs) nprobes += validate(s, prog_path);
     g_dir_to_remove.clear();
     if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
@@ -365,7 +380,6 @@ int run_bpftrace(const BtOptions& o) {
     std::fflush(out);
     run.run_here(bt::ProbeKind::begin, c->attach);
   };
-  const bool gated = !o.cmd.empty() && loads_the_agent(prog_path);
   if (!gated) check_and_begin();
   pid_t child = -1;
   int exec_errno = 0;

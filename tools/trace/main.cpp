@@ -195,12 +195,16 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
     for (const Spec& s : specs) validate(s, prog_path);
 
   // The report file is opened (created, truncated) before the program runs,
-  // as a shell's redirection: a missing directory stops here.
+  // as a shell's redirection: a missing directory stops it. With the start
+  // gate, while the program starts (after start_traced(): truncating a file
+  // can take milliseconds, e.g. ext4 mounted with discard).
   std::FILE* out = nullptr;
-  if (!out_file.empty()) {
+  auto open_out = [&] {
+    if (out_file.empty()) return;
     out = std::fopen(out_file.c_str(), "we");
     if (!out) die(out_file + ": " + std::strerror(errno));
-  }
+  };
+  if (!gated) open_out();
 
   const Preload preload = find_preload();
   const std::string dir = make_trace_dir();
@@ -222,6 +226,7 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
   StartGate gate;
   int exec_errno = 0;
   const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow}, sigs, gate, gated, exec_errno);
+  if (gated) open_out();
   if (exec_errno == 0 && gated)
     for (const Spec& s : specs) validate(s, prog_path);
   g_dir_to_remove.clear();
