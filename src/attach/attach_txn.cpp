@@ -580,7 +580,7 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   try {
     arch::PatchPlan plan;
     analyze_target(t, offset, up->insn, &plan, &up->function_entry);
-    up->faults_fatal = !signals_blocked_windows(key.dev, key.ino, key.offset).empty();
+    up->faults_fatal = !signals_blocked_windows(key.dev, key.ino, key.offset, &snapshot()).empty();
     up->tactic = plan.tactic;
     up->window = std::move(plan.window);
     up->window_why = std::move(plan.why_no_window);

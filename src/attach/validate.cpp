@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -639,7 +640,7 @@ std::string describe_signals_blocked(unsigned where) {
 
 }  // namespace
 
-std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) {
+std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, const VmaSnapshot* vmas) {
   // Where each function is in this process: the address libc's own scope
   // gives (an IFUNC: the implementation selected here), as a file offset of
   // libc's mapping. Computed once, never destroyed: probes fire during exit,
@@ -651,14 +652,18 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset) 
     std::string path;
     std::vector<std::pair<const SignalsBlocked*, std::uint64_t>> at;  // (function, file offset)
   };
-  static const Libc& libc = *new const Libc([] {
+  static const Libc& libc = *new const Libc([caller = vmas] {
+    const VmaSnapshot* vmas = caller;
     Libc out;
     void* const h = libc_handle();
     if (!h) return out;
-    VmaSnapshot maps(read_proc_maps());
+    // (The caller's snapshot: a transaction's keeps the file mappings
+    // exact, libc's among them; a /proc/self/maps read is ~0.1 ms.)
+    std::optional<VmaSnapshot> own;
+    if (!vmas) vmas = &own.emplace(read_proc_maps());
     for (const SignalsBlocked& f : kSignalsBlockedLibc) {
       const auto a = reinterpret_cast<std::uint64_t>(dlsym(h, f.name));
-      const Vma* v = maps.find(a);
+      const Vma* v = vmas->find(a);
       if (!a || !v || !v->ino) continue;
       if (out.ino == 0) out.dev = v->dev, out.ino = v->ino, out.path = v->path;
       if (v->dev != out.dev || v->ino != out.ino) continue;

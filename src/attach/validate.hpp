@@ -16,6 +16,7 @@
 namespace uprobe::detail {
 
 struct NeighbourCache;  // neighbours.cpp
+class VmaSnapshot;     // vma_snapshot.hpp
 
 /// An opened probe target.
 struct Target {
@@ -77,7 +78,9 @@ void check_function_entry(const Target& t, std::uint64_t offset);
 /// blocked by a system call of its own (an int3 hit there is fatal): a list
 /// of those code paths ("thread exit; ..."), or "" when none is known.
 /// Registry mutex held (computes its table once).
-std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset);
+/// `vmas`: the caller's snapshot of the address space, where libc's
+/// functions are looked up the first time (nullptr: /proc/self/maps read).
+std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, const VmaSnapshot* vmas = nullptr);
 
 /// Refuses libuprobe's own code and the libraries its trap path calls.
 /// @throws uprobe::Error(forbidden_target).
