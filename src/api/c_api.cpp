@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fork_held_mutex.hpp"
 #include "uprobe/batch.hpp"
 #include "uprobe/config.hpp"
 #include "uprobe/regs.hpp"
@@ -103,7 +104,7 @@ class Adapter final : public uprobe::Consumer {
 /// The C consumers known to the C layer. Never destroyed: probes may still
 /// fire while static destructors run.
 struct State {
-  std::mutex mutex;
+  uprobe::detail::ForkHeldMutex mutex;
   std::unordered_map<uprobe_consumer*, std::unique_ptr<Adapter>> adapters;
 };
 State* g_state = nullptr;
@@ -112,14 +113,16 @@ State* g_state = nullptr;
 /// prepare handler, given back in parent and child): a child forked while
 /// another thread was in a C API call (acquire(), release()) would otherwise
 /// find the mutex locked by a thread it does not have, and wait forever at
-/// its first call. The adapters come along as they are: the child inherits
+/// its first call; a fork from the thread that holds it (a consumer's
+/// handler on a probe hit inside acquire(): malloc) leaves it as it is
+/// (ForkHeldMutex). The adapters come along as they are: the child inherits
 /// the registrations that point to them. (Nothing here takes the registry's
 /// lock while holding this one: the handler order cannot deadlock.)
 State& state() {
   static State* s = [] {
     g_state = new State;
-    ::pthread_atfork([] { g_state->mutex.lock(); }, [] { g_state->mutex.unlock(); },
-                     [] { g_state->mutex.unlock(); });
+    ::pthread_atfork([] { g_state->mutex.fork_prepare(); }, [] { g_state->mutex.fork_after(); },
+                     [] { g_state->mutex.fork_after(); });
     return g_state;
   }();
   return *s;
@@ -129,7 +132,7 @@ State& state() {
 /// nullptr if there is none and !create. May throw std::bad_alloc.
 Adapter* acquire(uprobe_consumer* uc, bool create) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<uprobe::detail::ForkHeldMutex> lock(s.mutex);
   auto it = s.adapters.find(uc);
   if (it == s.adapters.end()) {
     if (!create) return nullptr;
@@ -143,7 +146,7 @@ Adapter* acquire(uprobe_consumer* uc, bool create) {
 /// when no registration of the adapter is left in the runtime at refs == 0.
 void release(uprobe_consumer* uc, Adapter* a, unsigned n) noexcept {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<uprobe::detail::ForkHeldMutex> lock(s.mutex);
   a->refs -= n;
   if (a->refs == 0) s.adapters.erase(uc);
 }

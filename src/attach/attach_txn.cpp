@@ -471,7 +471,7 @@ class Transaction::Files {
 };
 
 Transaction::Transaction(std::size_t expected) : Transaction(expected, HeldLock{}) {
-  lock_ = std::unique_lock<std::mutex>(r_.mutex);
+  lock_ = std::unique_lock<ForkHeldMutex>(r_.mutex);
 }
 
 Transaction::Transaction(std::size_t expected, HeldLock)

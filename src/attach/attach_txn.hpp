@@ -138,7 +138,7 @@ class Transaction {
   void commit_adds();
   void commit_removals();
 
-  std::unique_lock<std::mutex> lock_;
+  std::unique_lock<ForkHeldMutex> lock_;
   Registry& r_;
   const std::size_t expected_;
   const VmaSnapshot* vmas_ = nullptr;

@@ -326,7 +326,7 @@ std::string no_hop_reason(const arch::EntryWindow& w) {
 /// The probe's state (everything but describe_code()), under the registry mutex.
 ProbeInfo probe_state(const Uprobe* up) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<ForkHeldMutex> lock(r.mutex);
   if (!up || !probe_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
   ProbeInfo info;
   info.where = FileOffset{up->path, up->key.offset, up->key.dev, up->key.ino};

@@ -80,7 +80,7 @@ std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
   // inside register_uprobe()): no lock there.
   if (t_state.depth > 0) return std::nullopt;
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<ForkHeldMutex> lock(r.mutex);
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
   return cur ? file_offset_if_unchanged(*cur, addr) : std::nullopt;
 }
@@ -92,7 +92,9 @@ namespace {
 sigset_t g_sigtrap_only;
 
 void before_fork() {
-  registry().mutex.lock();
+  // (Not when this thread holds it: a consumer's handler that forks on a
+  // probe hit inside a registration; ForkHeldMutex.)
+  registry().mutex.fork_prepare();
   note_fork();
   // liburcu-bp blocks every signal from here until the fork completes
   // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
@@ -111,7 +113,7 @@ void before_fork() {
 }
 void after_fork_parent() {
   urcu_bp_after_fork_parent();
-  registry().mutex.unlock();
+  registry().mutex.fork_after();
 }
 void after_fork_child() {
   // The thread's id first: the mask urcu_bp_after_fork_child() restores is
@@ -121,7 +123,7 @@ void after_fork_child() {
   signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();
-  registry().mutex.unlock();
+  registry().mutex.fork_after();
   // Do now what a first hit in the child would otherwise do with system
   // calls (RCU reader registration, gettid), so that a child that installs a
   // seccomp filter right after fork still takes probes without a syscall.
@@ -160,7 +162,7 @@ void configure(const Config& c) {
     throw std::invalid_argument("libuprobe: Config::max_uretprobe_depth must be 1.." +
                                 std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<ForkHeldMutex> lock(r.mutex);
   set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);
@@ -194,7 +196,7 @@ Config configuration() {
   using namespace detail;
   // The *_for_install fields are plain: written by configure() under the
   // registry mutex, so read under it too.
-  std::lock_guard<std::mutex> lock(registry().mutex);
+  std::lock_guard<ForkHeldMutex> lock(registry().mutex);
   Config c;
   c.lookup = g_hot.lookup.load(std::memory_order_relaxed);
   c.xol = g_hot.xol.load(std::memory_order_relaxed);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "fork_held_mutex.hpp"
 #include "hot.hpp"
 #include "signals.hpp"
 #include "probe.hpp"
@@ -24,7 +25,7 @@ namespace uprobe::detail {
 /// The registry: writer side, guarded by `mutex` (the kernel's
 /// uprobes_treelock + register_rwsem rolled into one).
 struct Registry {
-  std::mutex mutex;
+  ForkHeldMutex mutex;  ///< (held across fork(): runtime.cpp before_fork())
   /// Every registered probe, by key. Changed only through insert_probe() and
   /// erase_probes() (attach_txn.cpp), which keep `keys` and `evicting` in step.
   boost::intrusive::set<Uprobe> tree;
