@@ -179,3 +179,9 @@ set_tests_properties(life.LoadOrder.PreloadedFirstTheSameProgramIsProbed
 # cs_open(); the test's SIGALRM ends it). The test is about libuprobe's own
 # locks; it runs in the plain and the TSan suites.
 set_tests_properties(opt.Window.ForkWhileAnotherThreadPlansLeavesTheChildFree PROPERTIES LABELS "no-asan")
+
+# A consumer on malloc() whose handler forks: under a sanitizer malloc() is the
+# runtime's (libasan's, libtsan's), where libuprobe refuses probes (its trap
+# path runs that code), and libc's malloc is never called.
+set_tests_properties(life.CApiFork.AHandlerThatForksInsideACApiCallDoesNotHang
+                     life.CApiFork.AHandlerThatForksDuringARegistrationDoesNotHang PROPERTIES LABELS "no-asan;no-tsan")
