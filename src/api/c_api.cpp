@@ -132,6 +132,12 @@ State& state() {
 /// nullptr if there is none and !create. May throw std::bad_alloc.
 Adapter* acquire(uprobe_consumer* uc, bool create) {
   State& s = state();
+  // (Held by this thread only inside its own fork(): a program's
+  // pthread_atfork handler run after the C layer's prepare handler.)
+  if (s.mutex.held_by_this_thread())
+    throw uprobe::Error(uprobe::Errc::in_handler, "", 0,
+                        "libuprobe: the C API cannot be used while this thread's fork() holds its lock (from a "
+                        "pthread_atfork handler?): it would wait for itself");
   std::lock_guard<uprobe::detail::ForkHeldMutex> lock(s.mutex);
   auto it = s.adapters.find(uc);
   if (it == s.adapters.end()) {

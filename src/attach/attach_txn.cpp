@@ -471,6 +471,13 @@ class Transaction::Files {
 };
 
 Transaction::Transaction(std::size_t expected) : Transaction(expected, HeldLock{}) {
+  // This thread holds it already only inside its own fork(): a program's
+  // pthread_atfork handler run after libuprobe's prepare handler took the
+  // registry (runtime.cpp before_fork()). Waiting would be forever.
+  if (r_.mutex.held_by_this_thread())
+    throw Error(Errc::in_handler, "", 0,
+                "cannot register or unregister while this thread's fork() holds libuprobe's registry (from a "
+                "pthread_atfork handler?): it would wait for itself");
   lock_ = std::unique_lock<ForkHeldMutex>(r_.mutex);
 }
 

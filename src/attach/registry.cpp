@@ -326,6 +326,9 @@ std::string no_hop_reason(const arch::EntryWindow& w) {
 /// The probe's state (everything but describe_code()), under the registry mutex.
 ProbeInfo probe_state(const Uprobe* up) {
   Registry& r = registry();
+  if (r.mutex.held_by_this_thread())  // (a pthread_atfork handler inside its fork(): before_fork())
+    throw Error(Errc::in_handler, "", 0,
+                "cannot read a probe's state while this thread's fork() holds libuprobe's registry");
   std::lock_guard<ForkHeldMutex> lock(r.mutex);
   if (!up || !probe_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
   ProbeInfo info;

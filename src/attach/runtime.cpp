@@ -77,9 +77,10 @@ const VmaSnapshot* refresh_vmas(Registry& r) {
 
 std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
   // A handler may run on a thread that holds the registry mutex (a probe hit
-  // inside register_uprobe()): no lock there.
-  if (t_state.depth > 0) return std::nullopt;
+  // inside register_uprobe()), and a program's pthread_atfork handler on one
+  // whose fork() holds it (before_fork()): no lock there.
   Registry& r = registry();
+  if (t_state.depth > 0 || r.mutex.held_by_this_thread()) return std::nullopt;
   std::lock_guard<ForkHeldMutex> lock(r.mutex);
   const VmaSnapshot* cur = g_hot.vmas.load(std::memory_order_acquire);
   return cur ? file_offset_if_unchanged(*cur, addr) : std::nullopt;
@@ -162,6 +163,10 @@ void configure(const Config& c) {
     throw std::invalid_argument("libuprobe: Config::max_uretprobe_depth must be 1.." +
                                 std::to_string(kMaxReturnDepth) + ", not " + std::to_string(c.max_uretprobe_depth));
   Registry& r = registry();
+  if (r.mutex.held_by_this_thread())
+    throw Error(Errc::in_handler, "", 0,
+                "cannot configure while this thread's fork() holds libuprobe's registry (from a pthread_atfork "
+                "handler?): it would wait for itself");
   std::lock_guard<ForkHeldMutex> lock(r.mutex);
   set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
@@ -195,8 +200,10 @@ std::string load_decoder() { return arch::load_decoder(); }
 Config configuration() {
   using namespace detail;
   // The *_for_install fields are plain: written by configure() under the
-  // registry mutex, so read under it too.
-  std::lock_guard<ForkHeldMutex> lock(registry().mutex);
+  // registry mutex, so read under it too (unless this thread holds it: a
+  // pthread_atfork handler inside its fork(), before_fork()).
+  std::unique_lock<ForkHeldMutex> lock(registry().mutex, std::defer_lock);
+  if (!registry().mutex.held_by_this_thread()) lock.lock();
   Config c;
   c.lookup = g_hot.lookup.load(std::memory_order_relaxed);
   c.xol = g_hot.xol.load(std::memory_order_relaxed);

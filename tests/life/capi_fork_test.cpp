@@ -233,4 +233,36 @@ TEST(CApiFork, AHandlerThatForksDuringARegistrationDoesNotHang) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "check " << WEXITSTATUS(status) << " failed";
 }
 
+// A program whose own pthread_atfork handlers, registered before libuprobe's,
+// call the C and the C++ API: inside its fork() libuprobe's prepare handlers
+// hold its locks; each call returns EDEADLK / Errc::in_handler with why
+// (before: the program hung for good, every signal but SIGTRAP blocked), and
+// after the fork the API works again.
+TEST(CApiFork, ApiCallsFromAtforkHandlersReturnAnError) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl(LIFE_ATFORK_CHILD, LIFE_ATFORK_CHILD, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  ASSERT_GT(pid, 0);
+  const int status = wait_child(pid, 20000);
+  std::string text;
+  char buf[512];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  close(out[0]);
+  ASSERT_NE(status, -1) << "hung: an API call from an atfork handler waited for its own fork's locks";
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_EQ(text,
+            "prepare: C EDEADLK, C++ in_handler\n"
+            "parent: C EDEADLK, C++ in_handler\n"
+            "child: exit 0\n"
+            "after: C 0, C++ registered\n");
+}
+
 }  // namespace
