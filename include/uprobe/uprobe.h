@@ -141,7 +141,8 @@ struct uprobe_consumer {
  *                probe names the same ref_ctr_offset, 0 for none (ref_ctr_conflict)
  *   -EUSERS      the probe has 10 consumers with a ret_handler already, the most one
  *                return instance records (too_many_return_consumers)
- *   -EDEADLK     called from inside a probe handler (in_handler)
+ *   -EDEADLK     called from inside a probe handler (in_handler), or from a pthread_atfork
+ *                handler while that thread's fork() holds libuprobe's locks
  *   -EIO         a system call failed (system; the message names it and its errno)
  *   -ENOMEM      out of memory
  *   -ERANGE      uprobe_resolve_address(): the path does not fit the buffer

@@ -160,7 +160,7 @@ enum class Errc {
                        ///< where libuprobe was loaded after libc (its interposers would not see the program)
   conflict,            ///< this consumer is already registered on this probe, or is not registered on it; an
                        ///< ambiguous symbol or library name (uprobe/symbols.hpp, uprobe/usdt.hpp)
-  in_handler,          ///< (un)registering from inside a handler would deadlock
+  in_handler,          ///< (un)registering from inside a handler, or from a pthread_atfork handler inside its fork(), would deadlock
   system,              ///< a system call failed (message says which and errno)
   invalid_argument,    ///< a batch request without a consumer (uprobe/batch.hpp)
   ref_ctr_conflict,    ///< the probe is registered with another USDT semaphore (ref_ctr_offset; 0 = none): every
