@@ -8,6 +8,8 @@
 #define END(name) \
 	.cfi_endproc; .size name, .-name
 
+#include "regs_restore.inc"
+
 	.text
 
 TARGET(uprobe_target_nop)
@@ -107,27 +109,7 @@ END(uprobe_target_entry)
 	.if \popfq_only == 0
 	testl	$0x40500, 128(%rsp)	/* (never here: AC, DF or TF to restore takes popfq) */
 	jnz	2f
-	mov	128(%rsp), %edx		/* the arithmetic flags by an add (OF) and sahf, as */
-	mov	%edx, %eax		/* libuprobe's uprobe_opt_stub_exit */
-	shl	$20, %eax
-	add	%eax, %eax
-	mov	%dl, %ah
-	sahf
-	mov	0(%rsp), %r15
-	mov	8(%rsp), %r14
-	mov	16(%rsp), %r13
-	mov	24(%rsp), %r12
-	mov	32(%rsp), %rbp
-	mov	40(%rsp), %rbx
-	mov	48(%rsp), %r11
-	mov	56(%rsp), %r10
-	mov	64(%rsp), %r9
-	mov	72(%rsp), %r8
-	mov	80(%rsp), %rax
-	mov	88(%rsp), %rcx
-	mov	96(%rsp), %rdx
-	mov	104(%rsp), %rsi
-	mov	112(%rsp), %rdi
+	RESTORE_FLAGS_AND_GPRS		/* as libuprobe's stubs (arch/x86_64/regs_restore.inc) */
 	mov	136(%rsp), %rsp
 	ret	$128
 2:

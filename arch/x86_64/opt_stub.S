@@ -24,6 +24,8 @@
  * is to be restored (a handler's write, or set at the site), the whole
  * rflags by popfq.
  */
+#include "regs_restore.inc"
+
 	.text
 	.globl uprobe_opt_stub_template
 	.hidden uprobe_opt_stub_template
@@ -97,33 +99,7 @@ uprobe_opt_stub_exit:
 	mov	%rbx, %rsp
 	testl	$0x40500, 128(%rsp)	/* AC, DF or TF to restore: popfq (below) */
 	jnz	2f
-	/*
-	 * Only the arithmetic flags, as the return trampoline: OF from an add
-	 * that overflows or not, then SF ZF AF PF CF by sahf (~2 ticks; popfq
-	 * takes ~16 on Intel). The registers come back by mov, which leaves the
-	 * flags alone; `mov 136(%rsp), %rsp` is the `pop %rsp` below.
-	 */
-	mov	128(%rsp), %edx
-	mov	%edx, %eax
-	shl	$20, %eax		/* OF to bit 31, DF (0 here) to bit 30 */
-	add	%eax, %eax		/* overflows iff bit 31 != bit 30: OF = the saved OF */
-	mov	%dl, %ah
-	sahf
-	mov	0(%rsp), %r15
-	mov	8(%rsp), %r14
-	mov	16(%rsp), %r13
-	mov	24(%rsp), %r12
-	mov	32(%rsp), %rbp
-	mov	40(%rsp), %rbx
-	mov	48(%rsp), %r11
-	mov	56(%rsp), %r10
-	mov	64(%rsp), %r9
-	mov	72(%rsp), %r8
-	mov	80(%rsp), %rax
-	mov	88(%rsp), %rcx
-	mov	96(%rsp), %rdx
-	mov	104(%rsp), %rsi
-	mov	112(%rsp), %rdi
+	RESTORE_FLAGS_AND_GPRS		/* (regs_restore.inc) */
 	mov	136(%rsp), %rsp		/* Regs.rsp: the target slot (normally the stub's resume point) */
 	ret	$128
 2:

@@ -36,6 +36,8 @@
  * resumes the unwind as if called from the real return address, so the
  * caller's destructors and cleanup handlers run.
  */
+#include "regs_restore.inc"
+
 	.text
 	.p2align 4
 	.globl uprobe_ret_trampoline_begin
@@ -127,27 +129,7 @@ uprobe_ret_trampoline:
 	 * rsp (the red zone: no signal frame is written there), so the return
 	 * stack buffer keeps the caller's own return address for its return.
 	 */
-	mov	128(%rsp), %edx
-	mov	%edx, %eax
-	shl	$20, %eax		/* OF to bit 31, DF (0 here) to bit 30 */
-	add	%eax, %eax		/* overflows iff bit 31 != bit 30: OF = the saved OF */
-	mov	%dl, %ah
-	sahf
-	mov	0(%rsp), %r15
-	mov	8(%rsp), %r14
-	mov	16(%rsp), %r13
-	mov	24(%rsp), %r12
-	mov	32(%rsp), %rbp
-	mov	40(%rsp), %rbx
-	mov	48(%rsp), %r11
-	mov	56(%rsp), %r10
-	mov	64(%rsp), %r9
-	mov	72(%rsp), %r8
-	mov	80(%rsp), %rax
-	mov	88(%rsp), %rcx
-	mov	96(%rsp), %rdx
-	mov	104(%rsp), %rsi
-	mov	112(%rsp), %rdi
+	RESTORE_FLAGS_AND_GPRS
 	lea	152(%rsp), %rsp		/* rsp as the function returned it */
 	.cfi_adjust_cfa_offset -152
 	jmp	*-8(%rsp)
