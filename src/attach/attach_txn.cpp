@@ -552,7 +552,7 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   }
   if (!q.consumer) throw Error(Errc::invalid_argument, path, offset, "the request names no consumer");
   const Target& t = files_->open(path, offset);
-  check_not_forbidden(t, offset);
+  check_not_forbidden(t, offset, &vmas);
   if (q.consumer->callbacks() != Callbacks::entry) check_function_entry(t, offset);
   const ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
   std::unique_ptr<Registration> reg = make_registration(*q.consumer);

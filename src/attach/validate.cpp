@@ -504,7 +504,7 @@ constexpr TrapPathFunction kTrapPathLibc[] = {
 /// interceptors and hooks run on the trap path too.
 bool sanitizer_runtime_loaded() { return dlsym(RTLD_DEFAULT, "__sanitizer_print_stack_trace") != nullptr; }
 
-void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
+void check_not_trap_path_libc(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas) {
   struct Forbidden {
     dev_t dev;
     ino_t ino;
@@ -519,9 +519,10 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset) {
   // mmap would otherwise be left probeable although the trap path runs it.
   // Never destroyed (a static destructor would run at exit while probes
   // still fire: elf_image.cpp).
-  static const std::vector<Forbidden>& forbidden = *new const std::vector<Forbidden>([] {
+  static const std::vector<Forbidden>& forbidden = *new const std::vector<Forbidden>([vmas] {
     std::vector<Forbidden> out;
-    VmaSnapshot maps(read_proc_maps());
+    std::optional<VmaSnapshot> own;
+    const VmaSnapshot& maps = vmas ? *vmas : own.emplace(read_proc_maps());
     const bool sanitized = sanitizer_runtime_loaded();
     for (const TrapPathFunction& f : kTrapPathLibc) {
       if (f.sanitizer_only && !sanitized) continue;
@@ -759,7 +760,7 @@ const std::vector<Anchor>& anchors() {
 /// its own SIGTRAP handler, without end (the stack overflows); a jump there
 /// would count every signal's return. A local symbol of size 0 in the debug
 /// file: no function bounds hold it, so check_not_trap_path_libc() cannot.
-void check_not_signal_return(const Target& t, std::uint64_t offset) {
+void check_not_signal_return(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas) {
   const std::uint64_t restorer = signal_return_trampoline();
   if (!restorer) return;
   struct Where {
@@ -770,7 +771,8 @@ void check_not_signal_return(const Target& t, std::uint64_t offset) {
   };
   static Where where;  // (registry mutex held: computed once per address)
   if (where.address != restorer) {
-    VmaSnapshot maps(read_proc_maps());
+    std::optional<VmaSnapshot> own;
+    const VmaSnapshot& maps = vmas ? *vmas : own.emplace(read_proc_maps());
     const Vma* v = maps.find(restorer);
     if (!v || !v->ino) return;
     where = {restorer, v->dev, v->ino, v->pgoff + (restorer - v->start)};
@@ -785,7 +787,7 @@ void check_not_signal_return(const Target& t, std::uint64_t offset) {
 
 }  // namespace
 
-void check_not_forbidden(const Target& t, std::uint64_t offset) {
+void check_not_forbidden(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas) {
   if (!interposers_in_front())
     throw Error(Errc::forbidden_target, t.path, offset,
                 "libuprobe was loaded after libc in this process (the program names libc before it, or it came "
@@ -796,8 +798,8 @@ void check_not_forbidden(const Target& t, std::uint64_t offset) {
                 "libuprobe.so first in LD_PRELOAD)");
   // Our own code, liburcu-bp and the dynamic linker run before the recursion
   // guard can help, so a probe there would trap forever.
-  check_not_trap_path_libc(t, offset);
-  check_not_signal_return(t, offset);
+  check_not_trap_path_libc(t, offset, vmas);
+  check_not_signal_return(t, offset, vmas);
   for (const Anchor& a : anchors()) {
     if (a.dev != t.st.st_dev || a.ino != t.st.st_ino) continue;
     if (a.in_exe) {

@@ -83,7 +83,10 @@ void check_function_entry(const Target& t, std::uint64_t offset);
 std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, const VmaSnapshot* vmas = nullptr);
 
 /// Refuses libuprobe's own code and the libraries its trap path calls.
+/// `vmas`: the caller's snapshot of the address space, where the trap path's
+/// libc functions and the signal-return trampoline are located the first
+/// time (nullptr: /proc/self/maps read). Registry mutex held.
 /// @throws uprobe::Error(forbidden_target).
-void check_not_forbidden(const Target& t, std::uint64_t offset);
+void check_not_forbidden(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas = nullptr);
 
 }  // namespace uprobe::detail
