@@ -36,6 +36,9 @@
 #ifndef UPROBE_TRACE_AGENT_NAME
 #define UPROBE_TRACE_AGENT_NAME "libuprobe-agent.so"
 #endif
+#ifndef UPROBE_TRACE_LIBUPROBE_NAME
+#define UPROBE_TRACE_LIBUPROBE_NAME "libuprobe.so.0"
+#endif
 #ifndef UPROBE_TRACE_BIN_TO_LIB
 #define UPROBE_TRACE_BIN_TO_LIB "../lib"
 #endif
@@ -132,15 +135,24 @@ std::string real_path(const std::string& p) {
   return realpath(p.c_str(), buf) ? std::string(buf) : p;
 }
 
-// execvp's search.
-std::string find_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) return is_file(name) ? real_path(name) : std::string();
+namespace {
+// The file execvp() would run for `name`, as it names it (no symbolic link
+// resolved: a script's $0 is what execvp gives it); "" when none.
+std::string search_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return is_file(name) ? name : std::string();
   const char* path = getenv("PATH");
   for (const std::string& d : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
-    std::string c = d + "/" + name;
-    if (is_file(c) && access(c.c_str(), X_OK) == 0) return real_path(c);
+    std::string c = (d.empty() ? "." : d) + "/" + name;
+    if (is_file(c) && access(c.c_str(), X_OK) == 0) return c;
   }
   return {};
+}
+}  // namespace
+
+// execvp's search.
+std::string find_program(const std::string& name) {
+  const std::string found = search_path(name);
+  return found.empty() ? found : real_path(found);
 }
 
 bool is_elf(const std::string& p) {
@@ -256,24 +268,34 @@ std::string find_agent() {
   die(std::string("cannot find ") + UPROBE_TRACE_AGENT_NAME + " next to " + dir + " (set UPROBE_TRACE_AGENT)");
 }
 
-// libuprobe.so as this process loaded it: preloaded too, so that its
-// sigaction()/signal()/dlopen() interposition comes before libc's.
-std::string find_libuprobe() {
-  // The file mapped there (/proc/self/maps: an absolute path, also when the
+// libuprobe.so, preloaded too, so that its sigaction()/signal()/dlopen()
+// interposition comes before libc's. Without it the traced program would
+// load libuprobe after libc, as the agent's dependency, where every probe is
+// refused.
+std::string find_libuprobe(const std::string& agent) {
+  // As this process loaded it, when it did (a build that links it shared):
+  // the file mapped there (/proc/self/maps: an absolute path, also when the
   // dynamic linker found it through a relative LD_LIBRARY_PATH, whose
-  // dli_fname is relative). Without it the traced program would load
-  // libuprobe after libc, as the agent's dependency, where every probe is refused.
+  // dli_fname is relative).
   try {
-    return real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
+    const std::string mine = real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
+    if (base_name(mine).rfind("libuprobe.so", 0) == 0) return mine;
   } catch (const uprobe::Error&) {
-    return {};
   }
+  // Linked into this program (libuprobe.a): the agent's, where its RUNPATH
+  // ($ORIGIN) finds it installed, or the build tree's, one directory up.
+  const std::string dir = dir_name(agent);
+  for (const std::string& c : {dir + "/" + UPROBE_TRACE_LIBUPROBE_NAME, dir + "/../" + UPROBE_TRACE_LIBUPROBE_NAME})
+    if (is_file(c)) return real_path(c);
+  return {};
 }
 
 }  // namespace
 
 Preload find_preload() {
-  Preload p{find_agent(), find_libuprobe()};
+  Preload p;
+  p.agent = find_agent();
+  p.libuprobe = find_libuprobe(p.agent);
   for (const std::string& f : {p.agent, p.libuprobe})  // LD_PRELOAD separates with ':' and blanks
     if (f.find_first_of(": \t") != std::string::npos) die("cannot preload " + f + ": its path has ':' or a blank");
   return p;
@@ -292,6 +314,7 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) die(std::string("pipe: ") + std::strerror(errno));
   if (gated) gate.make();
+  const std::string exec_file = search_path(cmd[0]);
   g_dir_to_remove = env.dir;
   const pid_t child = fork();
   if (child < 0) die(std::string("fork: ") + std::strerror(errno));
@@ -305,6 +328,11 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
     setenv(kEnvFollow, env.follow ? "1" : "0", 1);
     setenv(kEnvOrigPreload, orig ? orig : "-", 1);
     setenv("LD_PRELOAD", preloaded.c_str(), 1);
+    // The file execvp() would find, run without its walk along PATH (a
+    // failed execve() per directory before it: ~0.1 ms of the start);
+    // execvp() itself when that fails, for its own errors and its /bin/sh
+    // fallback for a script without #!.
+    if (!exec_file.empty()) execv(exec_file.c_str(), args.data());
     execvp(args[0], args.data());
     const int err = errno;
     std::fprintf(stderr, "uprobe-trace: %s: %s\n", cmd[0].c_str(), std::strerror(err));

@@ -96,8 +96,9 @@ int create_counts_file(const std::string& dir);
 
 // ---------------------------------------------------------------- the traced program
 
-/// What the traced program preloads: libuprobe.so as this process loaded it
-/// ("" when unknown) and the agent.
+/// What the traced program preloads: libuprobe.so (as this process loaded
+/// it when it did; else the one the agent was built with, next to it or in
+/// the directory above; "" when none is found) and the agent.
 struct Preload {
   std::string agent, libuprobe;
 };
