@@ -4,6 +4,7 @@
 #include "launch.hpp"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -277,10 +278,14 @@ std::string find_libuprobe(const std::string& agent) {
   // the file mapped there (/proc/self/maps: an absolute path, also when the
   // dynamic linker found it through a relative LD_LIBRARY_PATH, whose
   // dli_fname is relative).
-  try {
-    const std::string mine = real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
-    if (base_name(mine).rfind("libuprobe.so", 0) == 0) return mine;
-  } catch (const uprobe::Error&) {
+  // (dladdr() first: no read of the maps when it is linked in.)
+  Dl_info in{};
+  if (dladdr(reinterpret_cast<const void*>(&uprobe::stats), &in) && in.dli_fname &&
+      base_name(in.dli_fname).rfind("libuprobe.so", 0) == 0) {
+    try {
+      return real_path(uprobe::resolve_address(reinterpret_cast<const void*>(&uprobe::stats)).path);
+    } catch (const uprobe::Error&) {
+    }
   }
   // Linked into this program (libuprobe.a): the agent's, where its RUNPATH
   // ($ORIGIN) finds it installed, or the build tree's, one directory up.
