@@ -31,12 +31,10 @@ extern std::string g_dir_to_remove;
 /// without running the program. A socket pair: a child gone before the gate
 /// opens costs no SIGPIPE here (MSG_NOSIGNAL).
 struct StartGate {
-  int fd[2] = {-1, -1};  ///< [0] ours (close-on-exec), [1] the child's
+  int fd[2] = {-1, -1};  ///< [0] ours (close-on-exec), [1] the child's (its number in kEnvGate)
   /// Makes the socket pair (die() on failure).
   void make();
-  /// In the child, before exec: the agent finds its end by kEnvGate.
-  void in_child();
-  /// In the parent once the child is forked: the child's end closed.
+  /// In the parent once the child is started: the child's end closed.
   void in_parent();
   /// Lets the program run (once every spec was checked).
   void open();
