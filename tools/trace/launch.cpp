@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include <uprobe/config.hpp>
 #include <uprobe/symbols.hpp>
@@ -152,11 +151,21 @@ std::string find_program(const std::string& name) {
   return found.empty() ? found : real_path(found);
 }
 
+namespace {
+/// Up to `n` bytes of file `p` at `off` (open + pread: this is on the way to
+/// the program's start); -1 when it cannot be read.
+ssize_t read_at(const std::string& p, void* buf, std::size_t n, off_t off) {
+  const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t got = pread(fd, buf, n, off);
+  close(fd);
+  return got;
+}
+}  // namespace
+
 bool is_elf(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  char m[4] = {};
-  f.read(m, 4);
-  return f && std::memcmp(m, ELFMAG, SELFMAG) == 0;
+  char m[SELFMAG] = {};
+  return read_at(p, m, sizeof m, 0) == SELFMAG && std::memcmp(m, ELFMAG, SELFMAG) == 0;
 }
 
 // (What the header says: ELF with PT_INTERP, or a #! script run by one.)
@@ -165,10 +174,14 @@ bool loads_the_agent(const std::string& path, int depth) {
   if (depth > 2 || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   if (st.st_mode & (S_ISUID | S_ISGID)) return false;
   if (getxattr(path.c_str(), "security.capability", nullptr, 0) >= 0) return false;
-  std::ifstream f(path, std::ios::binary);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct Close {
+    int fd;
+    ~Close() { close(fd); }
+  } closer{fd};
   char head[256] = {};
-  f.read(head, sizeof head);
-  const std::streamsize n = f.gcount();
+  const ssize_t n = pread(fd, head, sizeof head, 0);
   if (n >= 2 && head[0] == '#' && head[1] == '!') {
     std::string line(head + 2, static_cast<std::size_t>(n - 2));
     line = line.substr(0, line.find('\n'));
@@ -178,17 +191,14 @@ bool loads_the_agent(const std::string& path, int depth) {
     return interp.find('/') != std::string::npos && loads_the_agent(interp, depth + 1);
   }
   Elf64_Ehdr eh;
-  if (n < static_cast<std::streamsize>(sizeof eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0) return false;
+  if (n < static_cast<ssize_t>(sizeof eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0) return false;
   std::memcpy(&eh, head, sizeof eh);
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr)) return false;
-  for (unsigned i = 0; i < eh.e_phnum; ++i) {
-    Elf64_Phdr ph;
-    f.clear();
-    f.seekg(static_cast<std::streamoff>(eh.e_phoff + i * sizeof ph));
-    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return false;
-    if (ph.p_type == PT_INTERP) return true;
-  }
-  return false;  // statically linked
+  std::vector<Elf64_Phdr> ph(eh.e_phnum);  // (the whole table in one read)
+  const auto bytes = static_cast<ssize_t>(ph.size() * sizeof(Elf64_Phdr));
+  if (pread(fd, ph.data(), static_cast<std::size_t>(bytes), static_cast<off_t>(eh.e_phoff)) != bytes) return false;
+  // (No PT_INTERP: statically linked.)
+  return std::any_of(ph.begin(), ph.end(), [](const Elf64_Phdr& p) { return p.p_type == PT_INTERP; });
 }
 
 void remove_tree(const std::string& dir) {
