@@ -211,11 +211,46 @@ std::size_t symbol_count(Elf_Scn* scn) {
   return data ? std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize : 0;
 }
 
+/// The string table of a symbol table (section `ndx` of `e`), checked once
+/// for what elf_strptr() checks per string (an SHT_STRTAB section, the offset
+/// inside it, a NUL after it there) so that each name is a bound-checked read
+/// of the bytes libelf read (elf_getdata(): the buffer elf_strptr() reads,
+/// kept with the image). A table these checks do not cover (compressed,
+/// unreadable) is read through elf_strptr() alone, as before.
+class StrTab {
+ public:
+  StrTab(Elf* e, std::size_t ndx) : e_(e), ndx_(ndx) {
+    Elf_Scn* scn = elf_getscn(e, ndx);
+    GElf_Shdr sh;
+    if (!scn || !gelf_getshdr(scn, &sh) || sh.sh_type != SHT_STRTAB || (sh.sh_flags & SHF_COMPRESSED)) return;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (!d || !d->d_buf || d->d_size == 0 || d->d_off != 0 || elf_getdata(scn, d) != nullptr) return;
+    base_ = static_cast<const char*>(d->d_buf);
+    size_ = std::min<std::uint64_t>(sh.sh_size, d->d_size);
+    // elf_strptr() looks for the NUL up to the end of what it read (d_size).
+    limit_ = d->d_size;
+    terminated_ = base_[limit_ - 1] == '\0';
+  }
+  /// The string at `off`, or nullptr where elf_strptr() gives none.
+  const char* at(std::uint64_t off) const {
+    if (!base_) return elf_strptr(e_, ndx_, off);
+    if (off >= size_) return nullptr;
+    if (terminated_ || std::memchr(base_ + off, '\0', limit_ - off)) return base_ + off;
+    return nullptr;
+  }
+
+ private:
+  Elf* e_;
+  std::size_t ndx_;
+  const char* base_ = nullptr;
+  std::size_t size_ = 0, limit_ = 0;
+  bool terminated_ = false;
+};
+
 /// Appends the defined symbols of symbol table `scn` to img.symbols, with
 /// room reserved for `reserve_more` more (the table read next).
 void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img,
                   std::size_t reserve_more = 0) {
-  const auto& versions = img.version_names;
   GElf_Shdr sh;
   if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
@@ -232,6 +267,18 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
   const bool raw_versions = vdata && vdata->d_type == ELF_T_HALF && vdata->d_buf;
   const std::size_t nversions = raw_versions ? vdata->d_size / sizeof(Elf64_Versym) : 0;
   const auto* vsyms = raw_versions ? static_cast<const Elf64_Versym*>(vdata->d_buf) : nullptr;
+  // Version index -> name, dense (what img.version_names holds; its strings
+  // are never moved).
+  std::vector<std::string_view> versions;
+  if (vdata) {
+    unsigned top = 0;
+    for (const auto& [idx, name] : img.version_names) top = std::max(top, idx);
+    versions.resize(std::min(top, 0x7fffu) + 1);
+    for (const auto& [idx, name] : img.version_names)
+      if (idx >= 2 && idx <= 0x7fff) versions[idx] = name;
+  }
+  const std::vector<std::string_view>::size_type nversion_names = versions.size();
+  const StrTab strtab(e, sh.sh_link);
   img.symbols.reserve(img.symbols.size() + n + reserve_more);
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
@@ -240,9 +287,8 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
     const unsigned type = GELF_ST_TYPE(sym.st_info);
     if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON) continue;
     if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
-    // (A view of libelf's copy of the string table, which the image keeps:
-    // elf_strptr checks the offset and the terminating NUL.)
-    const char* raw_name = elf_strptr(e, sh.sh_link, sym.st_name);
+    // (A view of libelf's copy of the string table, which the image keeps.)
+    const char* raw_name = strtab.at(sym.st_name);
     if (!raw_name || !*raw_name) continue;
     ElfSymbol& s = img.symbols.emplace_back();
     s.name = raw_name;
@@ -263,12 +309,11 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
         have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
       }
       if (have) {
-        unsigned idx = vs & 0x7fff;
-        if (idx >= 2) {
-          if (auto it = versions.find(idx); it != versions.end()) {
-            s.version = it->second;
-            s.hidden_version = (vs & 0x8000) != 0;
-          }
+        const unsigned idx = vs & 0x7fff;
+        // (A null view where version_names has no entry; an empty name is a non-null view.)
+        if (idx >= 2 && idx < nversion_names && versions[idx].data()) {
+          s.version = versions[idx];
+          s.hidden_version = (vs & 0x8000) != 0;
         }
       }
     }
@@ -387,7 +432,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
 /// Reads a DW_EH_PE-encoded value of format `enc & 0x0f` at `p` (before
 /// `end`) into `v` (sign-extended for the sdata forms); its size, or 0 for a
 /// format this reader does not take (uleb128/sleb128, unknown).
-std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
+inline std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
   auto get = [&](auto x) -> std::size_t {
     if (end - p < static_cast<std::ptrdiff_t>(sizeof x)) return 0;
     std::memcpy(&x, p, sizeof x);
@@ -439,54 +484,85 @@ struct FdeRange {
   bool lsda = false;
 };
 
-/// Function bounds [start, end) as link-time addresses from the .eh_frame
-/// FDEs of `e` (one per function, or per part of a split function, in what
-/// GCC and glibc's assembly emit; kept by strip). libdw walks the section
-/// (dwarf_next_cfi: CIEs and FDEs); each FDE's initial_location and
-/// address_range are read in its CIE's pointer encoding (absolute or
-/// pc-relative; an FDE in another encoding is skipped).
-std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
-  std::vector<FdeRange> out;
-  Elf_Scn* eh = nullptr;
-  GElf_Shdr sh{};
-  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn && shstrndx; scn = elf_nextscn(e, scn)) {
-    if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_PROGBITS &&
-        std::strcmp(section_name(e, shstrndx, sh), ".eh_frame") == 0) {
-      eh = scn;
-      break;
+/// One entry of .eh_frame as dwarf_next_cfi() reads it. A well-formed FDE
+/// (32-bit length, inside the section, its CIE pointer inside what precedes
+/// it) is taken here, with the checks libdw makes of it (libdw/dwarf_next_cfi.c:
+/// of an FDE it reads only its length and CIE pointer); anything else (a CIE,
+/// the terminator, a 64-bit length, a malformed entry) is left to libdw.
+/// Returns what dwarf_next_cfi() returns: 0 (an entry, `next` past it), 1
+/// (the end), -1 (invalid).
+int next_cfi_entry(const char* ident, Elf_Data* data, Dwarf_Off off, Dwarf_Off& next, Dwarf_CFI_Entry& entry) {
+  const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
+  const std::size_t size = data->d_size;
+  if (off < size && size - off > 8) {
+    std::uint32_t length = 0, id = 0;
+    std::memcpy(&length, base + off, 4);
+    std::memcpy(&id, base + off + 4, 4);
+    const std::uint64_t pos = off + 4;  // where the CIE pointer is
+    // (length >= 5 is libdw's floor: the pointer and one byte.)
+    if (length >= 5 && length != 0xffffffffu && length <= size - pos && id != 0 && id <= pos && pos > 4) {
+      next = pos + length;
+      entry.fde.CIE_pointer = pos - id;
+      entry.fde.start = base + off + 8;
+      entry.fde.end = base + next;
+      return 0;
     }
   }
-  if (!eh) return out;
+  return dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry);
+}
+
+/// Function bounds [start, end) as link-time addresses from the .eh_frame
+/// FDEs of `e` (one per function, or per part of a split function, in what
+/// GCC and glibc's assembly emit; kept by strip), section `eh` (nullptr:
+/// none). libdw reads its CIEs (dwarf_next_cfi), the walk its FDEs
+/// (next_cfi_entry()); each FDE's initial_location and address_range are
+/// read in its CIE's pointer encoding (absolute or pc-relative; an FDE in
+/// another encoding is skipped).
+std::vector<FdeRange> eh_frame_ranges(Elf* e, Elf_Scn* eh) {
+  std::vector<FdeRange> out;
+  GElf_Shdr sh{};
+  if (!eh || !gelf_getshdr(eh, &sh)) return out;
   Elf_Data* data = elf_rawdata(eh, nullptr);
   const char* ident = elf_getident(e, nullptr);
   if (!data || !data->d_buf || !ident) return out;
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
+  // (An FDE takes 16 bytes at least; most of a compiler's take 24 to 48.)
+  out.reserve(data->d_size / 40);
   struct Cie {
+    Dwarf_Off offset;
     int encoding;  // its FDE encoding
     bool lsda;     // its augmentation has 'L': its FDEs' augmentation data hold an LSDA pointer
     bool signal;   // 'S': a signal trampoline's frame (glibc's __restore_rt), whose FDE starts one byte
                    // before its code (inside the filler before it) so that unwinders looking up pc - 1
                    // find it: not a function's bounds (a sweep from there decodes out of step)
   };
-  std::unordered_map<Dwarf_Off, Cie> cies;  // CIE offset -> what its FDEs need
+  std::vector<Cie> cies;  // in section order (a few: the linker merges equal ones)
+  const Cie* last = nullptr;
   Dwarf_Off off = 0;
   for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
     Dwarf_Off next = 0;
     Dwarf_CFI_Entry entry;
-    if (dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry) != 0 ||
-        next <= off)
-      break;
+    if (next_cfi_entry(ident, data, off, next, entry) != 0 || next <= off) break;
     const Dwarf_Off here = off;
     off = next;
     if (dwarf_cfi_cie_p(&entry)) {
       const char* aug = entry.cie.augmentation;
       const bool z = aug && aug[0] == 'z';
-      cies[here] = {fde_encoding(entry.cie), z && std::strchr(aug, 'L') != nullptr, z && std::strchr(aug, 'S') != nullptr};
+      const Cie c{here, fde_encoding(entry.cie), z && std::strchr(aug, 'L') != nullptr,
+                  z && std::strchr(aug, 'S') != nullptr};
+      last = nullptr;  // (cies may move)
+      cies.push_back(c);
       continue;
     }
-    const auto it = cies.find(entry.fde.CIE_pointer);
-    if (it == cies.end() || it->second.encoding < 0 || it->second.signal) continue;
-    const auto enc = static_cast<std::uint8_t>(it->second.encoding);
+    if (!last || last->offset != entry.fde.CIE_pointer) {
+      last = nullptr;
+      for (const Cie& c : cies)
+        if (c.offset == entry.fde.CIE_pointer) last = &c;
+      if (!last) continue;
+    }
+    const Cie& cie = *last;
+    if (cie.encoding < 0 || cie.signal) continue;
+    const auto enc = static_cast<std::uint8_t>(cie.encoding);
     const std::uint8_t app = enc & 0x70;
     if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect
     const std::uint8_t* p = entry.fde.start;
@@ -502,7 +578,7 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
     // The LSDA pointer is the only augmentation data of an FDE ('L'); a
     // null one (all bytes 0, in any encoding) means none, as libgcc reads it.
     bool lsda = false;
-    if (it->second.lsda) {
+    if (cie.lsda) {
       const std::uint8_t* a = p + 2 * n;
       std::uint64_t alen = 0;
       for (unsigned shift = 0; a < end && shift < 64; shift += 7) {
@@ -516,58 +592,48 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
   return out;
 }
 
-/// img.reach from img.funcs (sorted).
-void index_reach(ElfImage& img) {
-  img.reach.clear();
-  img.reach.reserve(img.funcs.size());
-  std::uint64_t reach = 0;
-  for (const FuncSym& f : img.funcs) {
+/// img.reach[from..] from img.funcs (sorted) and img.reach[0, from).
+void index_reach(ElfImage& img, std::size_t from = 0) {
+  img.reach.resize(img.funcs.size());
+  std::uint64_t reach = from ? img.reach[from - 1] : 0;
+  for (std::size_t i = from; i < img.funcs.size(); ++i) {
+    const FuncSym& f = img.funcs[i];
     const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
     reach = std::max(reach, end);
-    img.reach.push_back(reach);
+    img.reach[i] = reach;
   }
 }
 
-/// Sorts `funcs` (in symbol_index order) by (file_offset, size, source,
-/// symbol_index), the order std::sort would give with that comparison: a
-/// stable LSD radix sort of their indices over the key bytes that differ
-/// (source, then size, then file_offset), then the permutation applied in
-/// place. ~0.1 ms for libc's ~10,000 entries where std::sort took ~0.6 ms
-/// (its comparisons mispredicted), in every process that reads libc.
-void sort_by_bounds(std::vector<FuncSym>& funcs) {
-  const std::size_t n = funcs.size();
+/// A sized code symbol's place in the function index: where it starts and
+/// which entry of ElfImage::symbols it is.
+struct BoundsKey {
+  std::uint64_t file_offset;
+  std::uint32_t symbol_index;
+};
+
+/// Sorts `keys` (in symbol_index order) by file_offset, stably: an LSD
+/// radix sort of the entries themselves (no indirection), over the bits
+/// where the offsets differ (libc's ~9,600 span 21 bits: two passes of 11).
+void radix_sort_by_offset(std::vector<BoundsKey>& keys) {
+  const std::size_t n = keys.size();
   if (n < 2) return;
-  std::vector<std::uint32_t> order(n), tmp(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
-  auto pass = [&](auto key) {  // stable, by key(funcs[k]) (a std::uint64_t)
-    std::uint64_t differ = 0;
-    const std::uint64_t k0 = key(funcs[0]);
-    for (const FuncSym& f : funcs) differ |= key(f) ^ k0;
-    for (unsigned shift = 0; shift < 64; shift += 8) {
-      if (((differ >> shift) & 0xff) == 0) continue;  // every key has this byte alike
-      std::size_t count[257] = {};
-      for (std::uint32_t k : order) ++count[((key(funcs[k]) >> shift) & 0xff) + 1];
-      for (std::size_t b = 1; b < 257; ++b) count[b] += count[b - 1];
-      for (std::uint32_t k : order) tmp[count[(key(funcs[k]) >> shift) & 0xff]++] = k;
-      order.swap(tmp);
-    }
-  };
-  pass([](const FuncSym& f) { return static_cast<std::uint64_t>(f.source); });
-  pass([](const FuncSym& f) { return f.size; });
-  pass([](const FuncSym& f) { return f.file_offset; });
-  // funcs[i] becomes the old funcs[order[i]]: cycle by cycle, in place.
-  for (std::size_t i = 0; i < n; ++i) {
-    if (order[i] == i) continue;
-    FuncSym held = std::move(funcs[i]);
-    std::size_t at = i;
-    while (order[at] != i) {
-      const std::size_t from = order[at];
-      funcs[at] = std::move(funcs[from]);
-      order[at] = static_cast<std::uint32_t>(at);
-      at = from;
-    }
-    funcs[at] = std::move(held);
-    order[at] = static_cast<std::uint32_t>(at);
+  std::uint64_t differ = 0;
+  const std::uint64_t k0 = keys[0].file_offset;
+  for (const BoundsKey& k : keys) differ |= k.file_offset ^ k0;
+  if (differ == 0) return;
+  const unsigned low = static_cast<unsigned>(__builtin_ctzll(differ));
+  const unsigned bits = 64 - static_cast<unsigned>(__builtin_clzll(differ)) - low;
+  const unsigned passes = (bits + 10) / 11;
+  const unsigned width = (bits + passes - 1) / passes;  // <= 11
+  const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
+  std::vector<BoundsKey> tmp(n);
+  std::uint32_t count[(1u << 11) + 1];
+  for (unsigned pass = 0, shift = low; pass < passes; ++pass, shift += width) {
+    std::fill_n(count, mask + 2, 0u);
+    for (const BoundsKey& k : keys) ++count[((k.file_offset >> shift) & mask) + 1];
+    for (std::size_t b = 1; b <= mask + 1; ++b) count[b] += count[b - 1];
+    for (const BoundsKey& k : keys) tmp[count[(k.file_offset >> shift) & mask]++] = k;
+    keys.swap(tmp);
   }
 }
 
@@ -579,19 +645,43 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
   auto is_bounds = [](const ElfSymbol& s) {
     return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
   };
+  auto source_of = [&](const ElfSymbol& s) { return s.dynamic ? BoundsSource::dynsym : sym_source; };
   std::size_t nsyms = 0;
   for (const ElfSymbol& s : img.symbols) nsyms += is_bounds(s);
-  img.funcs.reserve(nsyms + fdes.size());  // (reserved, not touched: no page is faulted in for it)
+  std::vector<BoundsKey> keys;
+  keys.reserve(nsyms);
   for (std::size_t i = 0; i < img.symbols.size(); ++i) {
     const ElfSymbol& s = img.symbols[i];
-    if (!is_bounds(s)) continue;
-    img.funcs.push_back({s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
-                         static_cast<std::uint32_t>(i)});
+    if (is_bounds(s)) keys.push_back({s.offset, static_cast<std::uint32_t>(i)});
   }
-  // Sorted by (file_offset, size), with the sources' order among equals
-  // (then the order they were found in: symbol_index, ascending already).
-  sort_by_bounds(img.funcs);
-  img.reach.reserve(img.funcs.capacity());
+  // Sorted by (file_offset, size, source, symbol_index): by file_offset
+  // (stably: in symbol_index order among equals), then each run of equal
+  // offsets (aliases: a few entries) by (size, source), stably.
+  radix_sort_by_offset(keys);
+  img.funcs.reserve(nsyms + fdes.size());  // (reserved, not touched: no page is faulted in for it)
+  img.reach.reserve(nsyms + fdes.size());
+  for (std::size_t i = 0; i < keys.size();) {
+    std::size_t j = i + 1;
+    while (j < keys.size() && keys[j].file_offset == keys[i].file_offset) ++j;
+    const std::size_t first = img.funcs.size();
+    for (std::size_t k = i; k < j; ++k) {
+      const ElfSymbol& s = img.symbols[keys[k].symbol_index];
+      img.funcs.push_back({s.name, s.offset, s.size, source_of(s), keys[k].symbol_index});
+    }
+    if (j - i > 1) {
+      const auto by_size_source = [](const FuncSym& a, const FuncSym& b) {
+        return std::tie(a.size, a.source) < std::tie(b.size, b.source);
+      };
+      // (Insertion sort: stable, and the runs are short.)
+      for (std::size_t k = first + 1; k < img.funcs.size(); ++k) {
+        FuncSym f = img.funcs[k];
+        std::size_t m = k;
+        for (; m > first && by_size_source(f, img.funcs[m - 1]); --m) img.funcs[m] = img.funcs[m - 1];
+        img.funcs[m] = f;
+      }
+    }
+    i = j;
+  }
   index_reach(img);
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
@@ -630,17 +720,24 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
     if (held_by_symbol(off)) continue;
     extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
   }
-  std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
+  if (!std::is_sorted(img.lsda_ranges.begin(), img.lsda_ranges.end()))
+    std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
   if (extra.empty()) return;
   const auto by_bounds = [](const FuncSym& a, const FuncSym& b) {
     return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
   };
-  std::stable_sort(extra.begin(), extra.end(), by_bounds);
-  const auto middle = static_cast<std::ptrdiff_t>(img.funcs.size());
-  img.funcs.insert(img.funcs.end(), extra.begin(), extra.end());
-  // (Stable: the symbols' entries first among equal bounds, as std::merge.)
-  std::inplace_merge(img.funcs.begin(), img.funcs.begin() + middle, img.funcs.end(), by_bounds);
-  index_reach(img);
+  if (!std::is_sorted(extra.begin(), extra.end(), by_bounds)) std::stable_sort(extra.begin(), extra.end(), by_bounds);
+  // Merged from the back, in place (the room is reserved): the symbols'
+  // entries first among equal bounds (stable, as std::merge); the entries
+  // before the first FDE's place stay, and their reach.
+  std::size_t i = img.funcs.size(), j = extra.size();
+  img.funcs.resize(i + j);
+  std::size_t w = img.funcs.size();
+  while (j > 0) {
+    if (i > 0 && by_bounds(extra[j - 1], img.funcs[i - 1])) img.funcs[--w] = img.funcs[--i];
+    else img.funcs[--w] = extra[--j];
+  }
+  index_reach(img, i);
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
@@ -681,7 +778,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   std::size_t shstrndx = 0;
   if (elf_getshdrstrndx(e, &shstrndx) != 0) shstrndx = 0;
   Elf_Scn *symtab = nullptr, *dynsym = nullptr, *versym = nullptr, *verdef = nullptr, *dynamic = nullptr,
-          *stapsdt = nullptr;
+          *stapsdt = nullptr, *eh_frame = nullptr;
   for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn; scn = elf_nextscn(e, scn)) {
     GElf_Shdr sh;
     if (!gelf_getshdr(scn, &sh)) continue;
@@ -697,6 +794,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
     const char* name = section_name(e, shstrndx, sh);
     if (sh.sh_type == SHT_NOTE && std::strcmp(name, ".note.stapsdt") == 0 && !stapsdt) stapsdt = scn;
     else if (std::strcmp(name, ".stapsdt.base") == 0 && !img->stapsdt_base) img->stapsdt_base = sh.sh_addr;
+    if (sh.sh_type == SHT_PROGBITS && !eh_frame && std::strcmp(name, ".eh_frame") == 0) eh_frame = scn;
   }
   img->has_symtab = symtab != nullptr;
   img->has_dynsym = dynsym != nullptr;
@@ -705,7 +803,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   if (symtab) collect_symbols(e, symtab, false, nullptr, *img, ndynsym);
   else img->debug_file = read_debug_symtab(e, *img, ndynsym);
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img);
-  const auto fdes = eh_frame_ranges(e, shstrndx);
+  const auto fdes = eh_frame_ranges(e, eh_frame);
   img->fde_count = fdes.size();
   index_functions(*img, fdes);
   if (dynamic) read_dynamic(e, dynamic, *img);
