@@ -477,13 +477,6 @@ int fde_encoding(const Dwarf_CIE& cie) {
   return 0;
 }
 
-/// One FDE's range [start, end) as link-time addresses, and whether it
-/// points to an LSDA (the function has exception landing pads).
-struct FdeRange {
-  std::uint64_t start = 0, end = 0;
-  bool lsda = false;
-};
-
 /// One entry of .eh_frame as dwarf_next_cfi() reads it. A well-formed FDE
 /// (32-bit length, inside the section, its CIE pointer inside what precedes
 /// it) is taken here, with the checks libdw makes of it (libdw/dwarf_next_cfi.c:
@@ -511,23 +504,24 @@ int next_cfi_entry(const char* ident, Elf_Data* data, Dwarf_Off off, Dwarf_Off& 
   return dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry);
 }
 
-/// Function bounds [start, end) as link-time addresses from the .eh_frame
-/// FDEs of `e` (one per function, or per part of a split function, in what
-/// GCC and glibc's assembly emit; kept by strip), section `eh` (nullptr:
-/// none). libdw reads its CIEs (dwarf_next_cfi), the walk its FDEs
-/// (next_cfi_entry()); each FDE's initial_location and address_range are
-/// read in its CIE's pointer encoding (absolute or pc-relative; an FDE in
-/// another encoding is skipped).
-std::vector<FdeRange> eh_frame_ranges(Elf* e, Elf_Scn* eh) {
-  std::vector<FdeRange> out;
+/// Calls `on_fde(start, end, lsda)` for the function bounds [start, end),
+/// as link-time addresses, of each .eh_frame FDE of `e` (one per function,
+/// or per part of a split function, in what GCC and glibc's assembly emit;
+/// kept by strip), section `eh` (nullptr: none), in section order; `lsda`:
+/// it points to an LSDA (the function has exception landing pads). libdw
+/// reads its CIEs (dwarf_next_cfi), the walk its FDEs (next_cfi_entry());
+/// each FDE's initial_location and address_range are read in its CIE's
+/// pointer encoding (absolute or pc-relative; an FDE in another encoding is
+/// skipped). Returns the number of calls.
+template <class OnFde>
+std::size_t for_each_fde(Elf* e, Elf_Scn* eh, OnFde&& on_fde) {
+  std::size_t count = 0;
   GElf_Shdr sh{};
-  if (!eh || !gelf_getshdr(eh, &sh)) return out;
+  if (!eh || !gelf_getshdr(eh, &sh)) return count;
   Elf_Data* data = elf_rawdata(eh, nullptr);
   const char* ident = elf_getident(e, nullptr);
-  if (!data || !data->d_buf || !ident) return out;
+  if (!data || !data->d_buf || !ident) return count;
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
-  // (An FDE takes 16 bytes at least; most of a compiler's take 24 to 48.)
-  out.reserve(data->d_size / 40);
   struct Cie {
     Dwarf_Off offset;
     int encoding;  // its FDE encoding
@@ -587,9 +581,10 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, Elf_Scn* eh) {
       }
       for (std::uint64_t i = 0; i < alen && a + i < end; ++i) lsda = lsda || a[i] != 0;
     }
-    out.push_back({loc, loc + range, lsda});
+    on_fde(loc, loc + range, lsda);
+    ++count;
   }
-  return out;
+  return count;
 }
 
 /// img.reach[from..] from img.funcs (sorted) and img.reach[0, from).
@@ -604,84 +599,98 @@ void index_reach(ElfImage& img, std::size_t from = 0) {
   }
 }
 
-/// A sized code symbol's place in the function index: where it starts and
-/// which entry of ElfImage::symbols it is.
-struct BoundsKey {
-  std::uint64_t file_offset;
-  std::uint32_t symbol_index;
-};
-
-/// Sorts `keys` (in symbol_index order) by file_offset, stably: an LSD
-/// radix sort of the entries themselves (no indirection), over the bits
-/// where the offsets differ (libc's ~9,600 span 21 bits: two passes of 11).
-void radix_sort_by_offset(std::vector<BoundsKey>& keys) {
+/// Sorts `keys` (ascending already in their low `low_bits` bits, within
+/// equal high bits: kept so) by their value, with `tmp` as room (as many
+/// entries): a stable LSD radix sort over the high bits where the keys
+/// differ, in passes of at most 11 bits (libc's function offsets span 21
+/// bits: two passes). The result is in `keys`.
+void radix_sort_high(std::vector<std::uint64_t>& keys, std::uint64_t* tmp, unsigned low_bits) {
   const std::size_t n = keys.size();
   if (n < 2) return;
   std::uint64_t differ = 0;
-  const std::uint64_t k0 = keys[0].file_offset;
-  for (const BoundsKey& k : keys) differ |= k.file_offset ^ k0;
+  const std::uint64_t k0 = keys[0] >> low_bits;
+  for (const std::uint64_t k : keys) differ |= (k >> low_bits) ^ k0;
   if (differ == 0) return;
-  const unsigned low = static_cast<unsigned>(__builtin_ctzll(differ));
-  const unsigned bits = 64 - static_cast<unsigned>(__builtin_clzll(differ)) - low;
-  const unsigned passes = (bits + 10) / 11;
-  const unsigned width = (bits + passes - 1) / passes;  // <= 11
+  const unsigned low = low_bits + static_cast<unsigned>(__builtin_ctzll(differ));
+  const unsigned bits = 64 - static_cast<unsigned>(__builtin_clzll(differ)) - (low - low_bits);
+  const unsigned passes = (bits + 10) / 11;  // <= 4 (at most 40 bits: read_image's packing)
+  const unsigned width = (bits + passes - 1) / passes;
   const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
-  std::vector<BoundsKey> tmp(n);
-  std::uint32_t count[(1u << 11) + 1];
-  for (unsigned pass = 0, shift = low; pass < passes; ++pass, shift += width) {
-    std::fill_n(count, mask + 2, 0u);
-    for (const BoundsKey& k : keys) ++count[((k.file_offset >> shift) & mask) + 1];
-    for (std::size_t b = 1; b <= mask + 1; ++b) count[b] += count[b - 1];
-    for (const BoundsKey& k : keys) tmp[count[(k.file_offset >> shift) & mask]++] = k;
-    keys.swap(tmp);
+  static thread_local std::uint32_t count[4][(1u << 11) + 1];
+  for (unsigned p = 0; p < passes; ++p) std::fill_n(count[p], mask + 2, 0u);
+  for (const std::uint64_t k : keys)  // (every pass's histogram in one read)
+    for (unsigned p = 0; p < passes; ++p) ++count[p][((k >> (low + p * width)) & mask) + 1];
+  std::uint64_t* from = keys.data();
+  std::uint64_t* to = tmp;
+  for (unsigned p = 0; p < passes; ++p) {
+    std::uint32_t* c = count[p];
+    for (std::size_t b = 1; b <= mask + 1; ++b) c[b] += c[b - 1];
+    const unsigned shift = low + p * width;
+    for (std::size_t i = 0; i < n; ++i) to[c[(from[i] >> shift) & mask]++] = from[i];
+    std::swap(from, to);
   }
+  if (from != keys.data()) std::copy(from, from + n, keys.data());
 }
 
-/// img.funcs and img.reach from img.symbols and the FDE ranges, built in
-/// place: every fresh page costs (a page fault is ~10-40 us in a VM), so no
-/// entry is built twice and no second vector is merged into.
-void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
+/// img.funcs and img.reach from img.symbols and the .eh_frame FDEs of `e`
+/// (section `eh_frame`; read here, as they come), and img.fde_count and
+/// img.lsda_ranges, built in place: every fresh page costs (a page fault is
+/// ~10-40 us in a VM), so no entry is built twice, no second vector is
+/// merged into, and no temporary is bigger than it must be (the radix
+/// sort's room is img.reach's).
+void index_functions(ElfImage& img, Elf* e, Elf_Scn* eh_frame) {
   const BoundsSource sym_source = img.debug_file.empty() ? BoundsSource::symtab : BoundsSource::debuginfo;
   auto is_bounds = [](const ElfSymbol& s) {
     return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
   };
-  auto source_of = [&](const ElfSymbol& s) { return s.dynamic ? BoundsSource::dynsym : sym_source; };
-  std::size_t nsyms = 0;
-  for (const ElfSymbol& s : img.symbols) nsyms += is_bounds(s);
-  std::vector<BoundsKey> keys;
-  keys.reserve(nsyms);
+  // The sized code symbols, sorted by (file_offset, symbol_index): keys
+  // (file_offset << 24 | symbol_index) when every offset is below 2^40 and
+  // every index below 2^24 (a radix sort of their offset bits: stable),
+  // else symbol indexes (std::stable_sort by offset).
+  constexpr unsigned kIndexBits = 24;
+  const bool packed = img.symbols.size() < (std::size_t{1} << kIndexBits);
+  std::vector<std::uint64_t> keys;
+  keys.reserve(img.symbols.size());  // (reserved, not touched: no page is faulted in for it)
+  bool fits = packed;
   for (std::size_t i = 0; i < img.symbols.size(); ++i) {
     const ElfSymbol& s = img.symbols[i];
-    if (is_bounds(s)) keys.push_back({s.offset, static_cast<std::uint32_t>(i)});
+    if (!is_bounds(s)) continue;
+    fits = fits && (s.offset >> (64 - kIndexBits)) == 0;
+    keys.push_back(packed ? s.offset << kIndexBits | i : i);
   }
-  // Sorted by (file_offset, size, source, symbol_index): by file_offset
-  // (stably: in symbol_index order among equals), then each run of equal
-  // offsets (aliases: a few entries) by (size, source), stably.
-  radix_sort_by_offset(keys);
-  img.funcs.reserve(nsyms + fdes.size());  // (reserved, not touched: no page is faulted in for it)
-  img.reach.reserve(nsyms + fdes.size());
-  for (std::size_t i = 0; i < keys.size();) {
-    std::size_t j = i + 1;
-    while (j < keys.size() && keys[j].file_offset == keys[i].file_offset) ++j;
-    const std::size_t first = img.funcs.size();
-    for (std::size_t k = i; k < j; ++k) {
-      const ElfSymbol& s = img.symbols[keys[k].symbol_index];
-      img.funcs.push_back({s.name, s.offset, s.size, source_of(s), keys[k].symbol_index});
-    }
-    if (j - i > 1) {
-      const auto by_size_source = [](const FuncSym& a, const FuncSym& b) {
-        return std::tie(a.size, a.source) < std::tie(b.size, b.source);
-      };
-      // (Insertion sort: stable, and the runs are short.)
-      for (std::size_t k = first + 1; k < img.funcs.size(); ++k) {
-        FuncSym f = img.funcs[k];
-        std::size_t m = k;
-        for (; m > first && by_size_source(f, img.funcs[m - 1]); --m) img.funcs[m] = img.funcs[m - 1];
-        img.funcs[m] = f;
-      }
-    }
-    i = j;
+  // Room for the FDEs' entries too (an FDE takes 16 bytes at least): one
+  // allocation, its untouched part never faulted in.
+  std::size_t fde_room = 0;
+  if (GElf_Shdr sh; eh_frame && gelf_getshdr(eh_frame, &sh)) fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
+  img.funcs.reserve(keys.size() + fde_room);
+  img.reach.reserve(keys.size() + fde_room);
+  if (fits) {
+    img.reach.resize(keys.size());
+    radix_sort_high(keys, img.reach.data(), kIndexBits);
+    for (std::uint64_t& k : keys) k &= (std::uint64_t{1} << kIndexBits) - 1;
+  } else {
+    if (packed)
+      for (std::uint64_t& k : keys) k &= (std::uint64_t{1} << kIndexBits) - 1;
+    std::stable_sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
+      return img.symbols[a].offset < img.symbols[b].offset;
+    });
   }
+  // Then each run of equal offsets (aliases: a few entries) by (size,
+  // source), stably: the order (file_offset, size, source, symbol_index).
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const ElfSymbol& s = img.symbols[keys[i]];
+    FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
+              static_cast<std::uint32_t>(keys[i])};
+    std::size_t m = img.funcs.size();
+    img.funcs.push_back(f);
+    // (Insertion: stable, and the runs are short.)
+    for (; m > 0 && img.funcs[m - 1].file_offset == f.file_offset &&
+           std::tie(f.size, f.source) < std::tie(img.funcs[m - 1].size, img.funcs[m - 1].source);
+         --m)
+      img.funcs[m] = img.funcs[m - 1];
+    img.funcs[m] = f;
+  }
+  std::vector<std::uint64_t>().swap(keys);
   index_reach(img);
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
@@ -712,14 +721,14 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
     return at > 0 && img.reach[at - 1] > off;
   };
   std::vector<FuncSym> extra;
-  for (const auto& [start, end, lsda] : fdes) {
+  img.fde_count = for_each_fde(e, eh_frame, [&](std::uint64_t start, std::uint64_t end, bool lsda) {
     const LoadSegment* seg = img.segment_of_vaddr(start);
-    if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) continue;
+    if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) return;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
     if (lsda) img.lsda_ranges.emplace_back(off, off + (end - start));
-    if (held_by_symbol(off)) continue;
+    if (held_by_symbol(off)) return;
     extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
-  }
+  });
   if (!std::is_sorted(img.lsda_ranges.begin(), img.lsda_ranges.end()))
     std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
   if (extra.empty()) return;
@@ -727,9 +736,9 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
     return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
   };
   if (!std::is_sorted(extra.begin(), extra.end(), by_bounds)) std::stable_sort(extra.begin(), extra.end(), by_bounds);
-  // Merged from the back, in place (the room is reserved): the symbols'
-  // entries first among equal bounds (stable, as std::merge); the entries
-  // before the first FDE's place stay, and their reach.
+  // Merged from the back, in place: the symbols' entries first among equal
+  // bounds (stable, as std::merge); the entries before the first FDE's
+  // place stay, and their reach.
   std::size_t i = img.funcs.size(), j = extra.size();
   img.funcs.resize(i + j);
   std::size_t w = img.funcs.size();
@@ -803,9 +812,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   if (symtab) collect_symbols(e, symtab, false, nullptr, *img, ndynsym);
   else img->debug_file = read_debug_symtab(e, *img, ndynsym);
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img);
-  const auto fdes = eh_frame_ranges(e, eh_frame);
-  img->fde_count = fdes.size();
-  index_functions(*img, fdes);
+  index_functions(*img, e, eh_frame);
   if (dynamic) read_dynamic(e, dynamic, *img);
   if (stapsdt) {
     img->has_stapsdt_section = true;
