@@ -247,10 +247,27 @@ class StrTab {
   bool terminated_ = false;
 };
 
+/// Whether `s` gives the bounds of a function (an entry of ElfImage::funcs):
+/// a sized code symbol in an executable segment.
+bool is_function_bounds(const ElfSymbol& s) {
+  return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
+}
+
+/// The entries of img.symbols that give function bounds, as
+/// collect_symbols() appends them (no second pass over the symbols): keys
+/// (file_offset << 24 | symbol index), in symbol order, while every offset
+/// is below 2^40 and every index below 2^24 (`packed`); else none (then
+/// index_functions() finds them).
+struct BoundsKeys {
+  static constexpr unsigned kIndexBits = 24;
+  std::vector<std::uint64_t> keys;
+  bool packed = true;
+};
+
 /// Appends the defined symbols of symbol table `scn` to img.symbols, with
 /// room reserved for `reserve_more` more (the table read next).
-void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img,
-                  std::size_t reserve_more = 0) {
+void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img, BoundsKeys& bounds,
+                     std::size_t reserve_more = 0) {
   GElf_Shdr sh;
   if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
@@ -280,6 +297,23 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
   const std::vector<std::string_view>::size_type nversion_names = versions.size();
   const StrTab strtab(e, sh.sh_link);
   img.symbols.reserve(img.symbols.size() + n + reserve_more);
+  if (bounds.packed) bounds.keys.reserve(bounds.keys.size() + n + reserve_more);  // (its untouched part never faulted in)
+  // The segment of a symbol's address: img.segment_of_vaddr(), the last one
+  // found tried first when no two segments' file bytes overlap (then the
+  // one holding an address is the only one).
+  bool disjoint = true;
+  for (std::size_t x = 0; x < img.loads.size(); ++x)
+    for (std::size_t y = x + 1; y < img.loads.size(); ++y) {
+      const LoadSegment &l = img.loads[x], &m = img.loads[y];
+      if (l.filesz && m.filesz && l.vaddr < m.vaddr + m.filesz && m.vaddr < l.vaddr + l.filesz) disjoint = false;
+    }
+  const LoadSegment* last_seg = nullptr;
+  auto segment_of = [&](std::uint64_t vaddr) {
+    if (disjoint && last_seg && vaddr >= last_seg->vaddr && vaddr - last_seg->vaddr < last_seg->filesz) return last_seg;
+    const LoadSegment* seg = img.segment_of_vaddr(vaddr);
+    if (seg) last_seg = seg;
+    return seg;
+  };
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
     if (raw) sym = syms[i];
@@ -291,29 +325,35 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
     const char* raw_name = strtab.at(sym.st_name);
     if (!raw_name || !*raw_name) continue;
     ElfSymbol& s = img.symbols.emplace_back();
-    s.name = raw_name;
     if (!dynamic) {
-      // Static symbol tables spell versions in the name: name@VER, name@@VER.
-      if (auto at = s.name.find('@'); at != std::string_view::npos && at > 0) {
-        bool dflt = at + 1 < s.name.size() && s.name[at + 1] == '@';
-        s.version = s.name.substr(at + (dflt ? 2 : 1));
+      // Static symbol tables spell versions in the name: name@VER, name@@VER
+      // (one scan: to the '@' or the end).
+      const char* at = strchrnul(raw_name, '@');
+      if (*at == '@' && at > raw_name) {
+        const bool dflt = at[1] == '@';
+        s.version = at + (dflt ? 2 : 1);
         s.hidden_version = !dflt;
-        s.name = s.name.substr(0, at);
-      }
-    } else if (vdata) {
-      GElf_Versym vs;
-      bool have = false;
-      if (raw_versions) {
-        if (i < nversions) vs = vsyms[i], have = true;
+        s.name = std::string_view(raw_name, static_cast<std::size_t>(at - raw_name));
       } else {
-        have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
+        s.name = std::string_view(raw_name, static_cast<std::size_t>(at - raw_name) + (*at ? std::strlen(at) : 0));
       }
-      if (have) {
-        const unsigned idx = vs & 0x7fff;
-        // (A null view where version_names has no entry; an empty name is a non-null view.)
-        if (idx >= 2 && idx < nversion_names && versions[idx].data()) {
-          s.version = versions[idx];
-          s.hidden_version = (vs & 0x8000) != 0;
+    } else {
+      s.name = raw_name;
+      if (vdata) {
+        GElf_Versym vs;
+        bool have = false;
+        if (raw_versions) {
+          if (i < nversions) vs = vsyms[i], have = true;
+        } else {
+          have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
+        }
+        if (have) {
+          const unsigned idx = vs & 0x7fff;
+          // (A null view where version_names has no entry; an empty name is a non-null view.)
+          if (idx >= 2 && idx < nversion_names && versions[idx].data()) {
+            s.version = versions[idx];
+            s.hidden_version = (vs & 0x8000) != 0;
+          }
         }
       }
     }
@@ -322,10 +362,19 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
     s.type = static_cast<std::uint8_t>(type);
     s.binding = static_cast<std::uint8_t>(GELF_ST_BIND(sym.st_info));
     s.dynamic = dynamic;
-    if (const LoadSegment* seg = img.segment_of_vaddr(s.address)) {
+    if (const LoadSegment* seg = segment_of(s.address)) {
       s.in_file = true;
       s.offset = s.address - seg->vaddr + seg->offset;
       s.executable = seg->executable();
+    }
+    if (bounds.packed && is_function_bounds(s)) {
+      const std::uint64_t at = img.symbols.size() - 1;
+      if ((at >> BoundsKeys::kIndexBits) == 0 && (s.offset >> (64 - BoundsKeys::kIndexBits)) == 0) {
+        bounds.keys.push_back(s.offset << BoundsKeys::kIndexBits | at);
+      } else {
+        bounds.packed = false;
+        std::vector<std::uint64_t>().swap(bounds.keys);
+      }
     }
   }
 }
@@ -386,11 +435,12 @@ std::string build_id_hex(Elf* e) {
   const void* id = nullptr;
   const ssize_t n = dwelf_elf_gnu_build_id(e, &id);
   if (n <= 1 || n > 64 || !id) return {};
-  std::string out;
-  char b[3];
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * static_cast<std::size_t>(n), '\0');
   for (ssize_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(id)[i]);
-    out += b;
+    const unsigned char c = static_cast<const unsigned char*>(id)[i];
+    out[2 * static_cast<std::size_t>(i)] = kHex[c >> 4];
+    out[2 * static_cast<std::size_t>(i) + 1] = kHex[c & 15];
   }
   return out;
 }
@@ -401,7 +451,7 @@ std::string build_id_hex(Elf* e) {
 /// enter `img` as .symtab symbols (mapped through img's own segments, as the
 /// debug file's sections hold no code). Returns the debug file's path, or ""
 /// when there is none (or it is unreadable, or another build).
-std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
+std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::size_t reserve_more) {
   const std::string id = build_id_hex(e);
   if (id.empty()) return {};
   const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
@@ -416,7 +466,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
       for (Elf_Scn* scn = elf_nextscn(d, nullptr); scn; scn = elf_nextscn(d, scn)) {
         GElf_Shdr sh;
         if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB) {
-          collect_symbols(d, scn, false, nullptr, img, reserve_more);
+          collect_symbols(d, scn, false, nullptr, img, bounds, reserve_more);
           used = path;
           break;
         }
@@ -563,10 +613,22 @@ std::size_t for_each_fde(Elf* e, Elf_Scn* eh, OnFde&& on_fde) {
     const std::uint8_t* end = std::min(entry.fde.end, base + data->d_size);
     if (!p || p < base || p >= end) continue;
     std::uint64_t loc = 0, range = 0;
-    const std::size_t n = read_encoded(enc, p, end, loc);
-    if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
-    if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
-      read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    std::size_t n = 0;
+    if (enc == 0x1b && end - p >= 8) {  // pcrel sdata4, what GCC and GNU as emit: read as below, inline
+      std::int32_t l = 0;
+      std::uint32_t r = 0;
+      std::memcpy(&l, p, 4);
+      std::memcpy(&r, p + 4, 4);
+      loc = static_cast<std::uint64_t>(static_cast<std::int64_t>(l));
+      range = r;  // (a range is never negative)
+      n = 4;
+      if (range == 0) continue;
+    } else {
+      n = read_encoded(enc, p, end, loc);
+      if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
+      if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
+        read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    }
     if (app == 0x10) loc += sh.sh_addr + static_cast<std::uint64_t>(p - base);
     if (loc + range < loc) continue;
     // The LSDA pointer is the only augmentation data of an FDE ('L'); a
@@ -618,8 +680,16 @@ void radix_sort_high(std::vector<std::uint64_t>& keys, std::uint64_t* tmp, unsig
   const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
   static thread_local std::uint32_t count[4][(1u << 11) + 1];
   for (unsigned p = 0; p < passes; ++p) std::fill_n(count[p], mask + 2, 0u);
-  for (const std::uint64_t k : keys)  // (every pass's histogram in one read)
-    for (unsigned p = 0; p < passes; ++p) ++count[p][((k >> (low + p * width)) & mask) + 1];
+  auto histogram = [&](auto npasses) {  // every pass's in one read of the keys
+    for (const std::uint64_t k : keys)
+      for (unsigned p = 0; p < npasses; ++p) ++count[p][((k >> (low + p * width)) & mask) + 1];
+  };
+  switch (passes) {  // (the inner loop unrolled)
+    case 1: histogram(std::integral_constant<unsigned, 1>{}); break;
+    case 2: histogram(std::integral_constant<unsigned, 2>{}); break;
+    case 3: histogram(std::integral_constant<unsigned, 3>{}); break;
+    default: histogram(std::integral_constant<unsigned, 4>{}); break;
+  }
   std::uint64_t* from = keys.data();
   std::uint64_t* to = tmp;
   for (unsigned p = 0; p < passes; ++p) {
@@ -638,25 +708,18 @@ void radix_sort_high(std::vector<std::uint64_t>& keys, std::uint64_t* tmp, unsig
 /// ~10-40 us in a VM), so no entry is built twice, no second vector is
 /// merged into, and no temporary is bigger than it must be (the radix
 /// sort's room is img.reach's).
-void index_functions(ElfImage& img, Elf* e, Elf_Scn* eh_frame) {
+void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_frame) {
   const BoundsSource sym_source = img.debug_file.empty() ? BoundsSource::symtab : BoundsSource::debuginfo;
-  auto is_bounds = [](const ElfSymbol& s) {
-    return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
-  };
-  // The sized code symbols, sorted by (file_offset, symbol_index): keys
-  // (file_offset << 24 | symbol_index) when every offset is below 2^40 and
-  // every index below 2^24 (a radix sort of their offset bits: stable),
-  // else symbol indexes (std::stable_sort by offset).
-  constexpr unsigned kIndexBits = 24;
-  const bool packed = img.symbols.size() < (std::size_t{1} << kIndexBits);
-  std::vector<std::uint64_t> keys;
-  keys.reserve(img.symbols.size());  // (reserved, not touched: no page is faulted in for it)
-  bool fits = packed;
-  for (std::size_t i = 0; i < img.symbols.size(); ++i) {
-    const ElfSymbol& s = img.symbols[i];
-    if (!is_bounds(s)) continue;
-    fits = fits && (s.offset >> (64 - kIndexBits)) == 0;
-    keys.push_back(packed ? s.offset << kIndexBits | i : i);
+  constexpr unsigned kIndexBits = BoundsKeys::kIndexBits;
+  // The function bounds symbols sorted by (file_offset, symbol_index): a
+  // radix sort of the keys' offset bits (stable: in index order among
+  // equals), or when they could not be packed, their indexes sorted by
+  // offset (std::stable_sort).
+  std::vector<std::uint64_t>& keys = bounds.keys;
+  if (!bounds.packed) {
+    keys.clear();
+    for (std::size_t i = 0; i < img.symbols.size(); ++i)
+      if (is_function_bounds(img.symbols[i])) keys.push_back(i);
   }
   // Room for the FDEs' entries too (an FDE takes 16 bytes at least): one
   // allocation, its untouched part never faulted in.
@@ -664,29 +727,32 @@ void index_functions(ElfImage& img, Elf* e, Elf_Scn* eh_frame) {
   if (GElf_Shdr sh; eh_frame && gelf_getshdr(eh_frame, &sh)) fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
   img.funcs.reserve(keys.size() + fde_room);
   img.reach.reserve(keys.size() + fde_room);
-  if (fits) {
+  if (bounds.packed) {
     img.reach.resize(keys.size());
     radix_sort_high(keys, img.reach.data(), kIndexBits);
     for (std::uint64_t& k : keys) k &= (std::uint64_t{1} << kIndexBits) - 1;
   } else {
-    if (packed)
-      for (std::uint64_t& k : keys) k &= (std::uint64_t{1} << kIndexBits) - 1;
     std::stable_sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
       return img.symbols[a].offset < img.symbols[b].offset;
     });
   }
   // Then each run of equal offsets (aliases: a few entries) by (size,
   // source), stably: the order (file_offset, size, source, symbol_index).
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const ElfSymbol& s = img.symbols[keys[i]];
-    FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
-              static_cast<std::uint32_t>(keys[i])};
+  const auto before = [](const FuncSym& a, const FuncSym& b) {  // (of equal file_offset)
+    return std::tie(a.size, a.source) < std::tie(b.size, b.source);
+  };
+  for (const std::uint64_t k : keys) {
+    const ElfSymbol& s = img.symbols[k];
+    const FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
+                    static_cast<std::uint32_t>(k)};
     std::size_t m = img.funcs.size();
-    img.funcs.push_back(f);
+    if (m == 0 || img.funcs[m - 1].file_offset != f.file_offset || !before(f, img.funcs[m - 1])) {
+      img.funcs.push_back(f);
+      continue;
+    }
     // (Insertion: stable, and the runs are short.)
-    for (; m > 0 && img.funcs[m - 1].file_offset == f.file_offset &&
-           std::tie(f.size, f.source) < std::tie(img.funcs[m - 1].size, img.funcs[m - 1].source);
-         --m)
+    img.funcs.push_back(img.funcs[--m]);
+    for (; m > 0 && img.funcs[m - 1].file_offset == f.file_offset && before(f, img.funcs[m - 1]); --m)
       img.funcs[m] = img.funcs[m - 1];
     img.funcs[m] = f;
   }
@@ -736,17 +802,38 @@ void index_functions(ElfImage& img, Elf* e, Elf_Scn* eh_frame) {
     return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
   };
   if (!std::is_sorted(extra.begin(), extra.end(), by_bounds)) std::stable_sort(extra.begin(), extra.end(), by_bounds);
-  // Merged from the back, in place: the symbols' entries first among equal
-  // bounds (stable, as std::merge); the entries before the first FDE's
-  // place stay, and their reach.
-  std::size_t i = img.funcs.size(), j = extra.size();
-  img.funcs.resize(i + j);
-  std::size_t w = img.funcs.size();
-  while (j > 0) {
-    if (i > 0 && by_bounds(extra[j - 1], img.funcs[i - 1])) img.funcs[--w] = img.funcs[--i];
-    else img.funcs[--w] = extra[--j];
+  // Merged from the back, in place: each FDE's entry after the symbols'
+  // entries of equal bounds (stable, as std::merge), the entries after it
+  // moved up in one block (with their reach, raised below); the entries
+  // before the first FDE's place stay, and their reach.
+  static_assert(std::is_trivially_copyable_v<FuncSym>);
+  const std::size_t n = img.funcs.size();
+  std::size_t i = n, w = n + extra.size();
+  img.funcs.resize(w);
+  img.reach.resize(w);
+  std::vector<std::size_t> placed(extra.size());
+  for (std::size_t j = extra.size(); j-- > 0;) {
+    const auto pos = static_cast<std::size_t>(
+        std::upper_bound(img.funcs.begin(), img.funcs.begin() + static_cast<std::ptrdiff_t>(i), extra[j], by_bounds) -
+        img.funcs.begin());
+    std::memmove(&img.funcs[w - (i - pos)], &img.funcs[pos], (i - pos) * sizeof(FuncSym));
+    std::memmove(&img.reach[w - (i - pos)], &img.reach[pos], (i - pos) * sizeof(std::uint64_t));
+    w -= i - pos;
+    i = pos;
+    img.funcs[--w] = extra[j];
+    placed[j] = w;
   }
-  index_reach(img, i);
+  // reach: each FDE's entry raises it for the entries after it until one's
+  // own (a symbols' prefix maximum, moved) is as large.
+  for (std::size_t j = 0; j < extra.size(); ++j) {
+    const std::size_t q = placed[j];
+    const FuncSym& f = img.funcs[q];
+    const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
+    const std::uint64_t r = std::max(q ? img.reach[q - 1] : 0, end);
+    img.reach[q] = r;
+    const std::size_t stop = j + 1 < extra.size() ? placed[j + 1] : img.funcs.size();
+    for (std::size_t p = q + 1; p < stop && img.reach[p] < r; ++p) img.reach[p] = r;
+  }
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
@@ -809,10 +896,11 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   img->has_dynsym = dynsym != nullptr;
   read_verdef(e, verdef, img->version_names);
   const std::size_t ndynsym = symbol_count(dynsym);
-  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, ndynsym);
-  else img->debug_file = read_debug_symtab(e, *img, ndynsym);
-  if (dynsym) collect_symbols(e, dynsym, true, versym, *img);
-  index_functions(*img, e, eh_frame);
+  BoundsKeys bounds;
+  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
+  else img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
+  if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
+  index_functions(*img, bounds, e, eh_frame);
   if (dynamic) read_dynamic(e, dynamic, *img);
   if (stapsdt) {
     img->has_stapsdt_section = true;
