@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "eh_frame.hpp"
 #include "fork_fresh.hpp"
 #include "uprobe/uprobe.hpp"
 
@@ -247,6 +248,33 @@ class StrTab {
   bool terminated_ = false;
 };
 
+/// img.segment_of_vaddr(), the last segment found tried first when no two
+/// segments' file bytes overlap (then the one holding an address is the
+/// only one): symbols and FDEs come in runs within one segment.
+class SegmentFinder {
+ public:
+  explicit SegmentFinder(const ElfImage& img) : img_(img) {
+    for (std::size_t x = 0; x < img.loads.size(); ++x)
+      for (std::size_t y = x + 1; y < img.loads.size(); ++y) {
+        const LoadSegment &l = img.loads[x], &m = img.loads[y];
+        // (Overlap of [l.vaddr, + filesz) and [m.vaddr, + filesz), without overflow.)
+        if (l.vaddr <= m.vaddr ? m.vaddr - l.vaddr < l.filesz && m.filesz : l.vaddr - m.vaddr < m.filesz && l.filesz)
+          disjoint_ = false;
+      }
+  }
+  const LoadSegment* operator()(std::uint64_t vaddr) {
+    if (last_ && vaddr >= last_->vaddr && vaddr - last_->vaddr < last_->filesz) return last_;
+    const LoadSegment* seg = img_.segment_of_vaddr(vaddr);
+    if (disjoint_) last_ = seg;  // (none while segments overlap)
+    return seg;
+  }
+
+ private:
+  const ElfImage& img_;
+  bool disjoint_ = true;
+  const LoadSegment* last_ = nullptr;
+};
+
 /// Whether `s` gives the bounds of a function (an entry of ElfImage::funcs):
 /// a sized code symbol in an executable segment.
 bool is_function_bounds(const ElfSymbol& s) {
@@ -297,23 +325,9 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
   const std::vector<std::string_view>::size_type nversion_names = versions.size();
   const StrTab strtab(e, sh.sh_link);
   img.symbols.reserve(img.symbols.size() + n + reserve_more);
-  if (bounds.packed) bounds.keys.reserve(bounds.keys.size() + n + reserve_more);  // (its untouched part never faulted in)
-  // The segment of a symbol's address: img.segment_of_vaddr(), the last one
-  // found tried first when no two segments' file bytes overlap (then the
-  // one holding an address is the only one).
-  bool disjoint = true;
-  for (std::size_t x = 0; x < img.loads.size(); ++x)
-    for (std::size_t y = x + 1; y < img.loads.size(); ++y) {
-      const LoadSegment &l = img.loads[x], &m = img.loads[y];
-      if (l.filesz && m.filesz && l.vaddr < m.vaddr + m.filesz && m.vaddr < l.vaddr + l.filesz) disjoint = false;
-    }
-  const LoadSegment* last_seg = nullptr;
-  auto segment_of = [&](std::uint64_t vaddr) {
-    if (disjoint && last_seg && vaddr >= last_seg->vaddr && vaddr - last_seg->vaddr < last_seg->filesz) return last_seg;
-    const LoadSegment* seg = img.segment_of_vaddr(vaddr);
-    if (seg) last_seg = seg;
-    return seg;
-  };
+  // (Reserved as the symbols: its untouched part is never faulted in.)
+  if (bounds.packed) bounds.keys.reserve(bounds.keys.size() + n + reserve_more);
+  SegmentFinder segment_of(img);
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
     if (raw) sym = syms[i];
@@ -527,13 +541,8 @@ int fde_encoding(const Dwarf_CIE& cie) {
   return 0;
 }
 
-/// One entry of .eh_frame as dwarf_next_cfi() reads it. A well-formed FDE
-/// (32-bit length, inside the section, its CIE pointer inside what precedes
-/// it) is taken here, with the checks libdw makes of it (libdw/dwarf_next_cfi.c:
-/// of an FDE it reads only its length and CIE pointer); anything else (a CIE,
-/// the terminator, a 64-bit length, a malformed entry) is left to libdw.
-/// Returns what dwarf_next_cfi() returns: 0 (an entry, `next` past it), 1
-/// (the end), -1 (invalid).
+}  // namespace
+
 int next_cfi_entry(const char* ident, Elf_Data* data, Dwarf_Off off, Dwarf_Off& next, Dwarf_CFI_Entry& entry) {
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
   const std::size_t size = data->d_size;
@@ -553,6 +562,8 @@ int next_cfi_entry(const char* ident, Elf_Data* data, Dwarf_Off off, Dwarf_Off& 
   }
   return dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry);
 }
+
+namespace {
 
 /// Calls `on_fde(start, end, lsda)` for the function bounds [start, end),
 /// as link-time addresses, of each .eh_frame FDE of `e` (one per function,
@@ -678,8 +689,10 @@ void radix_sort_high(std::vector<std::uint64_t>& keys, std::uint64_t* tmp, unsig
   const unsigned passes = (bits + 10) / 11;  // <= 4 (at most 40 bits: read_image's packing)
   const unsigned width = (bits + passes - 1) / passes;
   const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
-  static thread_local std::uint32_t count[4][(1u << 11) + 1];
-  for (unsigned p = 0; p < passes; ++p) std::fill_n(count[p], mask + 2, 0u);
+  const std::size_t buckets = static_cast<std::size_t>(mask) + 2;  // (count[b + 1]: keys with digit b)
+  std::vector<std::uint32_t> counts(passes * buckets);  // (<= 32 KiB)
+  std::uint32_t* count[4] = {};
+  for (unsigned p = 0; p < passes; ++p) count[p] = counts.data() + p * buckets;
   auto histogram = [&](auto npasses) {  // every pass's in one read of the keys
     for (const std::uint64_t k : keys)
       for (unsigned p = 0; p < npasses; ++p) ++count[p][((k >> (low + p * width)) & mask) + 1];
@@ -724,13 +737,13 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
   // Room for the FDEs' entries too (an FDE takes 16 bytes at least): one
   // allocation, its untouched part never faulted in.
   std::size_t fde_room = 0;
-  if (GElf_Shdr sh; eh_frame && gelf_getshdr(eh_frame, &sh)) fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
+  if (GElf_Shdr sh; eh_frame && gelf_getshdr(eh_frame, &sh))
+    fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
   img.funcs.reserve(keys.size() + fde_room);
   img.reach.reserve(keys.size() + fde_room);
   if (bounds.packed) {
     img.reach.resize(keys.size());
     radix_sort_high(keys, img.reach.data(), kIndexBits);
-    for (std::uint64_t& k : keys) k &= (std::uint64_t{1} << kIndexBits) - 1;
   } else {
     std::stable_sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
       return img.symbols[a].offset < img.symbols[b].offset;
@@ -738,13 +751,15 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
   }
   // Then each run of equal offsets (aliases: a few entries) by (size,
   // source), stably: the order (file_offset, size, source, symbol_index).
+  const std::uint64_t index_mask = bounds.packed ? (std::uint64_t{1} << kIndexBits) - 1 : ~std::uint64_t{0};
   const auto before = [](const FuncSym& a, const FuncSym& b) {  // (of equal file_offset)
     return std::tie(a.size, a.source) < std::tie(b.size, b.source);
   };
   for (const std::uint64_t k : keys) {
-    const ElfSymbol& s = img.symbols[k];
+    const std::uint64_t index = k & index_mask;
+    const ElfSymbol& s = img.symbols[index];
     const FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
-                    static_cast<std::uint32_t>(k)};
+                    static_cast<std::uint32_t>(index)};
     std::size_t m = img.funcs.size();
     if (m == 0 || img.funcs[m - 1].file_offset != f.file_offset || !before(f, img.funcs[m - 1])) {
       img.funcs.push_back(f);
@@ -787,8 +802,9 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
     return at > 0 && img.reach[at - 1] > off;
   };
   std::vector<FuncSym> extra;
+  SegmentFinder segment_of(img);
   img.fde_count = for_each_fde(e, eh_frame, [&](std::uint64_t start, std::uint64_t end, bool lsda) {
-    const LoadSegment* seg = img.segment_of_vaddr(start);
+    const LoadSegment* seg = segment_of(start);
     if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) return;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
     if (lsda) img.lsda_ranges.emplace_back(off, off + (end - start));
