@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "eh_frame.hpp"
 #include "fork_fresh.hpp"
 #include "uprobe/uprobe.hpp"
 
@@ -211,11 +212,90 @@ std::size_t symbol_count(Elf_Scn* scn) {
   return data ? std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize : 0;
 }
 
+/// The string table of a symbol table (section `ndx` of `e`), checked once
+/// for what elf_strptr() checks per string (an SHT_STRTAB section, the offset
+/// inside it, a NUL after it there) so that each name is a bound-checked read
+/// of the bytes libelf read (elf_getdata(): the buffer elf_strptr() reads,
+/// kept with the image). A table these checks do not cover (compressed,
+/// unreadable) is read through elf_strptr() alone, as before.
+class StrTab {
+ public:
+  StrTab(Elf* e, std::size_t ndx) : e_(e), ndx_(ndx) {
+    Elf_Scn* scn = elf_getscn(e, ndx);
+    GElf_Shdr sh;
+    if (!scn || !gelf_getshdr(scn, &sh) || sh.sh_type != SHT_STRTAB || (sh.sh_flags & SHF_COMPRESSED)) return;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (!d || !d->d_buf || d->d_size == 0 || d->d_off != 0 || elf_getdata(scn, d) != nullptr) return;
+    base_ = static_cast<const char*>(d->d_buf);
+    size_ = std::min<std::uint64_t>(sh.sh_size, d->d_size);
+    // elf_strptr() looks for the NUL up to the end of what it read (d_size).
+    limit_ = d->d_size;
+    terminated_ = base_[limit_ - 1] == '\0';
+  }
+  /// The string at `off`, or nullptr where elf_strptr() gives none.
+  const char* at(std::uint64_t off) const {
+    if (!base_) return elf_strptr(e_, ndx_, off);
+    if (off >= size_) return nullptr;
+    if (terminated_ || std::memchr(base_ + off, '\0', limit_ - off)) return base_ + off;
+    return nullptr;
+  }
+
+ private:
+  Elf* e_;
+  std::size_t ndx_;
+  const char* base_ = nullptr;
+  std::size_t size_ = 0, limit_ = 0;
+  bool terminated_ = false;
+};
+
+/// img.segment_of_vaddr(), the last segment found tried first when no two
+/// segments' file bytes overlap (then the one holding an address is the
+/// only one): symbols and FDEs come in runs within one segment.
+class SegmentFinder {
+ public:
+  explicit SegmentFinder(const ElfImage& img) : img_(img) {
+    for (std::size_t x = 0; x < img.loads.size(); ++x)
+      for (std::size_t y = x + 1; y < img.loads.size(); ++y) {
+        const LoadSegment &l = img.loads[x], &m = img.loads[y];
+        // (Overlap of [l.vaddr, + filesz) and [m.vaddr, + filesz), without overflow.)
+        if (l.vaddr <= m.vaddr ? m.vaddr - l.vaddr < l.filesz && m.filesz : l.vaddr - m.vaddr < m.filesz && l.filesz)
+          disjoint_ = false;
+      }
+  }
+  const LoadSegment* operator()(std::uint64_t vaddr) {
+    if (last_ && vaddr >= last_->vaddr && vaddr - last_->vaddr < last_->filesz) return last_;
+    const LoadSegment* seg = img_.segment_of_vaddr(vaddr);
+    if (disjoint_) last_ = seg;  // (none while segments overlap)
+    return seg;
+  }
+
+ private:
+  const ElfImage& img_;
+  bool disjoint_ = true;
+  const LoadSegment* last_ = nullptr;
+};
+
+/// Whether `s` gives the bounds of a function (an entry of ElfImage::funcs):
+/// a sized code symbol in an executable segment.
+bool is_function_bounds(const ElfSymbol& s) {
+  return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
+}
+
+/// The entries of img.symbols that give function bounds, as
+/// collect_symbols() appends them (no second pass over the symbols): keys
+/// (file_offset << 24 | symbol index), in symbol order, while every offset
+/// is below 2^40 and every index below 2^24 (`packed`); else none (then
+/// index_functions() finds them).
+struct BoundsKeys {
+  static constexpr unsigned kIndexBits = 24;
+  std::vector<std::uint64_t> keys;
+  bool packed = true;
+};
+
 /// Appends the defined symbols of symbol table `scn` to img.symbols, with
 /// room reserved for `reserve_more` more (the table read next).
-void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img,
-                  std::size_t reserve_more = 0) {
-  const auto& versions = img.version_names;
+void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, ElfImage& img, BoundsKeys& bounds,
+                     std::size_t reserve_more = 0) {
   GElf_Shdr sh;
   if (!gelf_getshdr(scn, &sh) || !sh.sh_entsize) return;
   Elf_Data* data = elf_getdata(scn, nullptr);
@@ -232,7 +312,22 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
   const bool raw_versions = vdata && vdata->d_type == ELF_T_HALF && vdata->d_buf;
   const std::size_t nversions = raw_versions ? vdata->d_size / sizeof(Elf64_Versym) : 0;
   const auto* vsyms = raw_versions ? static_cast<const Elf64_Versym*>(vdata->d_buf) : nullptr;
+  // Version index -> name, dense (what img.version_names holds; its strings
+  // are never moved).
+  std::vector<std::string_view> versions;
+  if (vdata) {
+    unsigned top = 0;
+    for (const auto& [idx, name] : img.version_names) top = std::max(top, idx);
+    versions.resize(std::min(top, 0x7fffu) + 1);
+    for (const auto& [idx, name] : img.version_names)
+      if (idx >= 2 && idx <= 0x7fff) versions[idx] = name;
+  }
+  const std::vector<std::string_view>::size_type nversion_names = versions.size();
+  const StrTab strtab(e, sh.sh_link);
   img.symbols.reserve(img.symbols.size() + n + reserve_more);
+  // (Reserved as the symbols: its untouched part is never faulted in.)
+  if (bounds.packed) bounds.keys.reserve(bounds.keys.size() + n + reserve_more);
+  SegmentFinder segment_of(img);
   for (std::size_t i = 1; i < n; ++i) {
     GElf_Sym sym;
     if (raw) sym = syms[i];
@@ -240,33 +335,37 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
     const unsigned type = GELF_ST_TYPE(sym.st_info);
     if (sym.st_shndx == SHN_UNDEF || sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON) continue;
     if (type == STT_SECTION || type == STT_FILE || type == STT_TLS) continue;
-    // (A view of libelf's copy of the string table, which the image keeps:
-    // elf_strptr checks the offset and the terminating NUL.)
-    const char* raw_name = elf_strptr(e, sh.sh_link, sym.st_name);
+    // (A view of libelf's copy of the string table, which the image keeps.)
+    const char* raw_name = strtab.at(sym.st_name);
     if (!raw_name || !*raw_name) continue;
     ElfSymbol& s = img.symbols.emplace_back();
-    s.name = raw_name;
     if (!dynamic) {
-      // Static symbol tables spell versions in the name: name@VER, name@@VER.
-      if (auto at = s.name.find('@'); at != std::string_view::npos && at > 0) {
-        bool dflt = at + 1 < s.name.size() && s.name[at + 1] == '@';
-        s.version = s.name.substr(at + (dflt ? 2 : 1));
+      // Static symbol tables spell versions in the name: name@VER, name@@VER
+      // (one scan: to the '@' or the end).
+      const char* at = strchrnul(raw_name, '@');
+      if (*at == '@' && at > raw_name) {
+        const bool dflt = at[1] == '@';
+        s.version = at + (dflt ? 2 : 1);
         s.hidden_version = !dflt;
-        s.name = s.name.substr(0, at);
-      }
-    } else if (vdata) {
-      GElf_Versym vs;
-      bool have = false;
-      if (raw_versions) {
-        if (i < nversions) vs = vsyms[i], have = true;
+        s.name = std::string_view(raw_name, static_cast<std::size_t>(at - raw_name));
       } else {
-        have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
+        s.name = std::string_view(raw_name, static_cast<std::size_t>(at - raw_name) + (*at ? std::strlen(at) : 0));
       }
-      if (have) {
-        unsigned idx = vs & 0x7fff;
-        if (idx >= 2) {
-          if (auto it = versions.find(idx); it != versions.end()) {
-            s.version = it->second;
+    } else {
+      s.name = raw_name;
+      if (vdata) {
+        GElf_Versym vs;
+        bool have = false;
+        if (raw_versions) {
+          if (i < nversions) vs = vsyms[i], have = true;
+        } else {
+          have = gelf_getversym(vdata, static_cast<int>(i), &vs) != nullptr;
+        }
+        if (have) {
+          const unsigned idx = vs & 0x7fff;
+          // (A null view where version_names has no entry; an empty name is a non-null view.)
+          if (idx >= 2 && idx < nversion_names && versions[idx].data()) {
+            s.version = versions[idx];
             s.hidden_version = (vs & 0x8000) != 0;
           }
         }
@@ -277,10 +376,19 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
     s.type = static_cast<std::uint8_t>(type);
     s.binding = static_cast<std::uint8_t>(GELF_ST_BIND(sym.st_info));
     s.dynamic = dynamic;
-    if (const LoadSegment* seg = img.segment_of_vaddr(s.address)) {
+    if (const LoadSegment* seg = segment_of(s.address)) {
       s.in_file = true;
       s.offset = s.address - seg->vaddr + seg->offset;
       s.executable = seg->executable();
+    }
+    if (bounds.packed && is_function_bounds(s)) {
+      const std::uint64_t at = img.symbols.size() - 1;
+      if ((at >> BoundsKeys::kIndexBits) == 0 && (s.offset >> (64 - BoundsKeys::kIndexBits)) == 0) {
+        bounds.keys.push_back(s.offset << BoundsKeys::kIndexBits | at);
+      } else {
+        bounds.packed = false;
+        std::vector<std::uint64_t>().swap(bounds.keys);
+      }
     }
   }
 }
@@ -341,11 +449,12 @@ std::string build_id_hex(Elf* e) {
   const void* id = nullptr;
   const ssize_t n = dwelf_elf_gnu_build_id(e, &id);
   if (n <= 1 || n > 64 || !id) return {};
-  std::string out;
-  char b[3];
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * static_cast<std::size_t>(n), '\0');
   for (ssize_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(id)[i]);
-    out += b;
+    const unsigned char c = static_cast<const unsigned char*>(id)[i];
+    out[2 * static_cast<std::size_t>(i)] = kHex[c >> 4];
+    out[2 * static_cast<std::size_t>(i) + 1] = kHex[c & 15];
   }
   return out;
 }
@@ -356,7 +465,7 @@ std::string build_id_hex(Elf* e) {
 /// enter `img` as .symtab symbols (mapped through img's own segments, as the
 /// debug file's sections hold no code). Returns the debug file's path, or ""
 /// when there is none (or it is unreadable, or another build).
-std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
+std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::size_t reserve_more) {
   const std::string id = build_id_hex(e);
   if (id.empty()) return {};
   const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
@@ -371,7 +480,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
       for (Elf_Scn* scn = elf_nextscn(d, nullptr); scn; scn = elf_nextscn(d, scn)) {
         GElf_Shdr sh;
         if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB) {
-          collect_symbols(d, scn, false, nullptr, img, reserve_more);
+          collect_symbols(d, scn, false, nullptr, img, bounds, reserve_more);
           used = path;
           break;
         }
@@ -387,7 +496,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, std::size_t reserve_more) {
 /// Reads a DW_EH_PE-encoded value of format `enc & 0x0f` at `p` (before
 /// `end`) into `v` (sign-extended for the sdata forms); its size, or 0 for a
 /// format this reader does not take (uleb128/sleb128, unknown).
-std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
+inline std::size_t read_encoded(std::uint8_t enc, const std::uint8_t* p, const std::uint8_t* end, std::uint64_t& v) {
   auto get = [&](auto x) -> std::size_t {
     if (end - p < static_cast<std::ptrdiff_t>(sizeof x)) return 0;
     std::memcpy(&x, p, sizeof x);
@@ -432,77 +541,111 @@ int fde_encoding(const Dwarf_CIE& cie) {
   return 0;
 }
 
-/// One FDE's range [start, end) as link-time addresses, and whether it
-/// points to an LSDA (the function has exception landing pads).
-struct FdeRange {
-  std::uint64_t start = 0, end = 0;
-  bool lsda = false;
-};
+}  // namespace
 
-/// Function bounds [start, end) as link-time addresses from the .eh_frame
-/// FDEs of `e` (one per function, or per part of a split function, in what
-/// GCC and glibc's assembly emit; kept by strip). libdw walks the section
-/// (dwarf_next_cfi: CIEs and FDEs); each FDE's initial_location and
-/// address_range are read in its CIE's pointer encoding (absolute or
-/// pc-relative; an FDE in another encoding is skipped).
-std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
-  std::vector<FdeRange> out;
-  Elf_Scn* eh = nullptr;
-  GElf_Shdr sh{};
-  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn && shstrndx; scn = elf_nextscn(e, scn)) {
-    if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_PROGBITS &&
-        std::strcmp(section_name(e, shstrndx, sh), ".eh_frame") == 0) {
-      eh = scn;
-      break;
+int next_cfi_entry(const char* ident, Elf_Data* data, Dwarf_Off off, Dwarf_Off& next, Dwarf_CFI_Entry& entry) {
+  const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
+  const std::size_t size = data->d_size;
+  if (off < size && size - off > 8) {
+    std::uint32_t length = 0, id = 0;
+    std::memcpy(&length, base + off, 4);
+    std::memcpy(&id, base + off + 4, 4);
+    const std::uint64_t pos = off + 4;  // where the CIE pointer is
+    // (length >= 5 is libdw's floor: the pointer and one byte.)
+    if (length >= 5 && length != 0xffffffffu && length <= size - pos && id != 0 && id <= pos && pos > 4) {
+      next = pos + length;
+      entry.fde.CIE_pointer = pos - id;
+      entry.fde.start = base + off + 8;
+      entry.fde.end = base + next;
+      return 0;
     }
   }
-  if (!eh) return out;
+  return dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry);
+}
+
+namespace {
+
+/// Calls `on_fde(start, end, lsda)` for the function bounds [start, end),
+/// as link-time addresses, of each .eh_frame FDE of `e` (one per function,
+/// or per part of a split function, in what GCC and glibc's assembly emit;
+/// kept by strip), section `eh` (nullptr: none), in section order; `lsda`:
+/// it points to an LSDA (the function has exception landing pads). libdw
+/// reads its CIEs (dwarf_next_cfi), the walk its FDEs (next_cfi_entry());
+/// each FDE's initial_location and address_range are read in its CIE's
+/// pointer encoding (absolute or pc-relative; an FDE in another encoding is
+/// skipped). Returns the number of calls.
+template <class OnFde>
+std::size_t for_each_fde(Elf* e, Elf_Scn* eh, OnFde&& on_fde) {
+  std::size_t count = 0;
+  GElf_Shdr sh{};
+  if (!eh || !gelf_getshdr(eh, &sh)) return count;
   Elf_Data* data = elf_rawdata(eh, nullptr);
   const char* ident = elf_getident(e, nullptr);
-  if (!data || !data->d_buf || !ident) return out;
+  if (!data || !data->d_buf || !ident) return count;
   const auto* base = static_cast<const std::uint8_t*>(data->d_buf);
   struct Cie {
+    Dwarf_Off offset;
     int encoding;  // its FDE encoding
     bool lsda;     // its augmentation has 'L': its FDEs' augmentation data hold an LSDA pointer
     bool signal;   // 'S': a signal trampoline's frame (glibc's __restore_rt), whose FDE starts one byte
                    // before its code (inside the filler before it) so that unwinders looking up pc - 1
                    // find it: not a function's bounds (a sweep from there decodes out of step)
   };
-  std::unordered_map<Dwarf_Off, Cie> cies;  // CIE offset -> what its FDEs need
+  std::vector<Cie> cies;  // in section order (a few: the linker merges equal ones)
+  const Cie* last = nullptr;
   Dwarf_Off off = 0;
   for (std::size_t guard = 0; guard < (1u << 22); ++guard) {
     Dwarf_Off next = 0;
     Dwarf_CFI_Entry entry;
-    if (dwarf_next_cfi(reinterpret_cast<const unsigned char*>(ident), data, true, off, &next, &entry) != 0 ||
-        next <= off)
-      break;
+    if (next_cfi_entry(ident, data, off, next, entry) != 0 || next <= off) break;
     const Dwarf_Off here = off;
     off = next;
     if (dwarf_cfi_cie_p(&entry)) {
       const char* aug = entry.cie.augmentation;
       const bool z = aug && aug[0] == 'z';
-      cies[here] = {fde_encoding(entry.cie), z && std::strchr(aug, 'L') != nullptr, z && std::strchr(aug, 'S') != nullptr};
+      const Cie c{here, fde_encoding(entry.cie), z && std::strchr(aug, 'L') != nullptr,
+                  z && std::strchr(aug, 'S') != nullptr};
+      last = nullptr;  // (cies may move)
+      cies.push_back(c);
       continue;
     }
-    const auto it = cies.find(entry.fde.CIE_pointer);
-    if (it == cies.end() || it->second.encoding < 0 || it->second.signal) continue;
-    const auto enc = static_cast<std::uint8_t>(it->second.encoding);
+    if (!last || last->offset != entry.fde.CIE_pointer) {
+      last = nullptr;
+      for (const Cie& c : cies)
+        if (c.offset == entry.fde.CIE_pointer) last = &c;
+      if (!last) continue;
+    }
+    const Cie& cie = *last;
+    if (cie.encoding < 0 || cie.signal) continue;
+    const auto enc = static_cast<std::uint8_t>(cie.encoding);
     const std::uint8_t app = enc & 0x70;
     if ((app != 0x00 && app != 0x10) || (enc & 0x80)) continue;  // absolute or pcrel, not indirect
     const std::uint8_t* p = entry.fde.start;
     const std::uint8_t* end = std::min(entry.fde.end, base + data->d_size);
     if (!p || p < base || p >= end) continue;
     std::uint64_t loc = 0, range = 0;
-    const std::size_t n = read_encoded(enc, p, end, loc);
-    if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
-    if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
-      read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    std::size_t n = 0;
+    if (enc == 0x1b && end - p >= 8) {  // pcrel sdata4, what GCC and GNU as emit: read as below, inline
+      std::int32_t l = 0;
+      std::uint32_t r = 0;
+      std::memcpy(&l, p, 4);
+      std::memcpy(&r, p + 4, 4);
+      loc = static_cast<std::uint64_t>(static_cast<std::int64_t>(l));
+      range = r;  // (a range is never negative)
+      n = 4;
+      if (range == 0) continue;
+    } else {
+      n = read_encoded(enc, p, end, loc);
+      if (n == 0 || read_encoded(enc & 0x0f, p + n, end, range) == 0 || range == 0) continue;
+      if ((enc & 0x0f) == 0x0b || (enc & 0x0f) == 0x0a || (enc & 0x0f) == 0x0c)  // a range is never negative
+        read_encoded(static_cast<std::uint8_t>((enc & 0x0f) - 0x08), p + n, end, range);
+    }
     if (app == 0x10) loc += sh.sh_addr + static_cast<std::uint64_t>(p - base);
     if (loc + range < loc) continue;
     // The LSDA pointer is the only augmentation data of an FDE ('L'); a
     // null one (all bytes 0, in any encoding) means none, as libgcc reads it.
     bool lsda = false;
-    if (it->second.lsda) {
+    if (cie.lsda) {
       const std::uint8_t* a = p + 2 * n;
       std::uint64_t alen = 0;
       for (unsigned shift = 0; a < end && shift < 64; shift += 7) {
@@ -511,87 +654,124 @@ std::vector<FdeRange> eh_frame_ranges(Elf* e, std::size_t shstrndx) {
       }
       for (std::uint64_t i = 0; i < alen && a + i < end; ++i) lsda = lsda || a[i] != 0;
     }
-    out.push_back({loc, loc + range, lsda});
+    on_fde(loc, loc + range, lsda);
+    ++count;
   }
-  return out;
+  return count;
 }
 
-/// img.reach from img.funcs (sorted).
-void index_reach(ElfImage& img) {
-  img.reach.clear();
-  img.reach.reserve(img.funcs.size());
-  std::uint64_t reach = 0;
-  for (const FuncSym& f : img.funcs) {
+/// img.reach[from..] from img.funcs (sorted) and img.reach[0, from).
+void index_reach(ElfImage& img, std::size_t from = 0) {
+  img.reach.resize(img.funcs.size());
+  std::uint64_t reach = from ? img.reach[from - 1] : 0;
+  for (std::size_t i = from; i < img.funcs.size(); ++i) {
+    const FuncSym& f = img.funcs[i];
     const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
     reach = std::max(reach, end);
-    img.reach.push_back(reach);
+    img.reach[i] = reach;
   }
 }
 
-/// Sorts `funcs` (in symbol_index order) by (file_offset, size, source,
-/// symbol_index), the order std::sort would give with that comparison: a
-/// stable LSD radix sort of their indices over the key bytes that differ
-/// (source, then size, then file_offset), then the permutation applied in
-/// place. ~0.1 ms for libc's ~10,000 entries where std::sort took ~0.6 ms
-/// (its comparisons mispredicted), in every process that reads libc.
-void sort_by_bounds(std::vector<FuncSym>& funcs) {
-  const std::size_t n = funcs.size();
+/// Sorts `keys` (ascending already in their low `low_bits` bits, within
+/// equal high bits: kept so) by their value, with `tmp` as room (as many
+/// entries): a stable LSD radix sort over the high bits where the keys
+/// differ, in passes of at most 11 bits (libc's function offsets span 21
+/// bits: two passes). The result is in `keys`.
+void radix_sort_high(std::vector<std::uint64_t>& keys, std::uint64_t* tmp, unsigned low_bits) {
+  const std::size_t n = keys.size();
   if (n < 2) return;
-  std::vector<std::uint32_t> order(n), tmp(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
-  auto pass = [&](auto key) {  // stable, by key(funcs[k]) (a std::uint64_t)
-    std::uint64_t differ = 0;
-    const std::uint64_t k0 = key(funcs[0]);
-    for (const FuncSym& f : funcs) differ |= key(f) ^ k0;
-    for (unsigned shift = 0; shift < 64; shift += 8) {
-      if (((differ >> shift) & 0xff) == 0) continue;  // every key has this byte alike
-      std::size_t count[257] = {};
-      for (std::uint32_t k : order) ++count[((key(funcs[k]) >> shift) & 0xff) + 1];
-      for (std::size_t b = 1; b < 257; ++b) count[b] += count[b - 1];
-      for (std::uint32_t k : order) tmp[count[(key(funcs[k]) >> shift) & 0xff]++] = k;
-      order.swap(tmp);
-    }
+  std::uint64_t differ = 0;
+  const std::uint64_t k0 = keys[0] >> low_bits;
+  for (const std::uint64_t k : keys) differ |= (k >> low_bits) ^ k0;
+  if (differ == 0) return;
+  const unsigned low = low_bits + static_cast<unsigned>(__builtin_ctzll(differ));
+  const unsigned bits = 64 - static_cast<unsigned>(__builtin_clzll(differ)) - (low - low_bits);
+  const unsigned passes = (bits + 10) / 11;  // <= 4 (at most 40 bits: read_image's packing)
+  const unsigned width = (bits + passes - 1) / passes;
+  const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
+  const std::size_t buckets = static_cast<std::size_t>(mask) + 2;  // (count[b + 1]: keys with digit b)
+  std::vector<std::uint32_t> counts(passes * buckets);  // (<= 32 KiB)
+  std::uint32_t* count[4] = {};
+  for (unsigned p = 0; p < passes; ++p) count[p] = counts.data() + p * buckets;
+  auto histogram = [&](auto npasses) {  // every pass's in one read of the keys
+    for (const std::uint64_t k : keys)
+      for (unsigned p = 0; p < npasses; ++p) ++count[p][((k >> (low + p * width)) & mask) + 1];
   };
-  pass([](const FuncSym& f) { return static_cast<std::uint64_t>(f.source); });
-  pass([](const FuncSym& f) { return f.size; });
-  pass([](const FuncSym& f) { return f.file_offset; });
-  // funcs[i] becomes the old funcs[order[i]]: cycle by cycle, in place.
-  for (std::size_t i = 0; i < n; ++i) {
-    if (order[i] == i) continue;
-    FuncSym held = std::move(funcs[i]);
-    std::size_t at = i;
-    while (order[at] != i) {
-      const std::size_t from = order[at];
-      funcs[at] = std::move(funcs[from]);
-      order[at] = static_cast<std::uint32_t>(at);
-      at = from;
-    }
-    funcs[at] = std::move(held);
-    order[at] = static_cast<std::uint32_t>(at);
+  switch (passes) {  // (the inner loop unrolled)
+    case 1: histogram(std::integral_constant<unsigned, 1>{}); break;
+    case 2: histogram(std::integral_constant<unsigned, 2>{}); break;
+    case 3: histogram(std::integral_constant<unsigned, 3>{}); break;
+    default: histogram(std::integral_constant<unsigned, 4>{}); break;
   }
+  std::uint64_t* from = keys.data();
+  std::uint64_t* to = tmp;
+  for (unsigned p = 0; p < passes; ++p) {
+    std::uint32_t* c = count[p];
+    for (std::size_t b = 1; b <= mask + 1; ++b) c[b] += c[b - 1];
+    const unsigned shift = low + p * width;
+    for (std::size_t i = 0; i < n; ++i) to[c[(from[i] >> shift) & mask]++] = from[i];
+    std::swap(from, to);
+  }
+  if (from != keys.data()) std::copy(from, from + n, keys.data());
 }
 
-/// img.funcs and img.reach from img.symbols and the FDE ranges, built in
-/// place: every fresh page costs (a page fault is ~10-40 us in a VM), so no
-/// entry is built twice and no second vector is merged into.
-void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
+/// img.funcs and img.reach from img.symbols and the .eh_frame FDEs of `e`
+/// (section `eh_frame`; read here, as they come), and img.fde_count and
+/// img.lsda_ranges, built in place: every fresh page costs (a page fault is
+/// ~10-40 us in a VM), so no entry is built twice, no second vector is
+/// merged into, and no temporary is bigger than it must be (the radix
+/// sort's room is img.reach's).
+void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_frame) {
   const BoundsSource sym_source = img.debug_file.empty() ? BoundsSource::symtab : BoundsSource::debuginfo;
-  auto is_bounds = [](const ElfSymbol& s) {
-    return (s.type == STT_FUNC || s.type == STT_GNU_IFUNC) && s.size != 0 && s.in_file && s.executable;
-  };
-  std::size_t nsyms = 0;
-  for (const ElfSymbol& s : img.symbols) nsyms += is_bounds(s);
-  img.funcs.reserve(nsyms + fdes.size());  // (reserved, not touched: no page is faulted in for it)
-  for (std::size_t i = 0; i < img.symbols.size(); ++i) {
-    const ElfSymbol& s = img.symbols[i];
-    if (!is_bounds(s)) continue;
-    img.funcs.push_back({s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
-                         static_cast<std::uint32_t>(i)});
+  constexpr unsigned kIndexBits = BoundsKeys::kIndexBits;
+  // The function bounds symbols sorted by (file_offset, symbol_index): a
+  // radix sort of the keys' offset bits (stable: in index order among
+  // equals), or when they could not be packed, their indexes sorted by
+  // offset (std::stable_sort).
+  std::vector<std::uint64_t>& keys = bounds.keys;
+  if (!bounds.packed) {
+    keys.clear();
+    for (std::size_t i = 0; i < img.symbols.size(); ++i)
+      if (is_function_bounds(img.symbols[i])) keys.push_back(i);
   }
-  // Sorted by (file_offset, size), with the sources' order among equals
-  // (then the order they were found in: symbol_index, ascending already).
-  sort_by_bounds(img.funcs);
-  img.reach.reserve(img.funcs.capacity());
+  // Room for the FDEs' entries too (an FDE takes 16 bytes at least): one
+  // allocation, its untouched part never faulted in.
+  std::size_t fde_room = 0;
+  if (GElf_Shdr sh; eh_frame && gelf_getshdr(eh_frame, &sh))
+    fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
+  img.funcs.reserve(keys.size() + fde_room);
+  img.reach.reserve(keys.size() + fde_room);
+  if (bounds.packed) {
+    img.reach.resize(keys.size());
+    radix_sort_high(keys, img.reach.data(), kIndexBits);
+  } else {
+    std::stable_sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
+      return img.symbols[a].offset < img.symbols[b].offset;
+    });
+  }
+  // Then each run of equal offsets (aliases: a few entries) by (size,
+  // source), stably: the order (file_offset, size, source, symbol_index).
+  const std::uint64_t index_mask = bounds.packed ? (std::uint64_t{1} << kIndexBits) - 1 : ~std::uint64_t{0};
+  const auto before = [](const FuncSym& a, const FuncSym& b) {  // (of equal file_offset)
+    return std::tie(a.size, a.source) < std::tie(b.size, b.source);
+  };
+  for (const std::uint64_t k : keys) {
+    const std::uint64_t index = k & index_mask;
+    const ElfSymbol& s = img.symbols[index];
+    const FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
+                    static_cast<std::uint32_t>(index)};
+    std::size_t m = img.funcs.size();
+    if (m == 0 || img.funcs[m - 1].file_offset != f.file_offset || !before(f, img.funcs[m - 1])) {
+      img.funcs.push_back(f);
+      continue;
+    }
+    // (Insertion: stable, and the runs are short.)
+    img.funcs.push_back(img.funcs[--m]);
+    for (; m > 0 && img.funcs[m - 1].file_offset == f.file_offset && before(f, img.funcs[m - 1]); --m)
+      img.funcs[m] = img.funcs[m - 1];
+    img.funcs[m] = f;
+  }
+  std::vector<std::uint64_t>().swap(keys);
   index_reach(img);
   // An FDE adds the function it describes when no symbol's bounds hold its
   // start (a symbol names it and says how long it is; an FDE may cover only
@@ -622,25 +802,54 @@ void index_functions(ElfImage& img, const std::vector<FdeRange>& fdes) {
     return at > 0 && img.reach[at - 1] > off;
   };
   std::vector<FuncSym> extra;
-  for (const auto& [start, end, lsda] : fdes) {
-    const LoadSegment* seg = img.segment_of_vaddr(start);
-    if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) continue;
+  SegmentFinder segment_of(img);
+  img.fde_count = for_each_fde(e, eh_frame, [&](std::uint64_t start, std::uint64_t end, bool lsda) {
+    const LoadSegment* seg = segment_of(start);
+    if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) return;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
     if (lsda) img.lsda_ranges.emplace_back(off, off + (end - start));
-    if (held_by_symbol(off)) continue;
+    if (held_by_symbol(off)) return;
     extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
-  }
-  std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
+  });
+  if (!std::is_sorted(img.lsda_ranges.begin(), img.lsda_ranges.end()))
+    std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());
   if (extra.empty()) return;
   const auto by_bounds = [](const FuncSym& a, const FuncSym& b) {
     return std::tie(a.file_offset, a.size) < std::tie(b.file_offset, b.size);
   };
-  std::stable_sort(extra.begin(), extra.end(), by_bounds);
-  const auto middle = static_cast<std::ptrdiff_t>(img.funcs.size());
-  img.funcs.insert(img.funcs.end(), extra.begin(), extra.end());
-  // (Stable: the symbols' entries first among equal bounds, as std::merge.)
-  std::inplace_merge(img.funcs.begin(), img.funcs.begin() + middle, img.funcs.end(), by_bounds);
-  index_reach(img);
+  if (!std::is_sorted(extra.begin(), extra.end(), by_bounds)) std::stable_sort(extra.begin(), extra.end(), by_bounds);
+  // Merged from the back, in place: each FDE's entry after the symbols'
+  // entries of equal bounds (stable, as std::merge), the entries after it
+  // moved up in one block (with their reach, raised below); the entries
+  // before the first FDE's place stay, and their reach.
+  static_assert(std::is_trivially_copyable_v<FuncSym>);
+  const std::size_t n = img.funcs.size();
+  std::size_t i = n, w = n + extra.size();
+  img.funcs.resize(w);
+  img.reach.resize(w);
+  std::vector<std::size_t> placed(extra.size());
+  for (std::size_t j = extra.size(); j-- > 0;) {
+    const auto pos = static_cast<std::size_t>(
+        std::upper_bound(img.funcs.begin(), img.funcs.begin() + static_cast<std::ptrdiff_t>(i), extra[j], by_bounds) -
+        img.funcs.begin());
+    std::memmove(&img.funcs[w - (i - pos)], &img.funcs[pos], (i - pos) * sizeof(FuncSym));
+    std::memmove(&img.reach[w - (i - pos)], &img.reach[pos], (i - pos) * sizeof(std::uint64_t));
+    w -= i - pos;
+    i = pos;
+    img.funcs[--w] = extra[j];
+    placed[j] = w;
+  }
+  // reach: each FDE's entry raises it for the entries after it until one's
+  // own (a symbols' prefix maximum, moved) is as large.
+  for (std::size_t j = 0; j < extra.size(); ++j) {
+    const std::size_t q = placed[j];
+    const FuncSym& f = img.funcs[q];
+    const std::uint64_t end = f.file_offset + f.size < f.file_offset ? ~std::uint64_t{0} : f.file_offset + f.size;
+    const std::uint64_t r = std::max(q ? img.reach[q - 1] : 0, end);
+    img.reach[q] = r;
+    const std::size_t stop = j + 1 < extra.size() ? placed[j + 1] : img.funcs.size();
+    for (std::size_t p = q + 1; p < stop && img.reach[p] < r; ++p) img.reach[p] = r;
+  }
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
@@ -681,7 +890,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   std::size_t shstrndx = 0;
   if (elf_getshdrstrndx(e, &shstrndx) != 0) shstrndx = 0;
   Elf_Scn *symtab = nullptr, *dynsym = nullptr, *versym = nullptr, *verdef = nullptr, *dynamic = nullptr,
-          *stapsdt = nullptr;
+          *stapsdt = nullptr, *eh_frame = nullptr;
   for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn; scn = elf_nextscn(e, scn)) {
     GElf_Shdr sh;
     if (!gelf_getshdr(scn, &sh)) continue;
@@ -697,17 +906,17 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
     const char* name = section_name(e, shstrndx, sh);
     if (sh.sh_type == SHT_NOTE && std::strcmp(name, ".note.stapsdt") == 0 && !stapsdt) stapsdt = scn;
     else if (std::strcmp(name, ".stapsdt.base") == 0 && !img->stapsdt_base) img->stapsdt_base = sh.sh_addr;
+    if (sh.sh_type == SHT_PROGBITS && !eh_frame && std::strcmp(name, ".eh_frame") == 0) eh_frame = scn;
   }
   img->has_symtab = symtab != nullptr;
   img->has_dynsym = dynsym != nullptr;
   read_verdef(e, verdef, img->version_names);
   const std::size_t ndynsym = symbol_count(dynsym);
-  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, ndynsym);
-  else img->debug_file = read_debug_symtab(e, *img, ndynsym);
-  if (dynsym) collect_symbols(e, dynsym, true, versym, *img);
-  const auto fdes = eh_frame_ranges(e, shstrndx);
-  img->fde_count = fdes.size();
-  index_functions(*img, fdes);
+  BoundsKeys bounds;
+  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
+  else img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
+  if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
+  index_functions(*img, bounds, e, eh_frame);
   if (dynamic) read_dynamic(e, dynamic, *img);
   if (stapsdt) {
     img->has_stapsdt_section = true;

@@ -14,10 +14,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "eh_frame.hpp"
 #include "elf_info.hpp"
 
 extern "C" __attribute__((noinline, used)) int elfinfo_fixture_fn(int x) {
@@ -35,6 +38,36 @@ std::vector<char> read_all(const char* path) {
   for (ssize_t n; (n = ::read(fd, tmp, sizeof tmp)) > 0;) buf.insert(buf.end(), tmp, tmp + n);
   ::close(fd);
   return buf;
+}
+
+/// The bytes of the .eh_frame section of the ELF file `fd`, and where it is
+/// in the file (0: none).
+struct EhFrame {
+  std::vector<unsigned char> bytes;
+  std::uint64_t file_offset = 0;
+};
+EhFrame read_eh_frame(int fd) {
+  EhFrame out;
+  elf_version(EV_CURRENT);
+  Elf* e = elf_begin(fd, ELF_C_READ, nullptr);
+  std::size_t shstrndx = 0;
+  if (!e || elf_getshdrstrndx(e, &shstrndx) != 0) {
+    if (e) elf_end(e);
+    return out;
+  }
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn; scn = elf_nextscn(e, scn)) {
+    GElf_Shdr sh;
+    const char* n = gelf_getshdr(scn, &sh) ? elf_strptr(e, shstrndx, sh.sh_name) : nullptr;
+    if (!n || std::strcmp(n, ".eh_frame") != 0) continue;
+    if (Elf_Data* d = elf_rawdata(scn, nullptr); d && d->d_buf) {
+      const auto* b = static_cast<const unsigned char*>(d->d_buf);
+      out.bytes.assign(b, b + d->d_size);
+      out.file_offset = sh.sh_offset;
+    }
+    break;
+  }
+  elf_end(e);
+  return out;
 }
 
 struct SymbolPlace {
@@ -186,3 +219,101 @@ TEST(ElfInfo, FunctionIndexIsConsistent) {
 }
 
 }  // namespace
+
+// The image's .eh_frame walk (next_cfi_entry(): FDEs read in place, the rest
+// by libdw) gives libdw's dwarf_next_cfi() answer entry by entry, on real
+// sections and on damaged ones (bits flipped, bytes overwritten, cut short):
+// the same result, the same next offset, the same FDE bounds and CIE.
+TEST(EhFrame, EntriesAreReadAsLibdwReadsThem) {
+  std::mt19937_64 rng(20261203);
+  for (const char* path : {"/proc/self/exe", "/usr/lib/x86_64-linux-gnu/libc.so.6"}) {
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << path;
+    const EhFrame eh = read_eh_frame(fd);
+    ::close(fd);
+    ASSERT_GT(eh.bytes.size(), 64u) << path;
+    unsigned char ident[EI_NIDENT] = {ELFMAG0, ELFMAG1, ELFMAG2, ELFMAG3, ELFCLASS64, ELFDATA2LSB, EV_CURRENT};
+    std::size_t entries = 0;
+    for (int round = 0; round < 200; ++round) {
+      std::vector<unsigned char> bytes = eh.bytes;
+      std::size_t size = bytes.size();
+      if (round % 3 == 1) size = static_cast<std::size_t>(rng() % size);
+      for (int k = 0, n = round == 0 ? 0 : 1 + static_cast<int>(rng() % 8); k < n && size > 0; ++k) {
+        const std::size_t at = static_cast<std::size_t>(rng() % size);
+        const unsigned flip = 1u << (rng() % 8);
+        bytes[at] = static_cast<unsigned char>(round % 2 ? rng() : bytes[at] ^ flip);
+      }
+      Elf_Data data{};
+      data.d_buf = bytes.data();
+      data.d_type = ELF_T_BYTE;
+      data.d_size = size;
+      Dwarf_Off off = 0;
+      for (int step = 0; step < 100000; ++step, ++entries) {
+        Dwarf_Off ours_next = 0, libdw_next = 0;
+        Dwarf_CFI_Entry ours, libdw;
+        std::memset(&ours, 0, sizeof ours);
+        std::memset(&libdw, 0, sizeof libdw);
+        const char* id = reinterpret_cast<const char*>(ident);
+        const int r1 = uprobe::detail::next_cfi_entry(id, &data, off, ours_next, ours);
+        const int r2 = dwarf_next_cfi(ident, &data, true, off, &libdw_next, &libdw);
+        ASSERT_EQ(r1, r2) << path << " round " << round << " offset " << off;
+        if (r1 != 0) break;
+        ASSERT_EQ(ours_next, libdw_next) << path << " round " << round << " offset " << off;
+        ASSERT_EQ(dwarf_cfi_cie_p(&ours), dwarf_cfi_cie_p(&libdw)) << path << " round " << round << " offset " << off;
+        if (!dwarf_cfi_cie_p(&ours)) {
+          EXPECT_EQ(ours.fde.CIE_pointer, libdw.fde.CIE_pointer) << path << " round " << round << " offset " << off;
+          EXPECT_EQ(ours.fde.start, libdw.fde.start) << path << " round " << round << " offset " << off;
+          EXPECT_EQ(ours.fde.end, libdw.fde.end) << path << " round " << round << " offset " << off;
+        }
+        if (ours_next <= off) break;
+        off = ours_next;
+      }
+    }
+    EXPECT_GT(entries, 1000u) << path;
+  }
+}
+
+// An .eh_frame entry whose length runs past the section ends the walk there:
+// the FDEs before it are read, the image is built, its index consistent.
+TEST(ElfInfo, EhFrameEntryPastTheSectionEndsTheWalk) {
+  const std::vector<char> self = read_all("/proc/self/exe");
+  ASSERT_GT(self.size(), 1000u);
+  char path[] = "/tmp/uprobe-elfinfo-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, self.data(), self.size()), static_cast<ssize_t>(self.size()));
+  struct stat st;
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  std::string why;
+  auto before = uprobe::detail::elf_info(fd, path, st, why);
+  ASSERT_NE(before, nullptr) << why;
+  ASSERT_GT(before->fde_count, 20u);
+  // The entry in the middle of the section (walked to by the lengths).
+  const EhFrame eh = read_eh_frame(fd);
+  ASSERT_GT(eh.bytes.size(), 64u);
+  std::size_t off = 0;
+  while (off + 8 < eh.bytes.size() / 2) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, eh.bytes.data() + off, 4);
+    ASSERT_NE(len, 0u);
+    ASSERT_NE(len, 0xffffffffu);
+    off += 4 + len;
+  }
+  const std::uint32_t too_long = static_cast<std::uint32_t>(eh.bytes.size());
+  ASSERT_EQ(::pwrite(fd, &too_long, 4, static_cast<off_t>(eh.file_offset + off)), 4);
+  const struct timespec times[2] = {{1, 0}, {1, 0}};  // a new cache key
+  ASSERT_EQ(::futimens(fd, times), 0);
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  auto after = uprobe::detail::elf_info(fd, path, st, why);
+  ::close(fd);
+  ::unlink(path);
+  ASSERT_NE(after, nullptr) << why;
+  EXPECT_GT(after->fde_count, 0u);
+  EXPECT_LT(after->fde_count, before->fde_count);
+  ASSERT_EQ(after->reach.size(), after->funcs.size());
+  for (std::size_t i = 1; i < after->funcs.size(); ++i) {
+    const auto &p = after->funcs[i - 1], &f = after->funcs[i];
+    ASSERT_TRUE(p.file_offset < f.file_offset || (p.file_offset == f.file_offset && p.size <= f.size)) << i;
+    ASSERT_GE(after->reach[i], after->reach[i - 1]) << i;
+  }
+}
