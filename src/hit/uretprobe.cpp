@@ -264,20 +264,19 @@ ReturnInstance* ri_alloc() noexcept {
   if (ri) {
     ri->nconsumers = 0;
     ri->chained = false;
-    ri->unhijacked = false;
+    ri->unhijacked = 0;
   }
   return ri;
 }
 
 void ri_free(ReturnInstance* ri) noexcept { put(ri); }
 
-void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
+bool prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
   StatBlock& st = stat_block();
   ReturnStack* rs = return_stack();
-  const std::uint64_t tramp = arch::return_trampoline_address();
   const std::uint64_t slot = arch::return_address_slot(regs);
   std::uint64_t orig = arch::read_return_address(slot);
-  const bool chained = orig == tramp;
+  const bool chained = arch::is_return_trampoline(orig);
   {
     BookkeepingLock lock;
     // cleanup_return_instances(): longjmp left these behind.
@@ -289,14 +288,14 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
       if (!rs->top) {  // our trampoline, but no instance: nothing to chain to
         count(st.return_misses);
         put(ri);
-        return;
+        return false;
       }
       orig = rs->top->orig_ret;
     }
     if (rs->depth >= g_max_depth.load(std::memory_order_relaxed)) {
       count(st.return_misses);
       put(ri);
-      return;
+      return false;
     }
     ri->handle = up->handle;
     ri->uprobe_id = up->id;
@@ -309,7 +308,11 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
     rs->top = ri;
     rs->depth = rs->depth + 1;
   }
-  arch::hijack_return_address(slot, tramp);
+  // Chained: the slot returns to us already (the trampoline, or the landing
+  // whose call the return stack buffer holds: kept, the return stays predicted).
+  if (chained) return false;
+  arch::hijack_return_address(slot, arch::return_trampoline_address());
+  return true;
 }
 
 }  // namespace uprobe::detail
@@ -409,14 +412,17 @@ std::uint8_t* return_xmm(unsigned i) noexcept {
 
 const void* return_trampoline() noexcept { return reinterpret_cast<const void*>(&uprobe_ret_trampoline); }
 
+bool is_return_trampoline(const void* address) noexcept {
+  return arch::is_return_trampoline(reinterpret_cast<std::uint64_t>(address));
+}
+
 unsigned return_stack_depth() noexcept { return t_state.rstack.depth; }
 
 int fixup_backtrace(void** frames, int n) noexcept {
   const ReturnInstance* ri = t_state.rstack.top;
-  const void* tramp = return_trampoline();
   int fixed = 0;
   for (int i = 0; i < n && ri; ++i) {
-    if (frames[i] != tramp) continue;
+    if (!is_return_trampoline(frames[i])) continue;
     // The innermost pending chain's return address; chained instances share
     // one slot, so the next frame's is below the chain's bottom.
     frames[i] = reinterpret_cast<void*>(ri->orig_ret);

@@ -37,7 +37,10 @@ struct alignas(64) ReturnInstance {
   std::uint64_t orig_ret = 0;   ///< the real return address
   std::uint64_t stack = 0;      ///< address of the return-address slot (rsp at entry)
   bool chained = false;         ///< entered through the trampoline (a tail call of a probed function)
-  bool unhijacked = false;      ///< slot holds orig_ret while an unwinder runs
+  /// While an unwinder runs, the slot holds orig_ret: the return address of
+  /// ours it held before (arch::is_return_trampoline()), put back after; 0
+  /// otherwise.
+  std::uint64_t unhijacked = 0;
   std::uint32_t nconsumers = 0;
   ReturnConsumer consumers[kMaxReturnConsumers];
 };
@@ -51,8 +54,12 @@ void ri_free(ReturnInstance* ri) noexcept;
 
 /// Hijacks the return address at regs.rsp and pushes `ri` (filled with its
 /// consumers) on the thread's return stack; frees it and counts a miss when
-/// the depth limit is reached. Entry side, signal context. AS-safe.
-void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
+/// the depth limit is reached. A slot that holds one of our return addresses
+/// already (a tail call of a probed function: the instance is chained) is
+/// left as it is. Returns true when it wrote the return trampoline into the
+/// slot (an optimized entry may then turn that into its predicted return:
+/// arch::opt_frame_leave()). Entry side, signal context. AS-safe.
+bool prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
 
 /// The kernel's handle_trampoline(): pops the returning invocation's return
 /// instance(s), runs the ret_handlers on f->regs (rip = the real return
