@@ -41,7 +41,7 @@ void try_unapply(Uprobe* up) noexcept {
 /// function's entry: rip = the probed address for the while (no copy of the
 /// Regs), then the handlers' rip back. prepare_uretprobe()'s answer: whether
 /// it put the return trampoline into a slot that held none of ours.
-__attribute__((noinline)) bool arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
+static inline __attribute__((always_inline)) bool arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
   const std::uint64_t rip = regs.rip;
   regs.rip = func;
   const bool hijacked = prepare_uretprobe(up, regs, ri);
@@ -117,9 +117,13 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
     if (!ri && !ri_failed) {
       ri = ri_alloc();
       ri_failed = ri == nullptr;
+      if (ri) {
+        ri->cs = c.cs;
+        ri->cs_serial = c.cs->serial;
+      }
     }
     if (ri && ri->nconsumers < kMaxReturnConsumers)
-      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie};
+      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
     else
       count(stat_block().return_misses);
   }
