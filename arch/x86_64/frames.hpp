@@ -164,6 +164,17 @@ struct OptSite {
 /// relaxed atomic loads. Async-signal-safe.
 inline void thread_counter_increment(std::uint64_t* c) noexcept { asm volatile("addq $1, %0" : "+m"(*c)); }
 
+/// Compare-and-swap of a word that only the calling thread writes (and the
+/// signal handlers that interrupt it), in one instruction (`cmpxchg`
+/// without the lock prefix: no bus lock, no shared cache line): a handler
+/// runs before or after it, never between its read and its write. Stores
+/// `desired` and returns true when *p held `expected`. Async-signal-safe.
+inline bool thread_compare_exchange(std::uint64_t* p, std::uint64_t expected, std::uint64_t desired) noexcept {
+  bool ok;
+  asm volatile("cmpxchgq %3, %1" : "=@ccz"(ok), "+m"(*p), "+a"(expected) : "r"(desired) : "memory");
+  return ok;
+}
+
 /// The spin-wait hint (`pause`): a spinning reader or writer tells the CPU
 /// it waits, which saves power and frees the core's sibling. Async-signal-safe.
 inline void cpu_relax() noexcept { __builtin_ia32_pause(); }

@@ -35,6 +35,7 @@ namespace uprobe::detail {
 std::atomic<RiPool*> g_ri_pool{nullptr};
 std::atomic<unsigned> g_ri_max_depth{64};
 std::atomic<bool> g_ri_global_lock{false};
+std::atomic<bool> g_ri_spare{true};
 
 namespace {
 
@@ -102,7 +103,16 @@ struct BookkeepingLock {
   }
 };
 
-void put(ReturnInstance* ri) noexcept { g_ri_pool.load(std::memory_order_relaxed)->put(ri); }
+/// Gives an instance back: as the thread's spare when it has none (and its
+/// exit hook, which gives the spare back, has not run yet), else to the pool.
+void put(ReturnInstance* ri) noexcept {
+  ReturnStack* rs = &t_state.rstack;
+  if (__builtin_expect(g_ri_spare.load(std::memory_order_relaxed), 1) && !rs->spare && rs->exit_hook &&
+      arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare), 0,
+                                    reinterpret_cast<std::uint64_t>(ri)))
+    return;
+  g_ri_pool.load(std::memory_order_relaxed)->put(ri);
+}
 
 /// The thread's return stack (in its TLS), with the thread-exit hook armed
 /// on its first use: pthread_setspecific() of an inline key writes the
@@ -192,6 +202,7 @@ void thread_exit(void* p) {
       pool->put(pop(rs));
       count(st.return_dropped);
     }
+    if (ReturnInstance* spare = take_spare(rs)) pool->put(spare);
     pool->thread_exit();
   }
   rs->exit_hook = false;
@@ -286,6 +297,7 @@ void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth)
   if (RiPool* p = g_ri_pool.load(std::memory_order_relaxed))
     p->set_modes(static_cast<RiPoolMode>(ri_pool), static_cast<RiLockMode>(ri_lock));
   g_ri_global_lock.store(ri_lock != 0, std::memory_order_relaxed);
+  g_ri_spare.store(ri_pool == static_cast<unsigned>(RiPoolMode::objpool), std::memory_order_relaxed);
   g_ri_max_depth.store(max_depth < 1 ? 1 : (max_depth > kMaxReturnDepth ? kMaxReturnDepth : max_depth),
                     std::memory_order_relaxed);
 }

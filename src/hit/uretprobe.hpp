@@ -67,11 +67,27 @@ static_assert(sizeof(ReturnInstance) == 384, "one more cache line per instance: 
 extern std::atomic<RiPool*> g_ri_pool;
 extern std::atomic<unsigned> g_ri_max_depth;
 extern std::atomic<bool> g_ri_global_lock;
+/// Whether a thread keeps a spare instance (ReturnStack::spare): with
+/// Config::ri_pool = RiPool::objpool, not with the "before" design's freelist.
+extern std::atomic<bool> g_ri_spare;
 
-/// A fresh instance for an entry hit, or nullptr (pool exhausted). AS-safe.
+/// Takes the thread's spare instance, nullptr when it has none. AS-safe.
+inline ReturnInstance* take_spare(ReturnStack* rs) noexcept {
+  ReturnInstance* ri = rs->spare;
+  if (ri && arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare),
+                                          reinterpret_cast<std::uint64_t>(ri), 0))
+    return ri;
+  return nullptr;
+}
+
+/// A fresh instance for an entry hit, or nullptr (pool exhausted): the
+/// thread's spare, else one from the pool. AS-safe.
 inline ReturnInstance* ri_alloc() noexcept {
-  RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
-  auto* ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
+  ReturnInstance* ri = take_spare(&t_state.rstack);
+  if (__builtin_expect(!ri, 0)) {
+    RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
+    ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
+  }
   if (ri) {
     ri->nconsumers = 0;
     ri->chained = false;
