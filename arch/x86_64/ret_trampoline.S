@@ -35,6 +35,12 @@
  * uprobe_ret_unwind_landing below: it pops the frame's return instance and
  * resumes the unwind as if called from the real return address, so the
  * caller's destructors and cleanup handlers run.
+ *
+ * A function entered through an optimized entry stub returns to
+ * uprobe_ret_landing instead (below: a return address its thunk's call
+ * pushed, so the return is predicted), which runs the same body and leaves
+ * through `ret`. arch::is_return_trampoline() knows both addresses; the
+ * landing's CFI and personality are the trampoline's.
  */
 #include "regs_restore.inc"
 

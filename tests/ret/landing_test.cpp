@@ -475,6 +475,27 @@ TEST(RetLanding, DetachWhileAThreadIsInside) {
   }
 }
 
+TEST(RetLanding, DetachingOneOfTwoConsumersWhileAThreadIsInside) {
+  CbSession keep, gone;
+  uprobe::Attachment a(vaddr(ld_cb), keep);
+  auto b = std::make_unique<uprobe::Attachment>(vaddr(ld_cb), gone);
+  expect_optimized(a);
+  g_wait.store(0);
+  g_inside.store(0);
+  long r = 0;
+  std::thread t([&] { r = call_cb(wait_body, 10); });
+  while (g_inside.load() == 0) std::this_thread::yield();
+  b.reset();  // the uprobe stays, with a new consumer set
+  g_wait.store(1);
+  t.join();
+  EXPECT_EQ(r, 11);
+  EXPECT_EQ(keep.entries.load(), 1u);
+  EXPECT_EQ(gone.entries.load(), 1u);
+  EXPECT_EQ(keep.rets.load(), 1u) << "the remaining consumer's ret_handler (found by id in the new set)";
+  EXPECT_EQ(gone.rets.load(), 0u) << "none for the detached one";
+  EXPECT_EQ(keep.bad.load(), 1u) << "(wait_body returns its argument, not twice it)";
+}
+
 long fork_body(long x) { return fork() == 0 ? x + 1000 : x; }
 
 TEST(RetLanding, ForkInsideTheProbedFunction) {
