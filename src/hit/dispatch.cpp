@@ -41,7 +41,8 @@ void try_unapply(Uprobe* up) noexcept {
 /// function's entry: rip = the probed address for the while (no copy of the
 /// Regs), then the handlers' rip back. prepare_uretprobe()'s answer: whether
 /// it put the return trampoline into a slot that held none of ours.
-static inline __attribute__((always_inline)) bool arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
+static inline __attribute__((always_inline)) bool arm_return(Uprobe* up, Regs& regs, std::uint64_t func,
+                                                             ReturnInstance* ri) noexcept {
   const std::uint64_t rip = regs.rip;
   regs.rip = func;
   const bool hijacked = prepare_uretprobe(up, regs, ri);
