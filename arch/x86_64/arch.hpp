@@ -112,8 +112,10 @@ inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {
 /// runs between an optimized-probe stub's call and its continuation while it
 /// is not inside an RCU read-side section (the stub's C entry, uprobe_opt_hit()
 /// with what it inlines, the read-side section's own entry and exit, the
-/// one-time claim of a thread's counters, and every stub's way out,
-/// uprobe_opt_stub_exit in opt_stub.S). The registry reuses a retired stub
+/// one-time claim of a thread's counters, every stub's way out,
+/// uprobe_opt_stub_exit in opt_stub.S, and uprobe_ret_thunk in
+/// ret_trampoline.S, which calls an entry stub's continuation: its window
+/// slot). The registry reuses a retired stub
 /// only after two observations of every thread, a grace period apart, saw no
 /// thread's instruction pointer in the stub, its slots or this section
 /// (reclaim_retired(), src/attach/sites.cpp; the linker's

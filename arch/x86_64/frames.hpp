@@ -18,6 +18,16 @@ extern "C" {
 /// The return trampoline (ret_trampoline.S): the address a hijacked return
 /// address points to. Not callable from C.
 void uprobe_ret_trampoline();
+/// The thunk an optimized function entry with a return probe continues
+/// through (ret_trampoline.S, in the optimized path's section): with rsp at
+/// the return slot holding the continuation, calls it through the slot, so
+/// that the function returns to uprobe_ret_landing as predicted. Not callable
+/// from C.
+void uprobe_ret_thunk();
+/// The return address the thunk's call pushes (ret_trampoline.S): the return
+/// trampoline's work, left through `ret` to the real return address. Not
+/// callable from C.
+void uprobe_ret_landing();
 /// Landing pad of the return trampoline's personality routine
 /// (ret_trampoline.S): expects rax = the _Unwind_Exception. Not callable.
 void uprobe_ret_unwind_landing();
@@ -134,7 +144,11 @@ struct OptSite {
   std::uint64_t site;             ///< probe address
   std::uint64_t resume;           ///< where to continue when no handler moved rip (site + len for a nop5)
   std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
-  std::uint64_t reserved;         ///< 0 (what the consumers need saved is the core's: ConsumerSet)
+  /// Nonzero at a function's first instruction (nothing below rsp is live):
+  /// the stub's resume point jumps through the red zone, where
+  /// opt_frame_leave() writes the continuation for each hit (opt_stub.S).
+  /// Read by build_opt_stub() and opt_frame_leave().
+  std::uint64_t at_entry;
   /// The core's probe object this stub dispatches to, 0 when none: read under
   /// the RCU read lock by an optimized hit (saves the lookup by key), cleared
   /// by the registry before the object's grace period. Read with an acquire
@@ -149,6 +163,17 @@ struct OptSite {
 /// write-back, so no increment is lost. Other threads may read it with
 /// relaxed atomic loads. Async-signal-safe.
 inline void thread_counter_increment(std::uint64_t* c) noexcept { asm volatile("addq $1, %0" : "+m"(*c)); }
+
+/// Compare-and-swap of a word that only the calling thread writes (and the
+/// signal handlers that interrupt it), in one instruction (`cmpxchg`
+/// without the lock prefix: no bus lock, no shared cache line): a handler
+/// runs before or after it, never between its read and its write. Stores
+/// `desired` and returns true when *p held `expected`. Async-signal-safe.
+inline bool thread_compare_exchange(std::uint64_t* p, std::uint64_t expected, std::uint64_t desired) noexcept {
+  bool ok;
+  asm volatile("cmpxchgq %3, %1" : "=@ccz"(ok), "+m"(*p), "+a"(expected) : "r"(desired) : "memory");
+  return ok;
+}
 
 /// The spin-wait hint (`pause`): a spinning reader or writer tells the CPU
 /// it waits, which saves power and frees the core's sibling. Async-signal-safe.
@@ -234,13 +259,25 @@ inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
 /// handler's new rip (or OptSite::resume) written into the slot below the
 /// handler's rsp. A slot that would fall inside this frame (a handler lowering
 /// rsp by less than the frame) cannot be written before the frame is popped:
-/// rsp then stays. Async-signal-safe.
-inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site,
-                            const OptFrameSaved& saved) noexcept {
+/// rsp then stays.
+///
+/// At a function entry (OptSite::at_entry) the resume point jumps through
+/// the red zone, 16 bytes below the site's rsp: to OptSite::resume, or, when
+/// `hijacked` (the hit armed a return probe: hijack_return_address() put the
+/// return trampoline into the return slot at the site's rsp, the function's
+/// real return address is in the return instance) and rip and rsp are the
+/// site's, to uprobe_ret_thunk, with the continuation in the return slot
+/// instead: the thunk calls it from there, and the function's return to
+/// uprobe_ret_landing is one the return stack buffer predicts (a return to
+/// the trampoline, where no call pushed, is not). Async-signal-safe.
+inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site, const OptFrameSaved& saved,
+                            bool hijacked = false) noexcept {
   regs.rflags = merge_handler_flags(saved.rflags, regs.rflags);
   const bool redirected = regs.rip != site.site;
+  const std::uint64_t site_sp = saved.own_slot + 136;
   std::uint64_t slot = saved.own_slot;
-  if (__builtin_expect(regs.rsp != saved.own_slot + 136, 0)) {
+  const bool moved = regs.rsp != site_sp;
+  if (__builtin_expect(moved, 0)) {
     slot = regs.rsp - 136;
     const auto lo_frame = reinterpret_cast<std::uint64_t>(frame), hi_frame = lo_frame + 19 * 8;
     if (slot + 8 > lo_frame && slot < hi_frame) slot = saved.own_slot;
@@ -248,13 +285,31 @@ inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& sit
   if (__builtin_expect(redirected || slot != saved.own_slot, 0)) {
     const std::uint64_t target = redirected ? regs.rip : site.resume;
     __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // one move; the slot may be misaligned
+  } else if (site.at_entry) {
+    std::uint64_t next = site.resume;
+    if (hijacked && !moved) {
+      __builtin_memcpy(reinterpret_cast<void*>(site_sp), &site.resume, 8);
+      next = reinterpret_cast<std::uint64_t>(&uprobe_ret_thunk);
+    }
+    __builtin_memcpy(reinterpret_cast<void*>(site_sp - 16), &next, 8);  // (either may be misaligned)
   }
   regs.rsp = slot;
 }
 
-/// The address of the return trampoline.
+/// The address of the return trampoline: what hijack_return_address()
+/// writes.
 inline std::uint64_t return_trampoline_address() noexcept {
   return reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline);
+}
+
+/// Whether `addr` is one of libuprobe's return addresses: the return
+/// trampoline, or the landing an optimized entry's function returns to
+/// (opt_frame_leave()). Every place that meets a hijacked return address
+/// (a chained entry, the unwinders, backtraces, a single-stepped return) asks
+/// this. Pure, async-signal-safe.
+inline bool is_return_trampoline(std::uint64_t addr) noexcept {
+  return addr == reinterpret_cast<std::uint64_t>(&uprobe_ret_trampoline) ||
+         addr == reinterpret_cast<std::uint64_t>(&uprobe_ret_landing);
 }
 
 /// Where the return address of the function entered with `regs` (at its

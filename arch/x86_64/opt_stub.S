@@ -15,7 +15,8 @@
  * predicts (its return stack buffer stays in step with the program's calls:
  * a `ret` to an address no call pushed cost two mispredicted returns a hit,
  * this one and the probed function's own), which jumps to
- * OptSite::resume. A handler's new rip or rsp: uprobe_opt_entry() writes the
+ * OptSite::resume (at a function entry, to what opt_frame_leave() wrote 16
+ * bytes below the site's rsp: see uprobe_opt_stub_entry_resume). A handler's new rip or rsp: uprobe_opt_entry() writes the
  * continuation into the target slot below the stack pointer to continue with
  * and leaves that slot's address in Regs.rsp (opt_frame_leave()).
  * `lea` and `call` do not touch the flags; `and`/`cld`/`test` and the
@@ -37,11 +38,19 @@
 	.hidden uprobe_opt_stub_entry_imm
 	.globl uprobe_opt_stub_exit_imm
 	.hidden uprobe_opt_stub_exit_imm
+	.globl uprobe_opt_stub_resume
+	.hidden uprobe_opt_stub_resume
+	.globl uprobe_opt_stub_resume_end
+	.hidden uprobe_opt_stub_resume_end
+	.globl uprobe_opt_stub_entry_resume
+	.hidden uprobe_opt_stub_entry_resume
 	.p2align 4
 uprobe_opt_stub_template:
 	lea	-128(%rsp), %rsp	/* past the red zone */
 	call	1f			/* its return address: the target slot, site rsp - 136 */
+uprobe_opt_stub_resume:
 	jmp	*(uprobe_opt_stub_template_end + 8)(%rip)	/* OptSite::resume (the descriptor follows the code) */
+uprobe_opt_stub_resume_end:
 1:
 	push	%rsp			/* Regs.rsp (site rsp - 136; fixed up in C) */
 	pushfq				/* Regs.rflags */
@@ -84,6 +93,21 @@ uprobe_opt_stub_exit_imm:
 	jmp	*%rcx
 	.p2align 4, 0xcc
 uprobe_opt_stub_template_end:			/* (16-aligned: where build_opt_stub() puts the descriptor) */
+
+/*
+ * The resume point of a stub at a function's first instruction
+ * (OptSite::at_entry), copied over the template's by build_opt_stub(): the
+ * continuation comes from the red zone, 16 bytes below the site's stack
+ * pointer, where opt_frame_leave() wrote it for this hit (OptSite::resume, or
+ * uprobe_ret_thunk when the hit armed a return probe: ret_trampoline.S).
+ * Nothing below rsp is live at a function's first instruction, the stub's own
+ * frame starts 136 bytes below it, and a signal frame 128 bytes below it.
+ * Never executed here; as long as the template's.
+ */
+	.section .rodata
+uprobe_opt_stub_entry_resume:
+	jmp	*-16(%rsp)
+	.fill	(uprobe_opt_stub_resume_end - uprobe_opt_stub_resume) - (. - uprobe_opt_stub_entry_resume), 1, 0xcc
 
 /*
  * The way out of every stub, in the optimized path's section (a thread here

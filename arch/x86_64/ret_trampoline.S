@@ -35,24 +35,26 @@
  * uprobe_ret_unwind_landing below: it pops the frame's return instance and
  * resumes the unwind as if called from the real return address, so the
  * caller's destructors and cleanup handlers run.
+ *
+ * A function entered through an optimized entry stub returns to
+ * uprobe_ret_landing instead (below: a return address its thunk's call
+ * pushed, so the return is predicted), which runs the same body and leaves
+ * through `ret`. arch::is_return_trampoline() knows both addresses; the
+ * landing's CFI and personality are the trampoline's.
  */
 #include "regs_restore.inc"
 
-	.text
-	.p2align 4
-	.globl uprobe_ret_trampoline_begin
-	.hidden uprobe_ret_trampoline_begin
-	.globl uprobe_ret_trampoline
-	.hidden uprobe_ret_trampoline
-	.type uprobe_ret_trampoline, @function
-uprobe_ret_trampoline_begin:
-	.cfi_startproc
-	.cfi_personality 0x1b, uprobe_ret_personality	/* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
-	.cfi_undefined rip
-	nop
-uprobe_ret_trampoline:
-	.cfi_def_cfa rsp, 0
-	.cfi_offset rip, -8
+/*
+ * The body both return addresses run: the frame, uprobe_ret_entry(), the
+ * restore. rsp on entry: just past the return slot, CFA = rsp (the slot, the
+ * rip rule). \landing = 0 (uprobe_ret_trampoline, reached by a return no call
+ * pushed): leaves through `jmp *-8(%rsp)` with rsp as the function returned
+ * it, the return stack buffer left to the caller's own return; \landing = 1
+ * (uprobe_ret_landing, reached by a return the thunk's call pushed): leaves
+ * through `ret` with rsp at the return slot, which returns to the caller's
+ * real return address, the one the return stack buffer holds next.
+ */
+	.macro RET_BODY landing
 	lea	-16(%rsp), %rsp		/* the return slot (reused) and Regs.rsp; lea keeps the flags */
 	.cfi_adjust_cfa_offset 16
 	pushfq				/* Regs.rflags: the returning code's, restored at the end */
@@ -124,15 +126,21 @@ uprobe_ret_trampoline:
 	/*
 	 * Only the arithmetic flags: OF from an add that overflows or not, then
 	 * SF ZF AF PF CF by sahf (about 3 cycles; popfq takes 10 or more). The
-	 * registers come back by mov, which leaves the flags alone; the jump
-	 * reads the continuation from the return slot just below the restored
-	 * rsp (the red zone: no signal frame is written there), so the return
-	 * stack buffer keeps the caller's own return address for its return.
+	 * registers come back by mov, which leaves the flags alone; the way out
+	 * reads the continuation from the return slot (the trampoline: just
+	 * below the restored rsp, the red zone, where no signal frame is
+	 * written).
 	 */
 	RESTORE_FLAGS_AND_GPRS
+	.if \landing
+	lea	144(%rsp), %rsp		/* the return slot */
+	.cfi_adjust_cfa_offset -144
+	ret
+	.else
 	lea	152(%rsp), %rsp		/* rsp as the function returned it */
 	.cfi_adjust_cfa_offset -152
 	jmp	*-8(%rsp)
+	.endif
 2:
 	.cfi_restore_state
 	/*
@@ -177,8 +185,76 @@ uprobe_ret_trampoline:
 	popfq
 	.cfi_adjust_cfa_offset -8
 	ret
+	.endm
+
+	.text
+	.p2align 4
+	.globl uprobe_ret_trampoline_begin
+	.hidden uprobe_ret_trampoline_begin
+	.globl uprobe_ret_trampoline
+	.hidden uprobe_ret_trampoline
+	.type uprobe_ret_trampoline, @function
+uprobe_ret_trampoline_begin:
+	.cfi_startproc
+	.cfi_personality 0x1b, uprobe_ret_personality	/* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
+	.cfi_undefined rip
+	nop
+uprobe_ret_trampoline:
+	.cfi_def_cfa rsp, 0
+	.cfi_offset rip, -8
+	RET_BODY 0
 	.cfi_endproc
 	.size uprobe_ret_trampoline, .-uprobe_ret_trampoline
+
+/*
+ * The predicted return (an optimized entry's return probe; arch.hpp,
+ * opt_frame_leave()): the entry stub's resume point jumps to
+ * uprobe_ret_thunk with rsp at the function's return slot, which the hit
+ * filled with the function's continuation (OptSite::resume; the real return
+ * address is in the return instance). The thunk steps over the slot and
+ * calls the continuation through it: the call pushes uprobe_ret_landing into
+ * the same slot, with rsp and every register as at the function's entry, so
+ * the function runs as called from the thunk and its `ret` returns to the
+ * landing as the return stack buffer predicts; the landing's own `ret` then
+ * takes the caller's real return address, the one that buffer holds next.
+ * In the optimized path's section (arch.hpp, UPROBE_OPT_PATH_TEXT): a thread
+ * in the thunk may continue in a retired stub's window slot. The landing only
+ * jumps to its body in .text, where the ret_handlers run.
+ *
+ * CFI: the thunk's and the landing's (the byte before it is the thunk's call)
+ * as the trampoline's: rip undefined and uprobe_ret_personality there, the
+ * body's rule from the landing on.
+ */
+	.section uprobe_opt_path, "ax", @progbits
+	.p2align 4
+	.globl uprobe_ret_thunk
+	.hidden uprobe_ret_thunk
+	.type uprobe_ret_thunk, @function
+	.globl uprobe_ret_landing
+	.hidden uprobe_ret_landing
+uprobe_ret_thunk:
+	.cfi_startproc
+	.cfi_personality 0x1b, uprobe_ret_personality
+	.cfi_undefined rip
+	lea	8(%rsp), %rsp		/* past the return slot (lea keeps the flags) */
+	call	*-8(%rsp)		/* the continuation; pushes the landing into the slot */
+uprobe_ret_landing:
+	.cfi_def_cfa rsp, 0
+	.cfi_offset rip, -8
+	jmp	uprobe_ret_landing_body
+	.cfi_endproc
+	.size uprobe_ret_thunk, .-uprobe_ret_thunk
+
+	.text
+	.p2align 4
+	.type uprobe_ret_landing_body, @function
+uprobe_ret_landing_body:
+	.cfi_startproc
+	.cfi_def_cfa rsp, 0
+	.cfi_offset rip, -8
+	RET_BODY 1
+	.cfi_endproc
+	.size uprobe_ret_landing_body, .-uprobe_ret_landing_body
 
 /*
  * Landing pad of uprobe_ret_personality: installed by the unwinder with the

@@ -232,12 +232,20 @@ Uprobe* register_uprobe(const void* address, Consumer& consumer);
 void unregister_uprobe(Uprobe* probe, Consumer& consumer);
 
 /// The return trampoline: what the saved return address of a function with a
-/// pending return probe reads while the function runs. Async-signal-safe.
+/// pending return probe reads while the function runs, but for a function
+/// entered through an optimized entry probe, which returns to a landing of
+/// its own (see is_return_trampoline()). Async-signal-safe.
 const void* return_trampoline() noexcept;
+
+/// Whether `address` is one of libuprobe's return addresses: the return
+/// trampoline or the landing of an optimized entry (what the saved return
+/// address of a function with a pending return probe reads while the function
+/// runs). Async-signal-safe.
+bool is_return_trampoline(const void* address) noexcept;
 
 /// For stack walkers: replaces, in `frames` (n return addresses of the calling
 /// thread's stack, innermost first, as backtrace(3) gives them), every
-/// occurrence of the return trampoline by the real return address, matching
+/// return address of libuprobe's (is_return_trampoline()) by the real one, matching
 /// them to the thread's pending return instances innermost first. Returns how
 /// many were replaced. backtrace(3), _Unwind_Backtrace and C++ exceptions are
 /// handled by libuprobe itself; this is for home-made frame-pointer walkers.

@@ -90,6 +90,7 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
   desc.key[1] = up->key.ino;
   desc.key[2] = up->key.offset;
   desc.owner = reinterpret_cast<std::uint64_t>(up);
+  desc.at_entry = up->function_entry ? 1 : 0;  // the stub may resume through the red zone (arch::opt_frame_leave)
   const std::size_t n = arch::build_opt_stub(stub, desc, code);
   tsan_publish_stub(stub);
   if (!xol_area().write_code(stub, code, n, why)) return 0;

@@ -39,12 +39,15 @@ void try_unapply(Uprobe* up) noexcept {
 
 /// Arms the return probe of this hit with the registers as they were at the
 /// function's entry: rip = the probed address for the while (no copy of the
-/// Regs), then the handlers' rip back.
-__attribute__((noinline)) void arm_return(Uprobe* up, Regs& regs, std::uint64_t func, ReturnInstance* ri) noexcept {
+/// Regs), then the handlers' rip back. prepare_uretprobe()'s answer: whether
+/// it put the return trampoline into a slot that held none of ours.
+static inline __attribute__((always_inline)) bool arm_return(Uprobe* up, Regs& regs, std::uint64_t func,
+                                                             ReturnInstance* ri) noexcept {
   const std::uint64_t rip = regs.rip;
   regs.rip = func;
-  prepare_uretprobe(up, regs, ri);
+  const bool hijacked = prepare_uretprobe(up, regs, ri);
   regs.rip = rip;
+  return hijacked;
 }
 }  // namespace
 
@@ -115,9 +118,13 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
     if (!ri && !ri_failed) {
       ri = ri_alloc();
       ri_failed = ri == nullptr;
+      if (ri) {
+        ri->cs = c.cs;
+        ri->cs_serial = c.cs->serial;
+      }
     }
     if (ri && ri->nconsumers < kMaxReturnConsumers)
-      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie};
+      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
     else
       count(stat_block().return_misses);
   }
@@ -135,9 +142,11 @@ void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c
 /// the kernel saved it (`kernel_saved`: the int3 path, in its signal frame),
 /// then the return probe armed and Action::remove applied. Inlined into both
 /// hit paths' callers in this file (one call level less per optimized hit).
-static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
+/// Returns whether the return probe put the return trampoline into a return
+/// slot that held none of ours (prepare_uretprobe()).
+static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
-  if (!cs) return;
+  if (!cs) return false;
   const std::uint64_t func = regs.rip;
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
   ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
@@ -148,8 +157,9 @@ static inline __attribute__((always_inline)) void chain(Uprobe* up, Regs& regs, 
     else
       run_consumers(c);
   }
-  if (c.ri) arm_return(up, regs, func, c.ri);
+  const bool hijacked = c.ri && arm_return(up, regs, func, c.ri);
   if (c.remove) try_unapply(up);
+  return hijacked;
 }
 
 namespace {
@@ -164,7 +174,8 @@ __attribute__((noinline)) Uprobe* find_by_key(const arch::OptSite& site) noexcep
 }  // namespace
 
 namespace {
-static inline __attribute__((always_inline)) void optimized_hit_inline(const arch::OptSite& site, Regs& regs,
+/// Returns chain()'s answer (false when no chain ran).
+static inline __attribute__((always_inline)) bool optimized_hit_inline(const arch::OptSite& site, Regs& regs,
                                                                            bool kernel_saved) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
@@ -181,11 +192,12 @@ static inline __attribute__((always_inline)) void optimized_hit_inline(const arc
   __tsan_acquire(const_cast<std::uint64_t*>(&site.owner));
 #endif
   if (__builtin_expect(up == nullptr, 0)) up = find_by_key(site);
+  bool hijacked = false;
   if (up) {
     ThreadState& ts = t_state;
     if (ts.depth == 0) {
       ts.depth = 1;
-      chain(up, regs, kernel_saved);
+      hijacked = chain(up, regs, kernel_saved);
       ts.depth = 0;
     } else {
       count(st.recursion_misses);
@@ -193,6 +205,7 @@ static inline __attribute__((always_inline)) void optimized_hit_inline(const arc
   }
   if (regs.rip != site.site) count(st.redirected);
   uprobe_rcu_read_unlock();
+  return hijacked;
 }
 }  // namespace
 
@@ -225,8 +238,8 @@ UPROBE_OPT_PATH_TEXT __attribute__((noinline, cold)) void opt_hit_misaligned(std
   Regs regs;
   arch::copy_words(&regs, frame, sizeof(Regs) / 8);  // no libc memcpy: no vector register
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs, false);
-  arch::opt_frame_leave(frame, regs, *site, saved);  // the target slot is above the 18 words
+  const bool hijacked = detail::optimized_hit_inline(*site, regs, false);
+  arch::opt_frame_leave(frame, regs, *site, saved, hijacked);  // the target slot is above the 18 words
   arch::copy_words(frame, &regs, sizeof(Regs) / 8);
 }
 
@@ -240,6 +253,6 @@ extern "C" __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprob
     return opt_hit_misaligned(frame, site);
   Regs& regs = *reinterpret_cast<Regs*>(frame);
   const arch::OptFrameSaved saved = arch::opt_frame_enter(regs, *site);
-  detail::optimized_hit_inline(*site, regs, false);
-  arch::opt_frame_leave(frame, regs, *site, saved);
+  const bool hijacked = detail::optimized_hit_inline(*site, regs, false);
+  arch::opt_frame_leave(frame, regs, *site, saved, hijacked);
 }

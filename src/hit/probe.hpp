@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arch.hpp"
@@ -65,6 +66,13 @@ inline const void* filter_code(const Consumer& c) noexcept {
 
 /// Immutable consumer chain (replaced, never edited, once published).
 struct ConsumerSet {
+  ConsumerSet() noexcept : serial(next_serial()) {}
+  explicit ConsumerSet(std::vector<Registration*> r) noexcept : regs(std::move(r)), serial(next_serial()) {}
+  /// A copy to edit: the same consumers and save modes, a serial of its own.
+  ConsumerSet(const ConsumerSet& o)
+      : regs(o.regs), entry_save(o.entry_save), ret_save(o.ret_save), serial(next_serial()) {}
+  ConsumerSet& operator=(const ConsumerSet&) = delete;
+
   std::vector<Registration*> regs;
   /// What the optimized path preserves around the filters and handlers
   /// (entry side) and the return trampoline around the ret_handlers, beyond
@@ -74,6 +82,18 @@ struct ConsumerSet {
   /// path needs none: the kernel saved everything in the signal frame.
   arch::SaveMode entry_save = arch::SaveMode::none;
   arch::SaveMode ret_save = arch::SaveMode::none;
+  /// Unique for the life of the process (a set allocated where a freed one
+  /// was has another): a return instance that recorded the set of its entry
+  /// hit knows, by pointer and serial, that the set published at the return
+  /// is that one, its registrations alive, and calls the consumers it
+  /// recorded without looking them up.
+  const std::uint64_t serial;
+
+ private:
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return n.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 };
 
 /// A place where the breakpoint is written: the runtime address of the probed

@@ -54,6 +54,11 @@ struct ReturnStack {
   /// stale: its stack says nothing about theirs.
   pid_t owner;
   bool exit_hook;  ///< the thread-exit hook (uretprobe.cpp) is armed for this thread
+  /// One free return instance kept by the thread for its next entry hit
+  /// (taken and given back by arch::thread_compare_exchange(): a signal
+  /// handler's hit in between finds it taken or not, never both), before the
+  /// pool's per-thread cache; nullptr when none. uretprobe.hpp, ri_alloc().
+  ReturnInstance* spare;
 };
 
 /// Increments a counter owned by the calling thread, in one instruction: a

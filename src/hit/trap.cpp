@@ -209,10 +209,11 @@ bool stepped_into_evicted(ucontext_t* uc) noexcept {
 }
 
 /// A program single-stepping itself executed a `ret` into the return
-/// trampoline: runs the return here, in the signal handler, and continues at
-/// the real return address (the trampoline itself is never stepped through).
+/// trampoline (or the landing of an optimized entry's return): runs the
+/// return here, in the signal handler, and continues at the real return
+/// address (neither is ever stepped through).
 bool stepped_into_return(ucontext_t* uc) noexcept {
-  if (arch::ucontext_ip(uc) != arch::return_trampoline_address()) return false;
+  if (!arch::is_return_trampoline(arch::ucontext_ip(uc))) return false;
   if (!t_state.rstack.top) return false;
   arch::RetFrame f;
   arch::ret_frame_from_ucontext(uc, f);

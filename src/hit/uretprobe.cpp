@@ -32,9 +32,13 @@
 
 namespace uprobe::detail {
 
+std::atomic<RiPool*> g_ri_pool{nullptr};
+std::atomic<unsigned> g_ri_max_depth{64};
+std::atomic<bool> g_ri_global_lock{false};
+std::atomic<bool> g_ri_spare{true};
+
 namespace {
 
-std::atomic<RiPool*> g_pool{nullptr};
 /// The pool of return instances: none at start, grown before a return
 /// consumer is attached to at least kPoolBase, kPoolPerThread per running thread plus
 /// room for kPoolSpareThreads more (a thread caches up to 30 free objects,
@@ -58,8 +62,6 @@ std::size_t running_threads() {
   const long t = std::strtol(p, nullptr, 10);
   return t > 0 ? static_cast<std::size_t>(t) : 1;
 }
-std::atomic<unsigned> g_max_depth{64};
-std::atomic<bool> g_global_lock{false};
 pthread_key_t g_exit_key;
 /// Whether return_stack() may call pthread_setspecific(g_exit_key) on the hot
 /// path: glibc keeps the values of keys 0..31 (PTHREAD_KEY_2NDLEVEL_SIZE) in
@@ -94,14 +96,23 @@ __attribute__((constructor(101))) void create_exit_key() {
 
 struct BookkeepingLock {
   BookkeepingLock() noexcept {
-    if (g_global_lock.load(std::memory_order_relaxed)) g_pool.load(std::memory_order_relaxed)->bookkeeping_lock();
+    if (g_ri_global_lock.load(std::memory_order_relaxed)) g_ri_pool.load(std::memory_order_relaxed)->bookkeeping_lock();
   }
   ~BookkeepingLock() {
-    if (g_global_lock.load(std::memory_order_relaxed)) g_pool.load(std::memory_order_relaxed)->bookkeeping_unlock();
+    if (g_ri_global_lock.load(std::memory_order_relaxed)) g_ri_pool.load(std::memory_order_relaxed)->bookkeeping_unlock();
   }
 };
 
-void put(ReturnInstance* ri) noexcept { g_pool.load(std::memory_order_relaxed)->put(ri); }
+/// Gives an instance back: as the thread's spare when it has none (and its
+/// exit hook, which gives the spare back, has not run yet), else to the pool.
+void put(ReturnInstance* ri) noexcept {
+  ReturnStack* rs = &t_state.rstack;
+  if (__builtin_expect(g_ri_spare.load(std::memory_order_relaxed), 1) && !rs->spare && rs->exit_hook &&
+      arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare), 0,
+                                    reinterpret_cast<std::uint64_t>(ri)))
+    return;
+  g_ri_pool.load(std::memory_order_relaxed)->put(ri);
+}
 
 /// The thread's return stack (in its TLS), with the thread-exit hook armed
 /// on its first use: pthread_setspecific() of an inline key writes the
@@ -113,11 +124,20 @@ ReturnStack* return_stack() noexcept {
   ThreadState& ts = t_state;
   ReturnStack* rs = &ts.rstack;
   if (__builtin_expect(rs->exit_hook, 1)) return rs;
+  return return_stack_first_use();
+}
+
+}  // namespace
+
+ReturnStack* return_stack_first_use() noexcept {
+  ReturnStack* rs = &t_state.rstack;
   if (rs->owner == 0) rs->owner = current_tid();
   if (g_exit_key_inline) pthread_setspecific(g_exit_key, rs);  // thread exit drops what is left
   rs->exit_hook = true;
   return rs;
 }
+
+namespace {
 
 /// Pops the innermost instance (the caller holds the bookkeeping lock when
 /// one is in use). A signal handler that interrupts this pushes and pops in
@@ -134,6 +154,8 @@ ReturnInstance* pop(ReturnStack* rs) noexcept {
 /// sharing this thread's TLS on a stack of its own: a vfork or posix_spawn
 /// child, clone(CLONE_VM) without CLONE_THREAD): then their addresses say
 /// nothing about frame order and nothing is stale.
+}  // namespace
+
 bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
   // Only on the (rare) path where an instance looks stale: are we the task
   // that owns this return stack, or another one sharing our TLS?
@@ -145,6 +167,8 @@ bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept {
   bool sp_alt = sp >= lo && sp < hi, slot_alt = slot >= lo && slot < hi;
   return sp_alt != slot_alt;
 }
+
+namespace {
 
 /// arch_uretprobe_is_alive(RP_CHECK_CALL / RP_CHECK_CHAIN_CALL): at an entry
 /// with return slot `sp`, an instance whose slot is at or below it is gone.
@@ -170,7 +194,7 @@ bool alive_at_ret(const ReturnInstance* ri, std::uint64_t sp) noexcept {
 /// up glibc's 32 inline keys before libuprobe loaded) they stay taken.
 void thread_exit(void* p) {
   auto* rs = static_cast<ReturnStack*>(p);
-  if (RiPool* pool = g_pool.load(std::memory_order_relaxed)) {
+  if (RiPool* pool = g_ri_pool.load(std::memory_order_relaxed)) {
     StatBlock& st = stat_block();
     // Below every live caller's return slot: the frame of this call.
     const auto here = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
@@ -178,6 +202,7 @@ void thread_exit(void* p) {
       pool->put(pop(rs));
       count(st.return_dropped);
     }
+    if (ReturnInstance* spare = take_spare(rs)) pool->put(spare);
     pool->thread_exit();
   }
   rs->exit_hook = false;
@@ -190,9 +215,22 @@ struct RetRun {
   const ConsumerSet* cs;
 };
 
-/// handle_uretprobe_chain(): the ret_handlers of one instance.
+/// handle_uretprobe_chain(): the ret_handlers of one instance. Each recorded
+/// consumer that is still registered: while the uprobe has the consumer set
+/// of the entry hit (pointer and serial), all of them (only consumers with
+/// a ret_handler are recorded), called through the pointers recorded at
+/// entry; else each found by its registration's id in the set of now.
 static inline __attribute__((always_inline)) void run_ret_consumers(const RetRun& c) noexcept {
   ThreadState& ts = t_state;
+  if (__builtin_expect(c.cs == c.ri->cs && c.cs->serial == c.ri->cs_serial, 1)) {
+    for (std::uint32_t i = 0; i < c.ri->nconsumers; ++i) {
+      ReturnConsumer& rc = c.ri->consumers[i];
+      ts.cookie = &rc.cookie;
+      rc.consumer->ret_handler(*c.regs, c.ri->func);
+      ts.cookie = nullptr;
+    }
+    return;
+  }
   for (std::uint32_t i = 0; i < c.ri->nconsumers; ++i) {
     ReturnConsumer& rc = c.ri->consumers[i];
     for (Registration* r : c.cs->regs) {
@@ -212,11 +250,16 @@ void run_ret_consumers_preserving(void* c) { run_ret_consumers(*static_cast<cons
 
 /// The ret_handlers of one instance, with what they may clobber preserved
 /// unless the kernel saved it. The instance names its uprobe: no lookup.
-void run_ret_handlers(ReturnInstance* ri, Regs& regs, bool kernel_saved) noexcept {
+static inline __attribute__((always_inline)) void run_ret_handlers(ReturnInstance* ri, Regs& regs,
+                                                                   bool kernel_saved) noexcept {
   // Cleared before the uprobe's grace period (forget_references()): non-null
   // here, inside the read-side section, it stays valid until the section ends.
-  Uprobe* up = ri->handle ? ri->handle->up.load(std::memory_order_acquire) : nullptr;
-  if (!up || up->id != ri->uprobe_id) return;  // unregistered meanwhile
+  // The uprobe recorded at entry is used once the handle names it (no load
+  // of the handle's to wait for); the id tells it from a later uprobe at the
+  // same address that got the same handle.
+  Uprobe* const up = ri->up;
+  if (!ri->handle || ri->handle->up.load(std::memory_order_acquire) != up || up->id != ri->uprobe_id)
+    return;  // unregistered meanwhile
   const RetRun c{ri, &regs, up->consumers.load(std::memory_order_acquire)};
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(c.cs->ret_save);
   FaultsFatalScope fatal(up->faults_fatal);
@@ -229,55 +272,44 @@ void run_ret_handlers(ReturnInstance* ri, Regs& regs, bool kernel_saved) noexcep
 }  // namespace
 
 void uretprobe_after_fork_child() noexcept {
-  if (RiPool* p = g_pool.load(std::memory_order_relaxed)) p->after_fork_child();
+  if (RiPool* p = g_ri_pool.load(std::memory_order_relaxed)) p->after_fork_child();
 }
 
 void uretprobe_init() {
-  if (g_pool.load(std::memory_order_relaxed)) return;
+  if (g_ri_pool.load(std::memory_order_relaxed)) return;
   create_exit_key();  // normally done already, before main()
   // (Its objects are mapped by the first uretprobe_reserve(), when a return
   // consumer is attached: ~1 MiB, 256 pages, none faulted in by a process
   // with entry probes only.)
   auto* pool = new RiPool(sizeof(ReturnInstance), 0, RiPool::kUnlimited, kPoolBase);
   pool->set_grow_on_get(false);  // a hit never maps memory: uretprobe_reserve() grows it
-  g_pool.store(pool, std::memory_order_release);
+  g_ri_pool.store(pool, std::memory_order_release);
 }
 
 void uretprobe_reserve() {
-  RiPool* pool = g_pool.load(std::memory_order_acquire);
+  RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
   if (!pool) return;
   pool->reserve(std::max(kPoolBase, kPoolPerThread * (running_threads() + kPoolSpareThreads)));
 }
 
 
 void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth) noexcept {
-  if (RiPool* p = g_pool.load(std::memory_order_relaxed))
+  if (RiPool* p = g_ri_pool.load(std::memory_order_relaxed))
     p->set_modes(static_cast<RiPoolMode>(ri_pool), static_cast<RiLockMode>(ri_lock));
-  g_global_lock.store(ri_lock != 0, std::memory_order_relaxed);
-  g_max_depth.store(max_depth < 1 ? 1 : (max_depth > kMaxReturnDepth ? kMaxReturnDepth : max_depth),
+  g_ri_global_lock.store(ri_lock != 0, std::memory_order_relaxed);
+  g_ri_spare.store(ri_pool == static_cast<unsigned>(RiPoolMode::objpool), std::memory_order_relaxed);
+  g_ri_max_depth.store(max_depth < 1 ? 1 : (max_depth > kMaxReturnDepth ? kMaxReturnDepth : max_depth),
                     std::memory_order_relaxed);
-}
-
-ReturnInstance* ri_alloc() noexcept {
-  RiPool* pool = g_pool.load(std::memory_order_acquire);
-  auto* ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
-  if (ri) {
-    ri->nconsumers = 0;
-    ri->chained = false;
-    ri->unhijacked = false;
-  }
-  return ri;
 }
 
 void ri_free(ReturnInstance* ri) noexcept { put(ri); }
 
-void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
+bool prepare_uretprobe_slow(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
   StatBlock& st = stat_block();
   ReturnStack* rs = return_stack();
-  const std::uint64_t tramp = arch::return_trampoline_address();
   const std::uint64_t slot = arch::return_address_slot(regs);
   std::uint64_t orig = arch::read_return_address(slot);
-  const bool chained = orig == tramp;
+  const bool chained = arch::is_return_trampoline(orig);
   {
     BookkeepingLock lock;
     // cleanup_return_instances(): longjmp left these behind.
@@ -289,17 +321,18 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
       if (!rs->top) {  // our trampoline, but no instance: nothing to chain to
         count(st.return_misses);
         put(ri);
-        return;
+        return false;
       }
       orig = rs->top->orig_ret;
     }
-    if (rs->depth >= g_max_depth.load(std::memory_order_relaxed)) {
+    if (rs->depth >= g_ri_max_depth.load(std::memory_order_relaxed)) {
       count(st.return_misses);
       put(ri);
-      return;
+      return false;
     }
     ri->handle = up->handle;
     ri->uprobe_id = up->id;
+    ri->up = up;
     ri->func = regs.rip;
     ri->orig_ret = orig;
     ri->stack = slot;
@@ -309,7 +342,11 @@ void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcep
     rs->top = ri;
     rs->depth = rs->depth + 1;
   }
-  arch::hijack_return_address(slot, tramp);
+  // Chained: the slot returns to us already (the trampoline, or the landing
+  // whose call the return stack buffer holds: kept, the return stays predicted).
+  if (chained) return false;
+  arch::hijack_return_address(slot, arch::return_trampoline_address());
+  return true;
 }
 
 }  // namespace uprobe::detail
@@ -339,17 +376,36 @@ extern "C" __attribute__((visibility("hidden"))) void uprobe_ret_dispatch(uprobe
 
 namespace uprobe::detail {
 
-void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexcept {
-  HotPathScope hot;
-  ThreadState& ts = t_state;
-  StatBlock& st = stat_block();
-  ReturnStack* rs = &ts.rstack;
-  if (!rs->top) fatal("return trampoline reached with no pending return instance");
+namespace {
 
-  uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
-  regs.rsp = sp;
-  const std::uint64_t flags = regs.rflags;
-  uprobe_rcu_read_lock();
+/// One instance returning (the instance below it alive, no chain, no
+/// recursion, no global bookkeeping lock: every return but the rare ones):
+/// ret_dispatch()'s loop for that case, the instance `top` popped before its
+/// handlers run, as the kernel does.
+static inline __attribute__((always_inline)) void ret_one(arch::RetFrame* f, ReturnStack* rs, ReturnInstance* top,
+                                                          bool kernel_saved, StatBlock& st) noexcept {
+  ThreadState& ts = t_state;
+  Regs& regs = f->regs;
+  const std::uint64_t target = top->orig_ret;
+  f->ret_slot = target;  // unwinding from a ret_handler sees the real caller
+  regs.rip = target;
+  pop(rs);
+  ts.depth = 1;
+  ts.xmm = f->xmm0;
+  run_ret_handlers(top, regs, kernel_saved);
+  ts.xmm = nullptr;
+  ts.depth = 0;
+  count(st.return_hits);
+  put(top);
+}
+
+/// ret_dispatch()'s general case: chains, stale instances, recursion, the
+/// global bookkeeping lock.
+__attribute__((noinline)) void ret_chain(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved,
+                                         StatBlock& st) noexcept {
+  ThreadState& ts = t_state;
+  ReturnStack* rs = &ts.rstack;
+  uprobe::Regs& regs = f->regs;
   for (;;) {
     if (!rs->top) fatal("return trampoline: every pending return instance was stale");
     // The chain returning now: the innermost instance and the chained ones
@@ -386,6 +442,29 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
     }
     if (valid) break;
   }
+}
+
+}  // namespace
+
+void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexcept {
+  HotPathScope hot;
+  ThreadState& ts = t_state;
+  StatBlock& st = stat_block();
+  ReturnStack* rs = &ts.rstack;
+  ReturnInstance* const top = rs->top;
+  if (!top) fatal("return trampoline reached with no pending return instance");
+
+  uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
+  regs.rsp = sp;
+  const std::uint64_t flags = regs.rflags;
+  uprobe_rcu_read_lock();
+  const ReturnInstance* const below = top->next;
+  if (__builtin_expect(!top->chained && ts.depth == 0 && (!below || sp <= below->stack) &&
+                           !g_ri_global_lock.load(std::memory_order_relaxed),
+                       1))
+    ret_one(f, rs, top, kernel_saved, st);
+  else
+    ret_chain(f, sp, kernel_saved, st);
   uprobe_rcu_read_unlock();
   regs.rflags = arch::merge_handler_flags(flags, regs.rflags);
   f->ret_slot = regs.rip;
@@ -409,14 +488,17 @@ std::uint8_t* return_xmm(unsigned i) noexcept {
 
 const void* return_trampoline() noexcept { return reinterpret_cast<const void*>(&uprobe_ret_trampoline); }
 
+bool is_return_trampoline(const void* address) noexcept {
+  return arch::is_return_trampoline(reinterpret_cast<std::uint64_t>(address));
+}
+
 unsigned return_stack_depth() noexcept { return t_state.rstack.depth; }
 
 int fixup_backtrace(void** frames, int n) noexcept {
   const ReturnInstance* ri = t_state.rstack.top;
-  const void* tramp = return_trampoline();
   int fixed = 0;
   for (int i = 0; i < n && ri; ++i) {
-    if (frames[i] != tramp) continue;
+    if (!is_return_trampoline(frames[i])) continue;
     // The innermost pending chain's return address; chained instances share
     // one slot, so the next frame's is below the chain's bottom.
     frames[i] = reinterpret_cast<void*>(ri->orig_ret);

@@ -9,7 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <atomic>
+
+#include "arch.hpp"
 #include "probe.hpp"
+#include "ri_pool.hpp"
 #include "thread_state.hpp"
 #include "uprobe/regs.hpp"
 
@@ -20,10 +24,13 @@ inline constexpr unsigned kMaxReturnConsumers = 10;
 /// Hard cap of Config::max_uretprobe_depth.
 inline constexpr unsigned kMaxReturnDepth = 4096;
 
-/// One return consumer of one invocation: which consumer, and its session cookie.
+/// One return consumer of one invocation: which consumer (its registration's
+/// id, and the consumer itself: called directly while the instance's
+/// ConsumerSet is still the uprobe's), and its session cookie.
 struct ReturnConsumer {
   std::uint64_t id;
   std::uint64_t cookie;
+  Consumer* consumer;
 };
 
 /// The kernel's struct return_instance. Allocated from the RiPool.
@@ -33,26 +40,110 @@ struct alignas(64) ReturnInstance {
   ReturnInstance* next = nullptr;  ///< the next older pending instance of the thread (ReturnStack)
   ProbeHandle* handle = nullptr;  ///< the uprobe, found again at return time without a lookup
   std::uint64_t uprobe_id = 0;    ///< ... and checked to be the same one
+  /// The uprobe at entry: used at the return only once the handle still
+  /// names it and the id matches (it has no other load to wait for).
+  Uprobe* up = nullptr;
+  /// The consumer set of the entry hit and its serial: when the uprobe still
+  /// has that set at the return, the recorded consumers are called directly.
+  const ConsumerSet* cs = nullptr;
+  std::uint64_t cs_serial = 0;
   std::uint64_t func = 0;       ///< probed address
   std::uint64_t orig_ret = 0;   ///< the real return address
   std::uint64_t stack = 0;      ///< address of the return-address slot (rsp at entry)
   bool chained = false;         ///< entered through the trampoline (a tail call of a probed function)
-  bool unhijacked = false;      ///< slot holds orig_ret while an unwinder runs
+  /// While an unwinder runs, the slot holds orig_ret: the return address of
+  /// ours it held before (arch::is_return_trampoline()), put back after; 0
+  /// otherwise.
+  std::uint64_t unhijacked = 0;
   std::uint32_t nconsumers = 0;
   ReturnConsumer consumers[kMaxReturnConsumers];
 };
-static_assert(sizeof(ReturnInstance) == 256, "one more cache line per instance: check the pool's object size");
+static_assert(sizeof(ReturnInstance) == 384, "one more cache line per instance: check the pool's object size");
 
 
-/// A fresh instance for an entry hit, or nullptr (pool exhausted). AS-safe.
-ReturnInstance* ri_alloc() noexcept;
+/// The pool of return instances (uretprobe_init()), Config::max_uretprobe_depth,
+/// and Config::ri_lock = RiLock::global (uretprobe_configure()): what the
+/// entry side's inline fast path below reads.
+extern std::atomic<RiPool*> g_ri_pool;
+extern std::atomic<unsigned> g_ri_max_depth;
+extern std::atomic<bool> g_ri_global_lock;
+/// Whether a thread keeps a spare instance (ReturnStack::spare): with
+/// Config::ri_pool = RiPool::objpool, not with the "before" design's freelist.
+extern std::atomic<bool> g_ri_spare;
+
+/// Takes the thread's spare instance, nullptr when it has none. AS-safe.
+inline ReturnInstance* take_spare(ReturnStack* rs) noexcept {
+  ReturnInstance* ri = rs->spare;
+  if (ri && arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare),
+                                          reinterpret_cast<std::uint64_t>(ri), 0))
+    return ri;
+  return nullptr;
+}
+
+/// A fresh instance for an entry hit, or nullptr (pool exhausted): the
+/// thread's spare, else one from the pool. AS-safe.
+inline ReturnInstance* ri_alloc() noexcept {
+  ReturnInstance* ri = take_spare(&t_state.rstack);
+  if (__builtin_expect(!ri, 0)) {
+    RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
+    ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
+  }
+  if (ri) {
+    ri->nconsumers = 0;
+    ri->chained = false;
+    ri->unhijacked = 0;
+  }
+  return ri;
+}
 /// Gives back an instance that was not pushed. AS-safe.
 void ri_free(ReturnInstance* ri) noexcept;
 
+/// The thread's return stack on its first use (arms the thread-exit hook).
+/// AS-safe.
+ReturnStack* return_stack_first_use() noexcept;
+/// True when `sp` and the slot at `slot` are on different stacks (the
+/// sigaltstack, or another task sharing this thread's TLS): their addresses
+/// then say nothing about frame order. AS-safe (two system calls).
+bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept;
+
+/// prepare_uretprobe() in every case (stale instances, chains, the depth
+/// limit, the global bookkeeping lock, the thread's first instance).
+bool prepare_uretprobe_slow(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
+
 /// Hijacks the return address at regs.rsp and pushes `ri` (filled with its
 /// consumers) on the thread's return stack; frees it and counts a miss when
-/// the depth limit is reached. Entry side, signal context. AS-safe.
-void prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
+/// the depth limit is reached. A slot that holds one of our return addresses
+/// already (a tail call of a probed function: the instance is chained) is
+/// left as it is. Returns true when it wrote the return trampoline into the
+/// slot (an optimized entry may then turn that into its predicted return:
+/// arch::opt_frame_leave()). Inline for the common case (no instance to drop,
+/// no chain, below the depth limit); the others go to
+/// prepare_uretprobe_slow(). Entry side, signal context. AS-safe.
+inline bool prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
+  ReturnStack* rs = &t_state.rstack;
+  const std::uint64_t slot = arch::return_address_slot(regs);
+  const std::uint64_t orig = arch::read_return_address(slot);
+  ReturnInstance* const top = rs->top;
+  // (An instance below is alive: its slot above this one, the kernel's
+  // arch_uretprobe_is_alive(RP_CHECK_CALL).)
+  if (__builtin_expect(!rs->exit_hook || arch::is_return_trampoline(orig) || (top && slot >= top->stack) ||
+                           rs->depth >= g_ri_max_depth.load(std::memory_order_relaxed) ||
+                           g_ri_global_lock.load(std::memory_order_relaxed),
+                       0))
+    return prepare_uretprobe_slow(up, regs, ri);
+  ri->handle = up->handle;
+  ri->uprobe_id = up->id;
+  ri->up = up;
+  ri->func = regs.rip;
+  ri->orig_ret = orig;
+  ri->stack = slot;
+  ri->next = top;
+  std::atomic_signal_fence(std::memory_order_release);
+  rs->top = ri;  // (a signal handler's hits in between push and pop in balance)
+  rs->depth = rs->depth + 1;
+  arch::hijack_return_address(slot, arch::return_trampoline_address());
+  return true;
+}
 
 /// The kernel's handle_trampoline(): pops the returning invocation's return
 /// instance(s), runs the ret_handlers on f->regs (rip = the real return

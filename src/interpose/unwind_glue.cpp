@@ -31,18 +31,18 @@ namespace {
 
 /// Real return addresses into every pending slot of this thread.
 void unhijack() noexcept {
-  const std::uint64_t tramp = arch::return_trampoline_address();
   for (ReturnInstance* ri = t_state.rstack.top; ri; ri = ri->next) {
     auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
-    if (*slot == tramp) {
+    if (arch::is_return_trampoline(*slot)) {
+      ri->unhijacked = *slot;
       *slot = ri->orig_ret;
-      ri->unhijacked = true;
     }
   }
 }
 
 /// Drops the instances whose slot is below `live_sp` (their frames are gone),
-/// then puts the trampoline back into the slots of the others.
+/// then puts our return address (the trampoline or the landing, as before)
+/// back into the slots of the others.
 void rehijack(std::uint64_t live_sp) noexcept {
   ReturnStack* rs = &t_state.rstack;
   StatBlock& st = stat_block();
@@ -53,11 +53,10 @@ void rehijack(std::uint64_t live_sp) noexcept {
     ri_free(ri);
     count(st.return_dropped);
   }
-  const std::uint64_t tramp = arch::return_trampoline_address();
   for (ReturnInstance* ri = rs->top; ri; ri = ri->next) {
     auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
-    if (ri->unhijacked && *slot == ri->orig_ret) *slot = tramp;
-    ri->unhijacked = false;
+    if (ri->unhijacked && *slot == ri->orig_ret) *slot = ri->unhijacked;
+    ri->unhijacked = 0;
   }
 }
 
@@ -111,16 +110,16 @@ extern "C" __attribute__((visibility("hidden"))) std::uint64_t uprobe_ret_unwind
   return real;
 }
 
-/// Personality routine of the byte before the return trampoline (see
-/// ret_trampoline.S): in the cleanup phase of an unwind that meets the
-/// trampoline as a frame's return address, lands in
+/// Personality routine of the byte before the return trampoline and before
+/// the landing (see ret_trampoline.S): in the cleanup phase of an unwind that
+/// meets one of them as a frame's return address, lands in
 /// uprobe_ret_unwind_landing with the exception in the first EH data
 /// register. Everything else continues (and stops, rip being undefined).
 extern "C" __attribute__((visibility("hidden"))) _Unwind_Reason_Code uprobe_ret_personality(
     int version, _Unwind_Action actions, _Unwind_Exception_Class, struct _Unwind_Exception* exc,
     struct _Unwind_Context* ctx) {
   if (version != 1 || !(actions & _UA_CLEANUP_PHASE) ||
-      _Unwind_GetIP(ctx) != uprobe::arch::return_trampoline_address())
+      !uprobe::arch::is_return_trampoline(_Unwind_GetIP(ctx)))
     return _URC_CONTINUE_UNWIND;
   _Unwind_SetGR(ctx, __builtin_eh_return_data_regno(0), reinterpret_cast<_Unwind_Word>(exc));
   _Unwind_SetIP(ctx, reinterpret_cast<_Unwind_Ptr>(&uprobe_ret_unwind_landing));
