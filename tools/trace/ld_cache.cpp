@@ -1,23 +1,41 @@
 // SPDX-License-Identifier: MIT
 #include "ld_cache.hpp"
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <string_view>
 
 namespace uptrace {
 
 std::optional<std::string> ld_cache_lookup(const std::string& name) {
-  std::ifstream in("/etc/ld.so.cache", std::ios::binary);
-  if (!in) return std::nullopt;
-  const std::string c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // (One read of the whole file: an istreambuf_iterator copy of its ~40 KB
+  // took ~0.1 ms of a bpftrace program's start.)
+  std::string c;
+  {
+    const int fd = open("/etc/ld.so.cache", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < (1 << 26)) {
+      c.resize(static_cast<std::size_t>(st.st_size));
+      std::size_t got = 0;
+      while (got < c.size()) {
+        const ssize_t n = read(fd, c.data() + got, c.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      c.resize(got);
+    }
+    close(fd);
+  }
   constexpr char kMagic[] = "glibc-ld.so.cache1.1";
   constexpr std::size_t kHeader = 48, kEntry = 24;  // struct cache_file_new, struct file_entry_new
   if (c.size() < kHeader || c.compare(0, sizeof kMagic - 1, kMagic) != 0) return std::nullopt;
