@@ -55,6 +55,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.LostEventsAreCountedInTheOutput
                      trace.Bpftrace.UstackOfSeveralProcessesSymbolizedWithTheirOwnModules
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
+                     trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns
                      PROPERTIES LABELS "no-asan;no-tsan")
 

@@ -217,6 +217,22 @@ TEST(Bpftrace, UstackOfSeveralProcessesSymbolizedWithTheirOwnModules) {
   EXPECT_EQ(keys, 8u) << r.out;
 }
 
+// A caller whose return is probed: its frame's return address is
+// libuprobe's while it runs (the landing of an optimized entry); ustack
+// gives the real one, as the kernel's walker does (since Linux 6.11): st_top
+// returns into st_stacks.
+TEST(Bpftrace, UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe) {
+  const std::string prog = "uprobe:" + kFixture + ":st_leaf { @[ustack(3)] = count(); } uretprobe:" + kFixture +
+                           ":st_top { @r = count(); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture + " stacks nosleep"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("@[\n    st_leaf+0\n    st_top+9\n    st_stacks+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("]: 3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@r: 3\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("uprobe_ret"), std::string::npos) << r.out;  // (neither the trampoline nor the landing)
+  EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
+}
+
 // A library dlopen()ed after the agent recorded the image's mappings: its
 // frames are symbolized from the process's mappings while it runs (printf
 // events, print() in a probe: when bpftrace resolves them too), and stay so

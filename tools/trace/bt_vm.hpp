@@ -527,7 +527,21 @@ class Vm {
       out[n++] = frame[1];
       fp = frame[0];
     }
+    fix_return_addresses(out, n);
     return n;
+  }
+
+  // A caller with a pending return probe has libuprobe's return address in
+  // its slot (the return trampoline, or the landing of an optimized entry):
+  // the real one instead, from the thread's return instances, as the
+  // kernel's walker gives it (perf_callchain_user() since Linux 6.11).
+  // (One call: the agent's hit code calls libuprobe directly, never through
+  // a pointer; tests/trace/agent_gpr_check.py.) Async-signal-safe.
+  __attribute__((noinline)) static void fix_return_addresses(std::uint64_t* out, unsigned n) noexcept {
+    void* frames[kMaxFrames];
+    for (unsigned k = 0; k < n; ++k) frames[k] = reinterpret_cast<void*>(out[k]);
+    if (uprobe::fixup_backtrace(frames, static_cast<int>(n)) > 0)
+      for (unsigned k = 0; k < n; ++k) out[k] = reinterpret_cast<std::uint64_t>(frames[k]);
   }
 
   // Looks up the calling thread's stack (StackBounds) in /proc/self/maps:
