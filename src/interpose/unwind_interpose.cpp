@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// Unwinders meet hijacked return addresses: while a function with a pending
+// return probe runs, its return slot holds the return trampoline (or the
+// landing). Before a C++ exception or a backtrace walks the stack, the
+// calling thread's slots get their real return addresses back ("unhijack");
+// afterwards the frames that are still live get ours again and the ones an
+// exception left are dropped without running their ret_handlers (the kernel
+// drops them by stack pointer on the next return the same way). We
+// interpose the unwinder entry points that programs and libstdc++ call
+// through the PLT; glibc's backtrace(3) calls libgcc_s through dlsym, so
+// backtrace itself is interposed too. (Its own object file, uprobe_unwind_objects:
+// in libuprobe.so and libuprobe.a; uprobe-trace's command line, which never
+// probes itself, links libuprobe without it and libstdc++ statically.)
+
+#include <dlfcn.h>
+#include <unwind.h>
+#include <gnu/libc-version.h>
+
+#include <cstdint>
+
+#include "arch.hpp"
+#include "next_symbol.hpp"
+#include "thread_state.hpp"
+#include "uretprobe.hpp"
+
+extern "C" void __cxa_end_catch();  // (libstdc++; <cxxabi.h> declares it in __cxxabiv1)
+
+namespace uprobe::detail {
+
+namespace {
+
+/// Real return addresses into every pending slot of this thread.
+void unhijack() noexcept {
+  for (ReturnInstance* ri = t_state.rstack.top; ri; ri = ri->next) {
+    auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
+    if (arch::is_return_trampoline(*slot)) {
+      ri->unhijacked = *slot;
+      *slot = ri->orig_ret;
+    }
+  }
+}
+
+/// Drops the instances whose slot is below `live_sp` (their frames are gone),
+/// then puts our return address (the trampoline or the landing, as before)
+/// back into the slots of the others.
+void rehijack(std::uint64_t live_sp) noexcept {
+  ReturnStack* rs = &t_state.rstack;
+  StatBlock& st = stat_block();
+  while (rs->top && rs->top->stack < live_sp) {
+    ReturnInstance* ri = rs->top;
+    rs->top = ri->next;
+    rs->depth = rs->depth - 1;
+    ri_free(ri);
+    count(st.return_dropped);
+  }
+  for (ReturnInstance* ri = rs->top; ri; ri = ri->next) {
+    auto* slot = reinterpret_cast<std::uint64_t*>(ri->stack);
+    if (ri->unhijacked && *slot == ri->orig_ret) *slot = ri->unhijacked;
+    ri->unhijacked = 0;
+  }
+}
+
+/// (The interposers below keep no stack object of their own: when the
+/// unwinder lands in a handler their frames end without an epilogue, and an
+/// ASan build would keep their redzones poisoned; next_symbol() is never
+/// inlined into them.)
+/// The definition after ours (next_symbol()): libgcc_s's _Unwind_* (anchored
+/// at _Unwind_GetCFA, which libuprobe does not interpose), libstdc++'s
+/// __cxa_begin_catch (at __cxa_end_catch), libc's backtrace.
+template <typename F>
+F next(const char* name, const void* anchor) {
+  return reinterpret_cast<F>(next_symbol(name, anchor));
+}
+const void* const kLibgcc = reinterpret_cast<const void*>(&_Unwind_GetCFA);
+const void* const kLibstdcxx = reinterpret_cast<const void*>(&__cxa_end_catch);
+const void* const kLibc = reinterpret_cast<const void*>(&gnu_get_libc_version);
+
+}  // namespace
+
+}  // namespace uprobe::detail
+
+using uprobe::detail::kLibc;
+using uprobe::detail::kLibgcc;
+using uprobe::detail::kLibstdcxx;
+using uprobe::detail::next;
+using uprobe::detail::rehijack;
+using uprobe::detail::unhijack;
+
+#define UPROBE_EXPORT extern "C" __attribute__((visibility("default")))
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exception* e) {
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_RaiseException", kLibgcc);
+  unhijack();
+  _Unwind_Reason_Code rc = real(e);  // returns only when no handler was found
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Exception* e) {
+  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_Resume_or_Rethrow", kLibgcc);
+  unhijack();
+  _Unwind_Reason_Code rc = real(e);
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception* e, _Unwind_Stop_Fn stop,
+                                                       void* arg) {
+  static auto real =
+      next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*)>("_Unwind_ForcedUnwind", kLibgcc);
+  unhijack();
+  _Unwind_Reason_Code rc = real(e, stop, arg);
+  rehijack(0);
+  return rc;
+}
+
+UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
+  static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
+  unhijack();
+  _Unwind_Reason_Code rc = real(fn, arg);
+  rehijack(0);
+  return rc;
+}
+
+/// The catch: frames below the catching function are gone.
+UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
+  static auto real = next<void* (*)(void*)>("__cxa_begin_catch", kLibstdcxx);
+  void* r = real(exc);
+  rehijack(reinterpret_cast<std::uint64_t>(__builtin_dwarf_cfa()));
+  return r;
+}
+
+UPROBE_EXPORT int backtrace(void** buffer, int size) {
+  static auto real = next<int (*)(void**, int)>("backtrace", kLibc);
+  unhijack();
+  int n = real(buffer, size);
+  rehijack(0);
+  return n;
+}
