@@ -144,10 +144,12 @@ struct OptSite {
   std::uint64_t site;             ///< probe address
   std::uint64_t resume;           ///< where to continue when no handler moved rip (site + len for a nop5)
   std::uint64_t key[3];           ///< the core's probe key (dev, ino, offset)
-  /// Nonzero at a function's first instruction (nothing below rsp is live):
-  /// the stub's resume point jumps through the red zone, where
-  /// opt_frame_leave() writes the continuation for each hit (opt_stub.S).
-  /// Read by build_opt_stub() and opt_frame_leave().
+  /// Nonzero at a function's first instruction when the stub was made while
+  /// the probe had a return consumer: the stub's resume point jumps through
+  /// the red zone, where opt_frame_leave() writes uprobe_ret_thunk when a hit
+  /// arms a return probe (a hit that does not returns through the stub's own
+  /// slot, the red zone untouched) (opt_stub.S). Read by build_opt_stub()
+  /// and opt_frame_leave().
   std::uint64_t at_entry;
   /// The core's probe object this stub dispatches to, 0 when none: read under
   /// the RCU read lock by an optimized hit (saves the lookup by key), cleared
@@ -261,13 +263,14 @@ inline OptFrameSaved opt_frame_enter(Regs& regs, const OptSite& site) noexcept {
 /// rsp by less than the frame) cannot be written before the frame is popped:
 /// rsp then stays.
 ///
-/// At a function entry (OptSite::at_entry) the resume point jumps through
-/// the red zone, 16 bytes below the site's rsp: to OptSite::resume, or, when
-/// `hijacked` (the hit armed a return probe: hijack_return_address() put the
-/// return trampoline into the return slot at the site's rsp, the function's
-/// real return address is in the return instance) and rip and rsp are the
-/// site's, to uprobe_ret_thunk, with the continuation in the return slot
-/// instead: the thunk calls it from there, and the function's return to
+/// At a function entry whose stub was made while the probe had a return
+/// consumer (OptSite::at_entry) the resume point jumps through the red zone,
+/// 16 bytes below the site's rsp, which is written only when `hijacked` (the
+/// hit armed a return probe: hijack_return_address() put the return
+/// trampoline into the return slot at the site's rsp, the function's real
+/// return address is in the return instance) and rip and rsp are the site's:
+/// to uprobe_ret_thunk, with the continuation in the return slot instead
+/// (else the stub's slot gets OptSite::resume, the red zone stays as it is): the thunk calls it from there, and the function's return to
 /// uprobe_ret_landing is one the return stack buffer predicts (a return to
 /// the trampoline, where no call pushed, is not). Async-signal-safe.
 inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& site, const OptFrameSaved& saved,
@@ -286,12 +289,17 @@ inline void opt_frame_leave(std::uint64_t* frame, Regs& regs, const OptSite& sit
     const std::uint64_t target = redirected ? regs.rip : site.resume;
     __builtin_memcpy(reinterpret_cast<void*>(slot), &target, 8);  // one move; the slot may be misaligned
   } else if (site.at_entry) {
-    std::uint64_t next = site.resume;
     if (hijacked && !moved) {
+      const auto thunk = reinterpret_cast<std::uint64_t>(&uprobe_ret_thunk);
       __builtin_memcpy(reinterpret_cast<void*>(site_sp), &site.resume, 8);
-      next = reinterpret_cast<std::uint64_t>(&uprobe_ret_thunk);
+      __builtin_memcpy(reinterpret_cast<void*>(site_sp - 16), &thunk, 8);  // (either may be misaligned)
+    } else {
+      // No return armed: the red zone stays untouched (code that jumps to a
+      // function's first instruction may keep data there); the stub returns
+      // to the continuation itself (a return the CPU mispredicts: only at a
+      // stub made while the probe had a return consumer, which it has no more).
+      __builtin_memcpy(reinterpret_cast<void*>(slot), &site.resume, 8);
     }
-    __builtin_memcpy(reinterpret_cast<void*>(site_sp - 16), &next, 8);  // (either may be misaligned)
   }
   regs.rsp = slot;
 }

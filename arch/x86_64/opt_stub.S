@@ -95,13 +95,15 @@ uprobe_opt_stub_exit_imm:
 uprobe_opt_stub_template_end:			/* (16-aligned: where build_opt_stub() puts the descriptor) */
 
 /*
- * The resume point of a stub at a function's first instruction
- * (OptSite::at_entry), copied over the template's by build_opt_stub(): the
+ * The resume point of a stub at a function's first instruction made while
+ * the probe had a return consumer (OptSite::at_entry), copied over the
+ * template's by build_opt_stub(): when the hit armed a return probe, the
  * continuation comes from the red zone, 16 bytes below the site's stack
- * pointer, where opt_frame_leave() wrote it for this hit (OptSite::resume, or
- * uprobe_ret_thunk when the hit armed a return probe: ret_trampoline.S).
- * Nothing below rsp is live at a function's first instruction, the stub's own
- * frame starts 136 bytes below it, and a signal frame 128 bytes below it.
+ * pointer, where opt_frame_leave() wrote uprobe_ret_thunk (ret_trampoline.S);
+ * a hit that armed none returns past this point, to OptSite::resume, and
+ * leaves the red zone alone. Below rsp at a function's first instruction is
+ * dead for a uretprobe (whose hijack of the return slot assumes a call); the
+ * stub's own frame starts 136 bytes below it, and a signal frame 128 bytes below it.
  * Never executed here; as long as the template's.
  */
 	.section .rodata

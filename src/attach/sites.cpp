@@ -71,6 +71,16 @@ void tsan_publish_stub(std::uint64_t stub) noexcept {
 #endif
 }
 
+/// Whether a consumer of `up` (its set as the registry sees it) has a
+/// return side. Registry mutex held.
+bool has_return_consumer(const Uprobe* up) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
+  if (!cs) return false;
+  for (const Registration* r : cs->regs)
+    if (r->has_ret && !r->removed.load(std::memory_order_relaxed)) return true;
+  return false;
+}
+
 /// Builds the stub of site `s` of `up` (its OptSite: where it continues, the
 /// key, the owner) in XOL memory within reach of the site,
 /// writes it and records it for the site address. Returns the stub, or 0
@@ -90,7 +100,11 @@ std::uint64_t write_stub(const Uprobe* up, const Site& s, const std::vector<Vma>
   desc.key[1] = up->key.ino;
   desc.key[2] = up->key.offset;
   desc.owner = reinterpret_cast<std::uint64_t>(up);
-  desc.at_entry = up->function_entry ? 1 : 0;  // the stub may resume through the red zone (arch::opt_frame_leave)
+  // The stub may resume through the red zone (arch::opt_frame_leave()) only
+  // at a function's first instruction, and only a stub made while the probe
+  // has a return consumer: an entry probe alone never writes below rsp (code
+  // that jumps to a function's first instruction may keep data there).
+  desc.at_entry = up->function_entry && has_return_consumer(up) ? 1 : 0;
   const std::size_t n = arch::build_opt_stub(stub, desc, code);
   tsan_publish_stub(stub);
   if (!xol_area().write_code(stub, code, n, why)) return 0;
