@@ -136,12 +136,24 @@ namespace {
 // resolved: a script's $0 is what execvp gives it); "" when none.
 std::string search_path(const std::string& name) {
   if (name.find('/') != std::string::npos) return is_file(name) ? name : std::string();
-  const char* path = getenv("PATH");
-  for (const std::string& d : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
-    std::string c = (d.empty() ? "." : d) + "/" + name;
-    if (is_file(c) && access(c.c_str(), X_OK) == 0) return c;
+  // PATH unset: execvp's default (glibc: confstr(_CS_PATH), "/bin:/usr/bin").
+  // Each element, empty ones too (the current directory, as execvp takes them).
+  std::string path;
+  if (const char* p = getenv("PATH")) {
+    path = p;
+  } else {
+    char def[256];
+    const std::size_t n = confstr(_CS_PATH, def, sizeof def);
+    path = n > 0 && n <= sizeof def ? def : "/bin:/usr/bin";
   }
-  return {};
+  for (std::size_t at = 0;;) {
+    const std::size_t colon = path.find(':', at);
+    const std::string d = path.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    const std::string c = (d.empty() ? "." : d) + "/" + name;
+    if (is_file(c) && access(c.c_str(), X_OK) == 0) return c;
+    if (colon == std::string::npos) return {};
+    at = colon + 1;
+  }
 }
 }  // namespace
 
@@ -298,7 +310,8 @@ std::string find_libuprobe(const std::string& agent) {
   const std::string dir = dir_name(agent);
   for (const std::string& c : {dir + "/" + UPROBE_TRACE_LIBUPROBE_NAME, dir + "/../" + UPROBE_TRACE_LIBUPROBE_NAME})
     if (is_file(c)) return real_path(c);
-  return {};
+  die(std::string("cannot find ") + UPROBE_TRACE_LIBUPROBE_NAME + " next to " + agent + " or in the directory above " +
+      "(the traced program must load it before libc, or every probe is refused)");
 }
 
 }  // namespace
@@ -346,6 +359,10 @@ pid_t spawn(const std::string& file, std::vector<char*>& args, const std::vector
   sigemptyset(&dfl);
   sigaddset(&dfl, SIGTERM);
   sigaddset(&dfl, SIGHUP);
+  // glibc's own signals (SIGCANCEL 32, SIGSETXID 33), which sigaddset()
+  // refuses: posix_spawn() would leave them ignored in the program (exec
+  // keeps SIG_IGN); in the default set they start as after execvp.
+  dfl.__val[0] |= 3UL << 31;
   if (sigs.old_quit.sa_handler != SIG_IGN) sigaddset(&dfl, SIGQUIT);
   const bool int_ignored = sigs.old_int.sa_handler == SIG_IGN;
   if (!int_ignored) sigaddset(&dfl, SIGINT);

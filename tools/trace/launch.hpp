@@ -68,7 +68,8 @@ bool is_file(const std::string& p);
 /// realpath(3) of `p`, `p` itself when that fails.
 std::string real_path(const std::string& p);
 /// The file execvp(3) would run for `name` (PATH searched for a name without
-/// '/'), canonical; "" when there is none.
+/// '/', its empty elements as the current directory, glibc's default when
+/// it is unset), canonical; "" when there is none.
 std::string find_program(const std::string& name);
 /// Whether `p` starts with the ELF magic.
 bool is_elf(const std::string& p);
@@ -96,7 +97,7 @@ int create_counts_file(const std::string& dir);
 
 /// What the traced program preloads: libuprobe.so (as this process loaded
 /// it when it did; else the one the agent was built with, next to it or in
-/// the directory above; "" when none is found) and the agent.
+/// the directory above: die() when there is none) and the agent.
 struct Preload {
   std::string agent, libuprobe;
 };
