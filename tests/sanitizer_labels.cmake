@@ -49,6 +49,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
                      trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
                      trace.Trace.ProgramSeesOnlyItsOwnFileDescriptors trace.Trace.TheProgramStartsSingleThreaded
+                     trace.Trace.ProgramStartsWithTheCallersSignalDispositions
                      trace.Python.FunctionEntryCountsEveryCallWhenLineIsOn
                      trace.Python.FunctionEntryAloneFiresOnGeneratorThrow trace.Postgres.ListAndAttachUsdt
                      trace.Bpftrace.CorpusOutputEqualsBpftraces trace.Bpftrace.LiveBpftracePrintsTheSame

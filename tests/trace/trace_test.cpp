@@ -392,6 +392,19 @@ TEST(Trace, ProgramSeesOnlyItsOwnFileDescriptors) {
   EXPECT_EQ(all.out, plain.out) << dump(all);
 }
 
+// The program starts with the signal dispositions and mask it would have
+// without uprobe-trace, glibc's own signals (32, 33) included: posix_spawn()
+// leaves those ignored in the child unless asked not to.
+TEST(Trace, ProgramStartsWithTheCallersSignalDispositions) {
+  const std::vector<std::string> cmd = {"/bin/sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"};
+  Result plain = run(cmd);
+  ASSERT_EQ(plain.status, 0);
+  ASSERT_NE(plain.out.find("SigIgn:"), std::string::npos) << plain.out;
+  Result r = trace({"uprobe:libc:malloc"}, cmd);
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, plain.out) << dump(r);
+}
+
 TEST(Trace, WildcardMatchesExactlyTheThreeFunctions) {
   Result r = trace({"uprobe:trace_fixture:wc_*"}, {kFixture, "wild"});
   ASSERT_EQ(r.status, 0) << dump(r);
