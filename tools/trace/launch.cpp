@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -360,9 +361,20 @@ pid_t spawn(const std::string& file, std::vector<char*>& args, const std::vector
   sigaddset(&dfl, SIGTERM);
   sigaddset(&dfl, SIGHUP);
   // glibc's own signals (SIGCANCEL 32, SIGSETXID 33), which sigaddset()
-  // refuses: posix_spawn() would leave them ignored in the program (exec
-  // keeps SIG_IGN); in the default set they start as after execvp.
-  dfl.__val[0] |= 3UL << 31;
+  // refuses: glibc 2.36's posix_spawn() makes them ignored in the program;
+  // exec keeps what this process has (what it inherited: it installs no
+  // handler of its own there), ignored or default. Default unless ignored here.
+  for (int sig : {32, 33}) {
+    struct {
+      void* handler;
+      unsigned long flags;
+      void* restorer;
+      unsigned long mask;
+    } k{};
+    if (syscall(SYS_rt_sigaction, sig, nullptr, &k, sizeof k.mask) != 0 ||
+        k.handler != reinterpret_cast<void*>(SIG_IGN))
+      dfl.__val[0] |= 1UL << (sig - 1);
+  }
   if (sigs.old_quit.sa_handler != SIG_IGN) sigaddset(&dfl, SIGQUIT);
   const bool int_ignored = sigs.old_int.sa_handler == SIG_IGN;
   if (!int_ignored) sigaddset(&dfl, SIGINT);
