@@ -330,17 +330,7 @@ bool prepare_uretprobe_slow(Uprobe* up, const Regs& regs, ReturnInstance* ri) no
       put(ri);
       return false;
     }
-    ri->handle = up->handle;
-    ri->uprobe_id = up->id;
-    ri->up = up;
-    ri->func = regs.rip;
-    ri->orig_ret = orig;
-    ri->stack = slot;
-    ri->chained = chained;
-    ri->next = rs->top;
-    std::atomic_signal_fence(std::memory_order_release);
-    rs->top = ri;
-    rs->depth = rs->depth + 1;
+    push_instance(rs, ri, up, regs, orig, slot, chained);
   }
   // Chained: the slot returns to us already (the trampoline, or the landing
   // whose call the return stack buffer holds: kept, the return stays predicted).
@@ -378,6 +368,19 @@ namespace uprobe::detail {
 
 namespace {
 
+/// Runs the ret_handlers of `ri` on the frame's registers as the thread's
+/// one hit in progress (depth 1: a signal's hits meanwhile are recursion
+/// misses; return_xmm() reads the frame's xmm0/xmm1), and counts the return.
+static inline __attribute__((always_inline)) void run_counted(ThreadState& ts, arch::RetFrame* f, ReturnInstance* ri,
+                                                              Regs& regs, bool kernel_saved, StatBlock& st) noexcept {
+  ts.depth = 1;
+  ts.xmm = f->xmm0;
+  run_ret_handlers(ri, regs, kernel_saved);
+  ts.xmm = nullptr;
+  ts.depth = 0;
+  count(st.return_hits);
+}
+
 /// One instance returning (the instance below it alive, no chain, no
 /// recursion, no global bookkeeping lock: every return but the rare ones):
 /// ret_dispatch()'s loop for that case, the instance `top` popped before its
@@ -390,12 +393,7 @@ static inline __attribute__((always_inline)) void ret_one(arch::RetFrame* f, Ret
   f->ret_slot = target;  // unwinding from a ret_handler sees the real caller
   regs.rip = target;
   pop(rs);
-  ts.depth = 1;
-  ts.xmm = f->xmm0;
-  run_ret_handlers(top, regs, kernel_saved);
-  ts.xmm = nullptr;
-  ts.depth = 0;
-  count(st.return_hits);
+  run_counted(ts, f, top, regs, kernel_saved, st);
   put(top);
 }
 
@@ -427,12 +425,7 @@ __attribute__((noinline)) void ret_chain(arch::RetFrame* f, std::uint64_t sp, bo
       }
       last = ri == bottom;
       if (valid && ts.depth == 0) {
-        ts.depth = 1;
-        ts.xmm = f->xmm0;
-        run_ret_handlers(ri, regs, kernel_saved);
-        ts.xmm = nullptr;
-        ts.depth = 0;
-        count(st.return_hits);
+        run_counted(ts, f, ri, regs, kernel_saved, st);
       } else if (valid) {
         count(st.recursion_misses);
       } else {

@@ -106,6 +106,25 @@ ReturnStack* return_stack_first_use() noexcept;
 /// then say nothing about frame order. AS-safe (two system calls).
 bool different_stacks(std::uint64_t sp, std::uint64_t slot) noexcept;
 
+/// Fills `ri` for the hit of `up` at the entry `regs` (the real return
+/// address `orig`, read at `slot`; `chained`: a tail call's) and pushes it on
+/// `rs`: prepare_uretprobe()'s fast path and prepare_uretprobe_slow() (under
+/// its bookkeeping lock). AS-safe.
+inline void push_instance(ReturnStack* rs, ReturnInstance* ri, Uprobe* up, const Regs& regs, std::uint64_t orig,
+                          std::uint64_t slot, bool chained) noexcept {
+  ri->handle = up->handle;
+  ri->uprobe_id = up->id;
+  ri->up = up;
+  ri->func = regs.rip;
+  ri->orig_ret = orig;
+  ri->stack = slot;
+  ri->chained = chained;
+  ri->next = rs->top;
+  std::atomic_signal_fence(std::memory_order_release);
+  rs->top = ri;  // (a signal handler's hits in between push and pop in balance)
+  rs->depth = rs->depth + 1;
+}
+
 /// prepare_uretprobe() in every case (stale instances, chains, the depth
 /// limit, the global bookkeeping lock, the thread's first instance).
 bool prepare_uretprobe_slow(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept;
@@ -131,16 +150,7 @@ inline bool prepare_uretprobe(Uprobe* up, const Regs& regs, ReturnInstance* ri) 
                            g_ri_global_lock.load(std::memory_order_relaxed),
                        0))
     return prepare_uretprobe_slow(up, regs, ri);
-  ri->handle = up->handle;
-  ri->uprobe_id = up->id;
-  ri->up = up;
-  ri->func = regs.rip;
-  ri->orig_ret = orig;
-  ri->stack = slot;
-  ri->next = top;
-  std::atomic_signal_fence(std::memory_order_release);
-  rs->top = ri;  // (a signal handler's hits in between push and pop in balance)
-  rs->depth = rs->depth + 1;
+  push_instance(rs, ri, up, regs, orig, slot, false);
   arch::hijack_return_address(slot, arch::return_trampoline_address());
   return true;
 }
