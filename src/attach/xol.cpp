@@ -405,9 +405,23 @@ void XolArea::privatize_all() noexcept {
 std::uint64_t XolArea::code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas,
                                   std::string& why, std::uint64_t key) {
   if (key == 0) key = site;
-  auto it = code_by_site_.find(key);
-  if (it != code_by_site_.end()) return it->second & kAddrMask;
-  if (const std::uint64_t a = unretire(key, false)) return a;
+  // The block the key has (live, or retired and not yet freed) serves again
+  // only within reach of `site`: a punned site's stub is near its hop, and a
+  // later probe there may take another form whose hop is gigabytes away (a
+  // padded jump selects another range); a jump to a block out of reach would
+  // wrap its rel32. One out of reach is retired (again) as by retire_site().
+  const auto in_reach = [&](std::uint64_t a, std::uint64_t n) {
+    return distance(a, site) < kReach && distance(a + n, site) < kReach;
+  };
+  if (auto it = code_by_site_.find(key); it != code_by_site_.end()) {
+    const std::uint64_t a = it->second & kAddrMask, n = it->second >> 48;
+    if (in_reach(a, n)) return a;
+    retired_.push_back(Retired{a, static_cast<std::uint32_t>(n), false, key & kAddrMask, key, false});
+    code_by_site_.erase(it);
+  } else if (const std::size_t i = find_retired(key, false);
+             i < retired_.size() && in_reach(retired_[i].addr, retired_[i].size)) {
+    return unretire(key, false);
+  }
   size = (size + 63) & ~std::size_t{63};
   Region* r = region_near(site, size, vmas, why);
   if (!r) return 0;

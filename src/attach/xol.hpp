@@ -55,8 +55,9 @@ class XolArea {
 
   /// Reserves `size` bytes of code memory within jmp rel32 reach of `site`,
   /// once per site address (the same block is returned again for the same
-  /// site, or the same `key` when given). 0 with `why` set when no memory is
-  /// in reach. Registry mutex held.
+  /// site, or the same `key` when given, while it is within reach of `site`:
+  /// one made for another anchor is retired and a new one taken). 0 with
+  /// `why` set when no memory is in reach. Registry mutex held.
   std::uint64_t code_near(std::uint64_t site, std::size_t size, const std::vector<Vma>& vmas, std::string& why,
                           std::uint64_t key = 0);
 

@@ -32,4 +32,21 @@ ENDF \name
         PADFN pad_forced, 0x48, 0xf4, 0xe4
         PADFN pad_resync, 0x4b, 0xfc, 0xec
 
+/* pad_far: the site followed by `mov $0x60a0, %ecx` (b9 a0 60 00 00): B2's
+ * rel32 reads [free, free, b9, a0], ~1.59 GiB below the site (beyond the
+ * 1 GiB within which XOL memory serves a jump: its stub gets a region near
+ * its hop); one prefix, [free, b9, a0, 60], ~1.62 GiB above: the two hops
+ * 3.2 GiB apart, beyond a rel32 from one's stub to the other. Result:
+ * a + b - 0x60a0. */
+FUNC pad_far
+        mov %rdi, %rax
+        test %rsi, %rsi
+        jz 2f
+1:      .byte 0x48, 0x01, 0xf0                   /* add %rsi, %rax: the site */
+2:      .byte 0xb9, 0xa0, 0x60, 0x00, 0x00       /* mov $0x60a0, %ecx */
+        sub %rcx, %rax
+        ret
+ENDF pad_far
+        SITE pad_far, 1b
+
         .section .note.GNU-stack, "", @progbits

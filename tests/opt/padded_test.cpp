@@ -25,7 +25,9 @@ std::uint64_t pad_none(std::uint64_t, std::uint64_t);
 std::uint64_t pad_free(std::uint64_t, std::uint64_t);
 std::uint64_t pad_forced(std::uint64_t, std::uint64_t);
 std::uint64_t pad_resync(std::uint64_t, std::uint64_t);
-extern const std::uint64_t pad_one_site, pad_two_site, pad_none_site, pad_free_site, pad_forced_site, pad_resync_site;
+std::uint64_t pad_far(std::uint64_t, std::uint64_t);
+extern const std::uint64_t pad_one_site, pad_two_site, pad_none_site, pad_free_site, pad_forced_site, pad_resync_site,
+    pad_far_site;
 }
 
 using namespace opttest;
@@ -232,6 +234,53 @@ TEST(Padded, KeepsItsFormWhenTheOtherPagesFreeUp) {
     for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_resync(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
   }
   EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(c.bad_ip.load(), 0u);
+  EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
+}
+
+/// A site probed unpadded (B2), detached, then probed again padded (as
+/// where B2's pages are taken; here by SiteTactics::instruction_padded, as
+/// B2's hop page may still be mapped): B2's hop ~1.59 GiB below the site,
+/// so its stub is made near it; the padded hop ~1.62 GiB above. The stub
+/// the site had (kept for it while retired) is out of a rel32's reach of
+/// the new hop, whose jump to it would wrap into unmapped memory (SIGSEGV at
+/// the first hit): the new hop gets a stub within its reach. (Unpadded
+/// twice first: retired blocks are reclaimed at most every 10 ms, so the
+/// second detach leaves the stub retired, and taken back, as a quick
+/// reattach does.) Exact: both modes, the hops in their ranges, each hop's
+/// jump lands in r-x XOL memory, hits and results.
+TEST(Padded, ANewFormsHopGetsAStubWithinItsReach) {
+  const void* site = at(pad_far, pad_far_site);
+  const auto s = reinterpret_cast<std::uint64_t>(site);
+  const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
+  ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 8)), "48 01 f0 b9 a0 60 00 00");
+  const std::uint64_t imm = 0x60a0;
+  const Range r0 = punned_range(s, file, 0), r1 = punned_range(s, file, 1);
+  ASSERT_GT(s - (r0.lo + r0.span), std::uint64_t{5} << 28) << hex(r0.lo);  // 1.25 GiB below
+  ASSERT_GT(r1.lo - s, std::uint64_t{5} << 28) << hex(r1.lo);               // 1.25 GiB above
+  SiteCounter c(s);
+  std::uint64_t hops[3] = {};
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round < 2 ? "unpadded" : "padded (SiteTactics::instruction_padded)");
+    ConfigGuard g;
+    if (round == 2) {
+      uprobe::Config cfg = uprobe::configuration();
+      cfg.site_tactics = uprobe::SiteTactics::instruction_padded;
+      uprobe::configure(cfg);
+    }
+    uprobe::Attachment a(site, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, round < 2 ? uprobe::ProbeMode::optimized_punned : uprobe::ProbeMode::optimized_padded)
+        << info.why_not_optimized;
+    hops[round] = jump_target(site);
+    const Range& r = round < 2 ? r0 : r1;
+    EXPECT_GE(hops[round], r.lo) << hex(hops[round]);
+    EXPECT_LT(hops[round], r.lo + r.span) << hex(hops[round]);
+    EXPECT_EQ(check_jump_into_xol(site), "");
+    EXPECT_EQ(check_jump_into_xol(reinterpret_cast<const void*>(hops[round])), "") << "the hop's jump to its stub";
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(hex(pad_far(i, i + 1)), hex(model(i, i + 1, imm))) << "call " << i;
+  }
+  EXPECT_EQ(c.hits.load(), 300u);
   EXPECT_EQ(c.bad_ip.load(), 0u);
   EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
 }
