@@ -111,7 +111,11 @@ struct EvictChoice {
 /// `budget` maybe_free() questions. True with `out` when both were placed;
 /// false with `why`: "every trampoline address its bytes allow is mapped
 /// (SPANS)" when it is so for every successor's pad (eviction is
-/// impossible in this address space), else that the search gave up after
+/// impossible in this address space), "every address its bytes allow for
+/// the successor's trampoline or the site's hop is mapped (SPANS)" when
+/// each pair of pads is closed by one or the other (the site's spans: its
+/// jump's targets with its free bytes open, for a pad and evict_pad whose
+/// trampoline span is not wholly mapped), else that the search gave up after
 /// `budget` questions ("... (the search gave up)"), or found no free pair
 /// among those it tries. Not hot; thread-safe as its callbacks are.
 bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(void*, std::uint64_t, std::size_t),

@@ -601,6 +601,7 @@ namespace {
 /// dfs() results (besides 1, solved; 0, nothing under this prefix).
 constexpr int kSiteCulprit = -1;  // the site's target of this prefix cannot be placed: try the next site value
 constexpr int kSpanTaken = -2;    // every target the successor's bytes allow (this evict_pad) is mapped
+constexpr int kSiteSpanTaken = -3;  // every target the site's bytes allow (this pad and evict_pad) is mapped
 
 struct EvictSearch {
   std::uint64_t site;
@@ -648,6 +649,28 @@ struct EvictSearch {
     std::memcpy(&ra, a, 4);
     std::memcpy(&rb, b, 4);
     const std::uint64_t end = site + w->len + epad + kJumpLen;
+    lo = std::max(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(ra)), kUserLo);
+    hi = std::min(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(rb)) + 1, kUserHi);
+    return lo < hi;
+  }
+  /// The user addresses [lo, hi) the site's jump may aim at with every one
+  /// of its free bytes (vars[0..site_vars): its own, and the successor's
+  /// that its rel32 covers) open, the others as c holds them (as
+  /// evict_span()). False when no user address is in it.
+  bool site_span(std::uint64_t& lo, std::uint64_t& hi) const {
+    const std::size_t at = pad + 1;
+    std::uint8_t a[4], b[4];
+    std::memcpy(a, c + at, 4);
+    std::memcpy(b, c + at, 4);
+    for (std::size_t k = 0; k < site_vars; ++k) {
+      const std::size_t p = vars[k];
+      a[p - at] = p == at + 3 ? 0x80 : 0x00;
+      b[p - at] = p == at + 3 ? 0x7f : 0xff;
+    }
+    std::int32_t ra, rb;
+    std::memcpy(&ra, a, 4);
+    std::memcpy(&rb, b, 4);
+    const std::uint64_t end = site + pad + kJumpLen;
     lo = std::max(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(ra)), kUserLo);
     hi = std::min(end + static_cast<std::uint64_t>(static_cast<std::int64_t>(rb)) + 1, kUserHi);
     return lo < hi;
@@ -717,7 +740,13 @@ struct EvictSearch {
 };
 
 std::string span_text(std::uint64_t lo, std::uint64_t hi) {
-  return hi - lo == 1 ? hex(lo) : "[" + hex(lo) + ", " + hex(hi) + ")";
+  if (hi - lo == 1) return hex(lo);
+  std::string t = "[";  // (appended: g++ 12's -Wrestrict misfires on the chained + inlined here)
+  t += hex(lo);
+  t += ", ";
+  t += hex(hi);
+  t += ')';
+  return t;
 }
 
 }  // namespace
@@ -730,9 +759,12 @@ bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(
   const std::size_t lp = w.len, ls = w.evict.len;
   EvictSearch s{site, &w, maybe_free, mapped, place_evict, place_site, ctx, budget, 0, 0, {}, {}, 0, 0, {}};
   std::string taken;   // the spans of the evict_pads whose every target is mapped
-  bool open = false;   // an evict_pad whose span is not
+  std::string site_taken;  // the site's spans (per pad and evict_pad) whose every target is mapped
+  bool site_closed_any = false;  // a pad closed by its site span (site_taken, or no user address)
+  bool open = false;   // an evict_pad whose span is not, with a pad whose site span is not
   for (std::size_t epad = 0; epad <= w.evict_max_pad; ++epad) {
     bool span_taken = false;
+    bool site_open = false;  // a pad of this evict_pad whose site span is not wholly mapped
     for (std::size_t pad = 0; pad < lp && pad <= kMaxJumpPad; ++pad) {
       s.pad = pad;
       s.epad = epad;
@@ -756,7 +788,23 @@ bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(
       // The successor's targets do not depend on the site's pad (its free
       // bytes, the ones inside it, are free for every pad): a span whose
       // every address is mapped is skipped whole, no question spent.
-      const int r = pad == 0 && s.span_taken(0) ? kSpanTaken : s.dfs(0);
+      // The site's targets (this pad, with this evict_pad's bytes) all
+      // mapped: no value of the successor's bytes helps; another pad may.
+      // (Asked again after a search that failed: a refused placement
+      // teaches the caller's memory what a stale snapshot called free.)
+      std::uint64_t slo = 0, shi = 0;
+      const auto site_closed = [&] { return !s.site_span(slo, shi) || mapped(ctx, slo, shi); };
+      int r = pad == 0 && s.span_taken(0) ? kSpanTaken : site_closed() ? kSiteSpanTaken : s.dfs(0);
+      if ((r == 0 || r == kSiteCulprit) && s.budget != 0 && site_closed()) r = kSiteSpanTaken;
+      if (r == kSiteSpanTaken) {
+        site_closed_any = true;
+        if (slo < shi) {
+          const std::string t = span_text(slo, shi);
+          if (site_taken.find(t) == std::string::npos) site_taken += (site_taken.empty() ? "" : ", ") + t;
+        }
+        continue;
+      }
+      site_open = true;
       if (r == 1) {
         out = s.found;
         why.clear();
@@ -771,11 +819,16 @@ bool solve_evicted(std::uint64_t site, const EntryWindow& w, bool (*maybe_free)(
                                std::to_string(budget) + " tries (the search gave up)");
     }
     if (!span_taken) {
-      open = true;
+      open = open || site_open;
       continue;
     }
     std::uint64_t lo = 0, hi = 0;
     if (s.evict_span(0, lo, hi)) taken += (taken.empty() ? "" : ", ") + span_text(lo, hi);
+  }
+  if (!open && site_closed_any) {
+    const std::string spans = taken.empty() ? site_taken : site_taken.empty() ? taken : taken + ", " + site_taken;
+    return refuse(why, "every address its bytes allow for the successor's trampoline or the site's hop is mapped" +
+                           (spans.empty() ? std::string(" (none is a user address)") : " (" + spans + ")"));
   }
   if (!open)
     return refuse(why, "every trampoline address its bytes allow is mapped" +

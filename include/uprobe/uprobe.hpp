@@ -426,8 +426,9 @@ struct ProbeInfo {
   /// evicts, has no punned jump, or did not try: its punned or padded jump
   /// found a page of its own first), "evicting the successor `INSN`: " and
   /// e.g. "every trampoline address its bytes allow is mapped ([0x...,
-  /// 0x...), ...)" (impossible in this address space, checked against a
-  /// fresh read of it) or "no free pair of addresses for both jumps found
+  /// 0x...), ...)" or "every address its bytes allow for the successor's
+  /// trampoline or the site's hop is mapped (...)" (impossible in this
+  /// address space, checked against a fresh read of it) or "no free pair of addresses for both jumps found
   /// in 20000 tries (the search gave up)". A probe that stays int3 for it
   /// says the same in why_not_optimized.
   std::string why_not_evicted;

@@ -12,6 +12,13 @@
 
 #include "fixtures.inc"
 
+/* The fixtures start a page: where each one lies within its page (which
+ * decides, with its bytes, the addresses a punned or evicting jump can
+ * select, and whether a trampoline there fits its page) does not move with
+ * the code the compiler emits before them. */
+        .text
+        .p2align 12
+
 /* ===================================================================== */
 /* Emulated classes                                                      */
 /* ===================================================================== */

@@ -72,4 +72,25 @@ FUNC ev_span_rcx
 ENDF ev_span_rcx
         SITE ev_span_rcx, 1b
 
+/* ev_site_span(a, b) = a + b + 0x2010 (a, b below 2^31): the 1-byte site
+ * (xchg %eax, %ecx) and a 1-byte successor (push %rcx: 51), then add
+ * $0x2010, %rax (48 05 10 20 00 00), pop %rcx, add %rcx, %rax. Every
+ * byte a jump would read is fixed: B2 reads [51, 48, 05, 10] (one
+ * address); evicted, the site's jump reads [e9, 48, 05, 10] (one address,
+ * 152 bytes past B2's), the successor's [48, 05, 10, 20] (one address,
+ * ~256 MiB further). */
+FUNC ev_site_span
+        mov %rdi, %rax
+        mov %rsi, %rcx
+        test %rsi, %rsi
+        jz 2f
+1:      .byte 0x91                               /* xchg %eax, %ecx: the site */
+2:      .byte 0x51                               /* push %rcx: the successor */
+        .byte 0x48, 0x05, 0x10, 0x20, 0x00, 0x00 /* add $0x2010, %rax */
+        pop %rcx
+        add %rcx, %rax
+        ret
+ENDF ev_site_span
+        SITE ev_site_span, 1b
+
         .section .note.GNU-stack, "", @progbits

@@ -28,7 +28,8 @@ std::uint64_t ev_end(std::uint64_t);
 std::uint64_t ev_next(std::uint64_t);
 std::uint64_t ev_span(std::uint64_t);
 std::uint64_t ev_span_rcx(std::uint64_t);
-extern const std::uint64_t ev_one_site, ev_off_site, ev_end_site, ev_span_site, ev_span_rcx_site;
+std::uint64_t ev_site_span(std::uint64_t, std::uint64_t);
+extern const std::uint64_t ev_one_site, ev_off_site, ev_end_site, ev_span_site, ev_span_rcx_site, ev_site_span_site;
 }
 
 using namespace opttest;
@@ -373,6 +374,51 @@ TEST(Evict, SaysWhenEveryTrampolineAddressIsMapped) {
     for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(hex(ev_span_rcx(i)), hex(i + 0x90)) << "call " << i;
   }
   EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
+}
+
+/// Every address the site's own jump may aim at when evicting mapped (as
+/// the heap may lie there; B2's too): no successor's pad can help, so
+/// eviction is impossible here although the successor's trampoline address
+/// is free, and probe_info() says so, naming the site's address. The site
+/// stays int3 (a 1-byte instruction has no padded form) and every hit
+/// counts. Before, the search said "no free pair of addresses for both
+/// jumps among those tried", which a test cannot tell from a search that
+/// gave up.
+TEST(Evict, SaysWhenEveryAddressOfTheSitesJumpIsMapped) {
+  const void* site = at(ev_site_span, ev_site_span_site);
+  const auto s = reinterpret_cast<std::uint64_t>(site);
+  const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
+  ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 8)), "91 51 48 05 10 20 00 00");
+  const std::uint64_t b2 = b2_target(s, file);
+  std::vector<std::uint8_t> evicted = file;
+  evicted[1] = 0xe9;  // the successor's jump opcode, which the site's rel32 reads first
+  const std::uint64_t site_hop = b2_target(s, evicted);
+  const std::uint64_t tramp = s + 1 + 5 + static_cast<std::uint64_t>(rel_at(file, 2));
+  ASSERT_EQ(site_hop - b2, 0xe9u - 0x51u);
+  TakenSpan t0(b2, b2 + 1), t1(site_hop, site_hop + 5);
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  ASSERT_FALSE(mapping_of(tramp).has_value()) << hex(tramp) << " (the successor's trampoline) was not free";
+  SiteCounter c(s);
+  {
+    uprobe::Attachment a(site, c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.mode, uprobe::ProbeMode::int3);
+    const std::string why_evict =
+        "evicting the successor `push rcx`: every address its bytes allow for the successor's trampoline or the "
+        "site's hop is mapped (" +
+        hex(site_hop) + ")";
+    EXPECT_EQ(info.why_not_evicted, why_evict);
+    EXPECT_EQ(info.why_not_optimized,
+              "no free page at the addresses the punned jump's bytes after the instruction select (a 1-byte "
+              "instruction has no room for a padded form); nor " +
+                  why_evict);
+    EXPECT_EQ(hex_bytes(mem(site, 2)), "cc 51");
+    for (std::uint64_t i = 0; i < 100; ++i)
+      ASSERT_EQ(hex(ev_site_span(i, i + 1)), hex(i + i + 1 + 0x2010)) << "call " << i;
+  }
+  EXPECT_EQ(c.hits.load(), 100u);
+  EXPECT_EQ(c.bad_ip.load(), 0u);
   EXPECT_EQ(hex_bytes(mem(site, 16)), hex_bytes(file)) << "bytes not restored";
 }
 
