@@ -376,49 +376,6 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   }
 }
 
-namespace {
-
-/// Whether `name` (a symbol's, maybe with a version, "vfork@@GLIBC_2.2.5",
-/// or glibc's internal "__GI_" prefix) names vfork: glibc's vfork, __vfork,
-/// __libc_vfork.
-bool names_vfork(std::string_view name) {
-  name = name.substr(0, name.find('@'));
-  if (name.rfind("__GI_", 0) == 0) name.remove_prefix(5);
-  return name == "vfork" || name == "__vfork" || name == "__libc_vfork";
-}
-
-/// Refuses a return probe on vfork: it returns twice in one address space,
-/// first in the child, which runs on the parent's stack with the parent's
-/// thread-local storage, and would take the parent's pending return instance
-/// (the kernel gives the child a copy of its own, uprobe_copy_process()
-/// with CLONE_VFORK; here they share one): the parent's return then finds
-/// none (fatal) or an outer function's (a return to the wrong caller). Any
-/// symbol at `offset` counts (vfork's aliases, a statically linked libc).
-void check_not_returns_twice(const Target& t, const ElfImage& info, std::uint64_t offset) {
-  auto it = std::lower_bound(info.funcs.begin(), info.funcs.end(), offset,
-                             [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
-  for (; it != info.funcs.end() && it->file_offset == offset; ++it)
-    if (names_vfork(it->name))
-      throw Error(Errc::refused_instruction, t.path, offset,
-                  "a return probe on " + std::string(it->name) +
-                      ": vfork returns twice in one address space, first in the child, on the parent's stack "
-                      "and thread-local storage, whose return would take the parent's return instance (the "
-                      "kernel gives the child a copy; here there is one); an entry probe there is fine");
-}
-
-}  // namespace
-
-void check_function_entry(const Target& t, std::uint64_t offset) {
-  std::string why;
-  auto info = elf_info(t.fd, t.path, t.st, why);
-  if (!info) return;
-  const FuncSym* fn = info->enclosing_function(offset);
-  if (fn && fn->file_offset != offset)
-    throw Error(Errc::refused_instruction, t.path, offset,
-                "a return probe must be at a function's entry, and this offset is " + fn->display_name() + "+" +
-                    hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
-  check_not_returns_twice(t, *info, offset);
-}
 
 namespace {
 

@@ -70,7 +70,10 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 /// the symbol table places inside a function but not at its entry, and the
 /// entry of vfork (any symbol there named vfork, __vfork, __libc_vfork),
 /// whose child returns first, in the parent's memory and TLS, and would
-/// take the parent's return instance.
+/// take the parent's return instance, and the exception unwinder's entry
+/// points (_Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow,
+/// _Unwind_ForcedUnwind), which unwind from their own frame: its replaced
+/// return address would stop every unwind (std::terminate()).
 /// @throws uprobe::Error(refused_instruction).
 void check_function_entry(const Target& t, std::uint64_t offset);
 

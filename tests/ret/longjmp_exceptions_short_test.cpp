@@ -12,10 +12,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "ret_common.hpp"
+#include "uprobe/symbols.hpp"
 
 using namespace rettest;
 using uprobe::Action;
@@ -294,6 +296,57 @@ TEST(C02_Exceptions, ThousandThrowsThroughReturnProbedFrames) {
   EXPECT_EQ(c02_main(1, 0, 0, &not_empty), 1) << "g still throws and is caught after detach";
   EXPECT_EQ(not_empty, 0u);
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
+/// A return probe on the unwinder's entry points (libgcc_s's
+/// _Unwind_RaiseException, _Unwind_Resume, _Unwind_Resume_or_Rethrow,
+/// _Unwind_ForcedUnwind) is refused, with the reason, nothing written: the
+/// unwinder starts at its own frame, whose replaced return address stopped
+/// the unwind (every throw ended in std::terminate()). An entry probe on
+/// _Unwind_RaiseException counts each throw; _Unwind_Resume's each cleanup
+/// that resumes (c02_g2's guard).
+TEST(C02_Exceptions, ReturnProbeOnTheUnwindersEntryPointsIsRefusedEntryProbeCounts) {
+  const std::string gcc_s = uprobe::resolve_library("libgcc_s.so.1");
+  for (const char* name : {"_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_Resume_or_Rethrow",
+                           "_Unwind_ForcedUnwind"}) {
+    SCOPED_TRACE(name);
+    const uprobe::Symbol sym = uprobe::find_symbol(gcc_s, name);
+    const auto addrs = uprobe::runtime_addresses(gcc_s, sym.offset);
+    ASSERT_EQ(addrs.size(), 1u);
+    std::uint8_t before[8];
+    std::memcpy(before, reinterpret_cast<const void*>(addrs[0]), sizeof before);
+    SessCount s;
+    try {
+      uprobe::Attachment a(gcc_s, sym.offset, s);
+      ADD_FAILURE() << "a return probe on " << name << " was accepted";
+    } catch (const uprobe::Error& e) {
+      EXPECT_EQ(e.code(), uprobe::Errc::refused_instruction) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("a return probe on ") + name +
+                                           ": the exception unwinder starts at its own frame"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(std::memcmp(before, reinterpret_cast<const void*>(addrs[0]), sizeof before), 0);
+    unsigned not_empty = 0;
+    EXPECT_EQ(c02_main(10, 0, 1, &not_empty), 10);
+    EXPECT_EQ(s.entries.load(), 0u);
+  }
+  struct Hits : uprobe::Consumer {
+    std::atomic<std::uint64_t> hits{0};
+    Action handler(Regs&) override {
+      hits.fetch_add(1, std::memory_order_relaxed);
+      return Action::keep;
+    }
+  } raise, resume;
+  {
+    uprobe::Attachment a(gcc_s, uprobe::find_symbol(gcc_s, "_Unwind_RaiseException").offset, raise);
+    uprobe::Attachment b(gcc_s, uprobe::find_symbol(gcc_s, "_Unwind_Resume").offset, resume);
+    unsigned not_empty = 0;
+    EXPECT_EQ(c02_main(100, 0, 1, &not_empty), 100);
+    EXPECT_EQ(not_empty, 0u);
+  }
+  EXPECT_EQ(raise.hits.load(), 100u);
+  EXPECT_EQ(resume.hits.load(), 100u) << "c02_g2's guard resumes the unwind once per throw";
 }
 
 TEST(C02_Exceptions, CatchInsideAReturnProbedFunction) {

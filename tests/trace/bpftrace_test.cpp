@@ -233,6 +233,24 @@ TEST(Bpftrace, UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe) {
   EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
 }
 
+// A probe the traced process refuses (a return probe on vfork) is named on
+// standard error with its reason, after the run (bpftrace names its attach
+// errors before it runs; here the agent attaches in the program); the
+// program runs as without it, the other probes count, the maps print.
+TEST(Bpftrace, AProbeTheProgramRefusedIsNamedWithItsReason) {
+  const Result r =
+      run({kTrace, "-e", "uretprobe:libc:vfork { @r = count(); } uprobe:libc:vfork { @e = count(); }", "-c",
+           kUsdtFixture + " vfork 3"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("vforked=3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@e: 3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@r: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("uprobe-trace: WARNING: uretprobe:libc:vfork attached in no process\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("vfork returns twice in one address space"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("uprobe:libc:vfork attached"), std::string::npos) << r.err;  // (the entry probe did)
+}
+
 // A library dlopen()ed after the agent recorded the image's mappings: its
 // frames are symbolized from the process's mappings while it runs (printf
 // events, print() in a probe: when bpftrace resolves them too), and stay so

@@ -29,6 +29,7 @@
 #include "counts.hpp"
 #include "launch.hpp"
 #include "ld_cache.hpp"
+#include "report_read.hpp"
 #include "spec.hpp"
 #include "usym.hpp"
 
@@ -484,6 +485,10 @@ int run_bpftrace(const BtOptions& o) {
   if (run.header()->unrecorded.load())
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not run (no block of their own for them)\n",
                  static_cast<unsigned long long>(run.header()->unrecorded.load()));
+  // Probes the traced processes refused (a return probe on vfork, ...) or
+  // found nothing for: bpftrace says so before it runs; here they attach
+  // in the program, so after it.
+  if (child > 0 && exec_errno == 0) warn_unattached(read_report(dir, counts_fd));
   close(counts_fd);
   remove_tree(dir);
   if (exec_errno != 0) return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;

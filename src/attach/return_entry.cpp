@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// A return probe's entry checks (validate.hpp: check_function_entry()): the
+// offset is a function's entry, and not one of the functions whose return
+// a return probe cannot take over (vfork, the unwinder's entry points).
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "elf_image.hpp"
+#include "elf_info.hpp"
+#include "format.hpp"
+#include "uprobe/uprobe.hpp"
+#include "validate.hpp"
+
+namespace uprobe::detail {
+
+namespace {
+
+/// Whether `name` (a symbol's, maybe with a version, "vfork@@GLIBC_2.2.5",
+/// or glibc's internal "__GI_" prefix) names vfork: glibc's vfork, __vfork,
+/// __libc_vfork.
+bool names_vfork(std::string_view name) {
+  name = name.substr(0, name.find('@'));
+  if (name.rfind("__GI_", 0) == 0) name.remove_prefix(5);
+  return name == "vfork" || name == "__vfork" || name == "__libc_vfork";
+}
+
+/// Whether `name` (as names_vfork() takes it) names an entry point of the
+/// exception unwinder that unwinds from its own frame (libgcc_s's, LLVM
+/// libunwind's): _Unwind_RaiseException, _Unwind_Resume,
+/// _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind.
+bool names_self_unwinder(std::string_view name) {
+  name = name.substr(0, name.find('@'));
+  return name == "_Unwind_RaiseException" || name == "_Unwind_Resume" || name == "_Unwind_Resume_or_Rethrow" ||
+         name == "_Unwind_ForcedUnwind";
+}
+
+/// Refuses a return probe on vfork: it returns twice in one address space,
+/// first in the child, which runs on the parent's stack with the parent's
+/// thread-local storage, and would take the parent's pending return instance
+/// (the kernel gives the child a copy of its own, uprobe_copy_process()
+/// with CLONE_VFORK; here they share one): the parent's return then finds
+/// none (fatal) or an outer function's (a return to the wrong caller). Any
+/// symbol at `offset` counts (vfork's aliases, a statically linked libc).
+///
+/// Refuses one on the unwinder's entry points too (names_self_unwinder()):
+/// they start the unwind at their own frame, reading their own return
+/// address, which a return probe has replaced by the trampoline; the unwind
+/// stops there and every exception ends in std::terminate() (with the
+/// kernel's uretprobe as well: its trampoline has no unwind info). They
+/// return only when the unwind fails (no handler: the program terminates
+/// anyway), so a return probe there would say nothing useful.
+void check_not_returns_twice(const Target& t, const ElfImage& info, std::uint64_t offset) {
+  auto it = std::lower_bound(info.funcs.begin(), info.funcs.end(), offset,
+                             [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
+  for (; it != info.funcs.end() && it->file_offset == offset; ++it) {
+    if (names_vfork(it->name))
+      throw Error(Errc::refused_instruction, t.path, offset,
+                  "a return probe on " + std::string(it->name) +
+                      ": vfork returns twice in one address space, first in the child, on the parent's stack "
+                      "and thread-local storage, whose return would take the parent's return instance (the "
+                      "kernel gives the child a copy; here there is one); an entry probe there is fine");
+    if (names_self_unwinder(it->name))
+      throw Error(Errc::refused_instruction, t.path, offset,
+                  "a return probe on " + std::string(it->name) +
+                      ": the exception unwinder starts at its own frame, whose return address a return probe "
+                      "replaces, so the unwind would stop there and every exception terminate the program (it "
+                      "returns only when no handler is found); an entry probe there is fine");
+  }
+}
+
+}  // namespace
+
+void check_function_entry(const Target& t, std::uint64_t offset) {
+  std::string why;
+  auto info = elf_info(t.fd, t.path, t.st, why);
+  if (!info) return;
+  const FuncSym* fn = info->enclosing_function(offset);
+  if (fn && fn->file_offset != offset)
+    throw Error(Errc::refused_instruction, t.path, offset,
+                "a return probe must be at a function's entry, and this offset is " + fn->display_name() + "+" +
+                    hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
+  check_not_returns_twice(t, *info, offset);
+}
+
+}  // namespace uprobe::detail

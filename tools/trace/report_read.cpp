@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: MIT
+// report_read.hpp: the record files and counts file read back, and the
+// warnings about specs that did not attach.
+
+#include "report_read.hpp"
+
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "counts.hpp"
+#include "launch.hpp"
+
+namespace uptrace {
+
+Report read_report(const std::string& dir, int counts_fd) {
+  std::map<std::uint64_t, ImageRecord> images;  // by layout
+  std::vector<ImageRecord> unmapped;             // layout 0: the process could not map the counts file
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() < 5 || n.substr(n.size() - 4) != ".rec") continue;
+      std::ifstream f(dir + "/" + n, std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (auto r = parse_image(ss.str())) {
+        if (r->layout == 0) unmapped.push_back(std::move(*r));
+        else images.emplace(r->layout, std::move(*r));
+      }
+    }
+    closedir(d);
+  }
+  Report rep;
+  void* m = mmap(nullptr, counts::kHeaderBytes, PROT_READ, MAP_SHARED, counts_fd, 0);
+  if (m == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    remove_tree(dir);
+    die(dir + "/" + counts::kFileName + ": mmap: " + why);
+  }
+  const auto* h = static_cast<const counts::Header*>(m);
+  // Processes, in the order they registered: (pid, layout) -> record.
+  std::map<std::pair<long, std::uint64_t>, std::size_t> index;
+  std::vector<std::pair<std::size_t, ProcessRecord>> procs;  // (registration order, record)
+  auto add_proc = [&](const ImageRecord& img, long pid, long ppid, std::size_t order) -> ProcessRecord& {
+    auto [it, fresh] = index.try_emplace({pid, img.layout}, procs.size());
+    if (fresh) procs.emplace_back(order, process_of(img, pid, ppid));
+    return procs[it->second].second;
+  };
+  const std::uint64_t nprocs = std::min<std::uint64_t>(h->nprocs.load(), counts::kMaxProcs);
+  for (std::uint64_t i = 0; i < nprocs; ++i) {
+    const counts::Proc& p = h->procs[i];
+    if (p.ready.load(std::memory_order_acquire) != 1) continue;
+    auto img = images.find(p.layout);
+    if (img != images.end()) add_proc(img->second, static_cast<long>(p.pid), static_cast<long>(p.ppid), i);
+  }
+  for (const auto& [layout, img] : images)  // (the process table was full)
+    add_proc(img, img.pid, img.ppid, counts::kMaxProcs);
+  // Blocks.
+  const std::uint64_t nslots = std::min<std::uint64_t>(h->nslots.load(), counts::kMaxSlots);
+  std::vector<std::uint64_t> buf;
+  for (std::uint64_t i = 0; i < nslots; ++i) {
+    const std::uint64_t w = h->slots[i].load(std::memory_order_acquire);
+    if (w == 0) continue;
+    const std::size_t bytes = counts::slot_pages(w) * counts::kPage;
+    buf.assign(bytes / sizeof(std::uint64_t), 0);
+    if (pread(counts_fd, buf.data(), bytes, static_cast<off_t>(counts::slot_first_page(w) * counts::kPage)) !=
+        static_cast<ssize_t>(bytes))
+      continue;
+    if (buf[counts::kBlockMagicWord] != counts::kBlockMagic) continue;
+    const std::size_t words = buf[counts::kBlockWords];
+    auto img = images.find(buf[counts::kBlockLayout]);
+    if (words > buf.size() || img == images.end()) continue;
+    ProcessRecord& r = add_proc(img->second, static_cast<long>(static_cast<std::int64_t>(buf[counts::kBlockPid])), 0,
+                                counts::kMaxProcs);
+    add_block(r, img->second, buf.data(), words);
+  }
+  rep.unrecorded = h->unrecorded.load();
+  munmap(m, counts::kHeaderBytes);
+  for (const auto& img : unmapped) procs.emplace_back(counts::kMaxProcs, process_of(img, img.pid, img.ppid));
+  std::stable_sort(procs.begin(), procs.end(), [](const auto& a, const auto& b) {
+    return a.second.pid != b.second.pid ? a.second.pid < b.second.pid : a.first < b.first;
+  });
+  for (const auto& [order, r] : procs) rep.add(r);
+  return rep;
+}
+
+void warn_unattached(const Report& rep) {
+  const std::vector<std::string> unattached = rep.unattached();
+  for (const auto& s : rep.spec_attached) {
+    const bool none = std::find(unattached.begin(), unattached.end(), s.first) != unattached.end();
+    std::set<std::string> seen;
+    if (none) std::fprintf(stderr, "uprobe-trace: WARNING: %s attached in no process\n", s.first.c_str());
+    for (const auto& m : rep.messages) {
+      if (m.spec != s.first || !seen.insert(m.text).second || seen.size() > 3) continue;
+      const bool absent = m.text.rfind("not loaded here", 0) == 0;
+      if (none) std::fprintf(stderr, "uprobe-trace:   pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+      else if (!absent)
+        std::fprintf(stderr, "uprobe-trace: WARNING: %s: pid %ld (%s): %s\n", m.spec.c_str(), m.pid, m.exe.c_str(),
+                     m.text.c_str());
+    }
+  }
+  std::set<std::string> notes;  // about a process, not a spec: each text once
+  for (const auto& m : rep.messages)
+    if (m.spec.empty() && notes.insert(m.text).second)
+      std::fprintf(stderr, "uprobe-trace: WARNING: pid %ld (%s): %s\n", m.pid, m.exe.c_str(), m.text.c_str());
+}
+
+}  // namespace uptrace
