@@ -74,6 +74,10 @@ std::uint64_t ucontext_ip(const ucontext_t* uc) noexcept;
 void set_ucontext_ip(ucontext_t* uc, std::uint64_t ip) noexcept;
 std::uint64_t ucontext_flags(const ucontext_t* uc) noexcept;
 std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept;
+/// The stack pointer a longjmp to `env` resumes with: glibc's saved rsp
+/// (__jmpbuf[JB_RSP], 6), demangled (PTR_MANGLE on x86-64: xor with the
+/// thread's pointer guard at %fs:0x30, then rol 0x11). Async-signal-safe.
+std::uint64_t jmpbuf_sp(const void* env) noexcept;
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept;
 
 /// Copies n bytes at `src` of this process to `dst` with loads that may

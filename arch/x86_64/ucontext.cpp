@@ -99,6 +99,16 @@ std::uint64_t ucontext_sp(const ucontext_t* uc) noexcept {
   return static_cast<std::uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
 }
 
+std::uint64_t jmpbuf_sp(const void* env) noexcept {
+  constexpr int kJbRsp = 6;  // glibc's sysdeps/x86_64/jmpbuf-offsets.h
+  const auto* jb = static_cast<const struct __jmp_buf_tag*>(env);
+  std::uint64_t v = static_cast<std::uint64_t>(jb->__jmpbuf[kJbRsp]);
+  std::uint64_t guard;
+  asm("mov %%fs:0x30, %0" : "=r"(guard));  // tcbhead_t.pointer_guard
+  v = (v >> 0x11) | (v << (64 - 0x11));
+  return v ^ guard;
+}
+
 void set_ucontext_flags(ucontext_t* uc, std::uint64_t flags) noexcept {
   uc->uc_mcontext.gregs[REG_EFL] = static_cast<greg_t>(flags);
 }

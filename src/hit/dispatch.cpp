@@ -181,6 +181,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
+  const std::uint32_t abandoned = t_state.abandoned;
   uprobe_rcu_read_lock();
   // The stub's owner is valid inside this read-side section: the registry
   // clears it before the uprobe's grace period (forget_references()).
@@ -197,6 +198,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
     ThreadState& ts = t_state;
     if (ts.depth == 0) {
       ts.depth = 1;
+      ts.guard_sp = regs.rsp;
       hijacked = chain(up, regs, kernel_saved);
       ts.depth = 0;
     } else {
@@ -204,7 +206,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
     }
   }
   if (regs.rip != site.site) count(st.redirected);
-  uprobe_rcu_read_unlock();
+  if (__builtin_expect(t_state.abandoned == abandoned, 1)) uprobe_rcu_read_unlock();  // (else ended: left, resumed)
   return hijacked;
 }
 }  // namespace
@@ -217,6 +219,7 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) {
     ts.depth = 1;
+    ts.guard_sp = regs.rsp;
     chain(up, regs, true);
     ts.depth = 0;
   } else {

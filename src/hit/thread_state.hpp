@@ -73,6 +73,15 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
   int hot;                   ///< >0 while this thread is on a hot path (HotPathScope)
+  /// The probed code's rsp at the hit that set `depth` (Regs::rsp): every
+  /// frame of the program alive at that hit lies at or above it, on its
+  /// stack. A longjmp there, or to another stack off the sigaltstack it is
+  /// on, leaves the hit (leave_abandoned_hit()).
+  std::uint64_t guard_sp;
+  /// Hits this thread left by a longjmp (leave_abandoned_hit(), which ends
+  /// the read-side section of the one it leaves): a hit that finds the count
+  /// changed at its end was left and resumed, and ends no section.
+  std::uint32_t abandoned;
   const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
@@ -95,6 +104,20 @@ struct ThreadState {
 };
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+/// A longjmp or setcontext() to a context with stack pointer `target_sp`
+/// while a hit runs on this thread (t_state.depth set: the program's signal
+/// handler that interrupted its consumers jumps out of it, or a consumer
+/// does): when the target lies at or above the hit's frame (guard_sp) on the
+/// same stack, or off the sigaltstack the hit ran on, the hit never ends:
+/// its state is undone as its end would have (the recursion guard, the
+/// read-side section, the int3 hit's in-flight address, the return
+/// handlers' xmm and cookie pointers), so that the thread's later hits run
+/// their consumers. A jump inside a consumer leaves it all. Its return
+/// instance, if a return handler was running, is not given back (one
+/// instance of the pool). Async-signal-safe; rare (longjmp with a hit
+/// running).
+void leave_abandoned_hit(std::uint64_t target_sp) noexcept;
 
 /// Marks the calling thread as inside a hot path (the SIGTRAP handler, an
 /// optimized stub's entry, the return trampoline's dispatch) for its lifetime:

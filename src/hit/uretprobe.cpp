@@ -374,6 +374,7 @@ namespace {
 static inline __attribute__((always_inline)) void run_counted(ThreadState& ts, arch::RetFrame* f, ReturnInstance* ri,
                                                               Regs& regs, bool kernel_saved, StatBlock& st) noexcept {
   ts.depth = 1;
+  ts.guard_sp = regs.rsp;
   ts.xmm = f->xmm0;
   run_ret_handlers(ri, regs, kernel_saved);
   ts.xmm = nullptr;
@@ -450,6 +451,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
   uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
   regs.rsp = sp;
   const std::uint64_t flags = regs.rflags;
+  const std::uint32_t abandoned = ts.abandoned;
   uprobe_rcu_read_lock();
   const ReturnInstance* const below = top->next;
   if (__builtin_expect(!top->chained && ts.depth == 0 && (!below || sp <= below->stack) &&
@@ -458,7 +460,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
     ret_one(f, rs, top, kernel_saved, st);
   else
     ret_chain(f, sp, kernel_saved, st);
-  uprobe_rcu_read_unlock();
+  if (__builtin_expect(ts.abandoned == abandoned, 1)) uprobe_rcu_read_unlock();  // (else ended: left, resumed)
   regs.rflags = arch::merge_handler_flags(flags, regs.rflags);
   f->ret_slot = regs.rip;
 }

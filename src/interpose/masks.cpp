@@ -272,6 +272,7 @@ namespace {
 /// not block SIGTRAP; the view becomes the one __sigsetjmp() noted (or the
 /// saved mask's own SIGTRAP bit, for a buffer saved without our stub).
 UPROBE_NO_SANITIZE void prepare_longjmp(struct __jmp_buf_tag* env) noexcept {
+  if (__builtin_expect(t_state.depth != 0, 0)) leave_abandoned_hit(arch::jmpbuf_sp(env));
   if (!env->__mask_was_saved) return;
   unsigned long& first = env->__saved_mask.__val[0];
   note_fault_mask(first);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csetjmp>
 #include <csignal>
 #include <cstring>
 
@@ -126,6 +127,29 @@ TEST(Ucontext, IpAndFlagsAccessors) {
   set_ucontext_flags(&uc, 0x346);  // raw: TF included, nothing masked
   EXPECT_EQ(uc.uc_mcontext.gregs[REG_EFL], 0x346);
   EXPECT_EQ(ucontext_flags(&uc), 0x346u);
+}
+
+/// The sp setjmp() saved (glibc mangles it with the thread's pointer
+/// guard), demangled: the caller's stack pointer at the call, which lies
+/// between the callee's frame and the caller's; and the same after a
+/// longjmp back (the buffer unchanged).
+__attribute__((noinline)) std::uint64_t saved_sp_of_this_frame(std::uint64_t* frame) {
+  jmp_buf env;
+  *frame = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
+  if (setjmp(env) != 0) return 0;
+  return jmpbuf_sp(env);
+}
+
+TEST(Ucontext, JmpbufSpIsTheCallersStackPointer) {
+  std::uint64_t frame = 0;
+  const std::uint64_t sp = saved_sp_of_this_frame(&frame);
+  // setjmp saves rsp as it is after its return: in saved_sp_of_this_frame's
+  // frame, below its frame pointer, within the frame's few hundred bytes.
+  EXPECT_LT(sp, frame);
+  EXPECT_GT(sp, frame - 4096);
+  EXPECT_EQ(sp % 8, 0u);
+  const auto here = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
+  EXPECT_LT(sp, here);
 }
 
 }  // namespace

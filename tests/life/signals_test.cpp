@@ -11,6 +11,7 @@
 // makes the second foreign trap fatal exactly as without the library.
 
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "life_common.hpp"
 
@@ -228,6 +230,91 @@ TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
   EXPECT_EQ(d.return_hits, 200u) << stats_str(d);
   EXPECT_EQ(d.return_dropped + d.return_misses, 0u) << stats_str(d);
   EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+}
+
+// ------------------------------------------ siglongjmp out of a hit ----
+
+sigjmp_buf g_jump_out;
+void on_usr2_jump_out(int) { siglongjmp(g_jump_out, 1); }
+
+/// On its `jump_at`-th entry (or return) call, raises SIGUSR2, whose handler
+/// siglongjmps out of the hit to the test's sigsetjmp(): the hit never ends.
+struct JumpOut : uprobe::Consumer {
+  JumpOut() : uprobe::Consumer(uprobe::Callbacks::entry_and_ret) {}
+  std::atomic<std::uint64_t> entries{0}, rets{0};
+  std::uint64_t jump_entry = 0, jump_ret = 0;  // 1-based call numbers; 0: never
+  uprobe::Action handler(uprobe::Regs&) override {
+    if (entries.fetch_add(1) + 1 == jump_entry) raise(SIGUSR2);
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override {
+    if (rets.fetch_add(1) + 1 == jump_ret) raise(SIGUSR2);
+  }
+};
+
+/// A signal handler that siglongjmps out of a hit (raised inside an entry
+/// handler, then inside a return handler; on the thread's stack and on a
+/// sigaltstack) leaves the thread's recursion guard set, as if the hit were
+/// still running: every later hit of the thread was a recursion miss. The
+/// guard names the hit's frame; a hit above it on the same stack (or off the
+/// sigaltstack the guard's frame was on) finds it stale. Exact: every call
+/// after the jump is a hit and a return hit, no recursion miss; a signal
+/// handler's hits while a hit runs stay misses (SignalInsideHandlerCallsProbedCode).
+TEST_P(Signals, HandlerThatLongjmpsOutOfAHitLeavesNoGuardBehind) {
+  std::vector<char> alt(1 << 16);
+  for (const bool on_alt : {false, true}) {
+    for (const bool from_ret : {false, true}) {
+      SCOPED_TRACE(std::string(on_alt ? "on a sigaltstack" : "on the thread's stack") +
+                   (from_ret ? ", from a return handler" : ", from an entry handler"));
+      stack_t ss{};
+      ss.ss_sp = alt.data();
+      ss.ss_size = alt.size();
+      ss.ss_flags = on_alt ? 0 : SS_DISABLE;
+      ASSERT_EQ(sigaltstack(&ss, nullptr), 0);
+      struct sigaction sa, old;
+      std::memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_usr2_jump_out;
+      sa.sa_flags = on_alt ? SA_ONSTACK : 0;
+      sigemptyset(&sa.sa_mask);
+      ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+      JumpOut j;
+      (from_ret ? j.jump_ret : j.jump_entry) = 3;
+      const uprobe::Stats s0 = uprobe::stats();
+      {
+        uprobe::Attachment a(vaddr(lf_add), j);
+        ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+        static volatile int jumped;
+        static volatile std::uint64_t next;  // (static: kept across the jump)
+        jumped = 0;
+        next = 0;
+        if (sigsetjmp(g_jump_out, 1) != 0) {
+          jumped = jumped + 1;
+          next = next + 1;  // past the call that jumped out
+        }
+        while (next < 100) {
+          const std::uint64_t i = next;
+          EXPECT_EQ(lf_add(i, 1), i + 1) << "call " << i;
+          next = i + 1;
+        }
+        EXPECT_EQ(jumped, 1);
+      }
+      const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+      sigaction(SIGUSR2, &old, nullptr);
+      ss.ss_flags = SS_DISABLE;
+      sigaltstack(&ss, nullptr);
+      // Call 3 (i == 2) jumped out of its entry or return handler; from the
+      // entry, the function did not run and its return was never armed;
+      // from the return handler, that return was left unfinished (not
+      // counted a return hit).
+      EXPECT_EQ(j.entries.load(), 100u) << stats_str(d);
+      EXPECT_EQ(j.rets.load(), from_ret ? 100u : 99u) << stats_str(d);
+      EXPECT_EQ(d.hits, 100u) << stats_str(d);
+      EXPECT_EQ(d.recursion_misses, 0u) << stats_str(d);
+      EXPECT_EQ(d.return_hits, 99u) << stats_str(d);
+      EXPECT_EQ(uprobe::return_stack_depth(), 0u);
+      EXPECT_FALSE(uprobe::in_handler());
+    }
+  }
 }
 
 // ------------------------------------------------ counters under signals ----
