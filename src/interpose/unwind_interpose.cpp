@@ -114,10 +114,29 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception*
   return rc;
 }
 
+/// The program's trace callback, called from the frame after the first
+/// (libgcc's walk begins at its caller, this interposer: the program's
+/// callback sees its own frame first, as without libuprobe).
+struct SkipFirstFrame {
+  _Unwind_Trace_Fn fn;
+  void* arg;
+  bool skipped;
+};
+
+_Unwind_Reason_Code skip_first_frame(struct _Unwind_Context* c, void* p) {
+  auto* s = static_cast<SkipFirstFrame*>(p);
+  if (!s->skipped) {
+    s->skipped = true;
+    return _URC_NO_REASON;
+  }
+  return s->fn(c, s->arg);
+}
+
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
   static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
   unhijack();
-  _Unwind_Reason_Code rc = real(fn, arg);
+  SkipFirstFrame skip{fn, arg, false};
+  _Unwind_Reason_Code rc = real(skip_first_frame, &skip);
   rehijack(0);
   return rc;
 }
@@ -130,10 +149,28 @@ UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
   return r;
 }
 
+/// glibc's backtrace() leaves out its own frame and starts at its caller,
+/// this interposer: asked for one frame more, whose first is dropped, the
+/// program gets the frames it would without libuprobe (its own first). For
+/// more than kBacktraceOnStack frames the walk goes into the program's
+/// buffer, and the deepest frame may be one short.
+constexpr int kBacktraceOnStack = 512;
+
 UPROBE_EXPORT int backtrace(void** buffer, int size) {
   static auto real = next<int (*)(void**, int)>("backtrace", kLibc);
+  if (size <= 0) return real(buffer, size);
   unhijack();
-  int n = real(buffer, size);
+  int n;
+  if (size < kBacktraceOnStack) {
+    void* frames[kBacktraceOnStack];
+    n = real(frames, size + 1);
+    n = n > 0 ? n - 1 : 0;
+    for (int i = 0; i < n; ++i) buffer[i] = frames[i + 1];
+  } else {
+    n = real(buffer, size);
+    n = n > 0 ? n - 1 : 0;
+    for (int i = 0; i < n; ++i) buffer[i] = buffer[i + 1];
+  }
   rehijack(0);
   return n;
 }

@@ -387,6 +387,49 @@ __attribute__((noinline, noipa)) int call_fp_outer3(void** out) {
   return r;
 }
 
+namespace btfirst {
+void* g_frames[8];
+int g_n = 0;
+void* g_one[1];
+int g_n_one = 0;
+std::vector<void*> g_unwound;
+_Unwind_Reason_Code collect(struct _Unwind_Context* c, void*) {
+  g_unwound.push_back(reinterpret_cast<void*>(_Unwind_GetIP(c)));
+  return g_unwound.size() < 4 ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+}  // namespace btfirst
+
+extern "C" __attribute__((noinline, noipa)) void bt_first_leaf() {
+  btfirst::g_n = backtrace(btfirst::g_frames, 8);
+  btfirst::g_n_one = backtrace(btfirst::g_one, 1);
+  btfirst::g_unwound.clear();
+  _Unwind_Backtrace(btfirst::collect, nullptr);
+  asm volatile("");  // (not a tail call)
+}
+
+extern "C" __attribute__((noinline, noipa)) void bt_first_caller() {
+  bt_first_leaf();
+  asm volatile("");
+}
+
+/// backtrace(3) and _Unwind_Backtrace() start at their caller, as without
+/// libuprobe, though it interposes both (to restore the real return
+/// addresses first): the first frame is the calling function, the second
+/// its caller; backtrace(buf, 1) gives the calling function. Before, the
+/// interposer's own frame came first (`backtrace`, `_Unwind_Backtrace`),
+/// in every program that loads libuprobe.
+TEST(RetBacktrace, BacktraceStartsAtItsCallerAsWithoutLibuprobe) {
+  bt_first_caller();
+  ASSERT_GE(btfirst::g_n, 3);
+  EXPECT_EQ(sym_name(btfirst::g_frames[0]), "bt_first_leaf");
+  EXPECT_EQ(sym_name(btfirst::g_frames[1]), "bt_first_caller");
+  ASSERT_EQ(btfirst::g_n_one, 1);
+  EXPECT_EQ(sym_name(btfirst::g_one[0]), "bt_first_leaf");
+  ASSERT_GE(btfirst::g_unwound.size(), 2u);
+  EXPECT_EQ(sym_name(btfirst::g_unwound[0]), "bt_first_leaf");
+  EXPECT_EQ(sym_name(btfirst::g_unwound[1]), "bt_first_caller");
+}
+
 TEST(RetBacktrace, FixupFramePointerWalk) {
   void* real[3] = {};
   ASSERT_EQ(call_fp_outer3(real), 1103);
