@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "life_common.hpp"
+#include "punned_range.hpp"
 
 using namespace lifetest;
 
@@ -309,13 +310,9 @@ TEST(Step, RegionWithEvictedSuccessor) {
   std::int32_t rel;
   std::memcpy(&rel, orig.data() + 1, 4);
   const std::uint64_t page = (s + 5 + static_cast<std::uint64_t>(static_cast<std::int64_t>(rel))) & ~0xfffull;
-  void* taken = ::mmap(reinterpret_cast<void*>(page), 4096, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  ASSERT_EQ(taken, reinterpret_cast<void*>(page)) << "the punned jump's page was not free";
-  struct Unmap {
-    void* p;
-    ~Unmap() { ::munmap(p, 4096); }
-  } unmap{taken};
+  // (Mapped here, or already: the heap may lie there.)
+  uprobe_test::TakenPages taken(page, page + 1);
+  ASSERT_TRUE(taken.ok()) << "the punned jump's page " << uprobe_test::hex(page) << " could not be taken";
   use_site_tactics(uprobe::SiteTactics::windows);
   ASSERT_TRUE(uprobe::configuration().optimize_evicted) << "successor eviction is on by default";
   Counter hits;

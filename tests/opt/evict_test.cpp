@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "opt_common.hpp"
+#include "punned_range.hpp"
 #include "uprobe/config.hpp"
 #include "uprobe/lab.hpp"
 
@@ -49,26 +50,16 @@ struct SiteCounter : uprobe::Consumer {
   }
 };
 
-/// The one page a 1-byte site's punned jump (B2) may aim at, mapped
-/// PROT_NONE (it must be free) for the life of the object.
+/// The one page a 1-byte site's punned jump (B2) may aim at, taken for
+/// the life of the object (uprobe_test::TakenPages: mapped PROT_NONE here,
+/// or already mapped, as the heap may be there).
 class TakenPage {
  public:
-  explicit TakenPage(std::uint64_t target) : base_(target & ~(kPage - 1)) {
-    void* p = ::mmap(reinterpret_cast<void*>(base_), kPage, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    ok_ = p != MAP_FAILED && reinterpret_cast<std::uint64_t>(p) == base_;
-    if (p != MAP_FAILED && !ok_) ::munmap(p, kPage);
-  }
-  ~TakenPage() {
-    if (ok_) ::munmap(reinterpret_cast<void*>(base_), kPage);
-  }
-  TakenPage(const TakenPage&) = delete;
-  TakenPage& operator=(const TakenPage&) = delete;
-  bool ok() const { return ok_; }
+  explicit TakenPage(std::uint64_t target) : pages_(target, target + 1) {}
+  bool ok() const { return pages_.ok(); }
 
  private:
-  std::uint64_t base_;
-  bool ok_ = false;
+  uprobe_test::TakenPages pages_;
 };
 
 /// Config::optimize_evicted set to `on` for the life of the object.

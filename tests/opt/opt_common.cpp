@@ -2,6 +2,7 @@
 #include "opt_common.hpp"
 
 #include "proc_text.hpp"
+#include "punned_range.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -56,6 +57,16 @@ std::vector<std::uint8_t> file_bytes_at(const void* addr, std::size_t len) {
   EXPECT_EQ(got, static_cast<ssize_t>(len)) << "pread /proc/self/exe @" << hex(off);
   if (got != static_cast<ssize_t>(len)) return {};
   return v;
+}
+
+uprobe::ProbeMode punned_form_here(const void* site, std::size_t len, uprobe::ProbeMode got,
+                                   uprobe::ProbeMode want) {
+  if (want != uprobe::ProbeMode::optimized_punned || got != uprobe::ProbeMode::optimized_padded) return want;
+  const std::vector<std::uint8_t> file = file_bytes_at(site, 8);
+  std::string free_page;
+  return uprobe_test::punned_range_taken(reinterpret_cast<std::uint64_t>(site), len, 0, file.data(), free_page)
+             ? got
+             : want;
 }
 
 std::string hex(std::uint64_t v) {

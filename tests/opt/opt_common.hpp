@@ -118,6 +118,15 @@ std::vector<std::uint8_t> mem(const void* addr, std::size_t len);
 /// file offset = pgoff + addr - start).
 std::vector<std::uint8_t> file_bytes_at(const void* addr, std::size_t len);
 
+/// `want` (a punned jump, B2), or `got` where `got` is the padded form and
+/// every page B2's bytes allow for the hop of the `len`-byte instruction at
+/// `site` is mapped now (within 1 GiB after the executable, where ASLR may
+/// put the heap; uprobe_test::punned_range_taken() over the file's bytes).
+/// (A mapped page may still be one of the library's own hop pages, with
+/// room: B2 stays possible there, so B2 is accepted always.)
+uprobe::ProbeMode punned_form_here(const void* site, std::size_t len, uprobe::ProbeMode got,
+                                   uprobe::ProbeMode want = uprobe::ProbeMode::optimized_punned);
+
 /// Hex rendering.
 std::string hex(std::uint64_t v);
 std::string hex_bytes(const std::vector<std::uint8_t>& v);

