@@ -72,13 +72,13 @@ FUNC ev_span_rcx
 ENDF ev_span_rcx
         SITE ev_span_rcx, 1b
 
-/* ev_site_span(a, b) = a + b + 0x2010 (a, b below 2^31): the 1-byte site
+/* ev_site_span(a, b) = a + b + 0xa010 (a, b below 2^31): the 1-byte site
  * (xchg %eax, %ecx) and a 1-byte successor (push %rcx: 51), then add
- * $0x2010, %rax (48 05 10 20 00 00), pop %rcx, add %rcx, %rax. Every
+ * $0xa010, %rax (48 05 10 a0 00 00), pop %rcx, add %rcx, %rax. Every
  * byte a jump would read is fixed: B2 reads [51, 48, 05, 10] (one
- * address); evicted, the site's jump reads [e9, 48, 05, 10] (one address,
- * 152 bytes past B2's), the successor's [48, 05, 10, 20] (one address,
- * ~256 MiB further). */
+ * address, ~256 MiB above); evicted, the site's jump reads [e9, 48, 05,
+ * 10] (one address, 152 bytes past B2's), the successor's [48, 05, 10, a0]
+ * (one address ~1.5 GiB below the code, where the heap never lies). */
 FUNC ev_site_span
         mov %rdi, %rax
         mov %rsi, %rcx
@@ -86,7 +86,7 @@ FUNC ev_site_span
         jz 2f
 1:      .byte 0x91                               /* xchg %eax, %ecx: the site */
 2:      .byte 0x51                               /* push %rcx: the successor */
-        .byte 0x48, 0x05, 0x10, 0x20, 0x00, 0x00 /* add $0x2010, %rax */
+        .byte 0x48, 0x05, 0x10, 0xa0, 0x00, 0x00 /* add $0xa010, %rax */
         pop %rcx
         add %rcx, %rax
         ret

@@ -380,7 +380,7 @@ TEST(Evict, SaysWhenEveryAddressOfTheSitesJumpIsMapped) {
   const void* site = at(ev_site_span, ev_site_span_site);
   const auto s = reinterpret_cast<std::uint64_t>(site);
   const std::vector<std::uint8_t> file = file_bytes_at(site, 16);
-  ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 8)), "91 51 48 05 10 20 00 00");
+  ASSERT_EQ(hex_bytes(std::vector<std::uint8_t>(file.begin(), file.begin() + 8)), "91 51 48 05 10 a0 00 00");
   const std::uint64_t b2 = b2_target(s, file);
   std::vector<std::uint8_t> evicted = file;
   evicted[1] = 0xe9;  // the successor's jump opcode, which the site's rel32 reads first
@@ -406,7 +406,7 @@ TEST(Evict, SaysWhenEveryAddressOfTheSitesJumpIsMapped) {
                   why_evict);
     EXPECT_EQ(hex_bytes(mem(site, 2)), "cc 51");
     for (std::uint64_t i = 0; i < 100; ++i)
-      ASSERT_EQ(hex(ev_site_span(i, i + 1)), hex(i + i + 1 + 0x2010)) << "call " << i;
+      ASSERT_EQ(hex(ev_site_span(i, i + 1)), hex(i + i + 1 + 0xa010)) << "call " << i;
   }
   EXPECT_EQ(c.hits.load(), 100u);
   EXPECT_EQ(c.bad_ip.load(), 0u);
