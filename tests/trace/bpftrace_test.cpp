@@ -496,6 +496,25 @@ TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
             "PROG ARGS (per-thread counts: --per-thread)\n");
 }
 
+// -c with a program that cannot run: a shell's status and one line, as the
+// bare specs' run says it (126: a directory; 127: no such file, not found).
+TEST(Bpftrace, AProgramThatCannotRunGetsTheShellsStatus) {
+  char t[] = "/tmp/bt-dir.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string prog = "uprobe:libc:malloc { @ = count(); }";
+  Result r = run({kTrace, "-e", prog, "-c", d});
+  EXPECT_EQ(r.status, 126);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "uprobe-trace: " + d + ": is a directory\n");
+  r = run({kTrace, "-e", prog, "-c", d + "/none"});
+  EXPECT_EQ(r.status, 127);
+  EXPECT_EQ(r.err, "uprobe-trace: " + d + "/none: No such file or directory\n");
+  r = run({kTrace, "-e", prog, "-c", "no-such-prog-in-path"});
+  EXPECT_EQ(r.status, 127);
+  EXPECT_EQ(r.err, "uprobe-trace: no-such-prog-in-path: command not found\n");
+  rmdir(d.c_str());
+}
+
 // -o into a missing directory stops the run before the program's code runs:
 // the file is opened while the program starts (it waits at the start gate),
 // as bpftrace opens it before running the command.

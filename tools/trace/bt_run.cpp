@@ -308,11 +308,9 @@ int run_bpftrace(const BtOptions& o) {
   const bt::Program& p = c->prog;
   std::string prog_path;
   if (!o.cmd.empty()) {
-    prog_path = find_program(o.cmd[0]);
-    if (prog_path.empty()) {
-      std::fprintf(stderr, "uprobe-trace: %s: command not found\n", o.cmd[0].c_str());
-      return 127;
-    }
+    int not_runnable = 0;
+    prog_path = runnable_program(o.cmd[0], not_runnable);
+    if (prog_path.empty()) return not_runnable;
   }
   std::string joined;  // "PROBE\tSPEC" lines for the agent
   std::size_t nprobes = 0;

@@ -164,6 +164,32 @@ std::string find_program(const std::string& name) {
   return found.empty() ? found : real_path(found);
 }
 
+std::string runnable_program(const std::string& prog, int& status) {
+  if (prog.find('/') != std::string::npos) {  // what execvp would say, before anything runs
+    struct stat st;
+    if (stat(prog.c_str(), &st) != 0) {
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
+      status = 127;
+      return "";
+    }
+    const char* why = S_ISDIR(st.st_mode)           ? "is a directory"
+                      : !S_ISREG(st.st_mode)        ? "not a regular file"
+                      : access(prog.c_str(), X_OK) ? "not executable (Permission denied)"
+                                                    : nullptr;
+    if (why) {
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), why);
+      status = 126;
+      return "";
+    }
+  }
+  std::string path = find_program(prog);
+  if (path.empty()) {
+    std::fprintf(stderr, "uprobe-trace: %s: command not found\n", prog.c_str());
+    status = 127;
+  }
+  return path;
+}
+
 namespace {
 /// Up to `n` bytes of file `p` at `off` (open + pread: this is on the way to
 /// the program's start); -1 when it cannot be read.

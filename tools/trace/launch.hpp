@@ -71,6 +71,11 @@ std::string real_path(const std::string& p);
 /// '/', its empty elements as the current directory, glibc's default when
 /// it is unset), canonical; "" when there is none.
 std::string find_program(const std::string& name);
+/// The program's file as execvp(3) would find it (find_program()), or ""
+/// after saying on standard error why it cannot run, as a shell would, with
+/// the shell's status in `status`: 127 (no such file, not found on PATH),
+/// 126 (a directory, not a regular file, not executable).
+std::string runnable_program(const std::string& name, int& status);
 /// Whether `p` starts with the ELF magic.
 bool is_elf(const std::string& p);
 /// Whether running `path` loads the agent, which then waits at the start

@@ -89,26 +89,9 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
   if (spec_texts.empty()) die("no probes: give at least one -e SPEC");
 
   const std::string prog = cmd[0];
-  if (prog.find('/') != std::string::npos) {  // what execvp would say, before anything runs (a shell's 126/127)
-    struct stat st;
-    if (stat(prog.c_str(), &st) != 0) {
-      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
-      return 127;
-    }
-    const char* why = S_ISDIR(st.st_mode)           ? "is a directory"
-                      : !S_ISREG(st.st_mode)        ? "not a regular file"
-                      : access(prog.c_str(), X_OK) ? "not executable (Permission denied)"
-                                                    : nullptr;
-    if (why) {
-      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), why);
-      return 126;
-    }
-  }
-  const std::string prog_path = find_program(prog);
-  if (prog_path.empty()) {
-    std::fprintf(stderr, "uprobe-trace: %s: command not found\n", prog.c_str());
-    return 127;
-  }
+  int not_runnable = 0;
+  const std::string prog_path = runnable_program(prog, not_runnable);
+  if (prog_path.empty()) return not_runnable;
   std::vector<Spec> specs;
   for (const auto& t : spec_texts) {
     std::string err;
