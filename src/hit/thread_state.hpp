@@ -54,6 +54,11 @@ struct ReturnStack {
   /// stale: its stack says nothing about theirs.
   pid_t owner;
   bool exit_hook;  ///< the thread-exit hook (uretprobe.cpp) is armed for this thread
+  /// The exit hook has run: the thread is in its TSD destructors, whose
+  /// last round no hook follows. Its instances skip the spare and the
+  /// pool's thread cache (each get and put flushes it), so that a return
+  /// probe a later destructor hits leaves nothing cached behind.
+  bool exiting;
   /// One free return instance kept by the thread for its next entry hit
   /// (taken and given back by arch::thread_compare_exchange(): a signal
   /// handler's hit in between finds it taken or not, never both), before the

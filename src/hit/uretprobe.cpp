@@ -111,7 +111,9 @@ void put(ReturnInstance* ri) noexcept {
       arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare), 0,
                                     reinterpret_cast<std::uint64_t>(ri)))
     return;
-  g_ri_pool.load(std::memory_order_relaxed)->put(ri);
+  RiPool* pool = g_ri_pool.load(std::memory_order_relaxed);
+  pool->put(ri);
+  if (__builtin_expect(rs->exiting, 0)) pool->thread_exit();  // in its TSD destructors: nothing stays cached
 }
 
 /// The thread's return stack (in its TLS), with the thread-exit hook armed
@@ -133,7 +135,9 @@ ReturnStack* return_stack_first_use() noexcept {
   ReturnStack* rs = &t_state.rstack;
   if (rs->owner == 0) rs->owner = current_tid();
   if (g_exit_key_inline) pthread_setspecific(g_exit_key, rs);  // thread exit drops what is left
-  rs->exit_hook = true;
+  // (In its TSD destructors, after the hook: armed again for the next round,
+  // if there is one; the spare stays unused, put() and ri_alloc() flush.)
+  rs->exit_hook = !rs->exiting;
   return rs;
 }
 
@@ -206,6 +210,7 @@ void thread_exit(void* p) {
     pool->thread_exit();
   }
   rs->exit_hook = false;
+  rs->exiting = true;
 }
 
 /// One instance's ret_handlers: their inputs.

@@ -87,6 +87,7 @@ inline ReturnInstance* ri_alloc() noexcept {
   if (__builtin_expect(!ri, 0)) {
     RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
     ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
+    if (__builtin_expect(t_state.rstack.exiting, 0) && pool) pool->thread_exit();  // (its batch back at once)
   }
   if (ri) {
     ri->nconsumers = 0;

@@ -5,6 +5,7 @@
 // counted, no crash), many short-lived threads (no leak of return stacks or
 // instances), and a million returns in one thread (memory flat).
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -231,6 +232,51 @@ TEST(RetProcess, ThousandThreadsNoLeak) {
   // or more; allocator noise (thread stacks' guard pages, malloc arenas under
   // load) stays well below 2 MB.
   EXPECT_LT(rss1 - rss0, 2048) << "VmRSS grew by " << rss1 - rss0 << " kB over 1000 threads";
+}
+
+namespace tsd {
+pthread_key_t g_key;
+std::atomic<std::uint64_t> g_wrong{0};
+/// A destructor that calls a return-probed function in each of glibc's four
+/// rounds (it sets its value again in the first three): the last round's
+/// call comes after the thread's last exit hook.
+void again(void* v) {
+  const auto round = reinterpret_cast<std::uintptr_t>(v);
+  if (rt_simple_add(round, 1) != round + 1) g_wrong.fetch_add(1);
+  if (round < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(g_key, reinterpret_cast<void*>(round + 1));
+}
+void* thread(void*) {
+  pthread_setspecific(g_key, reinterpret_cast<void*>(std::uintptr_t{1}));
+  return nullptr;
+}
+}  // namespace tsd
+
+/// Threads whose TSD destructors call a return-probed function in every
+/// round, the last one after libuprobe's exit hook: each instance goes back
+/// to the pool (the thread caches nothing after its hook). Before, each such
+/// thread left its cached instances (a batch of the pool) behind: after ~850
+/// threads the pool was empty and every return probe missed. Exact: 3000
+/// threads x 4 returns, no miss, and the main thread's calls still hit.
+TEST(RetProcess, TsdDestructorsCallingReturnProbedCodeLeakNothing) {
+  ASSERT_EQ(pthread_key_create(&tsd::g_key, tsd::again), 0);
+  RetCount rc;
+  const uprobe::Stats s0 = uprobe::stats();
+  {
+    uprobe::Attachment a(vaddr(rt_simple_add), rc);
+    for (int i = 0; i < 3000; ++i) {
+      pthread_t t;
+      ASSERT_EQ(pthread_create(&t, nullptr, tsd::thread, nullptr), 0);
+      ASSERT_EQ(pthread_join(t, nullptr), 0);
+    }
+    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(rt_simple_add(i, 2), i + 2);
+  }
+  const uprobe::Stats d = delta(s0, uprobe::stats());
+  pthread_key_delete(tsd::g_key);
+  EXPECT_EQ(tsd::g_wrong.load(), 0u);
+  EXPECT_EQ(d.return_misses, 0u) << "return instances ran out (a leak): " << str(d);
+  EXPECT_EQ(d.return_hits, 3000u * PTHREAD_DESTRUCTOR_ITERATIONS + 10u) << str(d);
+  EXPECT_EQ(rc.rets.load(), 3000u * PTHREAD_DESTRUCTOR_ITERATIONS + 10u);
+  EXPECT_EQ(rc.bad.load(), 0u);
 }
 
 TEST(RetProcess, MillionReturnsMemoryFlat) {
