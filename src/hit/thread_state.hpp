@@ -110,8 +110,8 @@ struct ThreadState {
 
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
-/// A longjmp or setcontext() to a context with stack pointer `target_sp`
-/// while a hit runs on this thread (t_state.depth set: the program's signal
+/// A longjmp (any of the interposed ones) to a context with stack pointer
+/// `target_sp` while a hit runs on this thread (t_state.depth set: the program's signal
 /// handler that interrupted its consumers jumps out of it, or a consumer
 /// does): when the target lies at or above the hit's frame (guard_sp) on the
 /// same stack, or off the sigaltstack the hit ran on, the hit never ends:
@@ -120,8 +120,9 @@ extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 /// handlers' xmm and cookie pointers), so that the thread's later hits run
 /// their consumers. A jump inside a consumer leaves it all. Its return
 /// instance, if a return handler was running, is not given back (one
-/// instance of the pool). Async-signal-safe; rare (longjmp with a hit
-/// running).
+/// instance of the pool). setcontext()/swapcontext() are not checked (a
+/// coroutine switch inside a consumer comes back). Async-signal-safe; rare
+/// (a longjmp while a hit runs: one gettid and one sigaltstack call).
 void leave_abandoned_hit(std::uint64_t target_sp) noexcept;
 
 /// Marks the calling thread as inside a hot path (the SIGTRAP handler, an
