@@ -62,6 +62,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackOfSeveralProcessesSymbolizedWithTheirOwnModules
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
+                     trace.Bpftrace.AProbeTheProgramRefusedIsNamedWithItsReason
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns
                      PROPERTIES LABELS "no-asan;no-tsan")
 

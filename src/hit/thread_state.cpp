@@ -2,7 +2,6 @@
 #include "raw_syscall.hpp"
 #include "thread_state.hpp"
 
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -50,23 +49,11 @@ pid_t fetch_current_tid() noexcept {
 void leave_abandoned_hit(std::uint64_t target_sp) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) return;
+  const std::uint64_t guard = ts.guard_sp;
+  const auto own = [&ts](std::uint64_t a) { return a >= ts.stack_lo && a < ts.stack_hi; };
+  if (!own(guard) || !own(target_sp) || target_sp < guard) return;
   // A task sharing this thread's TLS (a vfork child) jumps on its own.
   if (ts.tid != 0 && static_cast<pid_t>(arch::raw_syscall(SYS_gettid)) != ts.tid) return;
-  const std::uint64_t guard = ts.guard_sp;
-  bool target_alt = false, guard_alt = false;
-  stack_t ss;
-  if (::sigaltstack(nullptr, &ss) == 0 && !(ss.ss_flags & SS_DISABLE)) {
-    const auto lo = reinterpret_cast<std::uint64_t>(ss.ss_sp), hi = lo + ss.ss_size;
-    target_alt = target_sp >= lo && target_sp < hi;
-    guard_alt = guard >= lo && guard < hi;
-  }
-  // On one stack, frame order: at or above the hit's rsp is out of it. Off
-  // the sigaltstack the hit ran on: everything on that stack is left (a
-  // handler on it runs above nothing else of this thread's there). Onto it
-  // from a hit off it: into a signal handler that the hit's consumers ran
-  // (the hit goes on when it returns).
-  const bool left = target_alt != guard_alt ? guard_alt : target_sp >= guard;
-  if (!left) return;
   ts.depth = 0;
   ts.xmm = nullptr;
   ts.cookie = nullptr;

@@ -83,6 +83,13 @@ struct ThreadState {
   /// stack. A longjmp there, or to another stack off the sigaltstack it is
   /// on, leaves the hit (leave_abandoned_hit()).
   std::uint64_t guard_sp;
+  /// The thread's own stack, [stack_lo, stack_hi) (the main thread's from
+  /// its [stack] mapping and RLIMIT_STACK; a thread started through the
+  /// interposed pthread_create() from its start and its attributes' stack
+  /// size); 0, 0 when unknown. A hit there can be left for good by a
+  /// longjmp above it on the same stack (leave_abandoned_hit()); one on
+  /// another stack (a coroutine's, a sigaltstack) may be resumed.
+  std::uint64_t stack_lo, stack_hi;
   /// Hits this thread left by a longjmp (leave_abandoned_hit(), which ends
   /// the read-side section of the one it leaves): a hit that finds the count
   /// changed at its end was left and resumed, and ends no section.
@@ -111,18 +118,21 @@ struct ThreadState {
 extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
 /// A longjmp (any of the interposed ones) to a context with stack pointer
-/// `target_sp` while a hit runs on this thread (t_state.depth set: the program's signal
-/// handler that interrupted its consumers jumps out of it, or a consumer
-/// does): when the target lies at or above the hit's frame (guard_sp) on the
-/// same stack, or off the sigaltstack the hit ran on, the hit never ends:
-/// its state is undone as its end would have (the recursion guard, the
-/// read-side section, the int3 hit's in-flight address, the return
-/// handlers' xmm and cookie pointers), so that the thread's later hits run
-/// their consumers. A jump inside a consumer leaves it all. Its return
-/// instance, if a return handler was running, is not given back (one
-/// instance of the pool). setcontext()/swapcontext() are not checked (a
-/// coroutine switch inside a consumer comes back). Async-signal-safe; rare
-/// (a longjmp while a hit runs: one gettid and one sigaltstack call).
+/// `target_sp` while a hit runs on this thread (t_state.depth set: the
+/// program's signal handler that interrupted its consumers jumps out of it,
+/// or a consumer does): when the hit's frame (guard_sp) and the target are
+/// both on the thread's own stack (stack_lo, stack_hi) and the target at or
+/// above the hit's frame, the hit can never go on (the program's next calls
+/// overwrite its frames): its state is undone as its end would have (the
+/// recursion guard, the read-side section, the int3 hit's in-flight
+/// address, the return handlers' xmm and cookie pointers), so that the
+/// thread's later hits run their consumers. A jump inside a consumer, a hit
+/// on another stack (a coroutine's, whose scheduler may resume it by a
+/// longjmp back; a sigaltstack) and a thread whose stack is not known keep
+/// the hit as it is. Its return instance, if a return handler was running,
+/// is not given back (one instance of the pool). setcontext()/swapcontext()
+/// are not checked. Async-signal-safe; rare (a longjmp while a hit runs: one
+/// gettid).
 void leave_abandoned_hit(std::uint64_t target_sp) noexcept;
 
 /// Marks the calling thread as inside a hot path (the SIGTRAP handler, an

@@ -11,7 +11,13 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 
 #include "masks.hpp"
 #include "next_symbol.hpp"
@@ -37,6 +43,10 @@ struct Handoff {
   void* arg;
   int busy;
   int view_blocked;  // the new thread starts with SIGTRAP in its view (masks.hpp)
+  // The new thread's stack (ThreadState::stack_lo, stack_hi): the caller's
+  // own [stack_lo, stack_hi) (pthread_attr_setstack), else stack_size below
+  // the new thread's first frame; all 0 when unknown.
+  std::uint64_t stack_lo, stack_hi, stack_size;
 };
 constexpr unsigned kHandoffs = 256;  // threads starting at once; more start without the preparation
 Handoff g_handoff[kHandoffs];
@@ -52,6 +62,53 @@ Handoff* claim_handoff() noexcept {
   return nullptr;
 }
 
+/// Where a thread created with `attr` will have its stack (Handoff).
+struct StackOfNewThread {
+  std::uint64_t lo = 0, hi = 0, size = 0;
+};
+StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
+  StackOfNewThread s;
+  void* addr = nullptr;
+  std::size_t size = 0;
+  if (attr && pthread_attr_getstack(attr, &addr, &size) == 0 && addr) {
+    s.lo = reinterpret_cast<std::uint64_t>(addr);
+    s.hi = s.lo + size;
+    return s;
+  }
+  if (attr) {
+    if (pthread_attr_getstacksize(attr, &size) == 0) s.size = size;
+    return s;
+  }
+  pthread_attr_t def;
+  if (pthread_getattr_default_np(&def) == 0) {
+    if (pthread_attr_getstacksize(&def, &size) == 0) s.size = size;
+    pthread_attr_destroy(&def);
+  }
+  return s;
+}
+
+/// The main thread's stack (ThreadState::stack_lo, stack_hi): its [stack]
+/// mapping's end, and as far below as RLIMIT_STACK lets it grow (1 GiB when
+/// unlimited). Run at load, on the thread that loads libuprobe (the main
+/// thread's own only).
+__attribute__((constructor)) void note_main_thread_stack() {
+  if (uprobe::arch::raw_syscall(SYS_gettid) != uprobe::arch::raw_syscall(SYS_getpid)) return;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return;
+  char line[512];
+  unsigned long start = 0, end = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strstr(line, "[stack]") && std::sscanf(line, "%lx-%lx", &start, &end) == 2) break;
+  std::fclose(f);
+  if (end == 0) return;
+  rlimit r{};
+  std::uint64_t grow = 1ull << 30;
+  if (getrlimit(RLIMIT_STACK, &r) == 0 && r.rlim_cur != RLIM_INFINITY) grow = r.rlim_cur;
+  grow = std::max<std::uint64_t>(grow, end - start);
+  t_state.stack_lo = end > grow ? end - grow : 0;
+  t_state.stack_hi = end;
+}
+
 /// The new thread's first code. Not instrumented, and calls nothing that is:
 /// under ASan or TSan the sanitizer's own start routine (the one the
 /// program's pthread_create() call went through) runs after this, so the
@@ -62,7 +119,22 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
   const StartFn fn = __atomic_load_n(&h->fn, __ATOMIC_RELAXED);
   void* const arg = __atomic_load_n(&h->arg, __ATOMIC_RELAXED);
   const int view_blocked = __atomic_load_n(&h->view_blocked, __ATOMIC_RELAXED);
+  const std::uint64_t lo = __atomic_load_n(&h->stack_lo, __ATOMIC_RELAXED);
+  const std::uint64_t hi = __atomic_load_n(&h->stack_hi, __ATOMIC_RELAXED);
+  const std::uint64_t size = __atomic_load_n(&h->stack_size, __ATOMIC_RELAXED);
   __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+  // Its frames lie below this one (start_thread's and clone's, a few hundred
+  // bytes, above it); glibc's thread descriptor and static TLS sit at the top
+  // of the block, the guard page at its bottom: [top - size, top + 4 KiB)
+  // holds every frame the thread will have.
+  const auto top = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
+  if (hi != 0) {
+    t_state.stack_lo = lo;
+    t_state.stack_hi = hi;
+  } else if (size != 0 && size < top) {
+    t_state.stack_lo = top - size;
+    t_state.stack_hi = top + 4096;
+  }
   if (view_blocked) take_blocked_view_in_new_thread();
   prepare_thread_for_hits(true);
   return fn(arg);
@@ -112,6 +184,10 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
   }
   if (!h) return real(thread, attr, start, arg);
   __atomic_store_n(&h->view_blocked, view_blocked ? 1 : 0, __ATOMIC_RELAXED);
+  const StackOfNewThread stack = stack_of_new_thread(attr);
+  __atomic_store_n(&h->stack_lo, stack.lo, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->stack_hi, stack.hi, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->stack_size, stack.size, __ATOMIC_RELAXED);
   __atomic_store_n(&h->fn, start, __ATOMIC_RELAXED);
   __atomic_store_n(&h->arg, arg, __ATOMIC_RELAXED);
   const int rc = real(thread, attr, prepared_start, h);  // its clone() publishes the hand-off to the thread

@@ -317,6 +317,129 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitLeavesNoGuardBehind) {
   }
 }
 
+/// The same on a thread started by pthread_create() (its stack's bounds come
+/// from its attributes), a hundred times: each jump leaves its hit.
+TEST_P(Signals, HandlerThatLongjmpsOutOfAHitInAThreadLeavesIt) {
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2_jump_out;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  JumpOut j;
+  j.jump_entry = 1;
+  const uprobe::Stats s0 = uprobe::stats();
+  std::uint64_t jumped = 0, in_handler_after = 0;
+  {
+    uprobe::Attachment a(vaddr(lf_add), j);
+    std::thread t([&] {
+      for (int round = 0; round < 100; ++round) {
+        j.entries = 0;  // (jumps at its first entry each round)
+        if (sigsetjmp(g_jump_out, 1) == 0) {
+          lf_add(1, 1);
+        } else {
+          ++jumped;
+        }
+        in_handler_after += uprobe::in_handler() ? 1 : 0;
+        lf_add(2, 1);  // a hit that runs its consumer (entries 2)
+      }
+    });
+    t.join();
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(jumped, 100u);
+  EXPECT_EQ(in_handler_after, 0u);
+  EXPECT_EQ(d.hits, 200u) << stats_str(d);
+  EXPECT_EQ(d.recursion_misses, 0u) << stats_str(d);
+  EXPECT_EQ(j.rets.load(), 100u) << "the second call of each round returns";
+}
+
+// --------------------------- a hit left for another stack, then resumed ----
+
+sigjmp_buf g_sched, g_co;
+ucontext_t g_co_uc, g_main_uc;
+volatile int g_co_result_ok = 0, g_co_done = 0;
+void on_usr1_preempt(int) {
+  if (sigsetjmp(g_co, 1) == 0) siglongjmp(g_sched, 1);  // to the scheduler; back here to resume
+}
+void co_main() {
+  g_co_result_ok = lf_add(1000, 1) == 1001;
+  g_co_done = 1;
+  siglongjmp(g_sched, 2);
+}
+
+/// On its call with rdi == 1000, raises SIGUSR1 (a green-thread scheduler's
+/// preemption), then touches itself again after the hit is resumed.
+struct Preempted : uprobe::Consumer {
+  std::atomic<std::uint64_t> entries{0}, after{0};
+  uprobe::Action handler(uprobe::Regs& r) override {
+    entries.fetch_add(1);
+    if (r.rdi == 1000) raise(SIGUSR1);
+    after.fetch_add(1);
+    return uprobe::Action::keep;
+  }
+};
+
+/// A green thread (a coroutine on a stack of its own) is preempted inside a
+/// consumer: the signal handler siglongjmps to the scheduler on the main
+/// stack, above the hit's addresses but on another stack, and later back
+/// into the handler's frame: the hit goes on. It is not left meanwhile (the
+/// thread is still "in a handler", a detach from the scheduler is refused:
+/// Errc::in_handler), so nothing it uses is freed under it; resumed, it
+/// ends as any hit. Before, the hit was taken as left: a detach there freed
+/// the probe, and the resumed int3 hit crashed on it.
+TEST_P(Signals, AHitLeftForAnotherStackAndResumedEndsAsAnyHit) {
+  struct sigaction sa, old;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1_preempt;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  const std::size_t size = 1 << 20;
+  void* stack = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(stack, MAP_FAILED);
+  ASSERT_EQ(getcontext(&g_co_uc), 0);
+  g_co_uc.uc_stack.ss_sp = stack;
+  g_co_uc.uc_stack.ss_size = size;
+  g_co_uc.uc_link = nullptr;
+  makecontext(&g_co_uc, co_main, 0);
+  g_co_result_ok = 0;
+  g_co_done = 0;
+  Preempted p;
+  const uprobe::Stats s0 = uprobe::stats();
+  {
+    uprobe::Attachment a(vaddr(lf_add), p);
+    ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+    static volatile int in_handler_at_scheduler, detach_refused;
+    in_handler_at_scheduler = 0;
+    detach_refused = 0;
+    const int v = sigsetjmp(g_sched, 1);
+    if (v == 0) swapcontext(&g_main_uc, &g_co_uc);  // starts the green thread
+    if (v == 1) {
+      in_handler_at_scheduler = uprobe::in_handler() ? 1 : 0;
+      try {
+        uprobe::unregister_uprobe(a.probe(), p);
+      } catch (const uprobe::Error& e) {
+        detach_refused = e.code() == uprobe::Errc::in_handler ? 1 : 2;
+      }
+      siglongjmp(g_co, 1);  // resumes the green thread inside the hit
+    }
+    EXPECT_EQ(v, 2);
+    EXPECT_EQ(in_handler_at_scheduler, 1);
+    EXPECT_EQ(detach_refused, 1);
+    EXPECT_FALSE(uprobe::in_handler());
+    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(lf_add(i, 1), i + 1);
+  }
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  sigaction(SIGUSR1, &old, nullptr);
+  munmap(stack, size);
+  EXPECT_EQ(g_co_done, 1);
+  EXPECT_EQ(g_co_result_ok, 1);
+  EXPECT_EQ(p.entries.load(), 11u);
+  EXPECT_EQ(p.after.load(), 11u);
+  EXPECT_EQ(d.hits, 11u) << stats_str(d);
+  EXPECT_EQ(d.recursion_misses, 0u) << stats_str(d);
+}
+
 // ------------------------------------------------ counters under signals ----
 
 std::atomic<std::uint64_t> g_tick_calls{0};
