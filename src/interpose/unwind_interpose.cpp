@@ -149,15 +149,39 @@ UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
   return r;
 }
 
+/// backtrace(3)'s walk, as glibc's: libgcc's _Unwind_Backtrace() from here,
+/// the first frame (this function's caller's call into it: the interposer)
+/// left out, each frame's IP, a walk that makes no progress (the same IP
+/// and CFA twice) ended, and the NULL IP libgcc reports above _start
+/// dropped. For more frames than backtrace() walks on its stack.
+struct WalkInto {
+  void** array;
+  int size;
+  int cnt;  // -1 until the first (left out) frame
+  _Unwind_Word cfa;
+};
+
+_Unwind_Reason_Code walk_one(struct _Unwind_Context* c, void* p) {
+  auto* w = static_cast<WalkInto*>(p);
+  if (w->cnt != -1) {
+    w->array[w->cnt] = reinterpret_cast<void*>(_Unwind_GetIP(c));
+    const _Unwind_Word cfa = _Unwind_GetCFA(c);
+    if (w->cnt > 0 && w->array[w->cnt - 1] == w->array[w->cnt] && cfa == w->cfa) return _URC_END_OF_STACK;
+    w->cfa = cfa;
+  }
+  if (++w->cnt == w->size) return _URC_END_OF_STACK;
+  return _URC_NO_REASON;
+}
+
 /// glibc's backtrace() leaves out its own frame and starts at its caller,
 /// this interposer: asked for one frame more, whose first is dropped, the
-/// program gets the frames it would without libuprobe (its own first). For
-/// more than kBacktraceOnStack frames the walk goes into the program's
-/// buffer, and the deepest frame may be one short.
+/// program gets the frames it would without libuprobe (its own first). More
+/// than kBacktraceOnStack frames: the same walk, here (walk_one()).
 constexpr int kBacktraceOnStack = 512;
 
 UPROBE_EXPORT int backtrace(void** buffer, int size) {
   static auto real = next<int (*)(void**, int)>("backtrace", kLibc);
+  static auto real_walk = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
   if (size <= 0) return real(buffer, size);
   unhijack();
   int n;
@@ -167,9 +191,10 @@ UPROBE_EXPORT int backtrace(void** buffer, int size) {
     n = n > 0 ? n - 1 : 0;
     for (int i = 0; i < n; ++i) buffer[i] = frames[i + 1];
   } else {
-    n = real(buffer, size);
-    n = n > 0 ? n - 1 : 0;
-    for (int i = 0; i < n; ++i) buffer[i] = buffer[i + 1];
+    WalkInto w{buffer, size, -1, 0};
+    real_walk(walk_one, &w);
+    if (w.cnt > 1 && w.array[w.cnt - 1] == nullptr) --w.cnt;
+    n = w.cnt != -1 ? w.cnt : 0;
   }
   rehijack(0);
   return n;

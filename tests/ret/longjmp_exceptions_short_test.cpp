@@ -10,10 +10,12 @@
 #include <setjmp.h>
 #include <unwind.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ret_common.hpp"
@@ -451,6 +453,51 @@ TEST(RetBacktrace, BacktraceStartsAtItsCallerAsWithoutLibuprobe) {
   ASSERT_GE(btfirst::g_unwound.size(), 2u);
   EXPECT_EQ(sym_name(btfirst::g_unwound[0]), "bt_first_leaf");
   EXPECT_EQ(sym_name(btfirst::g_unwound[1]), "bt_first_caller");
+}
+
+namespace btdeep {
+constexpr int kDepth = 700;
+int g_sizes[] = {1, 2, 511, 512, 513, 600, 2000};
+int g_n[7], g_real_n[7];
+std::vector<void*> g_frames[7], g_real[7];
+}  // namespace btdeep
+
+extern "C" __attribute__((noinline, noipa)) int bt_deep(int d) {
+  if (d > 0) {
+    const int r = bt_deep(d - 1);
+    asm volatile("");
+    return r + 1;
+  }
+  void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  const auto real_backtrace = reinterpret_cast<int (*)(void**, int)>(dlsym(libc, "backtrace"));
+  for (int k = 0; k < 7; ++k) {
+    const int size = btdeep::g_sizes[k];
+    btdeep::g_frames[k].assign(static_cast<std::size_t>(size), nullptr);
+    btdeep::g_real[k].assign(static_cast<std::size_t>(size), nullptr);
+    btdeep::g_n[k] = backtrace(btdeep::g_frames[k].data(), size);
+    btdeep::g_real_n[k] = real_backtrace ? real_backtrace(btdeep::g_real[k].data(), size) : -1;
+  }
+  return 0;
+}
+
+/// backtrace() of any size gives what glibc's own gives, called from the
+/// same function: as many frames (the deepest included, past 512 frames
+/// too: there libuprobe walks itself), the same ones after the first (the
+/// two calls' own return addresses differ). 700 frames deep; sizes 1 to
+/// 2000 (the whole stack).
+TEST(RetBacktrace, BacktraceOfAnySizeIsGlibcs) {
+  ASSERT_EQ(bt_deep(btdeep::kDepth), btdeep::kDepth);
+  for (int k = 0; k < 7; ++k) {
+    SCOPED_TRACE("size " + std::to_string(btdeep::g_sizes[k]));
+    ASSERT_GT(btdeep::g_real_n[k], 0);
+    const std::size_t s = sanitizer_frames(btdeep::g_frames[k].data(), static_cast<std::size_t>(btdeep::g_n[k]));
+    if (s != 0) continue;  // (a sanitizer's interceptor in front: its own count)
+    EXPECT_EQ(btdeep::g_n[k], btdeep::g_real_n[k]);
+    EXPECT_EQ(sym_name(btdeep::g_frames[k][0]), "bt_deep");
+    for (int i = 1; i < std::min(btdeep::g_n[k], btdeep::g_real_n[k]); ++i)
+      ASSERT_EQ(btdeep::g_frames[k][static_cast<std::size_t>(i)], btdeep::g_real[k][static_cast<std::size_t>(i)])
+          << "frame " << i;
+  }
 }
 
 TEST(RetBacktrace, FixupFramePointerWalk) {
