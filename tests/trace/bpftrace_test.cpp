@@ -512,6 +512,18 @@ TEST(Bpftrace, AProgramThatCannotRunGetsTheShellsStatus) {
   r = run({kTrace, "-e", prog, "-c", "no-such-prog-in-path"});
   EXPECT_EQ(r.status, 127);
   EXPECT_EQ(r.err, "uprobe-trace: no-such-prog-in-path: command not found\n");
+  // An ELF file the kernel will not run: not handed to /bin/sh (execvp's
+  // fallback said "not found", 127); a shell says "Exec format error", 126.
+  const std::string bad = d + "/badelf";
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f << "\x7f" "ELFgarbage";
+  }
+  ASSERT_EQ(chmod(bad.c_str(), 0755), 0);
+  r = run({kTrace, "-e", prog, "-c", bad});
+  EXPECT_EQ(r.status, 126);
+  EXPECT_NE(r.err.find("uprobe-trace: " + bad + ": Exec format error\n"), std::string::npos) << r.err;
+  unlink(bad.c_str());
   rmdir(d.c_str());
 }
 

@@ -456,7 +456,10 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
     sigs.restore_in_child();
     if (gate.fd[0] >= 0) close(gate.fd[0]);
     for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
-    execvp(args[0], args.data());
+    // An ELF file the kernel refuses (ENOEXEC) is not handed to /bin/sh as
+    // execvp() would: "Exec format error", 126, as a shell says it.
+    if (!exec_file.empty() && is_elf(exec_file)) execv(exec_file.c_str(), args.data());
+    else execvp(args[0], args.data());
     const int err = errno;
     std::fprintf(stderr, "uprobe-trace: %s: %s\n", cmd[0].c_str(), std::strerror(err));
     if (write(exec_pipe[1], &err, sizeof err) < 0) {
