@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // bpftrace's language for uprobe-trace, part 2 of 3 (continued): the
 // compiler's statements and expressions (bt_compiler.hpp), each into the
-// compact form's nodes (bt_vm.hpp), with bpftrace 0.17's errors.
+// compact form's nodes (bt_form.hpp), with bpftrace 0.17's errors.
 
 #include "bt_compiler.hpp"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // bpftrace's language for uprobe-trace: the compiler from the tree
-// (bt_ast.hpp) to the compact form (bt_vm.hpp), shared by its two files:
+// (bt_ast.hpp) to the compact form (bt_form.hpp), shared by its two files:
 // bt_compile.cpp (the program's layout, attach points, maps) and
 // bt_compile_code.cpp (statements and expressions).
 
