@@ -27,7 +27,7 @@ namespace uprobe::detail {
 struct Registry {
   ForkHeldMutex mutex;  ///< (held across fork(): runtime.cpp before_fork())
   /// Every registered probe, by key. Changed only through insert_probe() and
-  /// erase_probes() (attach_txn.cpp), which keep `keys` and `evicting` in step.
+  /// erase_probes() (txn_steps.cpp), which keep `keys` and `evicting` in step.
   boost::intrusive::set<Uprobe> tree;
   /// `tree` as an array, what the published ProbeTable copies: a publish
   /// reads it in one sweep instead of walking the tree's scattered nodes (a

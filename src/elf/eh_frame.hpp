@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The .eh_frame walk of the ELF image (elf_image.cpp): one entry at a time,
+// The .eh_frame walk of the ELF image (func_index.cpp): one entry at a time,
 // as libdw's dwarf_next_cfi() reads it.
 
 #include <elfutils/libdw.h>
