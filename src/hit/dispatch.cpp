@@ -181,7 +181,6 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
-  const std::uint32_t abandoned = t_state.abandoned;
   uprobe_rcu_read_lock();
   // The stub's owner is valid inside this read-side section: the registry
   // clears it before the uprobe's grace period (forget_references()).
@@ -206,7 +205,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
     }
   }
   if (regs.rip != site.site) count(st.redirected);
-  if (__builtin_expect(t_state.abandoned == abandoned, 1)) uprobe_rcu_read_unlock();  // (else ended: left, resumed)
+  uprobe_rcu_read_unlock();
   return hijacked;
 }
 }  // namespace

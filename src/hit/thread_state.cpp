@@ -52,13 +52,14 @@ void leave_abandoned_hit(std::uint64_t target_sp) noexcept {
   const std::uint64_t guard = ts.guard_sp;
   const auto own = [&ts](std::uint64_t a) { return a >= ts.stack_lo && a < ts.stack_hi; };
   if (!own(guard) || !own(target_sp) || target_sp < guard) return;
+  // (Its frames are below the target on this stack: the program's next
+  // calls overwrite them, it never resumes, so its section ends here.)
   // A task sharing this thread's TLS (a vfork child) jumps on its own.
   if (ts.tid != 0 && static_cast<pid_t>(arch::raw_syscall(SYS_gettid)) != ts.tid) return;
   ts.depth = 0;
   ts.xmm = nullptr;
   ts.cookie = nullptr;
   ts.hot = 0;
-  ts.abandoned = ts.abandoned + 1;
   stat_block().trap_ip.store(0, std::memory_order_release);
   uprobe_rcu_read_unlock();  // the hit's read-side section
 }

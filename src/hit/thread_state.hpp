@@ -78,6 +78,16 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
   int hot;                   ///< >0 while this thread is on a hot path (HotPathScope)
+  const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
+  pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
+  StatBlock* stats;          ///< this thread's counters, claimed on first use
+  bool sstep_active;         ///< single-step of an XOL copy in flight
+  bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
+  std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
+  std::uint64_t wstep_hi;
+  ReturnStack rstack;        ///< pending return instances
+  std::uint64_t* cookie;     ///< session cookie of the running callback, if any
+  std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
   /// The probed code's rsp at the hit that set `depth` (Regs::rsp): every
   /// frame of the program alive at that hit lies at or above it, on its
   /// stack. A longjmp there, or to another stack off the sigaltstack it is
@@ -90,20 +100,6 @@ struct ThreadState {
   /// longjmp above it on the same stack (leave_abandoned_hit()); one on
   /// another stack (a coroutine's, a sigaltstack) may be resumed.
   std::uint64_t stack_lo, stack_hi;
-  /// Hits this thread left by a longjmp (leave_abandoned_hit(), which ends
-  /// the read-side section of the one it leaves): a hit that finds the count
-  /// changed at its end was left and resumed, and ends no section.
-  std::uint32_t abandoned;
-  const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
-  pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
-  StatBlock* stats;          ///< this thread's counters, claimed on first use
-  bool sstep_active;         ///< single-step of an XOL copy in flight
-  bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
-  std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
-  std::uint64_t wstep_hi;
-  ReturnStack rstack;        ///< pending return instances
-  std::uint64_t* cookie;     ///< session cookie of the running callback, if any
-  std::uint8_t* xmm;         ///< saved xmm0/xmm1 while ret_handlers run
   // The program's signal mask (src/interpose/masks.cpp); the view bit itself is
   // uprobe_view_blocked, which arch code reads.
   bool trap_held;            ///< a SIGTRAP sent to this thread while its view blocked it

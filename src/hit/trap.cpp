@@ -288,7 +288,6 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
   const std::uint64_t outer_trap_ip = st.trap_ip.load(std::memory_order_relaxed);  // a nested hit restores it
   st.trap_ip.store(ip, std::memory_order_release);
 
-  const std::uint32_t abandoned = ts.abandoned;
   uprobe_rcu_read_lock();
   Uprobe* up = lookup(ip, st);
   const SiteSet* ss = up ? up->sites.load(std::memory_order_acquire) : nullptr;
@@ -399,7 +398,7 @@ void on_sigtrap(int sig, siginfo_t* info, void* ctx) noexcept {
     emulated_step = user_tf;
   }
   arch::regs_to_ucontext(regs, uc);
-  if (__builtin_expect(ts.abandoned == abandoned, 1)) uprobe_rcu_read_unlock();  // (else ended: left, resumed)
+  uprobe_rcu_read_unlock();
   // (After the program's own step handler: until then this thread may still
   // be about to resume inside a window.)
   if (emulated_step) deliver_user_step(sig, info, uc);

@@ -309,6 +309,14 @@ void uretprobe_configure(unsigned ri_pool, unsigned ri_lock, unsigned max_depth)
 
 void ri_free(ReturnInstance* ri) noexcept { put(ri); }
 
+ReturnInstance* ri_alloc_from_pool() noexcept {
+  RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
+  if (!pool) return nullptr;
+  auto* ri = static_cast<ReturnInstance*>(pool->get());
+  if (__builtin_expect(t_state.rstack.exiting, 0)) pool->thread_exit();  // (its batch back at once)
+  return ri;
+}
+
 bool prepare_uretprobe_slow(Uprobe* up, const Regs& regs, ReturnInstance* ri) noexcept {
   StatBlock& st = stat_block();
   ReturnStack* rs = return_stack();
@@ -456,7 +464,6 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
   uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
   regs.rsp = sp;
   const std::uint64_t flags = regs.rflags;
-  const std::uint32_t abandoned = ts.abandoned;
   uprobe_rcu_read_lock();
   const ReturnInstance* const below = top->next;
   if (__builtin_expect(!top->chained && ts.depth == 0 && (!below || sp <= below->stack) &&
@@ -465,7 +472,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
     ret_one(f, rs, top, kernel_saved, st);
   else
     ret_chain(f, sp, kernel_saved, st);
-  if (__builtin_expect(ts.abandoned == abandoned, 1)) uprobe_rcu_read_unlock();  // (else ended: left, resumed)
+  uprobe_rcu_read_unlock();
   regs.rflags = arch::merge_handler_flags(flags, regs.rflags);
   f->ret_slot = regs.rip;
 }

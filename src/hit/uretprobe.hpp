@@ -80,15 +80,15 @@ inline ReturnInstance* take_spare(ReturnStack* rs) noexcept {
   return nullptr;
 }
 
+/// An instance from the pool (ri_alloc() when the thread has no spare), or
+/// nullptr (pool exhausted). AS-safe.
+ReturnInstance* ri_alloc_from_pool() noexcept;
+
 /// A fresh instance for an entry hit, or nullptr (pool exhausted): the
 /// thread's spare, else one from the pool. AS-safe.
 inline ReturnInstance* ri_alloc() noexcept {
   ReturnInstance* ri = take_spare(&t_state.rstack);
-  if (__builtin_expect(!ri, 0)) {
-    RiPool* pool = g_ri_pool.load(std::memory_order_acquire);
-    ri = pool ? static_cast<ReturnInstance*>(pool->get()) : nullptr;
-    if (__builtin_expect(t_state.rstack.exiting, 0) && pool) pool->thread_exit();  // (its batch back at once)
-  }
+  if (__builtin_expect(!ri, 0)) ri = ri_alloc_from_pool();
   if (ri) {
     ri->nconsumers = 0;
     ri->chained = false;
