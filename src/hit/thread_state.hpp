@@ -93,8 +93,8 @@ struct ThreadState {
   /// stack. A longjmp there, or to another stack off the sigaltstack it is
   /// on, leaves the hit (leave_abandoned_hit()).
   std::uint64_t guard_sp;
-  /// The thread's own stack, [stack_lo, stack_hi) (the main thread's from
-  /// its [stack] mapping and RLIMIT_STACK; a thread started through the
+  /// The thread's own stack, [stack_lo, stack_hi) (the main thread's below
+  /// glibc's __libc_stack_end, as far as RLIMIT_STACK lets it grow; a thread started through the
   /// interposed pthread_create() from its start and its attributes' stack
   /// size); 0, 0 when unknown. A hit there can be left for good by a
   /// longjmp above it on the same stack (leave_abandoned_hit()); one on

@@ -14,10 +14,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 
 #include "masks.hpp"
 #include "next_symbol.hpp"
@@ -26,6 +23,8 @@
 #include "sanitize.hpp"
 #include "thread_state.hpp"
 
+
+extern "C" void* __libc_stack_end;  // (glibc, ld.so: the stack pointer the process started with)
 
 namespace uprobe::detail {
 
@@ -87,26 +86,21 @@ StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
   return s;
 }
 
-/// The main thread's stack (ThreadState::stack_lo, stack_hi): its [stack]
-/// mapping's end, and as far below as RLIMIT_STACK lets it grow (1 GiB when
-/// unlimited). Run at load, on the thread that loads libuprobe (the main
-/// thread's own only).
+/// The main thread's stack (ThreadState::stack_lo, stack_hi): its frames
+/// all lie below glibc's __libc_stack_end (the stack pointer the process
+/// started with; argv, envp and the auxiliary vector above it), and as far
+/// below as RLIMIT_STACK lets the stack grow (1 GiB when unlimited). Run at
+/// load, on the thread that loads libuprobe (the main thread's own only):
+/// one getrlimit, no read of /proc (every traced process runs this).
 __attribute__((constructor)) void note_main_thread_stack() {
   if (uprobe::arch::raw_syscall(SYS_gettid) != uprobe::arch::raw_syscall(SYS_getpid)) return;
-  FILE* f = std::fopen("/proc/self/maps", "re");
-  if (!f) return;
-  char line[512];
-  unsigned long start = 0, end = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strstr(line, "[stack]") && std::sscanf(line, "%lx-%lx", &start, &end) == 2) break;
-  std::fclose(f);
+  const auto end = reinterpret_cast<std::uint64_t>(__libc_stack_end);
   if (end == 0) return;
   rlimit r{};
   std::uint64_t grow = 1ull << 30;
   if (getrlimit(RLIMIT_STACK, &r) == 0 && r.rlim_cur != RLIM_INFINITY) grow = r.rlim_cur;
-  grow = std::max<std::uint64_t>(grow, end - start);
   t_state.stack_lo = end > grow ? end - grow : 0;
-  t_state.stack_hi = end;
+  t_state.stack_hi = end + 1;
 }
 
 /// The new thread's first code. Not instrumented, and calls nothing that is:
