@@ -94,11 +94,11 @@ struct ThreadState {
   /// on, leaves the hit (leave_abandoned_hit()).
   std::uint64_t guard_sp;
   /// The thread's own stack, [stack_lo, stack_hi) (the main thread's below
-  /// glibc's __libc_stack_end, as far as RLIMIT_STACK lets it grow; a thread started through the
-  /// interposed pthread_create() from its start and its attributes' stack
-  /// size); 0, 0 when unknown. A hit there can be left for good by a
-  /// longjmp above it on the same stack (leave_abandoned_hit()); one on
-  /// another stack (a coroutine's, a sigaltstack) may be resumed.
+  /// glibc's __libc_stack_end, as far as RLIMIT_STACK lets it grow; a thread
+  /// started through the interposed pthread_create() from its start and its
+  /// attributes' stack size); 0, 0 when unknown. A hit there can be left for
+  /// good by a longjmp above it on the same stack (leave_abandoned_hit()); one
+  /// on another stack (a coroutine's, a sigaltstack) may be resumed.
   std::uint64_t stack_lo, stack_hi;
   // The program's signal mask (src/interpose/masks.cpp); the view bit itself is
   // uprobe_view_blocked, which arch code reads.
