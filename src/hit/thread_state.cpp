@@ -2,6 +2,7 @@
 #include "raw_syscall.hpp"
 #include "thread_state.hpp"
 
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,9 +47,19 @@ pid_t fetch_current_tid() noexcept {
   return ts.tid;
 }
 
+std::uint64_t main_stack_lo(std::uint64_t hi) noexcept {
+  rlimit r{};
+  std::uint64_t grow = 1ull << 30;
+  if (arch::raw_syscall(SYS_prlimit64, 0, RLIMIT_STACK, 0, reinterpret_cast<long>(&r)) == 0 &&
+      r.rlim_cur != RLIM_INFINITY)
+    grow = r.rlim_cur;
+  return hi > grow ? hi - grow : 0;
+}
+
 void leave_abandoned_hit(std::uint64_t target_sp) noexcept {
   ThreadState& ts = t_state;
   if (ts.depth == 0) return;
+  if (ts.stack_grows) ts.stack_lo = main_stack_lo(ts.stack_hi);  // (the program may have raised the limit)
   const std::uint64_t guard = ts.guard_sp;
   const auto own = [&ts](std::uint64_t a) { return a >= ts.stack_lo && a < ts.stack_hi; };
   if (!own(guard) || !own(target_sp) || target_sp < guard) return;

@@ -100,6 +100,9 @@ struct ThreadState {
   /// good by a longjmp above it on the same stack (leave_abandoned_hit()); one
   /// on another stack (a coroutine's, a sigaltstack) may be resumed.
   std::uint64_t stack_lo, stack_hi;
+  /// The main thread's: stack_lo follows RLIMIT_STACK as the program sets
+  /// it (read again when a longjmp asks, main_stack_lo()).
+  bool stack_grows;
   // The program's signal mask (src/interpose/masks.cpp); the view bit itself is
   // uprobe_view_blocked, which arch code reads.
   bool trap_held;            ///< a SIGTRAP sent to this thread while its view blocked it
@@ -130,6 +133,11 @@ extern __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 /// are not checked. Async-signal-safe; rare (a longjmp while a hit runs: one
 /// gettid).
 void leave_abandoned_hit(std::uint64_t target_sp) noexcept;
+
+/// The lowest address the main thread's stack, whose frames lie below
+/// `hi`, can reach under RLIMIT_STACK as it is now (1 GiB when unlimited).
+/// Async-signal-safe (one prlimit64 system call).
+std::uint64_t main_stack_lo(std::uint64_t hi) noexcept;
 
 /// Marks the calling thread as inside a hot path (the SIGTRAP handler, an
 /// optimized stub's entry, the return trampoline's dispatch) for its lifetime:

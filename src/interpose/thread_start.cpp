@@ -69,7 +69,10 @@ StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
   StackOfNewThread s;
   void* addr = nullptr;
   std::size_t size = 0;
-  if (attr && pthread_attr_getstack(attr, &addr, &size) == 0 && addr) {
+  // (glibc answers stackaddr - stacksize for the address, 0 - stacksize when
+  // no stack was given: a user stack is one whose end is not 0.)
+  if (attr && pthread_attr_getstack(attr, &addr, &size) == 0 && addr &&
+      reinterpret_cast<std::uint64_t>(addr) + size != 0) {
     s.lo = reinterpret_cast<std::uint64_t>(addr);
     s.hi = s.lo + size;
     return s;
@@ -91,16 +94,14 @@ StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
 /// started with; argv, envp and the auxiliary vector above it), and as far
 /// below as RLIMIT_STACK lets the stack grow (1 GiB when unlimited). Run at
 /// load, on the thread that loads libuprobe (the main thread's own only):
-/// one getrlimit, no read of /proc (every traced process runs this).
+/// one prlimit64, no read of /proc (every traced process runs this).
 __attribute__((constructor)) void note_main_thread_stack() {
   if (uprobe::arch::raw_syscall(SYS_gettid) != uprobe::arch::raw_syscall(SYS_getpid)) return;
   const auto end = reinterpret_cast<std::uint64_t>(__libc_stack_end);
   if (end == 0) return;
-  rlimit r{};
-  std::uint64_t grow = 1ull << 30;
-  if (getrlimit(RLIMIT_STACK, &r) == 0 && r.rlim_cur != RLIM_INFINITY) grow = r.rlim_cur;
-  t_state.stack_lo = end > grow ? end - grow : 0;
   t_state.stack_hi = end + 1;
+  t_state.stack_lo = main_stack_lo(end + 1);
+  t_state.stack_grows = true;
 }
 
 /// The new thread's first code. Not instrumented, and calls nothing that is:

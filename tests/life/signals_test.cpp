@@ -329,21 +329,34 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitInAThreadLeavesIt) {
   j.jump_entry = 1;
   const uprobe::Stats s0 = uprobe::stats();
   std::uint64_t jumped = 0, in_handler_after = 0;
+  const auto rounds = [&] {
+    for (int round = 0; round < 50; ++round) {
+      j.entries = 0;  // (jumps at its first entry each round)
+      if (sigsetjmp(g_jump_out, 1) == 0) {
+        lf_add(1, 1);
+      } else {
+        ++jumped;
+      }
+      in_handler_after += uprobe::in_handler() ? 1 : 0;
+      lf_add(2, 1);  // a hit that runs its consumer (entries 2)
+    }
+  };
   {
     uprobe::Attachment a(vaddr(lf_add), j);
-    std::thread t([&] {
-      for (int round = 0; round < 100; ++round) {
-        j.entries = 0;  // (jumps at its first entry each round)
-        if (sigsetjmp(g_jump_out, 1) == 0) {
-          lf_add(1, 1);
-        } else {
-          ++jumped;
-        }
-        in_handler_after += uprobe::in_handler() ? 1 : 0;
-        lf_add(2, 1);  // a hit that runs its consumer (entries 2)
-      }
-    });
+    std::thread t(rounds);  // default attributes
     t.join();
+    // Attributes that set only a stack size (glibc then answers a stack
+    // address of 0 - size: no stack of the caller's).
+    pthread_attr_t attr;
+    ASSERT_EQ(pthread_attr_init(&attr), 0);
+    ASSERT_EQ(pthread_attr_setstacksize(&attr, 256 * 1024), 0);
+    pthread_t p;
+    ASSERT_EQ(pthread_create(
+                  &p, &attr, [](void* f) -> void* { (*static_cast<decltype(rounds)*>(f))(); return nullptr; },
+                  const_cast<void*>(static_cast<const void*>(&rounds))),
+              0);
+    ASSERT_EQ(pthread_join(p, nullptr), 0);
+    pthread_attr_destroy(&attr);
   }
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
   sigaction(SIGUSR2, &old, nullptr);

@@ -524,6 +524,28 @@ TEST(Bpftrace, AProgramThatCannotRunGetsTheShellsStatus) {
   EXPECT_EQ(r.status, 126);
   EXPECT_NE(r.err.find("uprobe-trace: " + bad + ": Exec format error\n"), std::string::npos) << r.err;
   unlink(bad.c_str());
+  // A symbolic link loop: a shell's 126 (127 only for a file that is not
+  // there); a name whose only file in PATH is not executable: 126,
+  // "Permission denied" (not "command not found").
+  const std::string loop = d + "/loop";
+  ASSERT_EQ(symlink(loop.c_str(), loop.c_str()), 0);
+  r = run({kTrace, "-e", prog, "-c", loop});
+  EXPECT_EQ(r.status, 126);
+  EXPECT_EQ(r.err, "uprobe-trace: " + loop + ": Too many levels of symbolic links\n");
+  unlink(loop.c_str());
+  const std::string noexec = d + "/bt-only-not-executable";
+  {
+    std::ofstream f(noexec);
+    f << "echo x\n";
+  }
+  ASSERT_EQ(chmod(noexec.c_str(), 0644), 0);
+  const std::string old_path = getenv("PATH") ? getenv("PATH") : "";
+  setenv("PATH", (d + ":" + old_path).c_str(), 1);
+  r = run({kTrace, "-e", prog, "-c", "bt-only-not-executable"});
+  setenv("PATH", old_path.c_str(), 1);
+  EXPECT_EQ(r.status, 126);
+  EXPECT_EQ(r.err, "uprobe-trace: bt-only-not-executable: Permission denied\n");
+  unlink(noexec.c_str());
   rmdir(d.c_str());
 }
 

@@ -135,7 +135,10 @@ std::string real_path(const std::string& p) {
 namespace {
 // The file execvp() would run for `name`, as it names it (no symbolic link
 // resolved: a script's $0 is what execvp gives it); "" when none.
-std::string search_path(const std::string& name) {
+/// The file execvp(3) would run for `name` ("" when none); with
+/// `not_executable`, the first regular file of that name in PATH that is not
+/// executable instead (a shell's "Permission denied", 126).
+std::string search_path(const std::string& name, bool not_executable = false) {
   if (name.find('/') != std::string::npos) return is_file(name) ? name : std::string();
   // PATH unset: execvp's default (glibc: confstr(_CS_PATH), "/bin:/usr/bin").
   // Each element, empty ones too (the current directory, as execvp takes them).
@@ -151,7 +154,7 @@ std::string search_path(const std::string& name) {
     const std::size_t colon = path.find(':', at);
     const std::string d = path.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
     const std::string c = (d.empty() ? "." : d) + "/" + name;
-    if (is_file(c) && access(c.c_str(), X_OK) == 0) return c;
+    if (is_file(c) && (access(c.c_str(), X_OK) == 0) != not_executable) return c;
     if (colon == std::string::npos) return {};
     at = colon + 1;
   }
@@ -168,8 +171,9 @@ std::string runnable_program(const std::string& prog, int& status) {
   if (prog.find('/') != std::string::npos) {  // what execvp would say, before anything runs
     struct stat st;
     if (stat(prog.c_str(), &st) != 0) {
-      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(errno));
-      status = 127;
+      const int err = errno;
+      std::fprintf(stderr, "uprobe-trace: %s: %s\n", prog.c_str(), std::strerror(err));
+      status = err == ENOENT ? 127 : 126;  // (a shell: 127 only for a file that is not there)
       return "";
     }
     const char* why = S_ISDIR(st.st_mode)           ? "is a directory"
@@ -183,6 +187,11 @@ std::string runnable_program(const std::string& prog, int& status) {
     }
   }
   std::string path = find_program(prog);
+  if (path.empty() && !search_path(prog, true).empty()) {  // only a file that is not executable: a shell's 126
+    std::fprintf(stderr, "uprobe-trace: %s: Permission denied\n", prog.c_str());
+    status = 126;
+    return "";
+  }
   if (path.empty()) {
     std::fprintf(stderr, "uprobe-trace: %s: command not found\n", prog.c_str());
     status = 127;
