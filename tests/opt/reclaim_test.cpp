@@ -35,11 +35,11 @@ namespace {
 
 constexpr std::size_t kUnits = 512;
 constexpr std::size_t kPerRound = 64;
-constexpr std::size_t kManyLen = 3 + 9 * kUnits + 1;
+constexpr std::size_t kManyLen = 3 + 10 * kUnits + 1;
 
 const std::uint8_t* many() { return reinterpret_cast<const std::uint8_t*>(&opt_many); }
-const void* nop_site(std::size_t i) { return many() + 3 + 9 * i; }
-const void* add_site(std::size_t i) { return many() + 8 + 9 * i; }
+const void* nop_site(std::size_t i) { return many() + 3 + 10 * i; }
+const void* add_site(std::size_t i) { return many() + 8 + 10 * i; }
 
 /// The lines of /proc/self/maps that are libuprobe's XOL memory.
 std::size_t xol_mappings() {
