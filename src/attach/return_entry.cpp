@@ -4,6 +4,7 @@
 // a return probe cannot take over (vfork, the unwinder's entry points).
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,56 +19,48 @@ namespace uprobe::detail {
 
 namespace {
 
-/// Whether `name` (a symbol's, maybe with a version, "vfork@@GLIBC_2.2.5",
-/// or glibc's internal "__GI_" prefix) names vfork: glibc's vfork, __vfork,
-/// __libc_vfork.
-bool names_vfork(std::string_view name) {
-  name = name.substr(0, name.find('@'));
-  if (name.rfind("__GI_", 0) == 0) name.remove_prefix(5);
-  return name == "vfork" || name == "__vfork" || name == "__libc_vfork";
-}
+/// Functions whose return a return probe cannot take over, by name (a
+/// symbol's base name: any version, "vfork@@GLIBC_2.2.5", and glibc's
+/// internal "__GI_" prefix left out), and why. Any symbol at the offset
+/// counts (aliases, a statically linked libc, LLVM's libunwind).
+struct RefusedReturn {
+  std::string_view names[4];
+  const char* why;
+};
+constexpr RefusedReturn kRefusedReturns[] = {
+    // It returns twice in one address space, first in the child, which runs
+    // on the parent's stack with the parent's thread-local storage, and would
+    // take the parent's pending return instance (the kernel gives the child
+    // a copy of its own, uprobe_copy_process() with CLONE_VFORK; here they
+    // share one): the parent's return then finds none (fatal) or an outer
+    // function's (a return to the wrong caller).
+    {{"vfork", "__vfork", "__libc_vfork", {}},
+     "vfork returns twice in one address space, first in the child, on the parent's stack and thread-local "
+     "storage, whose return would take the parent's return instance (the kernel gives the child a copy; here "
+     "there is one); an entry probe there is fine"},
+    // They start the unwind at their own frame, reading their own return
+    // address, which a return probe has replaced by the trampoline: the
+    // unwind stops there and every exception ends in std::terminate() (with
+    // the kernel's uretprobe as well: its trampoline has no unwind info).
+    // They return only when the unwind fails (no handler).
+    {{"_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_Resume_or_Rethrow", "_Unwind_ForcedUnwind"},
+     "the exception unwinder starts at its own frame, whose return address a return probe replaces, so the "
+     "unwind would stop there and every exception terminate the program (it returns only when no handler is "
+     "found); an entry probe there is fine"},
+};
 
-/// Whether `name` (as names_vfork() takes it) names an entry point of the
-/// exception unwinder that unwinds from its own frame (libgcc_s's, LLVM
-/// libunwind's): _Unwind_RaiseException, _Unwind_Resume,
-/// _Unwind_Resume_or_Rethrow, _Unwind_ForcedUnwind.
-bool names_self_unwinder(std::string_view name) {
-  name = name.substr(0, name.find('@'));
-  return name == "_Unwind_RaiseException" || name == "_Unwind_Resume" || name == "_Unwind_Resume_or_Rethrow" ||
-         name == "_Unwind_ForcedUnwind";
-}
-
-/// Refuses a return probe on vfork: it returns twice in one address space,
-/// first in the child, which runs on the parent's stack with the parent's
-/// thread-local storage, and would take the parent's pending return instance
-/// (the kernel gives the child a copy of its own, uprobe_copy_process()
-/// with CLONE_VFORK; here they share one): the parent's return then finds
-/// none (fatal) or an outer function's (a return to the wrong caller). Any
-/// symbol at `offset` counts (vfork's aliases, a statically linked libc).
-///
-/// Refuses one on the unwinder's entry points too (names_self_unwinder()):
-/// they start the unwind at their own frame, reading their own return
-/// address, which a return probe has replaced by the trampoline; the unwind
-/// stops there and every exception ends in std::terminate() (with the
-/// kernel's uretprobe as well: its trampoline has no unwind info). They
-/// return only when the unwind fails (no handler: the program terminates
-/// anyway), so a return probe there would say nothing useful.
-void check_not_returns_twice(const Target& t, const ElfImage& info, std::uint64_t offset) {
+/// Refuses a return probe on a function of kRefusedReturns at `offset`.
+void check_return_not_refused(const Target& t, const ElfImage& info, std::uint64_t offset) {
   auto it = std::lower_bound(info.funcs.begin(), info.funcs.end(), offset,
                              [](const FuncSym& f, std::uint64_t o) { return f.file_offset < o; });
   for (; it != info.funcs.end() && it->file_offset == offset; ++it) {
-    if (names_vfork(it->name))
-      throw Error(Errc::refused_instruction, t.path, offset,
-                  "a return probe on " + std::string(it->name) +
-                      ": vfork returns twice in one address space, first in the child, on the parent's stack "
-                      "and thread-local storage, whose return would take the parent's return instance (the "
-                      "kernel gives the child a copy; here there is one); an entry probe there is fine");
-    if (names_self_unwinder(it->name))
-      throw Error(Errc::refused_instruction, t.path, offset,
-                  "a return probe on " + std::string(it->name) +
-                      ": the exception unwinder starts at its own frame, whose return address a return probe "
-                      "replaces, so the unwind would stop there and every exception terminate the program (it "
-                      "returns only when no handler is found); an entry probe there is fine");
+    std::string_view name = it->name;
+    name = name.substr(0, name.find('@'));
+    if (name.rfind("__GI_", 0) == 0) name.remove_prefix(5);
+    for (const RefusedReturn& r : kRefusedReturns)
+      if (std::find(std::begin(r.names), std::end(r.names), name) != std::end(r.names) && !name.empty())
+        throw Error(Errc::refused_instruction, t.path, offset,
+                    "a return probe on " + std::string(it->name) + ": " + r.why);
   }
 }
 
@@ -82,7 +75,7 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
     throw Error(Errc::refused_instruction, t.path, offset,
                 "a return probe must be at a function's entry, and this offset is " + fn->display_name() + "+" +
                     hex(offset - fn->file_offset) + " (the return address is only at *rsp on entry)");
-  check_not_returns_twice(t, *info, offset);
+  check_return_not_refused(t, *info, offset);
 }
 
 }  // namespace uprobe::detail

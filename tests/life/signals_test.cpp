@@ -39,6 +39,26 @@ class Signals : public ::testing::TestWithParam<Kind> {
 INSTANTIATE_TEST_SUITE_P(Kinds, Signals, ::testing::Values(Kind::int3, Kind::optimized),
                          [](const auto& info) { return std::string(kind_name(info.param)); });
 
+/// `handler` for `sig` (an empty mask, `flags`) while the object lives; the
+/// action before it back after.
+struct ScopedAction {
+  int sig;
+  struct sigaction old {};
+  bool ok;
+  ScopedAction(int s, void (*handler)(int), int flags = 0) : sig(s) {
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    ok = sigaction(sig, &sa, &old) == 0;
+  }
+  ~ScopedAction() {
+    if (ok) sigaction(sig, &old, nullptr);
+  }
+  ScopedAction(const ScopedAction&) = delete;
+  ScopedAction& operator=(const ScopedAction&) = delete;
+};
+
 // ------------------------------------------------- SIGUSR1 on sigaltstack ----
 
 std::atomic<std::uint64_t> g_usr1_calls{0}, g_usr1_wrong{0}, g_usr1_on_alt{0};
@@ -119,12 +139,8 @@ void raiser(Storm* s, void* alt, std::size_t alt_size) {
 }
 
 TEST_P(Signals, SigaltstackHandlerWhileAttachDetach) {
-  struct sigaction sa, old;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr1;
-  sa.sa_flags = SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  ScopedAction usr1(SIGUSR1, on_usr1, SA_ONSTACK);
+  ASSERT_TRUE(usr1.ok);
   const std::size_t kAlt = 256 << 10;
   void* alt = ::mmap(nullptr, kAlt, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(alt, MAP_FAILED);
@@ -155,7 +171,6 @@ TEST_P(Signals, SigaltstackHandlerWhileAttachDetach) {
   s.state.store(kStop);
   t.join();
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
-  sigaction(SIGUSR1, &old, nullptr);
   ::munmap(alt, kAlt);
   EXPECT_EQ(s.raises, 1000u);
   EXPECT_EQ(s.attached_raises, 500u);
@@ -205,11 +220,8 @@ struct Raiser : uprobe::Consumer {
 };
 
 TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
-  struct sigaction sa, old;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr2;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  ScopedAction usr2(SIGUSR2, on_usr2);
+  ASSERT_TRUE(usr2.ok);
   g_nested_runs = 0;
   g_nested_wrong = 0;
   Raiser r;
@@ -219,7 +231,6 @@ TEST_P(Signals, SignalInsideHandlerCallsProbedCode) {
   const uprobe::Stats s0 = uprobe::stats();
   for (std::uint64_t i = 0; i < 200; ++i) ASSERT_EQ(lf_add(i, 1), i + 1);
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
-  sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(r.entries.load(), 200u);
   EXPECT_EQ(r.rets.load(), 200u);
   EXPECT_EQ(g_nested_runs.load(), 400u) << "one signal per entry and per return";
@@ -271,12 +282,8 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitLeavesNoGuardBehind) {
       ss.ss_size = alt.size();
       ss.ss_flags = on_alt ? 0 : SS_DISABLE;
       ASSERT_EQ(sigaltstack(&ss, nullptr), 0);
-      struct sigaction sa, old;
-      std::memset(&sa, 0, sizeof sa);
-      sa.sa_handler = on_usr2_jump_out;
-      sa.sa_flags = on_alt ? SA_ONSTACK : 0;
-      sigemptyset(&sa.sa_mask);
-      ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+      ScopedAction usr2(SIGUSR2, on_usr2_jump_out, on_alt ? SA_ONSTACK : 0);
+      ASSERT_TRUE(usr2.ok);
       JumpOut j;
       (from_ret ? j.jump_ret : j.jump_entry) = 3;
       const uprobe::Stats s0 = uprobe::stats();
@@ -299,7 +306,6 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitLeavesNoGuardBehind) {
         EXPECT_EQ(jumped, 1);
       }
       const uprobe::Stats d = stats_delta(s0, uprobe::stats());
-      sigaction(SIGUSR2, &old, nullptr);
       ss.ss_flags = SS_DISABLE;
       sigaltstack(&ss, nullptr);
       // Call 3 (i == 2) jumped out of its entry or return handler; from the
@@ -320,11 +326,8 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitLeavesNoGuardBehind) {
 /// The same on a thread started by pthread_create() (its stack's bounds come
 /// from its attributes), a hundred times: each jump leaves its hit.
 TEST_P(Signals, HandlerThatLongjmpsOutOfAHitInAThreadLeavesIt) {
-  struct sigaction sa, old;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr2_jump_out;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  ScopedAction usr2(SIGUSR2, on_usr2_jump_out);
+  ASSERT_TRUE(usr2.ok);
   JumpOut j;
   j.jump_entry = 1;
   const uprobe::Stats s0 = uprobe::stats();
@@ -359,7 +362,6 @@ TEST_P(Signals, HandlerThatLongjmpsOutOfAHitInAThreadLeavesIt) {
     pthread_attr_destroy(&attr);
   }
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
-  sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(jumped, 100u);
   EXPECT_EQ(in_handler_after, 0u);
   EXPECT_EQ(d.hits, 200u) << stats_str(d);
@@ -402,11 +404,8 @@ struct Preempted : uprobe::Consumer {
 /// ends as any hit. Before, the hit was taken as left: a detach there freed
 /// the probe, and the resumed int3 hit crashed on it.
 TEST_P(Signals, AHitLeftForAnotherStackAndResumedEndsAsAnyHit) {
-  struct sigaction sa, old;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr1_preempt;
-  sigemptyset(&sa.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  ScopedAction usr1(SIGUSR1, on_usr1_preempt);
+  ASSERT_TRUE(usr1.ok);
   const std::size_t size = 1 << 20;
   void* stack = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(stack, MAP_FAILED);
@@ -443,7 +442,6 @@ TEST_P(Signals, AHitLeftForAnotherStackAndResumedEndsAsAnyHit) {
     for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(lf_add(i, 1), i + 1);
   }
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
-  sigaction(SIGUSR1, &old, nullptr);
   munmap(stack, size);
   EXPECT_EQ(g_co_done, 1);
   EXPECT_EQ(g_co_result_ok, 1);
@@ -471,12 +469,8 @@ TEST_P(Signals, StatsCountEveryHitWhileSignalsInterruptHits) {
   Counter c;
   uprobe::Attachment a(vaddr(lf_add), c);
   ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
-  struct sigaction sa, old;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_tick;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  ScopedAction usr2(SIGUSR2, on_tick, SA_RESTART);
+  ASSERT_TRUE(usr2.ok);
   // A timer signals this thread every 20 us (SIGEV_THREAD_ID: the kernel
   // delivers it here, preempting whatever instruction runs).
   sigevent sev;
@@ -511,7 +505,6 @@ TEST_P(Signals, StatsCountEveryHitWhileSignalsInterruptHits) {
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
   const std::uint64_t ticks = g_tick_calls.load();
   pthread_sigmask(SIG_SETMASK, &om, nullptr);
-  sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(wrong, 0u);
   EXPECT_GT(ticks, 1000u) << "too few signals to test anything (" << sent << " in the loop)";
   // A tick whose handler ran while a hit was in its handlers is a recursion
