@@ -384,7 +384,8 @@ bool analyze_bytes(const std::uint8_t* code, std::size_t avail, Insn& out, std::
   Decoder& dec = decoder();
   const cs_insn* ci = dec.decode(code, n);
   if (ci == nullptr || ci->detail == nullptr) {
-    why = load_decoder().empty() ? "undecodable bytes " + hex_bytes(code, n < 8 ? n : 8) : load_decoder();
+    why = dec.handle() == 0 ? "Capstone's decoder cannot be opened (out of memory)"
+                            : "undecodable bytes " + hex_bytes(code, n < 8 ? n : 8);
     return false;
   }
   out.len = static_cast<std::uint8_t>(ci->size);

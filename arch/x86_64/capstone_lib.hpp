@@ -1,21 +1,18 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file capstone_lib.hpp
-/// Capstone, loaded by libuprobe itself rather than linked: its ~77,000
-/// relocations cost every process that loads it a few hundred page faults
-/// at start-up (several milliseconds on a VM), which a process that never
-/// analyses an instruction (uprobe-trace's command line; a traced child
-/// whose probes are all in other files) need not pay. By default it is
-/// loaded by a constructor of libuprobe (so a refused request never changes
-/// the process's mappings); a program that defines
-/// `extern "C" const int uprobe_decoder_on_demand = 1;` gets it at the first
-/// call of a function here instead. Loaded as `libcapstone.so.<CS_API_MAJOR>`
-/// (the major version compiled against) with the dynamic linker's own
-/// dlopen() (not libuprobe's interposed one: no probe resync from inside an
-/// attach).
+/// Capstone, libuprobe's decoder, through one place. libuprobe.so links
+/// Capstone's x86 part only, from Debian's static archive (libcapstone.a),
+/// with its symbols hidden (capstone_x86_only.c and CMakeLists.txt): the
+/// shared libcapstone.so.4 has all of Capstone's architectures and ~77,000
+/// relocations, which cost every process that maps it ~430 page faults
+/// (~1.2 ms on a 2-vCPU VM); the x86 part has ~2,000. libuprobe.a, the
+/// test archives and the fuzzers link Capstone as the program does
+/// (`pkg-config --libs capstone`).
 /// The functions mirror Capstone's of the same name (cs_open, ...).
-/// Thread-safe (the load happens once); not async-signal-safe (dlopen), as
-/// nothing that decodes is: analysis runs at attach time only.
+/// Thread-safe as Capstone is (a handle per thread); not async-signal-safe
+/// (cs_open allocates), as nothing that decodes is: analysis runs at attach
+/// time only.
 
 #include <capstone/capstone.h>
 
@@ -23,7 +20,7 @@
 
 namespace uprobe::arch::capstone {
 
-/// cs_open(); CS_ERR_HANDLE when Capstone cannot be loaded (arch::load_decoder() says why).
+/// cs_open().
 cs_err open(cs_arch arch, cs_mode mode, csh* handle) noexcept;
 /// cs_option().
 cs_err option(csh handle, cs_opt_type type, size_t value) noexcept;

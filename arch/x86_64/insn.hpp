@@ -99,11 +99,6 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
 /// check that a probe offset is an instruction start inside a known function.
 std::vector<std::size_t> instruction_starts(const std::uint8_t* code, std::size_t size);
 
-/// Loads the decoder (Capstone) now if it is not loaded yet (capstone_lib.hpp);
-/// "" or why it cannot be loaded. Thread-safe (once; concurrent callers
-/// wait); not async-signal-safe (dlopen).
-const std::string& load_decoder() noexcept;
-
 /// One-line disassembly of the instruction at `code` as if at `address`,
 /// with its length in `len` (0 if undecodable).
 std::string disassemble(const std::uint8_t* code, std::size_t avail, std::uint64_t address,

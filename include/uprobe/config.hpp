@@ -137,16 +137,13 @@ void configure(const Config& config);
 /// (takes the registry lock, as configure() does). Not async-signal-safe.
 Config configuration();
 
-/// Loads libuprobe's instruction decoder (Capstone, `libcapstone.so.4`) now,
-/// if it is not loaded yet. libuprobe loads it from its own constructor,
-/// unless the program (or a library loaded with it) defines
-/// `extern "C" const int uprobe_decoder_on_demand = 1;`; then the first
-/// analysis of an instruction loads it, or this call, e.g. on a helper
-/// thread while the program does other start-up work (uprobe-trace's agent
-/// does: the load is ~370 page faults). Returns "" when the decoder is
-/// loaded, else why it cannot be (then every registration that must decode
-/// fails with that reason). Thread-safety: any thread; the load happens
-/// once, concurrent callers wait for it. Not async-signal-safe (dlopen()).
+/// Returns "": libuprobe's instruction decoder (Capstone's x86 part) is
+/// linked into libuprobe, so there is nothing to load and nothing can fail.
+/// Kept for programs written when libuprobe loaded `libcapstone.so.4` itself
+/// (0.1 before 2026-12: then this loaded it early, and
+/// `uprobe_decoder_on_demand`, now ignored, deferred it to the first
+/// analysis). Thread-safety: any thread. Async-signal-safe: no (returns a
+/// std::string).
 std::string load_decoder();
 
 /// Counters summed over all threads (each thread counts in its own cache line;

@@ -70,7 +70,7 @@ void check_function_entry(const Target& t, std::uint64_t offset) {
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
   if (!info) return;
-  const FuncSym* fn = info->enclosing_function(offset);
+  const FuncSym* fn = function_at(info, t.fd, t.path, t.st, offset);
   if (fn && fn->file_offset != offset)
     throw Error(Errc::refused_instruction, t.path, offset,
                 "a return probe must be at a function's entry, and this offset is " + fn->display_name() + "+" +

@@ -195,7 +195,7 @@ void configure(const Config& c) {
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
 }
 
-std::string load_decoder() { return arch::load_decoder(); }
+std::string load_decoder() { return {}; }
 
 Config configuration() {
   using namespace detail;

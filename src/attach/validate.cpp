@@ -311,7 +311,7 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 
   // Inside a known function, the offset must be an instruction start of a
   // linear sweep from the function's entry.
-  const FuncSym* fn = info->enclosing_function(offset);
+  const FuncSym* fn = function_at(info, t.fd, t.path, t.st, offset);
   if (function_entry) *function_entry = fn && fn->file_offset == offset;
   bool swept_to_site = true;  // the sweep from fn's entry found the offset as an instruction start
   if (fn && offset != fn->file_offset) {
@@ -503,7 +503,7 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset, const VmaSn
   if (!match) return;  // not a file that holds one of them
   std::string why;
   auto info = elf_info(t.fd, t.path, t.st, why);
-  const FuncSym* fn = info ? info->enclosing_function(offset) : nullptr;
+  const FuncSym* fn = info ? function_at(info, t.fd, t.path, t.st, offset) : nullptr;
   if (!fn) return;
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino && f.offset == fn->file_offset)
@@ -643,7 +643,7 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
     std::unordered_map<std::uint64_t, std::uint64_t> size_at;
     for (const auto& [f, off] : libc.at) size_at.emplace(off, 1);
     try {
-      const std::shared_ptr<const ElfImage> img = load_elf_image(libc.path);
+      const std::shared_ptr<const ElfImage> img = load_elf_image(libc.path, ImageDepth::file_tables);
       if (img->dev == libc.dev && img->ino == libc.ino) {
         std::unordered_map<std::uint64_t, bool> sized;
         for (const ElfSymbol& s : img->symbols) {
@@ -762,7 +762,8 @@ void check_not_forbidden(const Target& t, std::uint64_t offset, const VmaSnapsho
     if (a.in_exe) {
       // Linked statically into the program: refuse only our own functions.
       std::string why;
-      auto info = elf_info(t.fd, t.path, t.st, why);
+      // (The names: the image with the debug file's symbols.)
+      auto info = elf_info(t.fd, t.path, t.st, why, ImageDepth::with_debug_file);
       const FuncSym* fn = info ? info->enclosing_function(offset) : nullptr;
       if (!fn) continue;
       static const char* const prefixes[] = {"_ZN6uprobe", "_ZNK6uprobe", "uprobe_", "urcu_", "_urcu"};

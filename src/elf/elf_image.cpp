@@ -420,10 +420,18 @@ std::string build_id_hex(Elf* e) {
 /// enter `img` as .symtab symbols (mapped through img's own segments, as the
 /// debug file's sections hold no code). Returns the debug file's path, or ""
 /// when there is none (or it is unreadable, or another build).
+/// Where the debug file of `e` would be (its build-id's name in the system's
+/// debug directory), "" when `e` has no build-id.
+std::string debug_file_path(Elf* e) {
+  const std::string id = build_id_hex(e);
+  if (id.empty()) return {};
+  return "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+}
+
 std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::size_t reserve_more) {
   const std::string id = build_id_hex(e);
   if (id.empty()) return {};
-  const std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+  const std::string path = debug_file_path(e);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
   std::string used;
@@ -448,7 +456,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::si
   return used;
 }
 
-std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
+std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth depth) {
   // (A guarded static, not std::call_once: libstdc++'s call_once reaches
   // its thread-local state through __tls_get_addr, which waits for a
   // dlopen() in flight on another thread, e.g. uprobe-trace's agent loading
@@ -509,8 +517,15 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
   read_verdef(e, verdef, img->version_names);
   const std::size_t ndynsym = symbol_count(dynsym);
   BoundsKeys bounds;
-  if (symtab) collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
-  else img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
+  if (symtab) {
+    collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
+  } else if (depth == ImageDepth::with_debug_file) {
+    img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
+  } else if (const std::string dbg = debug_file_path(e); !dbg.empty()) {
+    // (Left out only when there is one to read: else this is the
+    // with_debug_file image too.)
+    img->debug_deferred = ::access(dbg.c_str(), R_OK) == 0;
+  }
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
   index_functions(*img, bounds, e, eh_frame);
   if (dynamic) read_dynamic(e, dynamic, *img);
@@ -524,7 +539,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd) {
 
 }  // namespace
 
-std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
+std::shared_ptr<const ElfImage> load_elf_image(const std::string& path, ImageDepth depth) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -543,7 +558,7 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
                 dir ? EISDIR : 0);
   }
   try {
-    auto img = load_elf_image(fd, path, st);
+    auto img = load_elf_image(fd, path, st, depth);
     ::close(fd);
     return img;
   } catch (...) {
@@ -554,9 +569,11 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path) {
 
 namespace {
 
-/// The image cache (fork_fresh(): a fork child starts a fresh one).
+/// The image cache (fork_fresh(): a fork child starts a fresh one). An
+/// image read at ImageDepth::file_tables that left nothing out
+/// (debug_deferred false) is cached at both depths.
 struct ImageCache {
-  using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long>;
+  using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long, ImageDepth>;
   std::mutex mu;
   std::map<Key, std::shared_ptr<const ElfImage>> images;
 };
@@ -566,21 +583,30 @@ std::atomic<std::uint64_t> g_serials{0};
 
 }  // namespace
 
-std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st) {
+std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st,
+                                               ImageDepth depth) {
   ImageCache& c = fork_fresh<ImageCache>();
-  const ImageCache::Key key{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                            st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+  auto key = [&](ImageDepth d) {
+    return ImageCache::Key{st.st_dev,         st.st_ino,         st.st_size,         st.st_mtim.tv_sec,
+                           st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, d};
+  };
   {
     std::lock_guard<std::mutex> g(c.mu);
-    if (auto it = c.images.find(key); it != c.images.end()) return it->second;
+    // (The deeper image answers for the shallower one.)
+    if (auto it = c.images.find(key(ImageDepth::with_debug_file)); it != c.images.end()) return it->second;
+    if (depth == ImageDepth::file_tables)
+      if (auto it = c.images.find(key(ImageDepth::file_tables)); it != c.images.end()) return it->second;
   }
-  std::shared_ptr<ElfImage> img = read_image(path, fd);
+  std::shared_ptr<ElfImage> img = read_image(path, fd, depth);
   img->dev = st.st_dev;
   img->ino = st.st_ino;
   std::lock_guard<std::mutex> g(c.mu);
   img->serial = g_serials.fetch_add(1, std::memory_order_relaxed) + 1;
   if (c.images.size() >= 64) c.images.clear();
-  c.images.emplace(key, img);
+  // (Both depths, when nothing was left out or there was nothing to leave.)
+  if (depth == ImageDepth::with_debug_file || !img->debug_deferred)
+    c.images.insert_or_assign(key(ImageDepth::with_debug_file), img);
+  if (depth == ImageDepth::file_tables) c.images.insert_or_assign(key(ImageDepth::file_tables), img);
   return img;
 }
 

@@ -106,8 +106,14 @@ struct ElfImage {
   bool has_dynsym = false;
   /// The separate debug file whose .symtab was read (its build-id matches
   /// this file's), "" when none was (the file has a .symtab, or no debug
-  /// file is installed). Its symbols are in `symbols` with dynamic = false.
+  /// file is installed, or the image was read at ImageDepth::file_tables).
+  /// Its symbols are in `symbols` with dynamic = false.
   std::string debug_file;
+  /// Read at ImageDepth::file_tables while a debug file for this file's
+  /// build-id is installed: `symbols` and `funcs` lack its .symtab (the
+  /// image at ImageDepth::with_debug_file has them). False when nothing was
+  /// left out: then this image is the with_debug_file one too.
+  bool debug_deferred = false;
   /// Function bounds from every source, sorted by (file_offset, size): every
   /// sized code symbol in an executable segment, and each .eh_frame FDE whose
   /// start no such symbol covers.
@@ -146,6 +152,21 @@ struct ElfImage {
 /// nullptr where none. One pass over the symbols for all the offsets. Pure.
 std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<std::uint64_t>& offsets);
 
+/// How much of a file's symbols an image holds.
+enum class ImageDepth : std::uint8_t {
+  /// The file's own .symtab and .dynsym (and FDEs, notes, ...): what a
+  /// machine without the file's debug file knows. Reading the debug file's
+  /// .symtab is most of the cost of an image of a stripped library whose
+  /// debug file is installed (Debian's libc with libc6-dbg: 10,000 symbols,
+  /// ~1 ms and ~300 page faults in a fresh process), which resolving an
+  /// exported function and checking a site in it do not need
+  /// (symbols.cpp, validate.cpp say where each asks for which).
+  file_tables,
+  /// Also the .symtab of the file's separate debug file, when it has no
+  /// .symtab of its own and one is installed.
+  with_debug_file,
+};
+
 /// Reads (or returns the cached) image of `path`. Cached per file identity:
 /// device, inode, size, modification and status-change times (the ctime
 /// changes with every write and cannot be set back: a file rewritten in
@@ -153,13 +174,17 @@ std::vector<const ElfSymbol*> symbols_at(const ElfImage& img, const std::vector<
 /// new file on a reused inode, is read again).
 /// @throws uprobe::Error: file_not_found (cannot open/stat), not_executable
 /// (not a 64-bit x86-64 ET_EXEC/ET_DYN ELF file).
+/// At ImageDepth::file_tables, the with_debug_file image when that one is
+/// cached already (it answers everything the other does).
 /// Thread-safety: any thread (internal mutex).
-std::shared_ptr<const ElfImage> load_elf_image(const std::string& path);
+std::shared_ptr<const ElfImage> load_elf_image(const std::string& path,
+                                               ImageDepth depth = ImageDepth::with_debug_file);
 
 /// The same for a file already open as `fd` (not closed), with `st` its
 /// fstat(): the same cache.
 /// @throws uprobe::Error: not_executable (as above).
-std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st);
+std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st,
+                                               ImageDepth depth = ImageDepth::with_debug_file);
 
 /// "0x1234".
 std::string hex_str(std::uint64_t v);

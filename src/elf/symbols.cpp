@@ -217,22 +217,39 @@ std::vector<Symbol> read_symbols(const std::string& path) {
   return out;
 }
 
-Symbol find_symbol(const std::string& path, std::string_view name) {
-  auto img = load_elf_image(path);
+namespace {
+
+/// find_symbol()'s answer from `img`. With `settled_only`, std::nullopt
+/// (never an exception) unless `img` settles it however many symbols a
+/// debug file adds: a match, every candidate global or weak, one address.
+/// A debug file's .symtab repeats the exported symbols of .dynsym (the
+/// same name, address and size; a version only where .dynsym has it too)
+/// and adds local symbols, which the rule below drops where a global one
+/// matches: it can add an entry for the same answer, never another answer.
+std::optional<Symbol> lookup_symbol(const ElfImage& img, const std::string& path, std::string_view name,
+                                    bool settled_only) {
   const NameSpec spec = parse_name(name);
   const std::string shown(name);
-  if (spec.name.empty()) throw Error(Errc::bad_offset, path, 0, "empty symbol name");
-  if (img->symbols.empty())
-    throw Error(Errc::bad_offset, path, 0, "symbol `" + shown + "' cannot be looked up: " + stripped_hint(*img));
+  if (spec.name.empty()) {
+    if (settled_only) return std::nullopt;
+    throw Error(Errc::bad_offset, path, 0, "empty symbol name");
+  }
+  if (img.symbols.empty()) {
+    if (settled_only) return std::nullopt;
+    throw Error(Errc::bad_offset, path, 0, "symbol `" + shown + "' cannot be looked up: " + stripped_hint(img));
+  }
 
   std::vector<const ElfSymbol*> cands;
   std::vector<const ElfSymbol*> same_name;
-  for (const ElfSymbol& s : img->symbols) {
+  for (const ElfSymbol& s : img.symbols) {
     if (s.name != spec.name) continue;
     same_name.push_back(&s);
     if (spec.has_version && (s.version != spec.version || (spec.require_default && s.hidden_version))) continue;
     cands.push_back(&s);
   }
+  if (settled_only &&
+      (cands.empty() || std::any_of(cands.begin(), cands.end(), [](const ElfSymbol* c) { return c->binding == STB_LOCAL; })))
+    return std::nullopt;
   if (cands.empty()) {
     std::string why = "symbol `" + shown + "' not found in .symtab or .dynsym";
     if (!same_name.empty()) {
@@ -241,7 +258,7 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
       std::string list;
       for (const auto& h : have) list += (list.empty() ? "" : ", ") + h;
       why = "symbol `" + shown + "' not found; versions present: " + list;
-    } else if (std::string h = stripped_hint(*img); !h.empty()) {
+    } else if (std::string h = stripped_hint(img); !h.empty()) {
       why += " (" + h + ")";
     }
     throw Error(Errc::bad_offset, path, 0, why);
@@ -260,6 +277,7 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
   if (distinct(cands) > 1 && !spec.has_version) keep_if([](const ElfSymbol& s) { return !s.hidden_version; });
   if (distinct(cands) > 1) keep_if([](const ElfSymbol& s) { return s.binding != STB_LOCAL; });
   if (distinct(cands) > 1) {
+    if (settled_only) return std::nullopt;
     std::string list;
     std::set<std::pair<std::uint64_t, std::string>> seen;
     for (const ElfSymbol* s : cands) seen.insert({s->address, s->full_name()});
@@ -273,6 +291,12 @@ Symbol find_symbol(const std::string& path, std::string_view name) {
     if (score(*s) > score(*best)) best = s;
   }
   return best->to_symbol();
+}
+
+}  // namespace
+
+Symbol find_symbol(const std::string& path, std::string_view name) {
+  return *lookup_symbol(*load_elf_image(path), path, name, false);
 }
 
 std::vector<Symbol> match_symbols(const std::string& path, std::string_view glob) {
@@ -293,7 +317,7 @@ std::optional<Symbol> symbol_at(const std::string& path, std::uint64_t offset) {
 }
 
 std::uint64_t address_to_offset(const std::string& path, std::uint64_t address) {
-  auto img = load_elf_image(path);
+  auto img = load_elf_image(path, detail::ImageDepth::file_tables);  // (its segments)
   const LoadSegment* seg = img->segment_of_vaddr(address);
   if (!seg) {
     std::string ranges;
@@ -306,7 +330,7 @@ std::uint64_t address_to_offset(const std::string& path, std::uint64_t address) 
 }
 
 std::uint64_t offset_to_address(const std::string& path, std::uint64_t offset) {
-  auto img = load_elf_image(path);
+  auto img = load_elf_image(path, detail::ImageDepth::file_tables);  // (its segments)
   const LoadSegment* seg = img->segment_of_offset(offset);
   if (!seg) throw Error(Errc::bad_offset, path, offset, "no PT_LOAD segment maps this file offset");
   return offset - seg->offset + seg->vaddr;
@@ -314,7 +338,12 @@ std::uint64_t offset_to_address(const std::string& path, std::uint64_t offset) {
 
 Location resolve_symbol(const std::string& path, std::string_view symbol, std::uint64_t offset) {
   const std::string canon = canonical(path);
-  Symbol s = find_symbol(canon, symbol);
+  // The file's own tables first (ImageDepth): where they settle the name,
+  // its debug file would add nothing to the location (lookup_symbol()).
+  std::optional<Symbol> settled;
+  if (const auto own = load_elf_image(canon, detail::ImageDepth::file_tables); own->debug_deferred)
+    settled = lookup_symbol(*own, canon, symbol, true);
+  Symbol s = settled ? std::move(*settled) : find_symbol(canon, symbol);
   const std::string shown = s.full_name() + (offset ? "+" + hex_str(offset) : std::string());
   if (!s.in_file)
     throw Error(Errc::bad_offset, canon, offset,
@@ -347,7 +376,9 @@ std::vector<Location> resolve_location(std::string_view spec, LibrarySearch sear
                 "malformed probe target `" + whole + "': expected BINARY:SYMBOL[+OFF], BINARY:0xADDR or BINARY:+OFF");
   const std::string path = resolve_library(spec.substr(0, colon), search);
   std::string_view what = spec.substr(colon + 1);
-  auto img = load_elf_image(path);
+  // (Segments, and a name, need the file's own tables only: resolve_symbol();
+  // a glob matches the debug file's symbols too.)
+  auto img = load_elf_image(path, has_glob(what) ? detail::ImageDepth::with_debug_file : detail::ImageDepth::file_tables);
   std::uint64_t n = 0;
 
   if (what[0] == '+') {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -316,4 +317,108 @@ TEST(ElfInfo, EhFrameEntryPastTheSectionEndsTheWalk) {
     ASSERT_TRUE(p.file_offset < f.file_offset || (p.file_offset == f.file_offset && p.size <= f.size)) << i;
     ASSERT_GE(after->reach[i], after->reach[i - 1]) << i;
   }
+}
+
+namespace {
+
+/// libc.so.6 as this process loaded it (its canonical path), and whether
+/// its debug file is installed (libc6-dbg): the image at
+/// ImageDepth::file_tables then leaves it out.
+std::string loaded_libc() {
+  char buf[PATH_MAX];
+  return ::realpath("/lib/x86_64-linux-gnu/libc.so.6", buf) ? std::string(buf) : std::string();
+}
+
+std::shared_ptr<const uprobe::detail::ElfInfo> libc_image(uprobe::detail::ImageDepth depth, int& fd,
+                                                          struct stat& st) {
+  const std::string path = loaded_libc();
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fstat(fd, &st) != 0) return nullptr;
+  std::string why;
+  return uprobe::detail::elf_info(fd, path, st, why, depth);
+}
+
+}  // namespace
+
+// The image at ImageDepth::file_tables of a file with its own .symtab is the
+// one image of it (nothing to leave out): the same object at both depths.
+TEST(ImageDepth, AFileWithItsOwnSymtabHasOneImage) {
+  int fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  std::string why;
+  const auto own = uprobe::detail::elf_info(fd, "/proc/self/exe", st, why, uprobe::detail::ImageDepth::file_tables);
+  ASSERT_NE(own, nullptr) << why;
+  EXPECT_TRUE(own->has_symtab);
+  EXPECT_FALSE(own->debug_deferred);
+  const auto full = uprobe::detail::elf_info(fd, "/proc/self/exe", st, why, uprobe::detail::ImageDepth::with_debug_file);
+  EXPECT_EQ(own.get(), full.get());
+  ::close(fd);
+}
+
+// Debian's libc (no .symtab) with libc6-dbg: the file_tables image has the
+// .dynsym symbols only, the with_debug_file image the debug file's too; and
+// at the entry of every exported function, and at the middle of it, both
+// give the same bounds: the debug file adds names, not bounds, there (what
+// function_at() relies on: elf_info.hpp). At an offset inside a function
+// only the debug file names, function_at() goes deeper and says which.
+TEST(ImageDepth, LibcExportedFunctionsHaveTheSameBoundsWithoutItsDebugFile) {
+  using uprobe::detail::ImageDepth;
+  int fd = -1;
+  struct stat st {};
+  const auto own = libc_image(ImageDepth::file_tables, fd, st);
+  ASSERT_NE(own, nullptr);
+  if (!own->debug_deferred) {
+    ::close(fd);
+    GTEST_SKIP() << "libc's debug file is not installed (apt-get install libc6-dbg), or libc has a .symtab";
+  }
+  EXPECT_TRUE(own->debug_file.empty());
+  for (const auto& s : own->symbols) ASSERT_TRUE(s.dynamic) << s.name;
+  std::string why;
+  const auto full = uprobe::detail::elf_info(fd, loaded_libc(), st, why, ImageDepth::with_debug_file);
+  ASSERT_NE(full, nullptr) << why;
+  EXPECT_NE(own.get(), full.get());
+  EXPECT_FALSE(full->debug_file.empty());
+  EXPECT_GT(full->symbols.size(), own->symbols.size() + 1000);
+  std::size_t checked = 0;
+  for (const auto& s : own->symbols) {
+    if (s.type != STT_FUNC || !s.executable || s.size == 0) continue;
+    for (const std::uint64_t off : {s.offset, s.offset + s.size / 2}) {
+      const uprobe::detail::FuncSym* a = own->enclosing_function(off);
+      const uprobe::detail::FuncSym* b = full->enclosing_function(off);
+      ASSERT_NE(a, nullptr) << s.name;
+      ASSERT_NE(b, nullptr) << s.name;
+      EXPECT_EQ(std::make_pair(a->file_offset, a->size), std::make_pair(b->file_offset, b->size))
+          << s.name << "+" << off - s.offset << ": " << a->display_name() << " against " << b->display_name();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 4000u);
+  // __strlen_sse2: a local function (.eh_frame bounds only, in the
+  // file_tables image); function_at() answers from the debug file's symbols.
+  const uprobe::detail::ElfSymbol* local = nullptr;
+  for (const auto& s : full->symbols)
+    if (s.name == "__strlen_sse2" && s.size > 0) local = &s;
+  ASSERT_NE(local, nullptr);
+  const uprobe::detail::FuncSym* shallow = own->enclosing_function(local->offset + 4);
+  ASSERT_NE(shallow, nullptr);
+  EXPECT_EQ(shallow->source, uprobe::detail::BoundsSource::eh_frame);
+  std::shared_ptr<const uprobe::detail::ElfInfo> info = own;
+  const uprobe::detail::FuncSym* deep = uprobe::detail::function_at(info, fd, loaded_libc(), st, local->offset + 4);
+  ASSERT_NE(deep, nullptr);
+  EXPECT_EQ(deep->name, "__strlen_sse2");
+  EXPECT_EQ(deep->source, uprobe::detail::BoundsSource::debuginfo);
+  EXPECT_EQ(info.get(), full.get()) << "function_at() keeps the deeper image for the caller";
+  // An exported function's entry: the file's own tables answer, no deeper image.
+  for (const auto& s : own->symbols) {
+    if (s.name != "malloc") continue;
+    info = own;
+    const uprobe::detail::FuncSym* m = uprobe::detail::function_at(info, fd, loaded_libc(), st, s.offset);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->file_offset, s.offset);
+    EXPECT_EQ(m->source, uprobe::detail::BoundsSource::dynsym);
+    EXPECT_EQ(info.get(), own.get());
+  }
+  ::close(fd);
 }

@@ -54,16 +54,6 @@
 
 #include "spec.hpp"
 
-// libuprobe loads its decoder (Capstone) at the first analysis rather than
-// with itself (arch/x86_64/capstone_lib.hpp): a child none of whose probes
-// is in its own files never pays for it. On this thread, not on a helper
-// thread overlapping the spec resolution (as before): glibc marks a process
-// multi-threaded for good at its first pthread_create() (malloc and stdio
-// take their locks from then on), the helper held the dynamic linker's lock
-// the resolution needs, and a registration's thread check could not sample
-// it (every signal blocked) and waited 10 ms for it in half the runs.
-extern "C" __attribute__((visibility("default"))) const int uprobe_decoder_on_demand = 1;
-
 namespace uptrace::agent {
 
 /// libc's own getenv(), unsetenv() and setenv(). A program may define its own (bash

@@ -211,11 +211,6 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
 }  // namespace
 
-// libuprobe loads its decoder (Capstone) at the first analysis rather than
-// with itself (arch/x86_64/capstone_lib.hpp): this process analyses only an
-// offset into a function of a file it has not mapped (check_site()).
-extern "C" const int uprobe_decoder_on_demand = 1;
-
 int main(int argc, char** argv) {
   std::vector<std::string> spec_texts;
   std::string out_file, format = "text", list_arg, program_file, cmd_text;
