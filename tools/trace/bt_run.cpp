@@ -373,12 +373,15 @@ int run_bpftrace(const BtOptions& o) {
 
   // The specs checked, "Attaching N probes..." and BEGIN: while the program
   // starts when it waits at the gate, else before it starts.
+  std::optional<SpecChecks> checks;  // (gated: while the program starts, SpecChecks)
   auto check_and_begin = [&] {
     if (gated) {
       open_out();
       run.set_out(out);
     }
-    for (const Spec& s : specs) nprobes += validate(s, prog_path);
+    if (checks) nprobes += checks->wait();
+    else
+      for (const Spec& s : specs) nprobes += validate(s, prog_path);
     g_dir_to_remove.clear();
     if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
     else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
@@ -391,6 +394,7 @@ int run_bpftrace(const BtOptions& o) {
   StartGate gate;
   if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
     std::fflush(out);
+    if (gated) checks.emplace(specs, prog_path);
     child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow}, sigs, gate, gated, exec_errno);
   }
   if (gated) check_and_begin();

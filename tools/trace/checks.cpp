@@ -3,6 +3,8 @@
 
 #include "checks.hpp"
 
+#include <signal.h>
+
 #include <elf.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
@@ -199,6 +201,55 @@ std::size_t validate(const Spec& s, const std::string& prog_path) {
     if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
   }
   return 1;
+}
+
+namespace {
+SpecChecks* g_running_checks = nullptr;  // (one run at a time: joined by die())
+}  // namespace
+
+SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path)
+    : specs_(&specs), prog_path_(prog_path) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // (inherited by the thread)
+  running_ = pthread_create(
+                 &thread_, nullptr,
+                 [](void* p) -> void* {
+                   auto* self = static_cast<SpecChecks*>(p);
+                   t_die_throws = true;
+                   try {
+                     for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);
+                   } catch (const Died& d) {
+                     self->error_ = d.message;
+                   } catch (const std::exception& e) {
+                     self->error_ = e.what();
+                   }
+                   return nullptr;
+                 },
+                 this) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!running_) {  // (no thread: here, now)
+    for (const Spec& s : specs) probes_ += validate(s, prog_path);
+    return;
+  }
+  g_running_checks = this;
+  g_before_die = [] {
+    if (g_running_checks) g_running_checks->join();
+  };
+}
+
+void SpecChecks::join() {
+  if (running_) pthread_join(thread_, nullptr);
+  running_ = false;
+  if (g_running_checks == this) g_running_checks = nullptr;
+}
+
+SpecChecks::~SpecChecks() { join(); }
+
+std::size_t SpecChecks::wait() {
+  join();
+  if (!error_.empty()) die(error_);
+  return probes_;
 }
 
 }  // namespace uptrace

@@ -50,7 +50,13 @@ namespace uptrace {
 
 std::string g_dir_to_remove;
 
+thread_local bool t_die_throws = false;
+
+void (*g_before_die)() = nullptr;
+
 [[noreturn]] void die(const std::string& m) {
+  if (t_die_throws) throw Died{m};
+  if (g_before_die) g_before_die();
   std::fprintf(stderr, "uprobe-trace: %s\n", m.c_str());
   if (!g_dir_to_remove.empty()) remove_tree(g_dir_to_remove);
   std::exit(2);

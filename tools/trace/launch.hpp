@@ -20,7 +20,18 @@ namespace uptrace {
 extern std::string g_dir_to_remove;
 
 /// "uprobe-trace: M" on standard error, g_dir_to_remove removed, exit status 2.
+/// On a thread that set t_die_throws (SpecChecks' thread): throws Died{M}
+/// instead, for the thread that owns the run to die() with.
 [[noreturn]] void die(const std::string& m);
+
+/// What die() throws on a thread that set t_die_throws.
+struct Died {
+  std::string message;
+};
+extern thread_local bool t_die_throws;
+/// Called by die() first on a thread that does not throw (SpecChecks: its
+/// thread joined before exit() runs the process's destructors).
+extern void (*g_before_die)();
 
 /// The traced program's start (exec, loading, the agent's attach) runs while
 /// this process checks the specs (validate(): each reads ELF files; ~10 ms

@@ -24,6 +24,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,10 +135,11 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
   StartGate gate;
   int exec_errno = 0;
+  std::optional<SpecChecks> checks;  // (while the program starts: SpecChecks)
+  if (gated) checks.emplace(specs, prog_path);
   const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow}, sigs, gate, gated, exec_errno);
   if (gated) open_out();
-  if (exec_errno == 0 && gated)
-    for (const Spec& s : specs) validate(s, prog_path);
+  if (exec_errno == 0 && gated) checks->wait();
   g_dir_to_remove.clear();
   gate.open();
   g_child = child;
