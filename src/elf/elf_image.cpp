@@ -73,9 +73,31 @@ bool ElfImage::has_landing_pads(std::uint64_t off) const noexcept {
   return false;
 }
 
+namespace {
+
+/// Among the aliases of one function's bounds, the one whose name to give
+/// (messages, probe_info()): the most trusted source, then the symbol
+/// symbol_at() would report (global before weak before local, a default
+/// version before a hidden one, the shortest name, then by name). The same
+/// at every ImageDepth: the debug file's copies of exported symbols tie with
+/// them and lose to the source order; its local aliases lose to the binding.
+bool named_before(const ElfImage& img, const FuncSym& a, const FuncSym& b) noexcept {
+  const auto rank = [&](const FuncSym& f) {
+    const bool sym = f.symbol_index < img.symbols.size();
+    const ElfSymbol* s = sym ? &img.symbols[f.symbol_index] : nullptr;
+    const int bind = !s ? 3 : s->binding == STB_GLOBAL || s->binding == STB_GNU_UNIQUE ? 0 : s->binding == STB_WEAK ? 1 : 2;
+    return std::make_tuple(f.source == BoundsSource::eh_frame, bind, s && s->hidden_version, f.name.size(), f.name,
+                           f.source);
+  };
+  return rank(a) < rank(b);
+}
+
+}  // namespace
+
 const FuncSym* ElfImage::enclosing_function(std::uint64_t off) const noexcept {
   // funcs is sorted by file_offset; bounds may nest or alias, so scan the
-  // candidates that start at or before off and pick the tightest.
+  // candidates that start at or before off and pick the tightest (among
+  // aliases of the same bounds, named_before()'s first).
   auto it = std::upper_bound(funcs.begin(), funcs.end(), off,
                              [](std::uint64_t o, const FuncSym& f) { return o < f.file_offset; });
   const FuncSym* best = nullptr;
@@ -84,7 +106,10 @@ const FuncSym* ElfImage::enclosing_function(std::uint64_t off) const noexcept {
     if (reach[static_cast<std::size_t>(it - funcs.begin()) - 1] <= off) break;
     --it;
     // off - start < size: no overflow for a hostile st_size (off >= start here).
-    if (off - it->file_offset < it->size && (!best || it->size < best->size)) best = &*it;
+    if (off - it->file_offset >= it->size) continue;
+    if (!best || it->size < best->size ||
+        (it->size == best->size && it->file_offset == best->file_offset && named_before(*this, *it, *best)))
+      best = &*it;
   }
   return best;
 }

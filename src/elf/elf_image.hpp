@@ -74,6 +74,10 @@ struct FuncSym {
   std::uint64_t file_offset = 0;  ///< where the function starts in the file
   std::uint64_t size = 0;
   BoundsSource source = BoundsSource::symtab;
+  /// A symbol's bounds that an .eh_frame FDE gives exactly too (the same
+  /// start and length): the unwind tables agree that one function spans
+  /// them (elf_info.hpp, function_at()). True for an FDE's own bounds.
+  bool fde_exact = false;
   std::uint32_t symbol_index = ~0u;  ///< the entry of ElfImage::symbols it comes from; ~0u for an FDE
   /// `name`, or "the function at file offset 0x..." for an unnamed one.
   std::string display_name() const;

@@ -32,14 +32,16 @@ std::shared_ptr<const ElfInfo> elf_info(int fd, const std::string& path, const s
 
 /// The function whose bounds hold file offset `offset`
 /// (ElfImage::enclosing_function()), from `info`. Where `info` left its
-/// debug file's symbols out (ElfImage::debug_deferred) and its own tables
-/// name no function there (none holds the offset, or only an FDE's unnamed
-/// bounds), from the image with them, which then replaces `info` for the
-/// caller's later questions too: the same answer as that image's wherever a
-/// symbol of the file's own tables holds the offset, unless a symbol only
-/// the debug file has lies strictly inside it (never at the entry of a
-/// function of Debian's libc: tests/usdt). `fd`, `path`, `st` as for
-/// elf_info(). nullptr when no function holds the offset.
+/// debug file's symbols out (ElfImage::debug_deferred) and its own tables do
+/// not settle it, from the image with them, which then replaces `info` for
+/// the caller's later questions too. The own tables settle it with a symbol
+/// whose bounds an FDE gives exactly (FuncSym::fde_exact: the unwind tables
+/// agree that one function spans them, as for every exported function of
+/// Debian's libc, tests/usdt); not with an FDE's unnamed bounds, nor with a
+/// symbol the unwind tables do not confirm (hand-written code without CFI,
+/// or with another function's entry inside it, which only the debug file may
+/// name). `fd`, `path`, `st` as for elf_info(). nullptr when no function
+/// holds the offset.
 /// Thread-safety: any thread.
 const FuncSym* function_at(std::shared_ptr<const ElfInfo>& info, int fd, const std::string& path,
                            const struct stat& st, std::uint64_t offset);

@@ -225,7 +225,9 @@ namespace {
 /// A debug file's .symtab repeats the exported symbols of .dynsym (the
 /// same name, address and size; a version only where .dynsym has it too)
 /// and adds local symbols, which the rule below drops where a global one
-/// matches: it can add an entry for the same answer, never another answer.
+/// with a default version (or none) matches: it can add an entry for the
+/// same answer, never another answer. (Where every match has a non-default
+/// version, `foo@V1`, a local `foo` would win: not settled.)
 std::optional<Symbol> lookup_symbol(const ElfImage& img, const std::string& path, std::string_view name,
                                     bool settled_only) {
   const NameSpec spec = parse_name(name);
@@ -249,6 +251,12 @@ std::optional<Symbol> lookup_symbol(const ElfImage& img, const std::string& path
   }
   if (settled_only &&
       (cands.empty() || std::any_of(cands.begin(), cands.end(), [](const ElfSymbol* c) { return c->binding == STB_LOCAL; })))
+    return std::nullopt;
+  // A name without a version whose every candidate has a non-default one
+  // (only `foo@V1` exported): a local `foo` the debug file adds has no
+  // version, and the rule below keeps it over them (not settled here).
+  if (settled_only && !spec.has_version &&
+      std::all_of(cands.begin(), cands.end(), [](const ElfSymbol* c) { return c->hidden_version; }))
     return std::nullopt;
   if (cands.empty()) {
     std::string why = "symbol `" + shown + "' not found in .symtab or .dynsym";

@@ -13,12 +13,15 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdarg>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -156,6 +159,92 @@ TEST(Depth, EveryExportedFunctionOfLibcResolvesAsWithTheDebugFile) {
   }
   EXPECT_GT(same, 2000u);
   munmap(out, names.size() * sizeof(Resolved));
+}
+
+/// The build-id of `path` as hex ("" when it has none), from its notes.
+std::string build_id_of(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::vector<unsigned char> b(1 << 20);
+  const ssize_t n = ::read(fd, b.data(), b.size());
+  ::close(fd);
+  if (n < static_cast<ssize_t>(sizeof(Elf64_Ehdr))) return {};
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(b.data());
+  for (int i = 0; i < eh->e_phnum; ++i) {
+    const auto* ph = reinterpret_cast<const Elf64_Phdr*>(b.data() + eh->e_phoff + i * sizeof(Elf64_Phdr));
+    if (ph->p_type != PT_NOTE || ph->p_offset + ph->p_filesz > static_cast<std::uint64_t>(n)) continue;
+    for (std::uint64_t o = ph->p_offset; o + sizeof(Elf64_Nhdr) <= ph->p_offset + ph->p_filesz;) {
+      const auto* nh = reinterpret_cast<const Elf64_Nhdr*>(b.data() + o);
+      const std::uint64_t desc = o + sizeof(Elf64_Nhdr) + ((nh->n_namesz + 3) & ~3u);
+      if (nh->n_type == NT_GNU_BUILD_ID && desc + nh->n_descsz <= static_cast<std::uint64_t>(n)) {
+        std::string hex;
+        for (unsigned k = 0; k < nh->n_descsz; ++k) {
+          char h[3];
+          std::snprintf(h, sizeof h, "%02x", b[desc + k]);
+          hex += h;
+        }
+        return hex;
+      }
+      o = desc + ((nh->n_descsz + 3) & ~3u);
+    }
+  }
+  return {};
+}
+
+// Found by an attack on the depths: a name whose every export has a
+// non-default version (only foo@DEPTH_1) is not settled by the file's own
+// tables: its debug file
+// adds a local `foo`, which find_symbol()'s rules prefer (no version beats a
+// non-default one). The stripped copy, in a fresh process, resolves `foo` as
+// the unstripped file does (and as the image with the debug file does).
+TEST(Depth, ACompatOnlyNameAndAFunctionInsideAnotherAreReadFromTheDebugFile) {
+  const std::string dir = DEPTH_COMPAT_DIR;
+  const std::string full = dir + "/libusdtfix_depth_compat.so";
+  const std::string stripped = dir + "/libusdtfix_depth_compat_stripped.so";
+  const std::string id = build_id_of(stripped);
+  ASSERT_GT(id.size(), 2u);
+  const std::string ddir = "/usr/lib/debug/.build-id/" + id.substr(0, 2);
+  const std::string dbg = ddir + "/" + id.substr(2) + ".debug";
+  if (::access("/usr/lib/debug", W_OK) != 0)
+    GTEST_SKIP() << "installing a debug file under /usr/lib/debug needs root";
+  ::mkdir("/usr/lib/debug/.build-id", 0755);
+  ::mkdir(ddir.c_str(), 0755);
+  {
+    const std::string cmd = "cp '" + dir + "/libusdtfix_depth_compat.debug' '" + dbg + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  const std::uint64_t want = uprobe::find_symbol(full, "foo").offset;  // the local foo (.symtab)
+  const std::uint64_t compat = uprobe::find_symbol(full, "foo@DEPTH_1").offset;
+  EXPECT_NE(want, compat);
+  auto* got = static_cast<std::uint64_t*>(
+      mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(got, MAP_FAILED);
+  // depth_inner, inside the exported depth_outer in code without CFI: its
+  // entry is a function entry (a return probe may be there) by the debug
+  // file's symbols, which the file's own tables cannot settle (function_at()).
+  const std::uint64_t inner = uprobe::find_symbol(full, "depth_inner").offset;
+  EXPECT_GT(inner, uprobe::find_symbol(full, "depth_outer").offset);
+  const int rc = in_child([&] {
+    // (First: resolving `foo` reads the debug file, whose image then answers.)
+    if (!dlopen(stripped.c_str(), RTLD_NOW)) return 2;
+    struct Ret : uprobe::Consumer {
+      Ret() : uprobe::Consumer(uprobe::Callbacks::ret) {}
+      void ret_handler(uprobe::Regs&, std::uint64_t) override {}
+    } ret;
+    try {
+      uprobe::unregister_uprobe(uprobe::register_uprobe(stripped, inner, ret), ret);
+    } catch (const uprobe::Error& e) {
+      std::fprintf(stderr, "return probe at depth_inner: %s\n", e.what());
+      return 3;
+    }
+    *got = uprobe::resolve_location(stripped + ":foo").at(0).offset;
+    return 0;
+  });
+  ::unlink(dbg.c_str());
+  ::rmdir(ddir.c_str());
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(*got, want) << "foo@DEPTH_1 is at " << compat;
+  munmap(got, sizeof(std::uint64_t));
 }
 
 }  // namespace
