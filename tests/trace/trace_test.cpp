@@ -258,6 +258,40 @@ TEST(Trace, FunctionAndMallocCountsAreExact) {
   EXPECT_EQ(r.err.find("WARNING"), std::string::npos) << r.err;
 }
 
+// The working directory's files are never libraries of uprobe-trace's nor
+// of the traced program's agent: CMake pads a build-tree RUNPATH it rewrites
+// at install with ':', and an empty entry is the working directory to the
+// dynamic linker (the CLI could not start in a directory holding a file
+// named libc.so.6; the agent's libstdc++ was looked for there too).
+TEST(Trace, FilesNamedLikeLibrariesInTheWorkingDirectoryAreNotLoaded) {
+  TempDir cwd, out;
+  const char* const kNames[] = {"libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libuprobe.so.0.1"};
+  for (const char* n : kNames) {
+    std::ofstream f(cwd.path() + "/" + n);
+    f << "not a library\n";
+  }
+  const pid_t p = fork();
+  if (p == 0) {
+    if (chdir(cwd.path().c_str()) != 0) _exit(126);
+    const int o = open((out.path() + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int e = open((out.path() + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(o, 1), dup2(e, 2);
+    const std::string report = out.path() + "/report";
+    execl(kTrace.c_str(), kTrace.c_str(), "-e", "uprobe:libc:malloc", "-o", report.c_str(), "--", kFixture.c_str(),
+          "basic", "10", "7", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  for (const char* n : kNames) unlink((cwd.path() + "/" + n).c_str());
+  const std::string err = slurp(out.path() + "/err");
+  ASSERT_TRUE(WIFEXITED(st)) << err;
+  EXPECT_EQ(WEXITSTATUS(st), 0) << err;
+  EXPECT_EQ(slurp(out.path() + "/out"), "fn=10\nmalloc=7\n") << err;
+  auto h = hits(slurp(out.path() + "/report"));
+  EXPECT_EQ(h[libc_key(h, "uprobe", "malloc")], 7) << err;
+}
+
 TEST(Trace, MallocCountIsExactWithoutOtherProbes) {
   for (long m : {0L, 1L, 7L, 3000L}) {
     Result r = trace({"uprobe:libc:malloc"}, {kFixture, "basic", "0", std::to_string(m)});
