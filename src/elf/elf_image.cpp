@@ -550,6 +550,7 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth
     // (Left out only when there is one to read: else this is the
     // with_debug_file image too.)
     img->debug_deferred = ::access(dbg.c_str(), R_OK) == 0;
+    if (img->debug_deferred) img->deferred_debug_file = dbg, img->deferred_build_id = build_id_hex(e);
   }
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
   index_functions(*img, bounds, e, eh_frame);
@@ -563,6 +564,86 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth
 }
 
 }  // namespace
+
+namespace {
+
+/// The function bounds (file offset, size) of the debug file's .symtab of an
+/// image (debug_file_refines()): its sized STT_FUNC / STT_GNU_IFUNC symbols
+/// in an executable segment of the image. `ok` false when the file is not
+/// the debug file of the image's build-id, or unreadable.
+struct DebugBounds {
+  std::uint64_t serial = 0;
+  bool ok = false;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> funcs;
+};
+
+DebugBounds read_debug_bounds(const ElfImage& img) {
+  DebugBounds b;
+  b.serial = img.serial;
+  const int fd = ::open(img.deferred_debug_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return b;
+  if (Elf* d = elf_begin(fd, ELF_C_READ, nullptr)) {
+    GElf_Ehdr eh;
+    if (elf_kind(d) == ELF_K_ELF && gelf_getehdr(d, &eh) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh.e_machine == EM_X86_64 && build_id_hex(d) == img.deferred_build_id) {
+      for (Elf_Scn* scn = elf_nextscn(d, nullptr); scn; scn = elf_nextscn(d, scn)) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || !sh.sh_entsize) continue;
+        Elf_Data* data = elf_getdata(scn, nullptr);
+        if (!data) break;
+        const std::size_t n = std::min<std::uint64_t>(sh.sh_size, data->d_size) / sh.sh_entsize;
+        SegmentFinder segment_of(img);
+        for (std::size_t i = 1; i < n; ++i) {
+          GElf_Sym sym;
+          if (!gelf_getsym(data, static_cast<int>(i), &sym)) continue;
+          const unsigned type = GELF_ST_TYPE(sym.st_info);
+          if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF ||
+              sym.st_shndx == SHN_ABS || sym.st_shndx == SHN_COMMON)
+            continue;
+          const LoadSegment* seg = segment_of(sym.st_value);
+          if (!seg || !seg->executable()) continue;
+          b.funcs.emplace_back(sym.st_value - seg->vaddr + seg->offset, sym.st_size);
+        }
+        b.ok = true;
+        break;
+      }
+    }
+    elf_end(d);
+  }
+  ::close(fd);
+  return b;
+}
+
+/// The debug bounds read, the last few images' (fork_fresh(): a fork child
+/// starts afresh).
+struct DebugBoundsCache {
+  std::mutex mu;
+  std::vector<std::shared_ptr<const DebugBounds>> kept;
+};
+
+}  // namespace
+
+bool debug_file_refines(const ElfImage& img, const FuncSym& fn, std::uint64_t off) {
+  DebugBoundsCache& c = fork_fresh<DebugBoundsCache>();
+  std::shared_ptr<const DebugBounds> b;
+  {
+    std::lock_guard<std::mutex> g(c.mu);
+    for (const auto& k : c.kept)
+      if (k->serial == img.serial) b = k;
+  }
+  if (!b) {
+    b = std::make_shared<const DebugBounds>(read_debug_bounds(img));
+    std::lock_guard<std::mutex> g(c.mu);
+    if (c.kept.size() >= 8) c.kept.erase(c.kept.begin());
+    c.kept.push_back(b);
+  }
+  if (!b->ok) return true;
+  for (const auto& [start, size] : b->funcs) {
+    if (off < start || off - start >= size) continue;  // (no overflow: off >= start)
+    if (size < fn.size || (size == fn.size && start != fn.file_offset)) return true;
+  }
+  return false;
+}
 
 std::shared_ptr<const ElfImage> load_elf_image(const std::string& path, ImageDepth depth) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -21,7 +21,9 @@ std::shared_ptr<const ElfInfo> elf_info(int fd, const std::string& path, const s
 const FuncSym* function_at(std::shared_ptr<const ElfInfo>& info, int fd, const std::string& path,
                            const struct stat& st, std::uint64_t offset) {
   const FuncSym* fn = info->enclosing_function(offset);
-  if (!info->debug_deferred || (fn && fn->source != BoundsSource::eh_frame && fn->fde_exact)) return fn;
+  if (!info->debug_deferred ||
+      (fn && fn->source != BoundsSource::eh_frame && !debug_file_refines(*info, *fn, offset)))
+    return fn;
   std::string why;
   std::shared_ptr<const ElfInfo> deeper = elf_info(fd, path, st, why, ImageDepth::with_debug_file);
   if (!deeper) return fn;  // (unreadable now: what the file's own tables say)

@@ -34,13 +34,12 @@ std::shared_ptr<const ElfInfo> elf_info(int fd, const std::string& path, const s
 /// (ElfImage::enclosing_function()), from `info`. Where `info` left its
 /// debug file's symbols out (ElfImage::debug_deferred) and its own tables do
 /// not settle it, from the image with them, which then replaces `info` for
-/// the caller's later questions too. The own tables settle it with a symbol
-/// whose bounds an FDE gives exactly (FuncSym::fde_exact: the unwind tables
-/// agree that one function spans them, as for every exported function of
-/// Debian's libc, tests/usdt); not with an FDE's unnamed bounds, nor with a
-/// symbol the unwind tables do not confirm (hand-written code without CFI,
-/// or with another function's entry inside it, which only the debug file may
-/// name). `fd`, `path`, `st` as for elf_info(). nullptr when no function
+/// the caller's later questions too: the answer is always the one of that
+/// image. The own tables settle it with a symbol of theirs that no function
+/// of the debug file refines (debug_file_refines(): a scan of its function
+/// bounds, no image); not with an FDE's unnamed bounds (a local function,
+/// whose name only the debug file has), nor where no function holds the
+/// offset. `fd`, `path`, `st` as for elf_info(). nullptr when no function
 /// holds the offset.
 /// Thread-safety: any thread.
 const FuncSym* function_at(std::shared_ptr<const ElfInfo>& info, int fd, const std::string& path,

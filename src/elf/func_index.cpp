@@ -281,7 +281,7 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
   for (const std::uint64_t k : keys) {
     const std::uint64_t index = k & index_mask;
     const ElfSymbol& s = img.symbols[index];
-    const FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source, false,
+    const FuncSym f{s.name, s.offset, s.size, s.dynamic ? BoundsSource::dynsym : sym_source,
                     static_cast<std::uint32_t>(index)};
     std::size_t m = img.funcs.size();
     if (m == 0 || img.funcs[m - 1].file_offset != f.file_offset || !before(f, img.funcs[m - 1])) {
@@ -331,12 +331,8 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
     if (!seg || !seg->executable() || end - seg->vaddr > seg->filesz) return;
     const std::uint64_t off = start - seg->vaddr + seg->offset;
     if (lsda) img.lsda_ranges.emplace_back(off, off + (end - start));
-    const bool held = held_by_symbol(off);
-    // (The symbols that start here, just before `at`: those it spans exactly.)
-    for (std::size_t j = at; j > 0 && img.funcs[j - 1].file_offset == off; --j)
-      if (img.funcs[j - 1].size == end - start) img.funcs[j - 1].fde_exact = true;
-    if (held) return;
-    extra.push_back({{}, off, end - start, BoundsSource::eh_frame, true});
+    if (held_by_symbol(off)) return;
+    extra.push_back({{}, off, end - start, BoundsSource::eh_frame});
   });
   if (!std::is_sorted(img.lsda_ranges.begin(), img.lsda_ranges.end()))
     std::sort(img.lsda_ranges.begin(), img.lsda_ranges.end());

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Resolving and probing an exported function of a library whose debug file is
-// installed reads the library's own tables only (elf_image.hpp: ImageDepth):
-// Debian's libc with libc6-dbg, whose debug file's 10,000 symbols were most of
-// a traced process's attach. Watched through this program's own open(),
-// which libuprobe's calls bind to: the debug file is opened only when a name
-// needs it. And the locations are exactly those the debug file's symbols
+// installed reads the library's own tables (elf_image.hpp: ImageDepth), and
+// for the registry's check only the debug file's function bounds
+// (debug_file_refines()), no image with its symbols: Debian's libc with
+// libc6-dbg, whose debug file's 10,000 symbols were most of a traced
+// process's attach. Watched through this program's own open(), which
+// libuprobe's calls bind to. And the locations are exactly those the debug file's symbols
 // would give: every exported function of libc, resolved in a fresh process
 // (a fork child: a fresh image cache) against find_symbol() here.
 
@@ -90,12 +91,13 @@ int in_child(Fn fn) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-TEST(Depth, ProbingAnExportedFunctionNeverOpensTheDebugFile) {
+TEST(Depth, ProbingAnExportedFunctionReadsNoImageWithTheDebugFile) {
   if (!libc_debug_installed()) GTEST_SKIP() << "libc's debug file is not installed: apt-get install libc6-dbg";
   EXPECT_EQ(in_child([] {
               const unsigned before = g_debug_opens.load();
               const auto locs = uprobe::resolve_location("libc:malloc");
               if (locs.size() != 1 || locs[0].symbol.rfind("malloc", 0) != 0) return 1;
+              if (g_debug_opens.load() != before) return 3;  // resolving: the own tables only
               usdttest::RipRecorder c;
               void* (*volatile call)(std::size_t) = &std::malloc;
               {
@@ -103,10 +105,13 @@ TEST(Depth, ProbingAnExportedFunctionNeverOpensTheDebugFile) {
                 for (int i = 0; i < 100; ++i) std::free(call(16 + i));
               }
               if (c.hits.load() < 100) return 2;
-              if (g_debug_opens.load() != before) return 3;  // the debug file was read
-              // A name only the debug file has: read then (what this watch sees).
+              // The registry's check scanned the debug file's function bounds
+              // (debug_file_refines(): one open), no image with its symbols:
+              // a name only it has opens it again now, for that image.
+              const unsigned probed = g_debug_opens.load();
+              if (probed > before + 1) return 5;
               (void)uprobe::find_symbol(libc_path(), "__strlen_sse2");
-              return g_debug_opens.load() > before ? 0 : 4;
+              return g_debug_opens.load() > probed ? 0 : 4;
             }),
             0);
 }
@@ -197,7 +202,7 @@ std::string build_id_of(const std::string& path) {
 // adds a local `foo`, which find_symbol()'s rules prefer (no version beats a
 // non-default one). The stripped copy, in a fresh process, resolves `foo` as
 // the unstripped file does (and as the image with the debug file does).
-TEST(Depth, ACompatOnlyNameAndAFunctionInsideAnotherAreReadFromTheDebugFile) {
+TEST(Depth, WhatOnlyTheDebugFileCanSettleIsReadFromIt) {
   const std::string dir = DEPTH_COMPAT_DIR;
   const std::string full = dir + "/libusdtfix_depth_compat.so";
   const std::string stripped = dir + "/libusdtfix_depth_compat_stripped.so";
@@ -217,13 +222,19 @@ TEST(Depth, ACompatOnlyNameAndAFunctionInsideAnotherAreReadFromTheDebugFile) {
   const std::uint64_t compat = uprobe::find_symbol(full, "foo@DEPTH_1").offset;
   EXPECT_NE(want, compat);
   auto* got = static_cast<std::uint64_t*>(
-      mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+      mmap(nullptr, 2 * sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(got, MAP_FAILED);
+  int* mode = reinterpret_cast<int*>(got + 1);
   // depth_inner, inside the exported depth_outer in code without CFI: its
   // entry is a function entry (a return probe may be there) by the debug
   // file's symbols, which the file's own tables cannot settle (function_at()).
   const std::uint64_t inner = uprobe::find_symbol(full, "depth_inner").offset;
   EXPECT_GT(inner, uprobe::find_symbol(full, "depth_outer").offset);
+  // And where one FDE spans the exported function (CFI): depth_inner2.
+  const std::uint64_t inner2 = uprobe::find_symbol(full, "depth_inner2").offset;
+  EXPECT_GT(inner2, uprobe::find_symbol(full, "depth_outer2").offset);
+  const std::uint64_t big = uprobe::find_symbol(full, "depth_big").offset;
+  EXPECT_EQ(uprobe::find_symbol(full, "depth_small").offset, big);
   const int rc = in_child([&] {
     // (First: resolving `foo` reads the debug file, whose image then answers.)
     if (!dlopen(stripped.c_str(), RTLD_NOW)) return 2;
@@ -231,12 +242,20 @@ TEST(Depth, ACompatOnlyNameAndAFunctionInsideAnotherAreReadFromTheDebugFile) {
       Ret() : uprobe::Consumer(uprobe::Callbacks::ret) {}
       void ret_handler(uprobe::Regs&, std::uint64_t) override {}
     } ret;
-    try {
-      uprobe::unregister_uprobe(uprobe::register_uprobe(stripped, inner, ret), ret);
-    } catch (const uprobe::Error& e) {
-      std::fprintf(stderr, "return probe at depth_inner: %s\n", e.what());
-      return 3;
+    for (const std::uint64_t at : {inner, inner2}) {
+      try {
+        uprobe::unregister_uprobe(uprobe::register_uprobe(stripped, at, ret), ret);
+      } catch (const uprobe::Error& e) {
+        std::fprintf(stderr, "return probe at depth_inner%s: %s\n", at == inner ? "" : "2", e.what());
+        return 3;
+      }
     }
+    // depth_big's plan is the one of its 3-byte alias's bounds, as in the
+    // unstripped file (mode_full, planned there by the parent).
+    usdttest::RipRecorder c;
+    uprobe::Uprobe* p = uprobe::register_uprobe(stripped, big, c);
+    *mode = static_cast<int>(uprobe::probe_info(p, uprobe::ProbeDetail::state).mode);
+    uprobe::unregister_uprobe(p, c);
     *got = uprobe::resolve_location(stripped + ":foo").at(0).offset;
     return 0;
   });
@@ -244,7 +263,15 @@ TEST(Depth, ACompatOnlyNameAndAFunctionInsideAnotherAreReadFromTheDebugFile) {
   ::rmdir(ddir.c_str());
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(*got, want) << "foo@DEPTH_1 is at " << compat;
-  munmap(got, sizeof(std::uint64_t));
+  // The unstripped library's plan at depth_big (its own .symtab).
+  ASSERT_NE(dlopen(full.c_str(), RTLD_NOW), nullptr) << dlerror();
+  usdttest::RipRecorder c;
+  uprobe::Uprobe* p = uprobe::register_uprobe(full, big, c);
+  const uprobe::ProbeMode mode_full = uprobe::probe_info(p, uprobe::ProbeDetail::state).mode;
+  uprobe::unregister_uprobe(p, c);
+  EXPECT_NE(mode_full, uprobe::ProbeMode::optimized_entry) << "depth_small is 3 bytes long";
+  EXPECT_EQ(*mode, static_cast<int>(mode_full));
+  munmap(got, 2 * sizeof(std::uint64_t));
 }
 
 }  // namespace

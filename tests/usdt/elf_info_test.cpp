@@ -361,9 +361,8 @@ TEST(ImageDepth, AFileWithItsOwnSymtabHasOneImage) {
 // .dynsym symbols only, the with_debug_file image the debug file's too; and
 // at the entry of every exported function, and at the middle of it, both
 // give the same bounds and name the same alias: the debug file adds names,
-// not bounds, there; and an FDE gives each such symbol's bounds exactly but
-// for hand-written setcontext and clone (what function_at() relies on:
-// elf_info.hpp). At an offset inside a function
+// not bounds, there (debug_file_refines() says so for none of them: what
+// function_at() then answers from the file's own tables, elf_info.hpp). At an offset inside a function
 // only the debug file names, function_at() goes deeper and says which.
 TEST(ImageDepth, LibcExportedFunctionsHaveTheSameBoundsWithoutItsDebugFile) {
   using uprobe::detail::ImageDepth;
@@ -395,7 +394,7 @@ TEST(ImageDepth, LibcExportedFunctionsHaveTheSameBoundsWithoutItsDebugFile) {
           << s.name << "+" << off - s.offset << ": " << a->display_name() << " against " << b->display_name();
       // The same alias named (messages): not the table order of either depth.
       EXPECT_EQ(a->display_name(), b->display_name()) << s.name << "+" << off - s.offset;
-      EXPECT_TRUE(a->fde_exact || s.name == "setcontext" || s.name == "__clone" || s.name == "clone") << s.name;
+      EXPECT_FALSE(uprobe::detail::debug_file_refines(*own, *a, off)) << s.name << "+" << off - s.offset;
       ++checked;
     }
   }
@@ -424,7 +423,6 @@ TEST(ImageDepth, LibcExportedFunctionsHaveTheSameBoundsWithoutItsDebugFile) {
     EXPECT_EQ(m->file_offset, s.offset);
     EXPECT_EQ(m->source, uprobe::detail::BoundsSource::dynsym);
     EXPECT_EQ(m->name, "malloc");  // (not __libc_malloc, its alias: named_before())
-    EXPECT_TRUE(m->fde_exact);
     EXPECT_EQ(info.get(), own.get());
   }
   ::close(fd);
