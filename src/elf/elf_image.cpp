@@ -76,18 +76,21 @@ bool ElfImage::has_landing_pads(std::uint64_t off) const noexcept {
 namespace {
 
 /// Among the aliases of one function's bounds, the one whose name to give
-/// (messages, probe_info()): the most trusted source, then the symbol
-/// symbol_at() would report (global before weak before local, a default
-/// version before a hidden one, the shortest name, then by name). The same
-/// at every ImageDepth: the debug file's copies of exported symbols tie with
-/// them and lose to the source order; its local aliases lose to the binding.
+/// (messages, probe_info()'s bounds): a symbol's before an FDE's, an
+/// exported (global or weak) one before a local one, a public name before
+/// one with a leading '_' (glibc exports `lseek` weak beside its global
+/// `__lseek`, `getc` beside `_IO_getc`: what a user wrote), the shortest
+/// name (`lseek` before `llseek`), global before weak, a default version
+/// before a hidden one, by name, the most trusted source. The same at every
+/// ImageDepth: the debug file's copies of exported symbols tie with them but
+/// for the source, its local aliases (`__GI_...`) lose.
 bool named_before(const ElfImage& img, const FuncSym& a, const FuncSym& b) noexcept {
   const auto rank = [&](const FuncSym& f) {
     const bool sym = f.symbol_index < img.symbols.size();
     const ElfSymbol* s = sym ? &img.symbols[f.symbol_index] : nullptr;
     const int bind = !s ? 3 : s->binding == STB_GLOBAL || s->binding == STB_GNU_UNIQUE ? 0 : s->binding == STB_WEAK ? 1 : 2;
-    return std::make_tuple(f.source == BoundsSource::eh_frame, bind, s && s->hidden_version, f.name.size(), f.name,
-                           f.source);
+    return std::make_tuple(f.source == BoundsSource::eh_frame, bind >= 2, f.name.empty() || f.name[0] == '_',
+                           f.name.size(), bind, s && s->hidden_version, f.name, f.source);
   };
   return rank(a) < rank(b);
 }

@@ -423,6 +423,19 @@ TEST(ImageDepth, LibcExportedFunctionsHaveTheSameBoundsWithoutItsDebugFile) {
     EXPECT_EQ(m->file_offset, s.offset);
     EXPECT_EQ(m->source, uprobe::detail::BoundsSource::dynsym);
     EXPECT_EQ(m->name, "malloc");  // (not __libc_malloc, its alias: named_before())
+  }
+  // Public names before internal ones, whatever their binding: glibc's weak
+  // lseek, getc, socket beside the global __lseek, _IO_getc, __socket.
+  for (const char* want : {"lseek", "getc", "socket", "strdup", "fwrite", "system"}) {
+    const uprobe::detail::ElfSymbol* e = nullptr;
+    for (const auto& s : own->symbols)
+      if (s.name == want && s.type == STT_FUNC) e = &s;
+    ASSERT_NE(e, nullptr) << want;
+    for (const auto& img : {own, full}) {
+      const uprobe::detail::FuncSym* f = img->enclosing_function(e->offset + 1);
+      ASSERT_NE(f, nullptr) << want;
+      EXPECT_EQ(f->name, want);
+    }
     EXPECT_EQ(info.get(), own.get());
   }
   ::close(fd);
