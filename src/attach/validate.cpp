@@ -312,6 +312,11 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
   // Inside a known function, the offset must be an instruction start of a
   // linear sweep from the function's entry.
   const FuncSym* fn = function_at(info, t.fd, t.path, t.st, offset);
+  // function_at() may have replaced `info` by the deeper image, dropping the
+  // last reference to the one `seg` points into (the image cache is emptied
+  // at 64 entries): the segment again, from the image `fn` belongs to.
+  seg = info->exec_segment(offset);
+  if (!seg) throw Error(Errc::not_executable, t.path, offset, "offset is outside every executable segment");
   if (function_entry) *function_entry = fn && fn->file_offset == offset;
   bool swept_to_site = true;  // the sweep from fn's entry found the offset as an instruction start
   if (fn && offset != fn->file_offset) {

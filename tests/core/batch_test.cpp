@@ -13,6 +13,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -380,9 +381,12 @@ TEST(Batch, AFileRewrittenDuringBatchesGivesErrorsNotACrash) {
     write_all(fd);
     ::close(fd);
   }
+  const pid_t parent = ::getpid();
   const pid_t writer = ::fork();
   ASSERT_GE(writer, 0);
   if (writer == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // not left writing (and holding ctest's pipe) if this test dies
+    if (::getppid() != parent) ::_exit(1);
     for (;;) {
       const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
       if (fd < 0) ::_exit(1);

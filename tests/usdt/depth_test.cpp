@@ -99,10 +99,16 @@ TEST(Depth, ProbingAnExportedFunctionReadsNoImageWithTheDebugFile) {
               if (locs.size() != 1 || locs[0].symbol.rfind("malloc", 0) != 0) return 1;
               if (g_debug_opens.load() != before) return 3;  // resolving: the own tables only
               usdttest::RipRecorder c;
-              void* (*volatile call)(std::size_t) = &std::malloc;
+              // libc's own malloc and free: in a sanitized build &std::malloc
+              // is the sanitizer's interceptor, which never calls libc's.
+              void* const libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+              if (!libc) return 6;
+              void* (*volatile call)(std::size_t) = reinterpret_cast<void* (*)(std::size_t)>(dlsym(libc, "malloc"));
+              void (*volatile release)(void*) = reinterpret_cast<void (*)(void*)>(dlsym(libc, "free"));
+              if (!call || !release) return 6;
               {
                 uprobe::Attachment a(locs[0].path, locs[0].offset, c);
-                for (int i = 0; i < 100; ++i) std::free(call(16 + i));
+                for (int i = 0; i < 100; ++i) release(call(16 + i));
               }
               if (c.hits.load() < 100) return 2;
               // The registry's check scanned the debug file's function bounds
