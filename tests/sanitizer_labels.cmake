@@ -41,6 +41,7 @@ set_tests_properties(usdt.UsdtArgs.SdtFromCLive usdt.nopie.UsdtArgs.SdtFromCLive
 set_tests_properties(trace.Trace.BashRunsItsCommandsAndNoFollowLeavesThemUntraced
                      PROPERTIES LABELS "no-asan;no-tsan")  # (bash: as the tests below)
 set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.MallocCountIsExactWithoutOtherProbes
+                     trace.Trace.FilesNamedLikeLibrariesInTheWorkingDirectoryAreNotLoaded
                      trace.Trace.WildcardMatchesExactlyTheThreeFunctions
                      trace.Trace.UsdtSemaphoreGuardedBranchRunsOnlyWhileTraced trace.Trace.ThreadsCountInTheirOwnSlots
                      trace.Trace.ForkedChildCountsSeparately trace.Trace.ExecIsFollowedUnlessNoFollow
