@@ -113,7 +113,40 @@ TraceSignals::TraceSignals() {
   if (fd < 0) die(std::string("signalfd: ") + std::strerror(errno));
 }
 
+namespace {
+
+/// glibc's own signals 32 and 33 (SIGCANCEL, SIGSETXID) as this process
+/// inherited them, read before main(): glibc installs its SIGSETXID handler
+/// at the first pthread_create() (SpecChecks' thread), after which this
+/// process's own disposition says nothing of what the program should get.
+/// (Through the system call: sigaction() refuses them.)
+struct KernelSigaction {
+  void* handler;
+  unsigned long flags;
+  void* restorer;
+  unsigned long mask;
+};
+bool g_inherited_ignored[2] = {false, false};
+
+__attribute__((constructor)) void note_inherited_glibc_signals() {
+  for (int sig : {32, 33}) {
+    KernelSigaction k{};
+    g_inherited_ignored[sig - 32] = syscall(SYS_rt_sigaction, sig, nullptr, &k, sizeof k.mask) == 0 &&
+                                    k.handler == reinterpret_cast<void*>(SIG_IGN);
+  }
+}
+
+bool inherited_ignored(int sig) { return g_inherited_ignored[sig - 32]; }
+
+}  // namespace
+
 void TraceSignals::restore_in_child() const {
+  for (int sig : {32, 33})  // (exec resets glibc's SIGSETXID handler, not the ignore inherited)
+    if (inherited_ignored(sig)) {
+      KernelSigaction ign{};
+      ign.handler = reinterpret_cast<void*>(SIG_IGN);
+      syscall(SYS_rt_sigaction, sig, &ign, nullptr, sizeof ign.mask);
+    }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGQUIT, &old_quit, nullptr);
   signal(SIGTERM, SIG_DFL);
@@ -403,19 +436,10 @@ pid_t spawn(const std::string& file, std::vector<char*>& args, const std::vector
   sigaddset(&dfl, SIGHUP);
   // glibc's own signals (SIGCANCEL 32, SIGSETXID 33), which sigaddset()
   // refuses: glibc 2.36's posix_spawn() makes them ignored in the program;
-  // exec keeps what this process has (what it inherited: it installs no
-  // handler of its own there), ignored or default. Default unless ignored here.
-  for (int sig : {32, 33}) {
-    struct {
-      void* handler;
-      unsigned long flags;
-      void* restorer;
-      unsigned long mask;
-    } k{};
-    if (syscall(SYS_rt_sigaction, sig, nullptr, &k, sizeof k.mask) != 0 ||
-        k.handler != reinterpret_cast<void*>(SIG_IGN))
-      dfl.__val[0] |= 1UL << (sig - 1);
-  }
+  // the program gets what this process inherited (inherited_ignored()),
+  // ignored or default. Default unless ignored then.
+  for (int sig : {32, 33})
+    if (!inherited_ignored(sig)) dfl.__val[0] |= 1UL << (sig - 1);
   if (sigs.old_quit.sa_handler != SIG_IGN) sigaddset(&dfl, SIGQUIT);
   const bool int_ignored = sigs.old_int.sa_handler == SIG_IGN;
   if (!int_ignored) sigaddset(&dfl, SIGINT);
