@@ -73,6 +73,15 @@ bool ElfImage::has_landing_pads(std::uint64_t off) const noexcept {
   return false;
 }
 
+int binding_rank(const ElfSymbol& s) noexcept {
+  switch (s.binding) {
+    case STB_GLOBAL:
+    case STB_GNU_UNIQUE: return 0;
+    case STB_WEAK: return 1;
+    default: return 2;
+  }
+}
+
 namespace {
 
 /// Among the aliases of one function's bounds, the one whose name to give
@@ -88,7 +97,7 @@ bool named_before(const ElfImage& img, const FuncSym& a, const FuncSym& b) noexc
   const auto rank = [&](const FuncSym& f) {
     const bool sym = f.symbol_index < img.symbols.size();
     const ElfSymbol* s = sym ? &img.symbols[f.symbol_index] : nullptr;
-    const int bind = !s ? 3 : s->binding == STB_GLOBAL || s->binding == STB_GNU_UNIQUE ? 0 : s->binding == STB_WEAK ? 1 : 2;
+    const int bind = s ? binding_rank(*s) : 3;
     return std::make_tuple(f.source == BoundsSource::eh_frame, bind >= 2, f.name.empty() || f.name[0] == '_',
                            f.name.size(), bind, s && s->hidden_version, f.name, f.source);
   };
@@ -442,24 +451,23 @@ std::string build_id_hex(Elf* e) {
   return out;
 }
 
+/// Where the debug file of build-id `id` (build_id_hex()) would be: its
+/// name in the system's debug directory; "" for no build-id.
+std::string debug_file_path(const std::string& id) {
+  if (id.empty()) return {};
+  return "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+}
+
 /// The .symtab of the separate debug file of `e`, found by build-id in the
 /// system's debug directory (/usr/lib/debug/.build-id/xx/yyyy.debug, where
 /// Debian's -dbg packages install them), its build-id checked: its symbols
 /// enter `img` as .symtab symbols (mapped through img's own segments, as the
 /// debug file's sections hold no code). Returns the debug file's path, or ""
 /// when there is none (or it is unreadable, or another build).
-/// Where the debug file of `e` would be (its build-id's name in the system's
-/// debug directory), "" when `e` has no build-id.
-std::string debug_file_path(Elf* e) {
-  const std::string id = build_id_hex(e);
-  if (id.empty()) return {};
-  return "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
-}
-
 std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::size_t reserve_more) {
   const std::string id = build_id_hex(e);
   if (id.empty()) return {};
-  const std::string path = debug_file_path(e);
+  const std::string path = debug_file_path(id);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
   std::string used;
@@ -549,11 +557,12 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth
     collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
   } else if (depth == ImageDepth::with_debug_file) {
     img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
-  } else if (const std::string dbg = debug_file_path(e); !dbg.empty()) {
+  } else if (std::string id = build_id_hex(e); !id.empty()) {
     // (Left out only when there is one to read: else this is the
     // with_debug_file image too.)
+    std::string dbg = debug_file_path(id);
     img->debug_deferred = ::access(dbg.c_str(), R_OK) == 0;
-    if (img->debug_deferred) img->deferred_debug_file = dbg, img->deferred_build_id = build_id_hex(e);
+    if (img->debug_deferred) img->deferred_debug_file = std::move(dbg), img->deferred_build_id = std::move(id);
   }
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
   index_functions(*img, bounds, e, eh_frame);

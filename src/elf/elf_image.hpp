@@ -149,6 +149,10 @@ struct ElfImage {
   bool has_landing_pads(std::uint64_t off) const noexcept;
 };
 
+/// How a symbol's binding ranks where aliases compete for a name: 0 global
+/// (or GNU unique), 1 weak, 2 local. Pure.
+int binding_rank(const ElfSymbol& s) noexcept;
+
 /// For each of `offsets` (sorted, unique), the code symbol of `img` that
 /// symbol_at() (symbols.hpp) reports there: the tightest sized one holding
 /// the offset (or an unsized one at it), the preferred alias among equals;

@@ -24,6 +24,7 @@
 
 namespace uprobe {
 
+using detail::binding_rank;
 using detail::ElfImage;
 using detail::ElfSymbol;
 using detail::hex_str;
@@ -56,15 +57,6 @@ const char* type_name(unsigned t) {
 
 bool is_code(const ElfSymbol& s) {
   return s.in_file && s.executable && (s.type == STT_FUNC || s.type == STT_GNU_IFUNC || s.type == STT_NOTYPE);
-}
-
-int binding_rank(const ElfSymbol& s) {
-  switch (s.binding) {
-    case STB_GLOBAL: return 0;
-    case STB_GNU_UNIQUE: return 0;
-    case STB_WEAK: return 1;
-    default: return 2;
-  }
 }
 
 // The alias to report for one address (`a` with size `asize`, `b` with `bsize`).
@@ -348,9 +340,9 @@ Location resolve_symbol(const std::string& path, std::string_view symbol, std::u
   const std::string canon = canonical(path);
   // The file's own tables first (ImageDepth): where they settle the name,
   // its debug file would add nothing to the location (lookup_symbol()).
-  std::optional<Symbol> settled;
-  if (const auto own = load_elf_image(canon, detail::ImageDepth::file_tables); own->debug_deferred)
-    settled = lookup_symbol(*own, canon, symbol, true);
+  // (An image that left nothing out answers whole: no second load.)
+  const auto own = load_elf_image(canon, detail::ImageDepth::file_tables);
+  std::optional<Symbol> settled = lookup_symbol(*own, canon, symbol, own->debug_deferred);
   Symbol s = settled ? std::move(*settled) : find_symbol(canon, symbol);
   const std::string shown = s.full_name() + (offset ? "+" + hex_str(offset) : std::string());
   if (!s.in_file)
