@@ -835,4 +835,58 @@ TEST(Bpftrace, BareSpecStillCounts) {
   EXPECT_NE(r.err.find("@hits[uprobe:" + kFixture + ":bt_add]: 20\n"), std::string::npos) << r.err;
 }
 
+// A block that is one update of a map without keys (`@ = count()`,
+// `@h = hist(arg0)`, `@s = sum(retval)`, `@x++`, ...; no predicate) runs
+// without the interpreter (bt::FastAgg): the same values as the interpreter
+// gives the same blocks behind a predicate, also after clear() and zero() of
+// the map by another block (its one slot no longer live: the interpreter
+// revives it). bt_fixture: bt_add(i, 3i) -> 4i for i 0..19, then bt_name x9,
+// bt_neg(-i) -> -2i for i 1..5, bt_many(i, ..., i+5, ...) for i 0..2.
+TEST(Bpftrace, OneMapUpdateBlocksRunWithoutTheInterpreterWithItsValues) {
+  const std::string u = "uprobe:" + kFixture + ":", r = "uretprobe:" + kFixture + ":";
+  const std::vector<std::string> blocks = {
+      u + "bt_add { @c = count(); }",           u + "bt_add { @s = sum(arg1); }",
+      r + "bt_add { @h = hist(retval); }",      u + "bt_neg { @mn = min(arg0); }",
+      u + "bt_neg { @mx = max(arg0); }",        u + "bt_add { @a = avg(arg0); }",
+      u + "bt_add { @st = stats(arg1); }",      u + "bt_add { @l = lhist(arg0, 0, 20, 5); }",
+      u + "bt_name { @k = 7; }",                u + "bt_add { @c2 = count(); }",
+      u + "bt_name { clear(@c2); }",            u + "bt_neg { @c2 = count(); }",
+      u + "bt_add { @z++; }",                   u + "bt_name { zero(@z); }",
+      u + "bt_neg { @z++; }",                   u + "bt_many { @n = sum(arg5); }",
+      r + "bt_neg { @rs = sum(retval); }"};
+  const std::string expected =
+      "\n\n@a: 9\n\n@c: 20\n@c2: 5\n@h: \n"
+      "[0]                    1 |@@@@@@                                              |\n"
+      "[1]                    0 |                                                    |\n"
+      "[2, 4)                 0 |                                                    |\n"
+      "[4, 8)                 1 |@@@@@@                                              |\n"
+      "[8, 16)                2 |@@@@@@@@@@@@@                                       |\n"
+      "[16, 32)               4 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |\n"
+      "[32, 64)               8 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+      "[64, 128)              4 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |\n"
+      "\n@k: 7\n@l: \n"
+      "[0, 5)                 5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+      "[5, 10)                5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+      "[10, 15)               5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+      "[15, 20)               5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+      "\n@mn: -5\n@mx: -1\n@n: 18\n@rs: 18446744073709551586\n@s: 570\n"
+      "@st: count 20, average 28, total 570\n\n@z: 5\n";
+  auto count = [](const std::string& s, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const bool interpreted : {false, true}) {
+    std::string prog;
+    for (const auto& b : blocks) prog += (interpreted ? replace_all(b, " { ", " /1 == 1/ { ") : b) + " ";
+    const Result res = run({"/usr/bin/env", "UPROBE_TRACE_DEBUG=1", kTrace, "-q", "-e", prog, "--", kFixture});
+    ASSERT_EQ(res.status, 0) << res.err;
+    EXPECT_EQ(res.out, expected) << (interpreted ? "behind predicates" : "as they are");
+    // Each block at its one site: all but the clear() and the zero() without the interpreter.
+    EXPECT_EQ(count(res.err, ": one map update, without the interpreter\n"), interpreted ? 0u : 15u) << res.err;
+    EXPECT_EQ(count(res.err, ": interpreted\n"), interpreted ? 17u : 2u) << res.err;
+    EXPECT_NE(res.err.find("block 10 at " + u + "bt_name: interpreted\n"), std::string::npos) << res.err;
+  }
+}
+
 }  // namespace

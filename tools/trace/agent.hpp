@@ -109,11 +109,13 @@ std::uint64_t reinit_process() noexcept;
 std::uint64_t* new_block() noexcept;
 
 /// One probe block of a bpftrace program at one site: its index and the
-/// `probe` and `func` strings of the site (never freed).
+/// `probe` and `func` strings of the site (never freed), and the block as a
+/// bt::FastAgg when it is one (run without the interpreter).
 struct BtHit {
   std::uint32_t probe;
   const char* probe_name;
   const char* func;
+  bt::FastAgg fast{};
 };
 
 /// A function site: entry counts, return counts, a latency histogram (any of

@@ -52,6 +52,19 @@ void load_bt_program(const char* path) {
 
 namespace {
 
+// Probe block `probe` of the program at a site whose `probe` string is
+// `name` and `func` string `func` (copied, never freed), with its fast form
+// (bt::fast_agg()); UPROBE_TRACE_DEBUG=1 prints which blocks run without the
+// interpreter.
+BtHit bt_hit(long probe, const std::string& name, const std::string& func, bool usdt) {
+  const auto pi = static_cast<std::uint32_t>(probe);
+  BtHit h{pi, strdup(name.c_str()), strdup(func.c_str()), bt::fast_agg(g_bt, pi, usdt)};
+  if (libc_getenv("UPROBE_TRACE_DEBUG"))
+    std::fprintf(stderr, "uprobe-trace agent: block %u at %s: %s\n", pi, name.c_str(),
+                 h.fast.kind ? "one map update, without the interpreter" : "interpreted");
+  return h;
+}
+
 // "malloc@@GLIBC_2.2.5" -> "malloc": the default version is what users write.
 std::string display_symbol(const std::string& s) {
   auto at = s.find("@@");
@@ -310,10 +323,8 @@ void attach(const std::vector<std::string>& texts) {
           if (fresh) it->second.key = key, mine.insert(key), it->second.count = bt_probe < 0;
           if (bt_probe < 0) it->second.count = true;
           else if (bt_done.insert(key).second)
-            it->second.bt.push_back({static_cast<std::uint32_t>(bt_probe),
-                                     strdup(shown.empty() ? key.c_str()
-                                                          : ("usdt:" + shown + ":" + p.provider + ":" + p.name).c_str()),
-                                     strdup(p.name.c_str())});
+            it->second.bt.push_back(
+                bt_hit(bt_probe, shown.empty() ? key : "usdt:" + shown + ":" + p.provider + ":" + p.name, p.name, true));
           it->second.specs.insert(si);
           if (mine.count(key)) it->second.sites.push_back(std::move(p));
         }
@@ -337,8 +348,7 @@ void attach(const std::vector<std::string>& texts) {
             const std::string probe_name =
                 std::string(kind_name(spec->kind)) + ":" + (shown.empty() ? loc.path : shown) + ":" + what;
             (spec->kind == Kind::uprobe ? f.bt_entries : f.bt_rets)
-                .push_back({static_cast<std::uint32_t>(bt_probe), strdup(probe_name.c_str()),
-                            strdup(display_symbol(loc.symbol).c_str())});
+                .push_back(bt_hit(bt_probe, probe_name, display_symbol(loc.symbol), false));
             continue;
           }
           (spec->kind == Kind::uprobe ? f.entry_keys : f.ret_keys)

@@ -230,27 +230,33 @@ void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool
   if (nhits == 0 || bt_stopped()) return;
   std::uint64_t* b = my_block();
   if (!b || b[counts::kBlockShared]) return unrecorded(nhits);
-  std::uint64_t args[kBtArgs];
-  if (usdt) {
-    for (unsigned i = 0; i < kBtArgs; ++i)
-      if (i >= usdt->count() || !usdt->read(i, regs, args[i])) args[i] = 0;
-  } else {
+  std::uint64_t args[kBtArgs];  // (a USDT site's: read when a block needs them; a fast one never does)
+  if (!usdt) {
     args[0] = regs.rdi, args[1] = regs.rsi, args[2] = regs.rdx, args[3] = regs.rcx, args[4] = regs.r8,
     args[5] = regs.r9;
     for (unsigned i = 6; i < kBtArgs; ++i) args[i] = 0;
   }
-  bt::HitContext& ctx = tls_ctx;  // (read_map and map_op stay null: the CLI's)
-  ctx.args = args;
-  ctx.sp = regs.rsp;  // (sargN: uprobes only, the compiler checks)
-  ctx.ip = regs.rip;  // (ustack: a uretprobe's is the return address, as the kernel's)
-  ctx.fp = regs.rbp;
-  ctx.layout = g->layout;
-  ctx.stack = &tls_stack;
-  ctx.retval = ret ? regs.rax : 0;
-  ctx.start_ns = g->header->bt_start_ns;
-  ctx.area = b + g->bt_area;
-  ctx.exit_flag = reinterpret_cast<volatile std::uint64_t*>(&g->header->bt_exit);
+  std::uint64_t* area = b + g->bt_area;
+  const std::uint64_t retval = ret ? regs.rax : 0;
+  bool ctx_set = false;
   for (std::size_t i = 0; i < nhits; ++i) {
+    if (hits[i].fast.kind && bt::Vm::run_fast(hits[i].fast, area, args, retval)) continue;
+    bt::HitContext& ctx = tls_ctx;  // (read_map and map_op stay null: the CLI's)
+    if (!ctx_set) {
+      ctx_set = true;
+      for (unsigned k = 0; usdt && k < kBtArgs; ++k)
+        if (k >= usdt->count() || !usdt->read(k, regs, args[k])) args[k] = 0;
+      ctx.args = args;
+      ctx.sp = regs.rsp;  // (sargN: uprobes only, the compiler checks)
+      ctx.ip = regs.rip;  // (ustack: a uretprobe's is the return address, as the kernel's)
+      ctx.fp = regs.rbp;
+      ctx.layout = g->layout;
+      ctx.stack = &tls_stack;
+      ctx.retval = retval;
+      ctx.start_ns = g->header->bt_start_ns;
+      ctx.area = area;
+      ctx.exit_flag = reinterpret_cast<volatile std::uint64_t*>(&g->header->bt_exit);
+    }
     ctx.func = hits[i].func;
     ctx.probe = hits[i].probe_name;
     bt::Vm vm(g->bt, ctx);

@@ -119,6 +119,43 @@ inline bool same_words(const std::uint64_t* a, const std::uint64_t* b, std::size
   return true;
 }
 
+/// A probe block that is one update of a map without keys and nothing else
+/// (`@ = count()`, `@h = hist(arg0)`, `@s = sum(retval)`; no predicate):
+/// the common one-liners, which the agent runs without the interpreter
+/// (Vm::run_fast(): the same update, the same slot). kind 0: any other block.
+struct FastAgg {
+  enum Value : std::uint8_t { kNone = 0, kConst, kArg, kRetval };
+  std::uint8_t kind = 0;  ///< 1: a fast block
+  Value value = kNone;    ///< the aggregated value: a constant (imm), argN (N = imm) or retval
+  std::int64_t imm = 0;
+  const MapDesc* map = nullptr;
+};
+
+/// Probe `pi` of `p` as a FastAgg (kind 0 when it is not one). `usdt`: its
+/// argN come from a USDT note's specs (only a block that reads no argN is
+/// fast there).
+inline FastAgg fast_agg(const Program& p, std::uint32_t pi, bool usdt) noexcept {
+  FastAgg f;
+  if (!p.h || pi >= p.h->nprobes) return f;
+  const ProbeDesc& pd = p.probes[pi];
+  if (pd.pred >= 0 || pd.nbody != 1 || pd.nvars != 0 || pd.nsvars != 0) return f;
+  const Stmt& s = p.stmts[p.lists[pd.body]];
+  if (s.op != StmtOp::map_agg || s.c != 0) return f;
+  const MapDesc& m = p.maps[s.a];
+  if (m.nkeys != 0 || m.value_is_str) return f;
+  if (s.d >= 0) {
+    const Node& n = p.nodes[s.d];
+    if (n.op == Op::num) f.value = FastAgg::kConst;
+    else if (n.op == Op::arg && !usdt && n.imm >= 0 && n.imm < 10) f.value = FastAgg::kArg;
+    else if (n.op == Op::retval) f.value = FastAgg::kRetval;
+    else return f;
+    f.imm = n.imm;
+  }
+  f.map = &m;
+  f.kind = 1;
+  return f;
+}
+
 /// The interpreter of one hit. Async-signal-safe (see the file comment).
 class Vm {
  public:
@@ -201,6 +238,48 @@ class Vm {
     if (to == kSlotZeroed && st == kSlotZeroed) return true;
     return __atomic_compare_exchange_n(s, &seen, (seen & ~kSlotStateMask) | to, false, __ATOMIC_ACQ_REL,
                                        __ATOMIC_ACQUIRE);
+  }
+
+  /// One update of map `m`'s value words `v` with the value `x` (count
+  /// ignores it): what `@m[...] = AGG(x)` does once its entry is found.
+  static void apply(const MapDesc& m, std::uint64_t* v, std::int64_t x) noexcept {
+    const auto ux = static_cast<std::uint64_t>(x);
+    switch (m.agg) {
+      case Agg::count: store(v, load(v) + 1); break;
+      case Agg::sum: store(v, load(v) + ux); break;
+      case Agg::avg:
+      case Agg::stats: store(v + 1, load(v + 1) + ux), store(v, load(v) + 1); break;
+      case Agg::min:
+        if (!load(v + 1) || x < static_cast<std::int64_t>(load(v))) store(v, ux);
+        store(v + 1, 1);
+        break;
+      case Agg::max:
+        if (!load(v + 1) || x > static_cast<std::int64_t>(load(v))) store(v, ux);
+        store(v + 1, 1);
+        break;
+      case Agg::hist: store(v + hist_bucket(x), load(v + hist_bucket(x)) + 1); break;
+      case Agg::lhist: {
+        const std::size_t b = lhist_bucket(m, x);
+        store(v + b, load(v + b) + 1);
+        break;
+      }
+      case Agg::assign: store(v, ux), store(v + 1, now_ns()); break;
+    }
+  }
+
+  /// fast_agg()'s block at a hit, without the interpreter: true when done;
+  /// false when the map's one slot is not live yet (its first update, or
+  /// after a clear() or zero()), which the interpreter then makes.
+  /// `args`: the hit's arg0..arg9; `retval` its return value (0 at an entry).
+  static bool run_fast(const FastAgg& f, std::uint64_t* area, const std::uint64_t* args,
+                       std::uint64_t retval) noexcept {
+    std::uint64_t* sl = area + f.map->offset;
+    if ((__atomic_load_n(sl, __ATOMIC_ACQUIRE) & kSlotStateMask) != kSlotLive) return false;
+    const std::int64_t x = f.value == FastAgg::kArg      ? static_cast<std::int64_t>(args[f.imm])
+                           : f.value == FastAgg::kRetval ? static_cast<std::int64_t>(retval)
+                                                         : f.imm;
+    apply(*f.map, sl + 1 + f.map->key_words, x);
+    return true;
   }
 
  private:
@@ -588,30 +667,7 @@ class Vm {
     const MapDesc& m = p_.maps[s.a];
     if (m.value_is_str) return store_str(s, m);
     const std::int64_t x = s.d >= 0 ? eval(s.d).i : 0;
-    std::uint64_t* v = value_words(s, m);
-    if (!v) return;
-    const auto ux = static_cast<std::uint64_t>(x);
-    switch (m.agg) {
-      case Agg::count: store(v, load(v) + 1); break;
-      case Agg::sum: store(v, load(v) + ux); break;
-      case Agg::avg:
-      case Agg::stats: store(v + 1, load(v + 1) + ux), store(v, load(v) + 1); break;
-      case Agg::min:
-        if (!load(v + 1) || x < static_cast<std::int64_t>(load(v))) store(v, ux);
-        store(v + 1, 1);
-        break;
-      case Agg::max:
-        if (!load(v + 1) || x > static_cast<std::int64_t>(load(v))) store(v, ux);
-        store(v + 1, 1);
-        break;
-      case Agg::hist: store(v + hist_bucket(x), load(v + hist_bucket(x)) + 1); break;
-      case Agg::lhist: {
-        const std::size_t b = lhist_bucket(m, x);
-        store(v + b, load(v + b) + 1);
-        break;
-      }
-      case Agg::assign: store(v, ux), store(v + 1, now_ns()); break;
-    }
+    if (std::uint64_t* v = value_words(s, m)) apply(m, v, x);
   }
 
   // @m[k] = STRING: the string's bytes (NUL-padded), then the store's time
