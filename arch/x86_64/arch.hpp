@@ -23,6 +23,7 @@
 #include "uprobe/regs.hpp"
 
 #include "frames.hpp"
+#include "preserve_sse.hpp"
 #include "insn.hpp"
 #include "plan.hpp"
 

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "uprobe/regs.hpp"
 
@@ -103,6 +105,39 @@ enum class PreserveStrategy : std::uint8_t {
 /// -mgeneral-regs-only). Uses about 2.7 KiB of stack besides fn's.
 /// Async-signal-safe: no system call, no allocation, no lock.
 void call_preserving(SaveMode mode, void (*fn)(void*), void* ctx) noexcept;
+
+/// What a consumer's code can change of the vector state, read from its
+/// instructions (analyze_clobbers()).
+struct Clobbers {
+  /// The code was followed to its end and touches no vector state but the
+  /// low 128 bits of xmm0 .. xmm(xmm - 1) (legacy SSE instructions, which
+  /// leave the upper halves of ymm/zmm alone) and the MXCSR's status flags:
+  /// no VEX/EVEX instruction, x87, MMX, k register, control-word load or
+  /// state restore, and no code it could not read (an indirect jump or call).
+  bool known = false;
+  std::uint8_t xmm = 0;  ///< how many xmm registers from xmm0 (0..16) it may write
+};
+
+/// Reads up to `n` bytes of code at `addr` into `out` without faulting;
+/// returns how many were readable (0: none).
+using CodeReader = std::function<std::size_t(std::uint64_t addr, std::uint8_t* out, std::size_t n)>;
+
+/// What the code reachable from `entries` (a consumer's handler, ret_handler:
+/// every path, direct callees included) can clobber (Clobbers). Decodes with
+/// Capstone; unknown (known false) for anything it does not follow, or more
+/// than 16,384 instructions or 256 functions. Thread-safe; not
+/// async-signal-safe (allocates): registration time only. No exception.
+Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeReader& read) noexcept;
+
+/// call_preserving() for callbacks whose code analyze_clobbers() read as
+/// known: preserves xmm0 .. xmm(nxmm - 1) (their low 128 bits, by legacy
+/// moves) and the MXCSR (loaded again only when the callbacks changed it:
+/// status flags too), which is all such code can change; fn starts with the
+/// default MXCSR control bits (0x1f80), its status flags as they were.
+/// Must be called before anything touched a vector register (its callers
+/// are compiled with -mgeneral-regs-only). Uses 256 bytes of stack besides
+/// fn's. Async-signal-safe: no system call, no allocation, no lock.
+void call_preserving_sse(unsigned nxmm, void (*fn)(void*), void* ctx) noexcept;
 
 /// True when the function at `code` is `return true;` and nothing more
 /// (`mov $1, %eax` or `mov $1, %al`, then `ret`; an endbr64 first): it

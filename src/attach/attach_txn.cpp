@@ -240,7 +240,7 @@ Uprobe* Transaction::add_checked(const ProbeRequest& q, std::size_t ticket, std:
   check_not_forbidden(t, offset, &vmas);
   if (q.consumer->callbacks() != Callbacks::entry) check_function_entry(t, offset);
   const ProbeKey key{t.st.st_dev, t.st.st_ino, offset};
-  std::unique_ptr<Registration> reg = make_registration(*q.consumer);
+  std::unique_ptr<Registration> reg = make_registration(*q.consumer, clobbers_memo_);
   if (reg->has_ret && !ri_reserved_) {
     uretprobe_reserve();  // return instances for the threads running now: never allocated by a hit
     ri_reserved_ = true;

@@ -146,6 +146,7 @@ class Transaction {
   std::optional<PokeSession> poke_;
   bool xol_batch_ = false;
   bool ri_reserved_ = false;  // uretprobe_reserve() ran for this transaction's return consumers
+  ClobbersMemo clobbers_memo_;  // consumers' code read by this transaction (make_registration())
   std::unique_ptr<Files> files_;
   // The bookkeeping of the new probes comes from one arena, freed at once at
   // the end: once the breakpoints are in, every free() of a probed free() traps.

@@ -22,6 +22,7 @@
 
 #include "arch.hpp"
 #include "attach_txn.hpp"
+#include "dispatch.hpp"
 #include "elf_image.hpp"
 #include "format.hpp"
 #include "ifunc.hpp"
@@ -324,6 +325,14 @@ std::string no_hop_reason(const arch::EntryWindow& w) {
 }
 
 /// The probe's state (everything but describe_code()), under the registry mutex.
+/// ProbeInfo::entry_state / return_state of a save mode and its SSE-only count.
+std::string saved_state(arch::SaveMode save, std::uint8_t sse) {
+  if (save == arch::SaveMode::none) return "none";
+  if (sse != kSseUnknown)
+    return sse == 0 ? "MXCSR" : sse == 1 ? "xmm0, MXCSR" : "xmm0-xmm" + std::to_string(sse - 1) + ", MXCSR";
+  return save == arch::SaveMode::entry ? "entry" : save == arch::SaveMode::ret ? "return" : "full";
+}
+
 ProbeInfo probe_state(const Uprobe* up) {
   Registry& r = registry();
   if (r.mutex.held_by_this_thread())  // (a pthread_atfork handler inside its fork(): before_fork())
@@ -344,6 +353,9 @@ ProbeInfo probe_state(const Uprobe* up) {
   const bool optimized = info.mode != ProbeMode::pending && info.mode != ProbeMode::int3;
   if (optimized && info.mode != ProbeMode::optimized_nop5) info.displaced = up->window.len;
   info.signals_blocked = signals_blocked_windows(up->key.dev, up->key.ino, up->key.offset);
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_relaxed);
+  info.entry_state = saved_state(effective_save(cs->entry_save), cs->entry_sse);
+  info.return_state = saved_state(effective_save(cs->ret_save), cs->ret_sse);
   if (info.mode != ProbeMode::optimized_evicted && up->window.punned)
     info.why_not_evicted = up->window.evict.len ? up->evict_failure
                            : up->evict_why.empty() ? ""

@@ -650,13 +650,38 @@ const void* trivial_filter(const Consumer& c) noexcept {
 
 void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
   cs.entry_save = cs.ret_save = arch::SaveMode::none;
+  cs.entry_sse = cs.ret_sse = kSseUnknown;
+  cs.nsse_codes = 0;
   if (UPROBE_TSAN) return;  // saved before any instrumented code runs (opt_entry.cpp)
+  // Where every consumer that needs a save runs code read as legacy SSE only
+  // (make_registration()): the xmm registers the most demanding of them may
+  // write, for both sides (a handler found at a hit among sse_codes is
+  // covered whichever side it was read for).
+  bool entry_sse = true, ret_sse = true;
+  unsigned nxmm = 0;
+  auto analyzed = [&](const void* code, const arch::Clobbers& k) {
+    if (!k.known || !code) return false;
+    if (!cs.sse_code(code)) {
+      if (cs.nsse_codes >= kMaxSseCodes) return false;
+      cs.sse_codes[cs.nsse_codes++] = code;
+    }
+    nxmm = std::max<unsigned>(nxmm, k.xmm);
+    return true;
+  };
   for (const Registration* r : cs.regs) {
     if (r->consumer->vector_state_unused()) continue;
-    if (r->has_entry || !r->trivial_filter)  // some code of the consumer's runs at the entry (see run_consumers())
+    if (r->has_entry || !r->trivial_filter) {  // some code of the consumer's runs at the entry (see run_consumers())
       cs.entry_save = up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full;
-    if (r->has_ret) cs.ret_save = arch::SaveMode::ret;
+      // (A filter of its own is not read: the save mode's preservation.)
+      if (!r->trivial_filter || (r->has_entry && !analyzed(r->handler_code, r->handler_clobbers))) entry_sse = false;
+    }
+    if (r->has_ret) {
+      cs.ret_save = arch::SaveMode::ret;
+      if (!analyzed(r->ret_code, r->ret_clobbers)) ret_sse = false;
+    }
   }
+  if (cs.entry_save != arch::SaveMode::none && entry_sse) cs.entry_sse = static_cast<std::uint8_t>(nxmm);
+  if (cs.ret_save != arch::SaveMode::none && ret_sse) cs.ret_sse = static_cast<std::uint8_t>(nxmm);
 }
 
 void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr) {

@@ -16,6 +16,7 @@
 #include "sites.hpp"
 #include "uretprobe.hpp"
 #include "xol.hpp"
+#include "sanitize.hpp"
 
 namespace uprobe::detail {
 
@@ -270,13 +271,47 @@ std::uint64_t next_id() {
   return ++id;
 }
 
-std::unique_ptr<Registration> make_registration(Consumer& c) {
+namespace {
+
+/// Up to `n` bytes of this process's code at `addr` (a page at a time: an
+/// instruction at the end of the last mapped page reads what there is).
+std::size_t read_own_code(std::uint64_t addr, std::uint8_t* out, std::size_t n) noexcept {
+  std::size_t done = 0;
+  while (done < n) {
+    const std::uint64_t a = addr + done;
+    const std::size_t in_page = static_cast<std::size_t>(4096 - (a & 4095));
+    const std::size_t want = std::min(n - done, in_page);
+    if (probe_read_user(out + done, static_cast<std::uint32_t>(want), reinterpret_cast<const void*>(a)) != 0) break;
+    done += want;
+  }
+  return done;
+}
+
+arch::Clobbers clobbers_of(const void* code, ClobbersMemo& memo) {
+  auto [it, fresh] = memo.try_emplace(code);
+  if (fresh) it->second = arch::analyze_clobbers({code}, read_own_code);
+  return it->second;
+}
+
+}  // namespace
+
+std::unique_ptr<Registration> make_registration(Consumer& c, ClobbersMemo& memo) {
   auto reg = std::make_unique<Registration>();
   reg->consumer = &c;
   reg->id = next_id();
   reg->has_entry = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::entry);
   reg->has_ret = static_cast<unsigned>(c.callbacks()) & static_cast<unsigned>(Callbacks::ret);
   reg->trivial_filter = trivial_filter(c);
+  if (!UPROBE_TSAN && !c.vector_state_unused()) {  // (TSan: everything is saved, opt_entry.cpp)
+    if (reg->has_entry) {
+      reg->handler_code = handler_code(c);
+      reg->handler_clobbers = clobbers_of(reg->handler_code, memo);
+    }
+    if (reg->has_ret) {
+      reg->ret_code = ret_handler_code(c);
+      reg->ret_clobbers = clobbers_of(reg->ret_code, memo);
+    }
+  }
   return reg;
 }
 

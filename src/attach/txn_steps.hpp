@@ -73,7 +73,7 @@ void refresh_windows_around(Registry& r, const ProbeKey& k, const ProbeKey* extr
 /// (registry mutex held).
 std::uint64_t next_id();
 
-std::unique_ptr<Registration> make_registration(Consumer& c);
+std::unique_ptr<Registration> make_registration(Consumer& c, ClobbersMemo& memo);
 
 /// The refusals of one more consumer on an existing probe (errors name the
 /// request's path and offset).

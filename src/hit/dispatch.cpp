@@ -61,6 +61,10 @@ struct ChainRun {
   bool saved;          ///< the vector state is saved (or the kernel saved it) around this run
   ReturnInstance* ri;  ///< the return instance to arm, if any consumer wants the return
   bool remove;         ///< every consumer said Action::remove
+  /// Only what the consumers' code was read to clobber is saved
+  /// (ConsumerSet::entry_sse): a handler not among the code read runs with
+  /// the full save around it (run_handler()).
+  bool sse = false;
 };
 
 struct FilterCall {
@@ -88,6 +92,29 @@ static inline __attribute__((always_inline)) bool filter_passes(const ChainRun& 
   return f.pass;
 }
 
+struct HandlerCall {
+  Consumer* consumer;
+  Regs* regs;
+  Action action;
+};
+
+void handler_preserving(void* p) {
+  auto* h = static_cast<HandlerCall*>(p);
+  h->action = h->consumer->handler(*h->regs);
+}
+
+/// `con`'s handler. Under an SSE-only save (ChainRun::sse), a consumer whose
+/// handler is not the code read at registration (its class changed since:
+/// registered from a base-class constructor) gets the save mode's
+/// preservation around it.
+static inline __attribute__((always_inline)) Action run_handler(const ChainRun& c, Consumer* con) noexcept {
+  if (__builtin_expect(!c.sse || con->vector_state_unused() || c.cs->sse_code(handler_code(*con)), 1))
+    return con->handler(*c.regs);
+  HandlerCall h{con, c.regs, Action::keep};
+  arch::call_preserving(c.up->function_entry ? arch::SaveMode::entry : arch::SaveMode::full, handler_preserving, &h);
+  return h.action;
+}
+
 /// The consumers of one hit (the kernel's handler_chain() loop): filters,
 /// entry handlers with their session cookies, Action::remove, and the
 /// return instance for the consumers that want the return.
@@ -107,7 +134,7 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
     Action rc = Action::keep;
     if (r->has_entry) {
       ts.cookie = &cookie;
-      rc = con->handler(*c.regs);
+      rc = run_handler(c, con);
       ts.cookie = nullptr;
     }
     if (rc == Action::remove)
@@ -152,10 +179,21 @@ static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, 
   ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
   {
     FaultsFatalScope fatal(up->faults_fatal);
-    if (save != arch::SaveMode::none)
-      arch::call_preserving(save, run_consumers_preserving, &c);
-    else
+    if (save != arch::SaveMode::none && cs->entry_sse != kSseUnknown) {
+      // Only what the consumers' code can clobber (their filters are the
+      // trivial one, read at registration: a filter of another class is
+      // preserved around, filter_passes()).
+      c.saved = false;
+      c.sse = true;
+      arch::SseSave s;
+      arch::sse_save(cs->entry_sse, s);
       run_consumers(c);
+      arch::sse_restore(cs->entry_sse, s);
+    } else if (save != arch::SaveMode::none) {
+      arch::call_preserving(save, run_consumers_preserving, &c);
+    } else {
+      run_consumers(c);
+    }
   }
   const bool hijacked = c.ri && arm_return(up, regs, func, c.ri);
   if (c.remove) try_unapply(up);

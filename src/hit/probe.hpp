@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -41,16 +42,30 @@ struct Registration {
   /// sites.hpp), else nullptr. A hit whose consumer still has that filter
   /// (filter_code()) skips the call, and no vector state is saved for it.
   const void* trivial_filter = nullptr;
+  /// The consumer's handler() and ret_handler() code as read at
+  /// registration, and what it can clobber (arch::analyze_clobbers(); not
+  /// read, unknown, for a consumer that declared set_vector_state_unused()
+  /// or has no such callback): save_modes() saves only that around them.
+  const void* handler_code = nullptr;
+  const void* ret_code = nullptr;
+  arch::Clobbers handler_clobbers{};
+  arch::Clobbers ret_clobbers{};
   std::atomic<bool> removed{false};
   /// USDT semaphore counts this registration incremented (writer side only).
   std::vector<std::uint64_t> ref_ctr_addrs;
 };
 
-/// The code of `c`'s filter(), read from its vtable (Itanium C++ ABI 2.3: a
-/// pointer to a virtual member function is 1 + the byte offset of its slot;
-/// the vtable pointer is the object's first word). Async-signal-safe.
-inline const void* filter_code(const Consumer& c) noexcept {
-  bool (Consumer::*pmf)(pid_t) = &Consumer::filter;
+/// What analyze_clobbers() said of each code address, within one transaction
+/// (a consumer registered on many probes is read once; not kept longer: a
+/// library unloaded and another loaded there may put other code at an address).
+using ClobbersMemo = std::unordered_map<const void*, arch::Clobbers>;
+
+/// The code of the virtual member function `pmf` of `c`'s class, read from
+/// its vtable (Itanium C++ ABI 2.3: a pointer to a virtual member function
+/// is 1 + the byte offset of its slot; the vtable pointer is the object's
+/// first word). Async-signal-safe.
+template <class Pmf>
+inline const void* virtual_code(const Consumer& c, Pmf pmf) noexcept {
   struct {
     std::uintptr_t ptr;
     std::ptrdiff_t adj;
@@ -64,13 +79,27 @@ inline const void* filter_code(const Consumer& c) noexcept {
   return fn;
 }
 
+/// The code of `c`'s filter(), handler() and ret_handler(). Async-signal-safe.
+inline const void* filter_code(const Consumer& c) noexcept { return virtual_code(c, &Consumer::filter); }
+inline const void* handler_code(const Consumer& c) noexcept { return virtual_code(c, &Consumer::handler); }
+inline const void* ret_handler_code(const Consumer& c) noexcept { return virtual_code(c, &Consumer::ret_handler); }
+
+/// ConsumerSet::entry_sse / ret_sse: the consumers' code was not read as
+/// legacy SSE only (arch::Clobbers unknown): the save mode's full preservation.
+inline constexpr std::uint8_t kSseUnknown = 0xff;
+/// Distinct handler codes a ConsumerSet's SSE-only saves stand for; more: unknown.
+inline constexpr std::size_t kMaxSseCodes = 4;
+
 /// Immutable consumer chain (replaced, never edited, once published).
 struct ConsumerSet {
   ConsumerSet() noexcept : serial(next_serial()) {}
   explicit ConsumerSet(std::vector<Registration*> r) noexcept : regs(std::move(r)), serial(next_serial()) {}
   /// A copy to edit: the same consumers and save modes, a serial of its own.
   ConsumerSet(const ConsumerSet& o)
-      : regs(o.regs), entry_save(o.entry_save), ret_save(o.ret_save), serial(next_serial()) {}
+      : regs(o.regs), entry_save(o.entry_save), ret_save(o.ret_save), entry_sse(o.entry_sse), ret_sse(o.ret_sse),
+        nsse_codes(o.nsse_codes), serial(next_serial()) {
+    for (std::size_t i = 0; i < kMaxSseCodes; ++i) sse_codes[i] = o.sse_codes[i];
+  }
   ConsumerSet& operator=(const ConsumerSet&) = delete;
 
   std::vector<Registration*> regs;
@@ -82,6 +111,22 @@ struct ConsumerSet {
   /// path needs none: the kernel saved everything in the signal frame.
   arch::SaveMode entry_save = arch::SaveMode::none;
   arch::SaveMode ret_save = arch::SaveMode::none;
+  /// Where the consumers that need a save run only code read as legacy SSE
+  /// (arch::analyze_clobbers(), save_modes()): how many xmm registers from
+  /// xmm0 it may write, saved instead of what entry_save / ret_save name
+  /// (arch::call_preserving_sse()); kSseUnknown: the save mode's. A hit
+  /// whose consumer runs a handler not among sse_codes (its class changed
+  /// after it registered) preserves the full state around that handler.
+  std::uint8_t entry_sse = kSseUnknown;
+  std::uint8_t ret_sse = kSseUnknown;
+  std::uint8_t nsse_codes = 0;
+  const void* sse_codes[kMaxSseCodes] = {};
+  /// Whether `code` (a handler's or ret_handler's) is one of sse_codes. Async-signal-safe.
+  bool sse_code(const void* code) const noexcept {
+    for (std::uint8_t i = 0; i < nsse_codes; ++i)
+      if (sse_codes[i] == code) return true;
+    return false;
+  }
   /// Unique for the life of the process (a set allocated where a freed one
   /// was has another): a return instance that recorded the set of its entry
   /// hit knows, by pointer and serial, that the set published at the return

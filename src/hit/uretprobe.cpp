@@ -218,7 +218,31 @@ struct RetRun {
   ReturnInstance* ri;
   Regs* regs;
   const ConsumerSet* cs;
+  bool sse;  ///< only what the code read at registration clobbers is saved (ConsumerSet::ret_sse)
 };
+
+struct RetCall {
+  Consumer* consumer;
+  Regs* regs;
+  std::uint64_t func;
+};
+
+void ret_handler_preserving(void* p) {
+  auto* h = static_cast<RetCall*>(p);
+  h->consumer->ret_handler(*h->regs, h->func);
+}
+
+/// `con`'s ret_handler. Under an SSE-only save, one that is not the code
+/// read at registration (its class changed since) gets the return's full
+/// preservation around it.
+static inline __attribute__((always_inline)) void call_ret_handler(const RetRun& c, Consumer* con) noexcept {
+  if (__builtin_expect(!c.sse || con->vector_state_unused() || c.cs->sse_code(ret_handler_code(*con)), 1)) {
+    con->ret_handler(*c.regs, c.ri->func);
+    return;
+  }
+  RetCall h{con, c.regs, c.ri->func};
+  arch::call_preserving(arch::SaveMode::ret, ret_handler_preserving, &h);
+}
 
 /// handle_uretprobe_chain(): the ret_handlers of one instance. Each recorded
 /// consumer that is still registered: while the uprobe has the consumer set
@@ -231,7 +255,7 @@ static inline __attribute__((always_inline)) void run_ret_consumers(const RetRun
     for (std::uint32_t i = 0; i < c.ri->nconsumers; ++i) {
       ReturnConsumer& rc = c.ri->consumers[i];
       ts.cookie = &rc.cookie;
-      rc.consumer->ret_handler(*c.regs, c.ri->func);
+      call_ret_handler(c, rc.consumer);
       ts.cookie = nullptr;
     }
     return;
@@ -242,7 +266,7 @@ static inline __attribute__((always_inline)) void run_ret_consumers(const RetRun
       if (r->id != rc.id) continue;
       if (r->has_ret) {
         ts.cookie = &rc.cookie;
-        r->consumer->ret_handler(*c.regs, c.ri->func);
+        call_ret_handler(c, r->consumer);
         ts.cookie = nullptr;
       }
       break;
@@ -265,10 +289,17 @@ static inline __attribute__((always_inline)) void run_ret_handlers(ReturnInstanc
   Uprobe* const up = ri->up;
   if (!ri->handle || ri->handle->up.load(std::memory_order_acquire) != up || up->id != ri->uprobe_id)
     return;  // unregistered meanwhile
-  const RetRun c{ri, &regs, up->consumers.load(std::memory_order_acquire)};
-  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(c.cs->ret_save);
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->ret_save);
+  const bool sse = save != arch::SaveMode::none && cs->ret_sse != kSseUnknown;
+  const RetRun c{ri, &regs, cs, sse};
   FaultsFatalScope fatal(up->faults_fatal);
-  if (save != arch::SaveMode::none)
+  if (sse) {
+    arch::SseSave s;
+    arch::sse_save(cs->ret_sse, s);
+    run_ret_consumers(c);
+    arch::sse_restore(cs->ret_sse, s);
+  } else if (save != arch::SaveMode::none)
     arch::call_preserving(save, run_ret_consumers_preserving, const_cast<RetRun*>(&c));
   else
     run_ret_consumers(c);

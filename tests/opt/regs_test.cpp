@@ -219,6 +219,19 @@ struct LyingClobberer : uprobe::Consumer {
   }
 };
 
+/// A default consumer whose handler calls through a pointer the analysis of
+/// its code cannot follow (arch::analyze_clobbers()): the full state is saved.
+void opaque_noop() {}
+void (*volatile g_opaque)() = opaque_noop;
+struct OpaqueCounter : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0};
+  Action handler(Regs&) override {
+    hits.fetch_add(1);
+    g_opaque();
+    return Action::keep;
+  }
+};
+
 void check_seen(Level l, const Regs& s) {
   const std::uint64_t want[16] = {s.rax, s.rcx, s.rdx, s.rbx, 0,     s.rbp, s.rsi, s.rdi,
                                   s.r8,  s.r9,  s.r10, s.r11, s.r12, s.r13, s.r14, s.r15};
@@ -333,15 +346,27 @@ TEST(Vector, SaveFlagFollowsConsumerSet) {
   EXPECT_EQ(diff_state(l, unsaved, run_level(l)), "") << "only unused-state consumers: the state is not saved"
                                                       << (kVectorStateAlwaysSaved ? " (TSan build: saved)" : "");
   {
-    Counter normal;
+    OpaqueCounter normal;
     uprobe::Attachment b(level_site_addr(l), normal);
     fill_input(42);
-    EXPECT_EQ(diff_state(l, ref, run_level(l)), "") << "a default consumer joined: the state must be saved";
+    EXPECT_EQ(diff_state(l, ref, run_level(l)), "")
+        << "a default consumer whose code cannot be read joined: the state must be saved";
     EXPECT_EQ(normal.hits.load(), 1u);
   }
   fill_input(42);
   EXPECT_EQ(diff_state(l, unsaved, run_level(l)), "") << "the default consumer left: no save again";
-  EXPECT_EQ(liar.hits.load(), 3u);
+  {
+    // A default consumer whose code is read at registration (integer work
+    // only, no call): what it can clobber is saved, nothing of the vector
+    // registers, so the liar's clobbering shows (the MXCSR is kept).
+    Counter reads_as_integer_only;
+    uprobe::Attachment b(level_site_addr(l), reads_as_integer_only);
+    fill_input(42);
+    EXPECT_EQ(diff_state(l, unsaved, run_level(l)), "")
+        << "a default consumer whose code touches no vector register joined: none saved";
+    EXPECT_EQ(reads_as_integer_only.hits.load(), 1u);
+  }
+  EXPECT_EQ(liar.hits.load(), 4u);
 }
 
 // fork(): the child keeps the parent's probes (and their stubs). A change the

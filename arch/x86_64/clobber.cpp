@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+/// @file clobber.cpp
+/// What a consumer's code can change of the vector state (analyze_clobbers()),
+/// read from its instructions at registration: the kernel saves nothing of
+/// the vector state for its handlers, and libuprobe saves only what an
+/// ordinary consumer can clobber. Every path from the entry points is
+/// followed (both ways of a conditional branch, direct jumps, direct calls
+/// into their callees, until each path returns); the answer is "known" only
+/// when every instruction on them is understood and none can touch more than
+/// the low 128 bits of xmm0-15 and the MXCSR's status flags: legacy SSE
+/// instructions (which leave the upper halves of ymm/zmm alone), general
+/// registers, memory, system calls. Anything else makes it unknown, and the
+/// caller saves everything the site makes live (call_preserving()): a VEX,
+/// EVEX or XOP instruction (they zero the upper halves, reach ymm/zmm/k),
+/// x87 and MMX, an MXCSR or x87 control load, xsave/xrstor/fxrstor, an
+/// indirect jump or call (a PLT stub, a switch's table, a virtual call: code
+/// not read here), a far transfer, RTM, too much code. Classification from
+/// the raw prefix and opcode bytes first, then Capstone's operands and
+/// register accesses (any vector register named, read or written, counts as
+/// clobbered). Not on the hot path: Capstone allocates.
+
+#include <capstone/capstone.h>
+
+#include <algorithm>
+#include <unordered_set>
+#include <vector>
+
+#include "arch.hpp"
+#include "capstone_lib.hpp"
+
+namespace uprobe::arch {
+namespace {
+
+constexpr std::size_t kMaxInstructions = 16384;  ///< over every path of every entry point
+constexpr std::size_t kMaxFunctions = 256;       ///< entry points and direct callees
+
+/// One Capstone handle with details, for one analysis.
+class Handle {
+ public:
+  Handle() {
+    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &h_) != CS_ERR_OK) {
+      h_ = 0;
+      return;
+    }
+    capstone::option(h_, CS_OPT_DETAIL, CS_OPT_ON);
+    insn_ = capstone::malloc_insn(h_);
+  }
+  ~Handle() {
+    if (insn_) capstone::free_insn(insn_, 1);
+    if (h_) capstone::close(&h_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  bool ok() const { return h_ != 0 && insn_ != nullptr; }
+  csh handle() const { return h_; }
+  /// The instruction at `addr` from its bytes; nullptr when Capstone cannot decode it.
+  const cs_insn* decode(std::uint64_t addr, const std::uint8_t* b, std::size_t n) {
+    const std::uint8_t* code = b;
+    std::size_t size = n;
+    std::uint64_t a = addr;
+    return capstone::disasm_iter(h_, &code, &size, &a, insn_) ? insn_ : nullptr;
+  }
+
+ private:
+  csh h_ = 0;
+  cs_insn* insn_ = nullptr;
+};
+
+/// How a path goes on after one instruction.
+enum class Next { fall, end, unknown };
+
+/// The raw bytes' verdict: Next::unknown for an encoding or an opcode the
+/// analysis does not follow (the file comment); else fall (the operands
+/// decide) or end (ud2, hlt: the path stops).
+Next raw_class(const std::uint8_t* b, std::size_t len) {
+  std::size_t i = 0;
+  bool f3 = false;
+  for (; i < len; ++i) {
+    const std::uint8_t c = b[i];
+    if (c == 0x66 || c == 0x67 || c == 0xf0 || c == 0xf2 || c == 0x2e || c == 0x36 || c == 0x3e || c == 0x26 ||
+        c == 0x64 || c == 0x65)
+      continue;
+    if (c == 0xf3) {
+      f3 = true;
+      continue;
+    }
+    break;
+  }
+  if (i < len && (b[i] & 0xf0) == 0x40) ++i;  // REX
+  if (i >= len) return Next::unknown;
+  const std::uint8_t op = b[i];
+  if (op == 0xc4 || op == 0xc5 || op == 0x62) return Next::unknown;  // VEX, EVEX (64-bit mode)
+  if (op == 0x8f && i + 1 < len && ((b[i + 1] >> 3) & 7) != 0) return Next::unknown;  // XOP
+  if ((op >= 0xd8 && op <= 0xdf) || op == 0x9b) return Next::unknown;  // x87, fwait
+  if (op == 0xf4) return Next::end;                                    // hlt
+  if (op == 0xf1) return Next::unknown;                                // icebp
+  if (op == 0xc7 && i + 1 < len && b[i + 1] == 0xf8) return Next::unknown;  // xbegin
+  if (op != 0x0f) return Next::fall;
+  if (i + 1 >= len) return Next::unknown;
+  const std::uint8_t op1 = b[i + 1];
+  if (op1 == 0x0b) return Next::end;                                  // ud2
+  if (op1 == 0x77 || op1 == 0x0e || op1 == 0x0f) return Next::unknown;  // emms, femms, 3DNow!
+  if (op1 == 0xae || op1 == 0xc7 || op1 == 0x01) {
+    if (i + 2 >= len) return Next::unknown;
+    const std::uint8_t modrm = b[i + 2];
+    const unsigned reg = (modrm >> 3) & 7, mod = modrm >> 6;
+    if (op1 == 0xae) {
+      // fxsave, fxrstor, ldmxcsr, xsave, xrstor, xsaveopt; stmxcsr (/3) and
+      // clflush (/7) only read; the register forms are fences, or (with f3)
+      // rd/wr fs/gs base.
+      if (mod != 3 && reg != 3 && reg != 7) return Next::unknown;
+      if (mod == 3 && f3) return Next::unknown;
+    }
+    if (op1 == 0xc7 && mod != 3 && (reg == 3 || reg == 4 || reg == 5)) return Next::unknown;  // xrstors, xsavec, xsaves
+    if (op1 == 0x01 && (modrm == 0xd1 || modrm == 0xef)) return Next::unknown;  // xsetbv, wrpkru
+  }
+  return Next::fall;
+}
+
+/// Adds the vector register `r` to `mask` (xmm0-15); false for a register the
+/// analysis does not allow (ymm, zmm, xmm16-31, k, mm, st, the x87 status).
+bool note_register(unsigned r, std::uint32_t& mask) {
+  if (r >= X86_REG_XMM0 && r <= X86_REG_XMM15) {
+    mask |= 1u << (r - X86_REG_XMM0);
+    return true;
+  }
+  if (r >= X86_REG_XMM16 && r <= X86_REG_XMM31) return false;
+  if (r >= X86_REG_YMM0 && r <= X86_REG_YMM31) return false;
+  if (r >= X86_REG_ZMM0 && r <= X86_REG_ZMM31) return false;
+  if (r >= X86_REG_K0 && r <= X86_REG_K7) return false;
+  if (r >= X86_REG_MM0 && r <= X86_REG_MM7) return false;
+  if (r >= X86_REG_ST0 && r <= X86_REG_ST7) return false;
+  if (r >= X86_REG_FP0 && r <= X86_REG_FP7) return false;
+  if (r == X86_REG_FPSW) return false;
+  return true;
+}
+
+bool in_group(const cs_insn* ci, std::uint8_t g) {
+  const cs_detail* d = ci->detail;
+  return std::find(d->groups, d->groups + d->groups_count, g) != d->groups + d->groups_count;
+}
+
+}  // namespace
+
+Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeReader& read) noexcept {
+  Clobbers unknown;  // (known = false)
+  try {
+    Handle h;
+    if (!h.ok()) return unknown;
+    std::vector<std::uint64_t> work;
+    std::unordered_set<std::uint64_t> seen, functions;
+    for (const void* e : entries) {
+      const auto a = reinterpret_cast<std::uint64_t>(e);
+      if (a == 0) return unknown;
+      if (functions.insert(a).second) work.push_back(a);
+    }
+    std::uint32_t mask = 0;
+    std::size_t count = 0;
+    while (!work.empty()) {
+      std::uint64_t addr = work.back();
+      work.pop_back();
+      for (;;) {
+        if (!seen.insert(addr).second) break;
+        if (++count > kMaxInstructions) return unknown;
+        std::uint8_t b[16];
+        const std::size_t got = read(addr, b, 15);
+        if (got == 0) return unknown;
+        const cs_insn* ci = h.decode(addr, b, got);
+        if (!ci || ci->size == 0 || ci->size > got) return unknown;
+        const Next raw = raw_class(ci->bytes, ci->size);
+        if (raw == Next::unknown) return unknown;
+        const cs_detail* d = ci->detail;
+        const cs_x86& x = d->x86;
+        if (ci->id == X86_INS_PCMPISTRM || ci->id == X86_INS_PCMPESTRM) mask |= 1;  // writes xmm0 implicitly
+        for (std::uint8_t k = 0; k < x.op_count; ++k) {
+          const cs_x86_op& o = x.operands[k];
+          if (o.type == X86_OP_REG && !note_register(o.reg, mask)) return unknown;
+          if (o.type == X86_OP_MEM && (!note_register(o.mem.base, mask) || !note_register(o.mem.index, mask)))
+            return unknown;
+        }
+        cs_regs rd, wr;
+        std::uint8_t nrd = 0, nwr = 0;
+        if (capstone::regs_access(h.handle(), ci, rd, &nrd, wr, &nwr) != CS_ERR_OK) return unknown;
+        for (std::uint8_t k = 0; k < nrd; ++k)
+          if (!note_register(rd[k], mask)) return unknown;
+        for (std::uint8_t k = 0; k < nwr; ++k)
+          if (!note_register(wr[k], mask)) return unknown;
+        const std::uint64_t next = addr + ci->size;
+        if (raw == Next::end) break;
+        if (in_group(ci, X86_GRP_IRET) || in_group(ci, X86_GRP_PRIVILEGE)) return unknown;
+        if (in_group(ci, X86_GRP_RET)) break;
+        if (in_group(ci, X86_GRP_INT) && ci->id != X86_INS_SYSCALL) {
+          if (ci->id == X86_INS_INT3) break;  // (a trap: the path stops)
+          return unknown;
+        }
+        const bool jump = in_group(ci, X86_GRP_JUMP), call = in_group(ci, X86_GRP_CALL);
+        if (jump || call) {
+          if (ci->id == X86_INS_LJMP || ci->id == X86_INS_LCALL) return unknown;
+          if (x.op_count != 1 || x.operands[0].type != X86_OP_IMM) return unknown;  // indirect
+          const auto target = static_cast<std::uint64_t>(x.operands[0].imm);
+          if (call) {
+            if (functions.insert(target).second) {
+              if (functions.size() > kMaxFunctions) return unknown;
+              work.push_back(target);
+            }
+          } else {
+            work.push_back(target);
+            if (ci->id == X86_INS_JMP) break;  // unconditional: no fall-through
+          }
+        }
+        addr = next;
+      }
+    }
+    Clobbers c;
+    c.known = true;
+    c.xmm = static_cast<std::uint8_t>(mask ? 32 - __builtin_clz(mask) : 0);
+    return c;
+  } catch (...) {
+    return unknown;
+  }
+}
+
+}  // namespace uprobe::arch

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file preserve_sse.hpp
+/// The save of arch::call_preserving_sse() (frames.hpp), inline for the hit
+/// paths (src/hit/dispatch.cpp, uretprobe.cpp: no call level between the save
+/// and the consumers): for callbacks whose code analyze_clobbers() read as
+/// legacy SSE only, xmm0 .. xmm(n - 1) by legacy moves (the upper halves of
+/// ymm/zmm stay as they are) and the MXCSR, loaded again only when the
+/// callbacks changed it (a load waits for the vector instructions in flight).
+/// The callbacks start with the default MXCSR control bits, its status flags
+/// as they were. For code compiled with -mgeneral-regs-only, run before
+/// anything touched a vector register. Async-signal-safe.
+
+#include <cstdint>
+
+namespace uprobe::arch {
+
+/// What sse_save() keeps (256 bytes and the MXCSR).
+struct SseSave {
+  struct alignas(16) Xmm {
+    std::uint8_t b[16];
+  };
+  Xmm x[16];
+  std::uint32_t mxcsr;
+};
+
+#define UPROBE_SSE_SAVE_CASE(n)                                                  \
+  case (n) + 1:                                                                  \
+    asm volatile("movdqa %%xmm" #n ", %0" : "=m"(s.x[n]) : : "memory");         \
+    [[fallthrough]];
+#define UPROBE_SSE_LOAD_CASE(n)                                                  \
+  case (n) + 1:                                                                  \
+    asm volatile("movdqa %0, %%xmm" #n : : "m"(s.x[n]) : "memory");             \
+    [[fallthrough]];
+
+/// Saves the MXCSR and xmm0 .. xmm(n - 1) (n <= 16), then gives the callbacks
+/// the default control bits (0x1f80) when the program's differ.
+inline void sse_save(unsigned n, SseSave& s) noexcept {
+  static constexpr std::uint32_t kDefault = 0x1f80;
+  asm volatile("stmxcsr %0" : "=m"(s.mxcsr) : : "memory");
+  switch (n) {
+    UPROBE_SSE_SAVE_CASE(15) UPROBE_SSE_SAVE_CASE(14) UPROBE_SSE_SAVE_CASE(13) UPROBE_SSE_SAVE_CASE(12)
+    UPROBE_SSE_SAVE_CASE(11) UPROBE_SSE_SAVE_CASE(10) UPROBE_SSE_SAVE_CASE(9) UPROBE_SSE_SAVE_CASE(8)
+    UPROBE_SSE_SAVE_CASE(7) UPROBE_SSE_SAVE_CASE(6) UPROBE_SSE_SAVE_CASE(5) UPROBE_SSE_SAVE_CASE(4)
+    UPROBE_SSE_SAVE_CASE(3) UPROBE_SSE_SAVE_CASE(2) UPROBE_SSE_SAVE_CASE(1) UPROBE_SSE_SAVE_CASE(0)
+    default:
+      break;
+  }
+  if ((s.mxcsr & ~0x3fu) != kDefault) asm volatile("ldmxcsr %0" : : "m"(kDefault) : "memory");
+}
+
+/// Puts back what sse_save() kept: the MXCSR when it differs now, then the
+/// xmm registers.
+inline void sse_restore(unsigned n, const SseSave& s) noexcept {
+  std::uint32_t now;
+  asm volatile("stmxcsr %0" : "=m"(now) : : "memory");
+  if (now != s.mxcsr) asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");
+  switch (n) {
+    UPROBE_SSE_LOAD_CASE(15) UPROBE_SSE_LOAD_CASE(14) UPROBE_SSE_LOAD_CASE(13) UPROBE_SSE_LOAD_CASE(12)
+    UPROBE_SSE_LOAD_CASE(11) UPROBE_SSE_LOAD_CASE(10) UPROBE_SSE_LOAD_CASE(9) UPROBE_SSE_LOAD_CASE(8)
+    UPROBE_SSE_LOAD_CASE(7) UPROBE_SSE_LOAD_CASE(6) UPROBE_SSE_LOAD_CASE(5) UPROBE_SSE_LOAD_CASE(4)
+    UPROBE_SSE_LOAD_CASE(3) UPROBE_SSE_LOAD_CASE(2) UPROBE_SSE_LOAD_CASE(1) UPROBE_SSE_LOAD_CASE(0)
+    default:
+      break;
+  }
+}
+
+#undef UPROBE_SSE_SAVE_CASE
+#undef UPROBE_SSE_LOAD_CASE
+
+}  // namespace uprobe::arch

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: MIT
+// The vector state around consumers whose code libuprobe reads at
+// registration as legacy SSE only (arch::analyze_clobbers()): it then saves
+// only xmm0 .. xmmN and the MXCSR around them (ProbeInfo::entry_state and
+// return_state say so), at a function entry, at a return and at a
+// mid-function nop5, at xmm, ymm and zmm width (skipped only where the CPU
+// lacks AVX / AVX-512): every value the site keeps is exact, and so is what
+// such code cannot touch (the upper halves of ymm/zmm, zmm16-31, k0-7, the
+// x87 control word and stack). The consumer writes xmm0-xmm7 with legacy SSE
+// instructions, divides in double (the MXCSR's inexact flag) and checks that
+// it starts with the default MXCSR control bits. A consumer whose class
+// changed after it registered (its handler is then code libuprobe did not
+// read) gets the full preservation around that handler.
+
+#include <atomic>
+#include <cmath>
+
+#include "state_common.hpp"
+
+namespace {
+
+#if defined(__SANITIZE_THREAD__)
+constexpr int kBuild = 2;  // ThreadSanitizer: everything saved in the stub's entry (ProbeInfo says "none")
+#elif defined(__SANITIZE_ADDRESS__)
+constexpr int kBuild = 1;  // the consumers' code calls the sanitizer runtime: not read (the save mode's state)
+#else
+constexpr int kBuild = 0;
+#endif
+
+/// What ProbeInfo says of a side whose consumer is SseConsumer (`mode`: the
+/// save mode's name where its code is not read).
+std::string expected_state(const char* mode) { return kBuild == 2 ? "none" : kBuild == 1 ? mode : "xmm0-xmm7, MXCSR"; }
+
+constexpr std::uint32_t kDefaultMxcsr = 0x1f80;
+
+/// An ordinary consumer (no set_vector_state_unused()) that runs legacy SSE
+/// code only, and no call.
+struct SseConsumer : uprobe::Consumer {
+  explicit SseConsumer(uprobe::Callbacks cb) : uprobe::Consumer(cb) {}
+  std::atomic<std::uint64_t> hits{0}, bad_env{0}, bad_work{0};
+  volatile double three = 3.0;
+
+  void work() {
+    std::uint32_t m;
+    asm volatile("stmxcsr %0" : "=m"(m));
+    if ((m & ~0x3fu) != kDefaultMxcsr) bad_env.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t n = hits.fetch_add(1, std::memory_order_relaxed);
+    // xmm1-xmm7 (legacy encodings: all ones, zero, copies).
+    asm volatile(
+        "pcmpeqd %%xmm1, %%xmm1\n\t"
+        "movaps %%xmm1, %%xmm2\n\t"
+        "xorps %%xmm3, %%xmm3\n\t"
+        "pcmpeqb %%xmm4, %%xmm4\n\t"
+        "movdqa %%xmm4, %%xmm5\n\t"
+        "pxor %%xmm6, %%xmm6\n\t"
+        "movapd %%xmm5, %%xmm7" ::: "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7");
+    const double third = (static_cast<double>(n % 7) + 1.0) / three;  // inexact
+    const double back = third * three;
+    if (std::fabs(back - (static_cast<double>(n % 7) + 1.0)) > 1e-12) bad_work.fetch_add(1, std::memory_order_relaxed);
+  }
+  uprobe::Action handler(uprobe::Regs&) override {
+    work();
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override { work(); }
+  void expect_clean(std::uint64_t n) {
+    EXPECT_EQ(hits.load(), n);
+    EXPECT_EQ(bad_env.load(), 0u) << "the consumer did not start with the default MXCSR control bits";
+    EXPECT_EQ(bad_work.load(), 0u);
+  }
+};
+
+/// Everything but the x87 stack (an entry or mid-function site reached with
+/// an empty one, as here), zmm16-31 and k0-7 included.
+constexpr What kAllButStack{true, true, true, false, false};
+/// A return: that and the x87 stack the function left (TOP, tags, values).
+constexpr What kAllAndStack{true, true, true, true, false};
+
+constexpr int kRounds = 40;
+std::string round_name(int i) { return "round " + std::to_string(i) + ": "; }
+
+class SseState : public ::testing::TestWithParam<std::tuple<Level, bool>> {
+ protected:
+  ConfigGuard guard;
+  Level l = Level::sse;
+  bool optimize = true;
+  void SetUp() override {
+    std::tie(l, optimize) = GetParam();
+    if (!cpu_has(l)) GTEST_SKIP() << level_name(l) << " not supported by this CPU";
+    set_optimize(optimize);
+  }
+  void expect_mode(const uprobe::Attachment& a, uprobe::ProbeMode optimized_mode) {
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, optimize ? optimized_mode : uprobe::ProbeMode::int3) << info.why_not_optimized;
+  }
+};
+
+// A function entry: the function and its caller see exactly what the caller
+// loaded, everything but the (empty) x87 stack; only xmm0-xmm7 and the MXCSR
+// were saved.
+TEST_P(SseState, EntryKeepsEverythingSavingXmm0To7) {
+  SseConsumer c(uprobe::Callbacks::entry);
+  uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+  EXPECT_EQ(info.entry_state, expected_state("entry"));
+  EXPECT_EQ(info.return_state, "none");
+  const uprobe::Stats s0 = uprobe::stats();
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + 101, 0, i % 2 == 0);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, kAllButStack);
+    const std::string d2 = diff(l, state_in, state_after, kAllButStack);
+    if (!d2.empty()) d += "after the return: " + d2;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  c.expect_clean(kRounds);
+  EXPECT_EQ(stats_delta(s0, uprobe::stats()).optimized, optimize ? static_cast<std::uint64_t>(kRounds) : 0u);
+}
+
+// A return: the caller gets back exactly what the function left (vector and
+// long double return values, the rest of the vector state, the MXCSR).
+TEST_P(SseState, ReturnKeepsEverythingSavingXmm0To7) {
+  std::vector<AbiState> ref(kRounds);
+  auto input = [](int i) {
+    fill_input(static_cast<std::uint64_t>(i) + 203, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
+  };
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kCallRet[idx(l)]();
+    ref[static_cast<std::size_t>(i)] = state_after;
+  }
+  SseConsumer c(uprobe::Callbacks::ret);
+  uprobe::Attachment a(vaddr(kRetFn[idx(l)]), c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+  EXPECT_EQ(info.entry_state, "none");  // (a return-only consumer with the trivial filter)
+  EXPECT_EQ(info.return_state, expected_state("return"));
+  const uprobe::Stats s0 = uprobe::stats();
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kCallRet[idx(l)]();
+    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kAllAndStack);
+    if (!d.empty() && bad++ == 0) first = round_name(i) + std::to_string(state_in.depth) + " x87 values: " + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  c.expect_clean(kRounds);
+  EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(kRounds));
+}
+
+// A mid-function nop5: everything, the MXCSR's status flags included.
+TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) {
+  const void* site = mid_site(l);
+  std::vector<AbiState> ref(kRounds);
+  auto input = [](int i) { fill_input(static_cast<std::uint64_t>(i) + 307, 0, i % 2 == 0, 0x037f); };
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kMid[idx(l)]();
+    ref[static_cast<std::size_t>(i)] = state_after;
+  }
+  SseConsumer c(uprobe::Callbacks::entry);
+  uprobe::Attachment a(site, c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
+  EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, expected_state("full"));
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kMid[idx(l)]();
+    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  c.expect_clean(kRounds);
+}
+
+/// Registers itself from its constructor, while its class is still
+/// SseConsumer (whose handler libuprobe reads); the class derived from it
+/// has a handler that clobbers every vector register at the CPU's widest,
+/// k0-7, the MXCSR and the x87 control word.
+struct SseRegistersInConstructor : SseConsumer {
+  explicit SseRegistersInConstructor(const void* at) : SseConsumer(uprobe::Callbacks::entry) {
+    attachment = uprobe::Attachment(at, *this);
+  }
+  uprobe::Attachment attachment;
+};
+struct HostileLater : SseRegistersInConstructor {
+  explicit HostileLater(const void* at) : SseRegistersInConstructor(at) {}
+  ~HostileLater() override { attachment.detach(); }
+  std::atomic<std::uint64_t> hostile{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    hostile.fetch_add(1);
+    const std::uint32_t mx = 0x7f80;  // round toward zero
+    const std::uint16_t cw = 0x0c7f;
+    asm volatile(
+        "pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm8, %%xmm8\n\tpcmpeqd %%xmm15, %%xmm15\n\t"
+        "ldmxcsr %0\n\tfldcw %1" ::"m"(mx), "m"(cw) : "xmm0", "xmm8", "xmm15", "memory");
+    if (cpu_has(Level::avx))
+      asm volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\tvpcmpeqd %%ymm9, %%ymm9, %%ymm9\n\tvzeroupper" ::: "memory");
+    if (cpu_has(Level::avx512))
+      asm volatile("vpternlogd $0xff, %%zmm2, %%zmm2, %%zmm2\n\tvpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\t"
+                   "kxnorw %%k1, %%k1, %%k1\n\tvzeroupper" ::: "memory");
+    return uprobe::Action::keep;
+  }
+};
+
+// The handler that runs is not the code read at registration: the entry's
+// full preservation around it (vectors 0-15 at the width in use, the MXCSR,
+// the x87 control word).
+TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
+  HostileLater c(vaddr(kEntryFn[idx(l)]));
+  ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
+  EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, expected_state("entry"));
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + 401, 0, false);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, kEntry);
+    const std::string d2 = diff(l, state_in, state_after, kEntry);
+    if (!d2.empty()) d += "after the return: " + d2;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
+  EXPECT_EQ(c.hits.load(), 0u);  // (SseConsumer's handler never ran)
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, SseState,
+                         ::testing::Combine(::testing::Values(Level::sse, Level::avx, Level::avx512),
+                                            ::testing::Values(true, false)),
+                         [](const ::testing::TestParamInfo<std::tuple<Level, bool>>& i) {
+                           return std::string(level_name(std::get<0>(i.param))) +
+                                  (std::get<1>(i.param) ? "_optimized" : "_int3");
+                         });
+
+}  // namespace
