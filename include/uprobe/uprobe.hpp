@@ -122,7 +122,9 @@ class Consumer {
   /// function entry xmm/ymm/zmm0-15, the MXCSR and the x87 control word,
   /// at a return the same plus the x87 return values, elsewhere everything;
   /// 8-21 ns per hit on AMD Zen 4, where an xsavec/xrstor of the whole state
-  /// cost 150-200 ns), and its callbacks start with the default floating-point
+  /// cost 150-200 ns; only xmm0..xmmN and the MXCSR when the code of its
+  /// handler() and ret_handler() reads as legacy SSE at registration:
+  /// ProbeInfo::entry_state), and its callbacks start with the default floating-point
   /// controls (MXCSR control bits 0x1f80, x87 control word 0x37f), as in a
   /// signal handler. Call it in the constructor, before registering. Ignored (the
   /// state is always saved) when libuprobe is built with ThreadSanitizer,
