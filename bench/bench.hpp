@@ -56,11 +56,15 @@ std::uint64_t sum_counters(int producers) noexcept;
 /// plain: an ordinary consumer, compiled with the project's normal flags, that
 /// does not call set_vector_state_unused() and does floating-point work (a
 /// double) on every hit (plain_consumers.cpp): what a user's consumer costs.
-/// gpr: general-purpose registers only (consumers.cpp, -mgeneral-regs-only),
-/// declaring set_vector_state_unused() truthfully: the floor of a hit, as the
-/// kernel bench's BPF programs (which never touch the FPU).
-enum class ConsumerKind { plain, gpr };
-/// "plain" or "gpr".
+/// libuprobe reads its code at registration (legacy SSE only: it saves
+/// xmm0..xmmN and the MXCSR around it). gpr: general-purpose registers only
+/// (consumers.cpp, -mgeneral-regs-only), declaring set_vector_state_unused()
+/// truthfully: the floor of a hit, as the kernel bench's BPF programs (which
+/// never touch the FPU). opaque: plain, and a call through a pointer that the
+/// reading of its code cannot follow (as a call into libc): the full save of
+/// what the site makes live.
+enum class ConsumerKind { plain, gpr, opaque };
+/// "plain", "gpr" or "opaque".
 const char* consumer_name(ConsumerKind k) noexcept;
 /// One line saying what the consumer of kind `k` does.
 const char* consumer_description(ConsumerKind k) noexcept;
@@ -68,6 +72,10 @@ uprobe::Consumer& gpr_consumer();
 uprobe::Consumer& gpr_ret_consumer();
 uprobe::Consumer& plain_consumer();
 uprobe::Consumer& plain_ret_consumer();
+uprobe::Consumer& opaque_consumer();
+uprobe::Consumer& opaque_ret_consumer();
+/// The entry (ret = false) or return consumer of kind `k`.
+uprobe::Consumer& consumer_of(ConsumerKind k, bool ret);
 
 /// Where human-readable text goes: stdout, or stderr when stdout carries
 /// --format csv|json.

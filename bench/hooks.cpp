@@ -94,6 +94,9 @@ class ProbeHook final : public Hook {
       std::fprintf(text_out(), "Probe: %s+0x%" PRIx64 " (%p): '%s', %s%s\n", info.where.path.c_str(),
                    info.where.offset, address, info.instruction.c_str(), how.c_str(),
                    v.kind == Kind::uretprobe ? ", return probe" : "");
+      // What an optimized hit preserves around the consumer (ProbeInfo).
+      std::fprintf(text_out(), "Saved around the consumer: %s\n",
+                   (v.kind == Kind::uretprobe ? info.return_state : info.entry_state).c_str());
       return true;
     } catch (const std::exception& e) {
       error = std::string("cannot probe ") + v.name + ": " + e.what();
@@ -201,13 +204,12 @@ std::unique_ptr<Hook> install_hook(const Variant& v, const Options& o, std::stri
       return h->install(error) ? std::move(h) : nullptr;
     }
     case Kind::uprobe: {
-      auto h = std::make_unique<ProbeHook>(o.consumer == ConsumerKind::gpr ? gpr_consumer() : plain_consumer());
+      auto h = std::make_unique<ProbeHook>(consumer_of(o.consumer, false));
       return h->install(v, o, error) ? std::move(h) : nullptr;
     }
     case Kind::uretprobe: {
 #if defined(UPROBE_HAS_URETPROBE)
-      auto h = std::make_unique<ProbeHook>(o.consumer == ConsumerKind::gpr ? gpr_ret_consumer()
-                                                                           : plain_ret_consumer());
+      auto h = std::make_unique<ProbeHook>(consumer_of(o.consumer, true));
       return h->install(v, o, error) ? std::move(h) : nullptr;
 #else
       skipped = true;

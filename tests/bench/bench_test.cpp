@@ -743,10 +743,43 @@ TEST(Options, ConsumerIsPlainByDefaultOrGpr) {
   EXPECT_EQ(o.consumer, bench::ConsumerKind::gpr);
   ASSERT_TRUE(parse({"--consumer", "plain", "-p", "1,2", "uretprobe-entry"}, o));
   EXPECT_EQ(o.consumer, bench::ConsumerKind::plain);
+  ASSERT_TRUE(parse({"--consumer=opaque", "uprobe-entry"}, o));
+  EXPECT_EQ(o.consumer, bench::ConsumerKind::opaque);
   EXPECT_FALSE(parse({"--consumer=fast", "uprobe-nop5"}, o));
   EXPECT_FALSE(parse({"--consumer=gpr", "--attach-libc", "10"}, o));
   EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::plain), "plain");
   EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::gpr), "gpr");
+  EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::opaque), "opaque");
+}
+
+// What libuprobe saves around each consumer, as every probe run prints it:
+// the plain consumer's code reads as SSE only (its double in xmm0), the
+// opaque one's calls through a pointer (what the site makes live: a
+// function entry's, a return's, a nop5 inside a function's: everything),
+// gpr declared it uses none.
+TEST(Binary, RunsSayWhatIsSavedAroundTheConsumer) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizer build: the consumers' code calls the sanitizer runtime (not read)";
+#endif
+  const struct {
+    const char* args;
+    const char* saved;
+  } cases[] = {
+      {"uprobe-entry -w 0 -d 1", "Saved around the consumer: xmm0, MXCSR\n"},
+      {"uprobe-nop5 -w 0 -d 1", "Saved around the consumer: xmm0, MXCSR\n"},
+      {"uretprobe-entry -w 0 -d 1", "Saved around the consumer: xmm0, MXCSR\n"},
+      {"uprobe-entry -w 0 -d 1 --consumer=opaque", "Saved around the consumer: entry\n"},
+      {"uprobe-nop5 -w 0 -d 1 --consumer=opaque", "Saved around the consumer: entry\n"},  // (its function's first byte)
+      {"uprobe-nop5-mid -w 0 -d 1", "Saved around the consumer: xmm0, MXCSR\n"},
+      {"uprobe-nop5-mid -w 0 -d 1 --consumer=opaque", "Saved around the consumer: full\n"},
+      {"uretprobe-entry -w 0 -d 1 --consumer=opaque", "Saved around the consumer: return\n"},
+      {"uprobe-entry -w 0 -d 1 --consumer=gpr", "Saved around the consumer: none\n"},
+  };
+  for (const auto& c : cases) {
+    const Exec e = run(c.args);
+    ASSERT_EQ(e.status, 0) << c.args << "\n" << e.out;
+    EXPECT_NE(e.out.find(c.saved), std::string::npos) << c.args << "\n" << e.out;
+  }
 }
 
 // The consumer that ran is printed: by --cycles in its heading and its
