@@ -127,7 +127,11 @@ using CodeReader = std::function<std::size_t(std::uint64_t addr, std::uint8_t* o
 /// Capstone; unknown (known false) for anything it does not follow, or more
 /// than 16,384 instructions or 256 functions. Thread-safe; not
 /// async-signal-safe (allocates): registration time only. No exception.
-Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeReader& read) noexcept;
+/// `read_ranges`, when given, receives the byte ranges [start, end) of every
+/// instruction read, merged and sorted: the answer holds as long as those
+/// bytes are the same (a cache checks them instead of reading the code again).
+Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeReader& read,
+                          std::vector<std::pair<std::uint64_t, std::uint64_t>>* read_ranges = nullptr) noexcept;
 
 /// call_preserving() for callbacks whose code analyze_clobbers() read as
 /// known: preserves xmm0 .. xmm(nxmm - 1) (their low 128 bits, by legacy

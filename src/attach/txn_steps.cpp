@@ -12,6 +12,7 @@
 #include "arch.hpp"
 #include "attach_txn.hpp"
 #include "evict_place.hpp"
+#include "fork_fresh.hpp"
 #include "format.hpp"
 #include "sites.hpp"
 #include "uretprobe.hpp"
@@ -287,10 +288,50 @@ std::size_t read_own_code(std::uint64_t addr, std::uint8_t* out, std::size_t n) 
   return done;
 }
 
+/// FNV-1a of the bytes of `ranges` as they are now; false when one cannot be read.
+bool hash_code(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t& h) noexcept {
+  h = 0xcbf29ce484222325ull;
+  std::uint8_t buf[4096];
+  for (const auto& [start, end] : ranges)
+    for (std::uint64_t a = start; a < end;) {
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, end - a));
+      if (read_own_code(a, buf, want) != want) return false;
+      for (std::size_t i = 0; i < want; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
+      a += want;
+    }
+  return true;
+}
+
+/// The analyses of this process's consumer code, kept across transactions:
+/// an entry is used again only while every byte it read is the same (a
+/// library unloaded and another loaded at its address makes another
+/// analysis). Registration runs one transaction at a time (the registry
+/// mutex), so no lock of its own; a fork child gets a fresh one.
+struct ClobbersCache {
+  struct Entry {
+    arch::Clobbers clobbers;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    std::uint64_t hash = 0;
+  };
+  std::unordered_map<const void*, Entry> by_code;
+};
+
 arch::Clobbers clobbers_of(const void* code, ClobbersMemo& memo) {
   auto [it, fresh] = memo.try_emplace(code);
-  if (fresh) it->second = arch::analyze_clobbers({code}, read_own_code);
-  return it->second;
+  if (!fresh) return it->second;
+  ClobbersCache& cache = fork_fresh<ClobbersCache>();
+  if (auto c = cache.by_code.find(code); c != cache.by_code.end()) {
+    std::uint64_t h = 0;
+    if (hash_code(c->second.ranges, h) && h == c->second.hash) return it->second = c->second.clobbers;
+    cache.by_code.erase(c);
+  }
+  ClobbersCache::Entry e;
+  e.clobbers = arch::analyze_clobbers({code}, read_own_code, &e.ranges);
+  if (hash_code(e.ranges, e.hash)) {
+    if (cache.by_code.size() >= 256) cache.by_code.clear();
+    cache.by_code[code] = e;
+  }
+  return it->second = e.clobbers;
 }
 
 }  // namespace

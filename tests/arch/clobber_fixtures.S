@@ -45,11 +45,11 @@ FN(cl_loop)			/* known: a backward branch, xmm1 -> 2 */
 FN(cl_pcmpistrm)		/* known: xmm1, xmm2 (and xmm0, which it writes implicitly) -> 3 */
 	pcmpistrm $0, %xmm2, %xmm1
 	ret
-FN(cl_ud2_path)			/* known: a path ending in ud2 stops there */
+FN(cl_ud2_path)			/* unknown: ud2 (a SIGILL handler may resume after it) */
 	test	%edi, %edi
 	jne	1f
 	ud2
-	pcmpeqd	%xmm14, %xmm14		/* (after ud2: not counted) */
+	pcmpeqd	%xmm14, %xmm14
 1:	ret
 FN(cl_vex)			/* unknown: VEX zeroes the upper halves */
 	vpxor	%xmm1, %xmm1, %xmm1
@@ -83,6 +83,49 @@ FN(cl_behind_indirect)		/* unknown: a direct callee calls through a pointer */
 	ret
 FN(cl_unreadable_callee)	/* unknown when the reader cannot read the callee */
 	call	cl_callee_xmm9
+	ret
+FN(cl_int3)			/* unknown: int3 may be a probe's breakpoint over other code */
+	int3
+	ret
+FN(cl_rex_before_prefix_vex)	/* unknown: REX, then a segment prefix, then VEX (vpxor) */
+	.byte	0x40, 0x2e, 0xc5, 0xf1, 0xef, 0xc9
+	ret
+FN(cl_rex_before_prefix_fldcw)	/* unknown: REX, a segment prefix, fldcw (x87 control load) */
+	.byte	0x40, 0x2e, 0xd9, 0x2f
+	ret
+FN(cl_rex_before_prefix_emms)	/* unknown */
+	.byte	0x40, 0x2e, 0x0f, 0x77
+	ret
+FN(cl_retpoline_thunk)		/* a retpoline: the `ret` goes to *%rax */
+	call	1f
+2:	pause
+	lfence
+	jmp	2b
+1:	mov	%rax, (%rsp)
+	ret
+FN(cl_retpoline_call)		/* unknown: calls through the retpoline */
+	call	cl_retpoline_thunk
+	ret
+FN(cl_push_ret)			/* unknown: push; ret is a jump */
+	push	%rax
+	ret
+FN(cl_frame)			/* known: a frame pointer, locals, leave, xmm2 -> 3 */
+	push	%rbp
+	mov	%rsp, %rbp
+	sub	$32, %rsp
+	mov	%rdi, -8(%rbp)
+	mov	%rsi, 8(%rsp)
+	movsd	%xmm2, 16(%rsp)
+	leave
+	ret
+FN(cl_frame_slot_write)		/* unknown: writes its return address through rbp */
+	push	%rbp
+	mov	%rsp, %rbp
+	mov	%rdi, 8(%rbp)
+	pop	%rbp
+	ret
+FN(cl_unbalanced)		/* unknown: returns with 8 bytes left on the stack */
+	sub	$8, %rsp
 	ret
 FN(cl_end)
 

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 // arch::analyze_clobbers() on hand-written functions (clobber_fixtures.S):
 // what legacy SSE code can write (xmm0 .. xmmN, direct callees and both ways
-// of a branch included, a loop read once, pcmpistrm's implicit xmm0, paths
-// that end in ud2), and every kind of code it must refuse to vouch for
-// (VEX, vzeroupper, EVEX, x87, MMX, ldmxcsr, fxrstor, an indirect call or
-// jump, one in a callee, a callee it cannot read); and on C++ compiled here.
+// of a branch included, a loop read once, pcmpistrm's implicit xmm0, a
+// frame with a frame pointer), and every kind of code it must refuse to
+// vouch for (VEX, vzeroupper, EVEX, x87, MMX, ldmxcsr, fxrstor, an indirect
+// call or jump, one in a callee, a callee it cannot read, ud2 and int3, a REX
+// before a legacy prefix hiding VEX/x87/MMX, a retpoline thunk's store over
+// its return address, `push; ret`, a return with the stack unbalanced); and
+// on C++ compiled here.
 
 #include <gtest/gtest.h>
 
@@ -39,6 +42,15 @@ void cl_indirect_call();
 void cl_indirect_jmp();
 void cl_behind_indirect();
 void cl_unreadable_callee();
+void cl_int3();
+void cl_rex_before_prefix_vex();
+void cl_rex_before_prefix_fldcw();
+void cl_rex_before_prefix_emms();
+void cl_retpoline_call();
+void cl_push_ret();
+void cl_frame();
+void cl_frame_slot_write();
+void cl_unbalanced();
 }
 
 namespace {
@@ -68,7 +80,7 @@ TEST(Clobbers, LegacySseCodeNamesTheXmmRegistersItMayWrite) {
   EXPECT_EQ(str(of(cl_branches)), "xmm 8");
   EXPECT_EQ(str(of(cl_loop)), "xmm 2");
   EXPECT_EQ(str(of(cl_pcmpistrm)), "xmm 3");
-  EXPECT_EQ(str(of(cl_ud2_path)), "xmm 0");
+  EXPECT_EQ(str(of(cl_frame)), "xmm 3");
 }
 
 TEST(Clobbers, AnythingElseIsUnknown) {
@@ -82,6 +94,15 @@ TEST(Clobbers, AnythingElseIsUnknown) {
   EXPECT_EQ(str(of(cl_indirect_call)), "unknown");
   EXPECT_EQ(str(of(cl_indirect_jmp)), "unknown");
   EXPECT_EQ(str(of(cl_behind_indirect)), "unknown");
+  EXPECT_EQ(str(of(cl_ud2_path)), "unknown");
+  EXPECT_EQ(str(of(cl_int3)), "unknown");
+  EXPECT_EQ(str(of(cl_rex_before_prefix_vex)), "unknown");
+  EXPECT_EQ(str(of(cl_rex_before_prefix_fldcw)), "unknown");
+  EXPECT_EQ(str(of(cl_rex_before_prefix_emms)), "unknown");
+  EXPECT_EQ(str(of(cl_retpoline_call)), "unknown");
+  EXPECT_EQ(str(of(cl_push_ret)), "unknown");
+  EXPECT_EQ(str(of(cl_frame_slot_write)), "unknown");
+  EXPECT_EQ(str(of(cl_unbalanced)), "unknown");
   EXPECT_EQ(str(uprobe::arch::analyze_clobbers({nullptr}, read_self)), "unknown");
 }
 

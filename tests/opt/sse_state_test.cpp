@@ -231,6 +231,45 @@ TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
   EXPECT_EQ(c.hits.load(), 0u);  // (SseConsumer's handler never ran)
 }
 
+/// The work of CachedSse's handler, a direct call (the reading follows it).
+__attribute__((noinline)) double sse_work(double x) {
+  asm volatile("xorps %%xmm5, %%xmm5" ::: "xmm5");
+  return x * 0.25 + 2.0;
+}
+struct CachedSse : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0};
+  volatile double in = 4.0;
+  double out = 0;
+  uprobe::Action handler(uprobe::Regs&) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    out = sse_work(in);
+    return uprobe::Action::keep;
+  }
+};
+
+// The reading of a consumer's code is kept for its next registrations while
+// the bytes it read are the same: a probe put into that code since (a jump
+// or an int3 over sse_work's first bytes) makes the next registration read
+// it again, and what it reads now it cannot follow (the full save).
+TEST(SseCache, CodeChangedSinceItWasReadIsReadAgain) {
+  ConfigGuard guard;
+  CachedSse c;
+  uprobe::Attachment first(vaddr(kEntryFn[0]), c);
+  EXPECT_EQ(uprobe::probe_info(first.probe()).entry_state,
+            kBuild == 2 ? "none" : kBuild == 1 ? "entry" : "xmm0-xmm5, MXCSR");
+  Counter in_the_consumer;
+  uprobe::Attachment into(reinterpret_cast<const void*>(&sse_work), in_the_consumer);
+  uprobe::Attachment second(mid_site(Level::sse), c);
+  EXPECT_EQ(uprobe::probe_info(second.probe()).entry_state, kBuild == 2 ? "none" : "full");
+  // (The first probe's save still holds: what runs is sse_work's code, moved
+  // or stepped, and the stub's, which touches no vector register.)
+  fill_input(7, 0, false);
+  kCallEntry[0]();
+  EXPECT_EQ(diff(Level::sse, state_in, state_after, kEntry), "");
+  EXPECT_EQ(c.hits.load(), 1u);
+  EXPECT_EQ(c.out, 3.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, SseState,
                          ::testing::Combine(::testing::Values(Level::sse, Level::avx, Level::avx512),
                                             ::testing::Values(true, false)),

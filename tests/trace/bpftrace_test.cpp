@@ -889,4 +889,24 @@ TEST(Bpftrace, OneMapUpdateBlocksRunWithoutTheInterpreterWithItsValues) {
   }
 }
 
+// An exit() in an earlier block of the same hit stops the blocks after it,
+// a fast one as the interpreter does (it checks before each statement):
+// trace_fn(0..4), exit() at arg0 == 2, so `@ = count()` ends at 2 either way.
+TEST(Bpftrace, AnExitInAnEarlierBlockOfTheHitStopsAFastBlock) {
+  const std::string s = "uprobe:" + kUsdtFixture + ":trace_fn";
+  for (const std::string pred : {"", "/1 == 1/ "}) {
+    const Result r = run({"/usr/bin/env", "UPROBE_TRACE_DEBUG=1", kTrace, "-q", "-e",
+                          s + " /arg0 == 2/ { exit(); } " + s + " " + pred + "{ @ = count(); }", "--", kUsdtFixture,
+                          "basic", "5", "0"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string tail = "\n\n@: 2\n";
+    ASSERT_GE(r.out.size(), tail.size()) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - tail.size()), tail) << "predicate '" << pred << "': " << r.out;
+    EXPECT_NE(r.err.find(pred.empty() ? "block 1 at uprobe:" + kUsdtFixture + ":trace_fn: one map update, without the interpreter\n"
+                                      : "block 1 at uprobe:" + kUsdtFixture + ":trace_fn: interpreted\n"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 }  // namespace

@@ -240,7 +240,11 @@ void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool
   const std::uint64_t retval = ret ? regs.rax : 0;
   bool ctx_set = false;
   for (std::size_t i = 0; i < nhits; ++i) {
-    if (hits[i].fast.kind && bt::Vm::run_fast(hits[i].fast, area, args, retval)) continue;
+    // (An exit() of an earlier block of this hit stops the rest, as the
+    // interpreter checks before each statement.)
+    if (hits[i].fast.kind && (i == 0 || !bt_stopped()) && bt::Vm::run_fast(hits[i].fast, area, args, retval))
+      continue;
+    if (i > 0 && bt_stopped()) return;
     bt::HitContext& ctx = tls_ctx;  // (read_map and map_op stay null: the CLI's)
     if (!ctx_set) {
       ctx_set = true;
