@@ -75,6 +75,8 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
                      trace.Bpftrace.AProbeTheProgramRefusedIsNamedWithItsReason
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns
+                     trace.Bpftrace.OneMapUpdateBlocksRunWithoutTheInterpreterWithItsValues
+                     trace.Bpftrace.AnExitInAnEarlierBlockOfTheHitStopsAFastBlock
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # The default action of SIGSEGV/SIGBUS: under ASan and TSan the disposition is
