@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "object_of.hpp"
 #include "code_refs.hpp"
 #include "elf_image.hpp"
 #include "elf_info.hpp"
@@ -701,15 +702,16 @@ const std::vector<Anchor>& anchors() {
     struct stat exe;
     const bool have_exe = ::stat("/proc/self/exe", &exe) == 0;
     for (const void* a : addrs) {
-      Dl_info di;
-      if (!a || !dladdr(a, &di) || !di.dli_fname) continue;
+      const struct link_map* lm = a ? object_of(a) : nullptr;
+      if (!lm || !lm->l_name) continue;
+      const char* name = lm->l_name;
       struct stat st;
-      // dladdr names the main program by argv[0]; /proc/self/exe is reliable.
-      const bool in_exe = di.dli_fname[0] == '\0' || (have_exe && ::stat(di.dli_fname, &st) == 0 &&
-                                                       st.st_dev == exe.st_dev && st.st_ino == exe.st_ino);
+      // The program's link map has no name; /proc/self/exe is reliable.
+      const bool in_exe = name[0] == '\0' || (have_exe && ::stat(name, &st) == 0 && st.st_dev == exe.st_dev &&
+                                               st.st_ino == exe.st_ino);
       if (in_exe) st = exe;
-      else if (::stat(di.dli_fname, &st) != 0) continue;
-      v.push_back(Anchor{st.st_dev, st.st_ino, in_exe, di.dli_fname});
+      else if (::stat(name, &st) != 0) continue;
+      v.push_back(Anchor{st.st_dev, st.st_ino, in_exe, name});
     }
     return v;
   }());

@@ -7,17 +7,14 @@
 #include <gnu/libc-version.h>
 #include <link.h>
 
+#include "object_of.hpp"
+
 namespace uprobe::detail {
 
 bool interposers_in_front() noexcept {
   static const bool in_front = [] {
-    const auto map_of = [](const void* addr) -> const struct link_map* {
-      Dl_info di;
-      struct link_map* lm = nullptr;
-      return dladdr1(addr, &di, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) ? lm : nullptr;
-    };
-    const struct link_map* self = map_of(reinterpret_cast<const void*>(&interposers_in_front));
-    const struct link_map* libc = map_of(reinterpret_cast<const void*>(&gnu_get_libc_version));
+    const struct link_map* self = object_of(reinterpret_cast<const void*>(&interposers_in_front));
+    const struct link_map* libc = object_of(reinterpret_cast<const void*>(&gnu_get_libc_version));
     if (!self || !libc) return true;  // (not found: nothing to compare, as before)
     // Loaded into a namespace of its own (dlmopen): the program's calls go
     // to the libc of the base namespace, which libuprobe never stands before.

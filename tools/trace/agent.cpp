@@ -27,6 +27,7 @@
 // initializers, the counting memory's set-up, fork and exit, the record.
 
 #include "agent.hpp"
+#include "object_of.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -373,9 +374,9 @@ int find_initfirst_rivals(struct dl_phdr_info* info, std::size_t, void* data) {
 }
 
 void note_initfirst_rivals() {
-  Dl_info self{};
-  if (!dladdr(reinterpret_cast<void*>(&find_initfirst_rivals), &self) || !self.dli_fname) return;
-  RivalSearch st{self.dli_fname, false, {}};
+  const struct link_map* self = uprobe::detail::object_of(reinterpret_cast<const void*>(&find_initfirst_rivals));
+  if (!self || !self->l_name) return;
+  RivalSearch st{self->l_name, false, {}};
   dl_iterate_phdr(find_initfirst_rivals, &st);
   for (const auto& path : st.rivals)
     meta->notes.push_back(path + " is DF_1_INITFIRST too: the dynamic linker ran its initializer before the "
@@ -399,11 +400,11 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   if (environ == nullptr && (program_invocation_name == nullptr || *program_invocation_name == '\0') &&
       !run_libc_initializers(argc, argv, envp))
     environ = envp;  // (no libc.so.*: dlopen then passes it at least the environment)
-  Dl_info self{};
+  const struct link_map* self = uprobe::detail::object_of(reinterpret_cast<const void*>(&agent_init_first));
   auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlsym(RTLD_NEXT, "dlopen"));
   // (a reference never dropped)
-  g_dependencies_ready = dladdr(reinterpret_cast<void*>(&agent_init_first), &self) && self.dli_fname &&
-                         real_dlopen && real_dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  g_dependencies_ready = self && self->l_name && self->l_name[0] && real_dlopen &&
+                         real_dlopen(self->l_name, RTLD_NOW | RTLD_NOLOAD);
   if (!g_dependencies_ready) {
     static const char kWhy[] = "uprobe-trace agent: cannot initialize its dependencies (dlopen of itself): "
                                "not attaching\n";
