@@ -136,12 +136,15 @@ StepTaken stepped_into_stub(ucontext_t* uc) noexcept {
   std::uint8_t code[64];
   const std::size_t n = arch::opt_stub_probe_len();
   if (n > sizeof code || n < arch::kJumpLen) return no;
-  if (!peek_at_trap(ip, code, n, true)) return no;
   // A punned site's jump lands on its hop, a jump to the stub: follow it
-  // (the site's jump is checked below to aim at this hop).
+  // (the site's jump is checked below to aim at this hop). The hop is a
+  // 5-byte jump that may end its page, the next one unmapped: a stub's n
+  // bytes are not read there first.
+  const bool whole = peek_at_trap(ip, code, n, true);
   std::uint64_t stub = ip;
-  if (arch::opt_stub_desc(ip, code) == 0) {
-    const std::uint64_t t = arch::decode_jump(ip, code, n);
+  if (!whole || arch::opt_stub_desc(ip, code) == 0) {
+    if (!whole && !peek_at_trap(ip, code, arch::kJumpLen, true)) return no;
+    const std::uint64_t t = arch::decode_jump(ip, code, arch::kJumpLen);
     if (!t || !peek_at_trap(t, code, n, false)) return no;  // any jump of the program's: t may be unmapped
     stub = t;
   }
