@@ -257,6 +257,7 @@ bool relocate_call_ind(const Insn& insn, std::uint64_t orig, std::uint64_t slot,
     if ((b & 0xf0) == 0x40) rex = b;
     else if (b != 0x2e && b != 0x3e && b != 0xf2 && b != 0xf3 && b != 0x26 && b != 0x36)
       return why = "cannot relocate the indirect call `" + insn.text + "` (prefix " + hex(b) + ")", false;
+    else rex = 0;  // a REX followed by a legacy prefix is ignored by the CPU: not carried over
   }
   if (o + 1 >= insn.len || ((insn.bytes[o + 1] >> 3) & 7) != 2)
     return why = "cannot relocate the indirect call `" + insn.text + "`", false;
