@@ -98,6 +98,34 @@ TEST(EntryWindow, FarJumpBackQuadwordIsAligned) {
   }
 }
 
+/// An indirect call in the window is relocated as `push r/m64` of the same
+/// operand (then the return address and a jump): a REX directly before the
+/// opcode is the operand's (r8 for rax), one followed by a legacy prefix the
+/// CPU ignores, and so must the copy (fuzz_xol: `3e 41 26 ff 90 ...` read its
+/// target through r8 in the slot, through rax at the site).
+TEST(EntryWindow, IndirectCallKeepsOnlyAREXTheCpuHonours) {
+  const struct {
+    Bytes call;
+    Bytes push;
+  } cases[] = {
+      {{0x3e, 0x41, 0x26, 0xff, 0x90, 0x45, 0xff, 0xff, 0x09}, {0xff, 0xb0, 0x45, 0xff, 0xff, 0x09}},  // REX ignored
+      {{0x3e, 0x26, 0x41, 0xff, 0x90, 0x45, 0xff, 0xff, 0x09}, {0x41, 0xff, 0xb0, 0x45, 0xff, 0xff, 0x09}},  // r8
+  };
+  for (const auto& c : cases) {
+    Bytes f = c.call;
+    f.insert(f.end(), 16, 0x90);
+    f.push_back(0xc3);
+    std::string why;
+    EntryWindow w;
+    ASSERT_TRUE(plan_entry_window(f.data(), f.size(), w, why)) << why;
+    ASSERT_EQ(w.len, c.call.size());
+    std::uint8_t out[kWindowSlotSize];
+    const std::size_t n = build_window_xol(w, 0x400000, 0x400800, out, why);
+    ASSERT_GT(n, c.push.size()) << why;
+    EXPECT_EQ(Bytes(out, out + c.push.size()), c.push);
+  }
+}
+
 TEST(EntryWindow, FarJmpRel32IntoTheWindowIsRefused) {
   // Far beyond rel8 reach and the SSE2 block boundaries: 4000 nops.
   const std::size_t at = 8 + 4000;
