@@ -19,42 +19,6 @@
 namespace uprobe::arch {
 namespace {
 
-/// One Capstone handle (detail on) per thread, opened on first use.
-class Decoder {
- public:
-  Decoder() {
-    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
-      handle_ = 0;
-      return;
-    }
-    capstone::option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
-    insn_ = capstone::malloc_insn(handle_);
-  }
-  ~Decoder() {
-    if (insn_ != nullptr) capstone::free_insn(insn_, 1);
-    if (handle_ != 0) capstone::close(&handle_);
-  }
-  Decoder(const Decoder&) = delete;
-  Decoder& operator=(const Decoder&) = delete;
-
-  /// Decodes one instruction at address 0; nullptr if undecodable.
-  const cs_insn* decode(const std::uint8_t* code, std::size_t size) {
-    if (insn_ == nullptr) return nullptr;
-    std::uint64_t address = 0;
-    if (!capstone::disasm_iter(handle_, &code, &size, &address, insn_)) return nullptr;
-    return insn_;
-  }
-  csh handle() const { return handle_; }
-
- private:
-  csh handle_ = 0;
-  cs_insn* insn_ = nullptr;
-};
-
-Decoder& decoder() {
-  thread_local Decoder d;
-  return d;
-}
 
 /// The legacy prefixes and REX byte in front of the opcode.
 struct Prefixes {
@@ -381,7 +345,7 @@ bool analyze_bytes(const std::uint8_t* code, std::size_t avail, Insn& out, std::
     why = "an existing breakpoint (int3)";
     return false;
   }
-  Decoder& dec = decoder();
+  capstone::DetailDecoder& dec = capstone::detail_decoder();
   const cs_insn* ci = dec.decode(code, n);
   if (ci == nullptr || ci->detail == nullptr) {
     why = dec.handle() == 0 ? "Capstone's decoder cannot be opened (out of memory)"

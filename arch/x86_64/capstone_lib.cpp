@@ -20,4 +20,28 @@ cs_err regs_access(csh handle, const cs_insn* insn, cs_regs regs_read, uint8_t* 
   return ::cs_regs_access(handle, insn, regs_read, regs_read_count, regs_write, regs_write_count);
 }
 
+DetailDecoder::DetailDecoder() {
+  if (open(CS_ARCH_X86, CS_MODE_64, &handle_) != CS_ERR_OK) {
+    handle_ = 0;
+    return;
+  }
+  option(handle_, CS_OPT_DETAIL, CS_OPT_ON);
+  insn_ = malloc_insn(handle_);
+}
+
+DetailDecoder::~DetailDecoder() {
+  if (insn_ != nullptr) free_insn(insn_, 1);
+  if (handle_ != 0) close(&handle_);
+}
+
+const cs_insn* DetailDecoder::decode(const uint8_t* code, size_t size, uint64_t address) noexcept {
+  if (insn_ == nullptr) return nullptr;
+  return disasm_iter(handle_, &code, &size, &address, insn_) ? insn_ : nullptr;
+}
+
+DetailDecoder& detail_decoder() {
+  thread_local DetailDecoder d;
+  return d;
+}
+
 }  // namespace uprobe::arch::capstone

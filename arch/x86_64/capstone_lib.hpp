@@ -36,4 +36,26 @@ bool disasm_iter(csh handle, const uint8_t** code, size_t* size, uint64_t* addre
 cs_err regs_access(csh handle, const cs_insn* insn, cs_regs regs_read, uint8_t* regs_read_count,
                    cs_regs regs_write, uint8_t* regs_write_count) noexcept;
 
+/// A Capstone handle with details on, and its instruction buffer: the
+/// calling thread's, opened at its first use (detail_decoder()).
+class DetailDecoder {
+ public:
+  DetailDecoder();
+  ~DetailDecoder();
+  DetailDecoder(const DetailDecoder&) = delete;
+  DetailDecoder& operator=(const DetailDecoder&) = delete;
+  /// Decodes one instruction of `code` (up to `size` bytes) as if at
+  /// `address` (branch targets are absolute); nullptr if undecodable or the
+  /// handle could not be opened. The result stays valid until the next call.
+  const cs_insn* decode(const uint8_t* code, size_t size, uint64_t address = 0) noexcept;
+  csh handle() const noexcept { return handle_; }
+
+ private:
+  csh handle_ = 0;
+  cs_insn* insn_ = nullptr;
+};
+
+/// The calling thread's DetailDecoder.
+DetailDecoder& detail_decoder();
+
 }  // namespace uprobe::arch::capstone

@@ -37,38 +37,6 @@ namespace {
 constexpr std::size_t kMaxInstructions = 16384;  ///< over every path of every entry point
 constexpr std::size_t kMaxFunctions = 256;       ///< entry points and direct callees
 
-/// One Capstone handle with details, for one analysis.
-class Handle {
- public:
-  Handle() {
-    if (capstone::open(CS_ARCH_X86, CS_MODE_64, &h_) != CS_ERR_OK) {
-      h_ = 0;
-      return;
-    }
-    capstone::option(h_, CS_OPT_DETAIL, CS_OPT_ON);
-    insn_ = capstone::malloc_insn(h_);
-  }
-  ~Handle() {
-    if (insn_) capstone::free_insn(insn_, 1);
-    if (h_) capstone::close(&h_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  bool ok() const { return h_ != 0 && insn_ != nullptr; }
-  csh handle() const { return h_; }
-  /// The instruction at `addr` from its bytes; nullptr when Capstone cannot decode it.
-  const cs_insn* decode(std::uint64_t addr, const std::uint8_t* b, std::size_t n) {
-    const std::uint8_t* code = b;
-    std::size_t size = n;
-    std::uint64_t a = addr;
-    return capstone::disasm_iter(h_, &code, &size, &a, insn_) ? insn_ : nullptr;
-  }
-
- private:
-  csh h_ = 0;
-  cs_insn* insn_ = nullptr;
-};
-
 /// The raw bytes' verdict on one instruction.
 enum class Next { fall, unknown };
 
@@ -179,8 +147,7 @@ Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeRea
   Clobbers unknown;  // (known = false)
   if (read_ranges) read_ranges->clear();
   try {
-    Handle h;
-    if (!h.ok()) return unknown;
+    capstone::DetailDecoder& h = capstone::detail_decoder();  // (the thread's: registration time)
     std::vector<At> work;
     std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> seen;  // addr -> (depth, rbp)
     std::unordered_set<std::uint64_t> functions;
@@ -207,7 +174,7 @@ Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeRea
         std::uint8_t b[16];
         const std::size_t got = read(at.addr, b, 15);
         if (got == 0) return unknown;
-        const cs_insn* ci = h.decode(at.addr, b, got);
+        const cs_insn* ci = h.decode(b, got, at.addr);
         if (!ci || ci->size == 0 || ci->size > got) return unknown;
         if (read_ranges) read_ranges->emplace_back(at.addr, at.addr + ci->size);
         const Next raw = raw_class(ci->bytes, ci->size);

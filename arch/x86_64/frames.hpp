@@ -133,16 +133,6 @@ using CodeReader = std::function<std::size_t(std::uint64_t addr, std::uint8_t* o
 Clobbers analyze_clobbers(const std::vector<const void*>& entries, const CodeReader& read,
                           std::vector<std::pair<std::uint64_t, std::uint64_t>>* read_ranges = nullptr) noexcept;
 
-/// call_preserving() for callbacks whose code analyze_clobbers() read as
-/// known: preserves xmm0 .. xmm(nxmm - 1) (their low 128 bits, by legacy
-/// moves) and the MXCSR (loaded again only when the callbacks changed it:
-/// status flags too), which is all such code can change; fn starts with the
-/// default MXCSR control bits (0x1f80), its status flags as they were.
-/// Must be called before anything touched a vector register (its callers
-/// are compiled with -mgeneral-regs-only). Uses 256 bytes of stack besides
-/// fn's. Async-signal-safe: no system call, no allocation, no lock.
-void call_preserving_sse(unsigned nxmm, void (*fn)(void*), void* ctx) noexcept;
-
 /// True when the function at `code` is `return true;` and nothing more
 /// (`mov $1, %eax` or `mov $1, %al`, then `ret`; an endbr64 first): it
 /// touches no vector or x87 register. Reads only the bytes it matches, so

@@ -314,13 +314,6 @@ UPROBE_OPT_PATH_TEXT UPROBE_NO_TSAN void call_preserving(SaveMode mode, void (*f
   restore_vectors(p, a);
 }
 
-UPROBE_OPT_PATH_TEXT UPROBE_NO_TSAN void call_preserving_sse(unsigned nxmm, void (*fn)(void*), void* ctx) noexcept {
-  SseSave s;
-  sse_save(nxmm, s);
-  fn(ctx);
-  sse_restore(nxmm, s);
-}
-
 bool returns_true_only(const void* code) noexcept {
   const auto* b = static_cast<const std::uint8_t*>(code);
   std::size_t i = 0;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file preserve_sse.hpp
-/// The save of arch::call_preserving_sse() (frames.hpp), inline for the hit
-/// paths (src/hit/dispatch.cpp, uretprobe.cpp: no call level between the save
-/// and the consumers): for callbacks whose code analyze_clobbers() read as
-/// legacy SSE only, xmm0 .. xmm(n - 1) by legacy moves (the upper halves of
+/// The save around callbacks whose code analyze_clobbers() (frames.hpp) read as
+/// legacy SSE only, inline in the hit paths (src/hit/dispatch.cpp,
+/// uretprobe.cpp: no call level between the save and the consumers):
+/// xmm0 .. xmm(n - 1) by legacy moves (the upper halves of
 /// ymm/zmm stay as they are) and the MXCSR, loaded again only when the
 /// callbacks changed it (a load waits for the vector instructions in flight).
 /// The callbacks start with the default MXCSR control bits, its status flags

@@ -114,7 +114,7 @@ struct ConsumerSet {
   /// Where the consumers that need a save run only code read as legacy SSE
   /// (arch::analyze_clobbers(), save_modes()): how many xmm registers from
   /// xmm0 it may write, saved instead of what entry_save / ret_save name
-  /// (arch::call_preserving_sse()); kSseUnknown: the save mode's. A hit
+  /// (arch::sse_save()); kSseUnknown: the save mode's. A hit
   /// whose consumer runs a handler not among sse_codes (its class changed
   /// after it registered) preserves the full state around that handler.
   std::uint8_t entry_sse = kSseUnknown;

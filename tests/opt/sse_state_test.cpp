@@ -76,8 +76,6 @@ constexpr What kAllButStack{true, true, true, false, false};
 /// A return: that and the x87 stack the function left (TOP, tags, values).
 constexpr What kAllAndStack{true, true, true, true, false};
 
-constexpr int kRounds = 40;
-std::string round_name(int i) { return "round " + std::to_string(i) + ": "; }
 
 class SseState : public ::testing::TestWithParam<std::tuple<Level, bool>> {
  protected:

@@ -190,6 +190,10 @@ std::string diff(Level l, const AbiState& want, const AbiState& got, What w) {
 
 namespace {
 
+/// Rounds of each test, each with other random values.
+constexpr int kRounds = 40;
+[[maybe_unused]] std::string round_name(int i) { return "round " + std::to_string(i) + ": "; }
+
 struct Env {
   std::uint32_t mxcsr;
   std::uint16_t fcw, fsw;

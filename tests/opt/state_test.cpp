@@ -141,7 +141,6 @@ struct StateConsumer : uprobe::Consumer {
   }
 };
 
-constexpr int kRounds = 40;
 
 class State : public ::testing::TestWithParam<std::tuple<Level, bool>> {
  protected:
@@ -178,7 +177,6 @@ class State : public ::testing::TestWithParam<std::tuple<Level, bool>> {
   }
 };
 
-std::string round_name(int i) { return "round " + std::to_string(i) + ": "; }
 
 // A function entry: what the function sees in its body, and what its caller
 // has after it returned, are what the caller loaded: xmm/ymm/zmm0-15, the
