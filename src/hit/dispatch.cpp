@@ -219,7 +219,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
   StatBlock& st = stat_block();
   count(st.hits);
   count(st.optimized);
-  uprobe_rcu_read_lock();
+  rcu_read_lock_hot();
   // The stub's owner is valid inside this read-side section: the registry
   // clears it before the uprobe's grace period (forget_references()).
   Uprobe* up = reinterpret_cast<Uprobe*>(__atomic_load_n(&site.owner, __ATOMIC_ACQUIRE));
@@ -243,7 +243,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
     }
   }
   if (regs.rip != site.site) count(st.redirected);
-  uprobe_rcu_read_unlock();
+  rcu_read_unlock_hot();
   return hijacked;
 }
 }  // namespace

@@ -48,7 +48,8 @@ static char tsan_grace_period;
  * tables. */
 static _Thread_local int uprobe_rcu_registering;
 static _Thread_local int uprobe_rcu_was_reader;
-static _Thread_local unsigned uprobe_rcu_skipped;
+/* (Not static: rcu.hpp's inline unlock reads it, initial-exec as here.) */
+__attribute__((visibility("hidden"))) _Thread_local unsigned uprobe_rcu_skipped;
 static unsigned long uprobe_rcu_readers_unregistered;
 
 /* Not instrumented under TSan: on a thread's exit path these run after

@@ -495,7 +495,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
   uprobe::Regs& regs = f->regs;  // in place: the handlers' writes land in the frame
   regs.rsp = sp;
   const std::uint64_t flags = regs.rflags;
-  uprobe_rcu_read_lock();
+  rcu_read_lock_hot();
   const ReturnInstance* const below = top->next;
   if (__builtin_expect(!top->chained && ts.depth == 0 && (!below || sp <= below->stack) &&
                            !g_ri_global_lock.load(std::memory_order_relaxed),
@@ -503,7 +503,7 @@ void ret_dispatch(arch::RetFrame* f, std::uint64_t sp, bool kernel_saved) noexce
     ret_one(f, rs, top, kernel_saved, st);
   else
     ret_chain(f, sp, kernel_saved, st);
-  uprobe_rcu_read_unlock();
+  rcu_read_unlock_hot();
   regs.rflags = arch::merge_handler_flags(flags, regs.rflags);
   f->ret_slot = regs.rip;
 }
