@@ -159,41 +159,63 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
   c.remove = remove;
 }
 
-/// The hit of a set of one consumer with an entry handler only (no return
-/// instance, no session cookie to keep), the common case, without
+/// sole_consumer()'s handler call: the cookie, the faults' state, the SSE-only save.
+static inline __attribute__((always_inline)) Action sole_handler(Uprobe* up, Regs& regs, const ConsumerSet* cs,
+                                                                 Consumer* con, bool sse,
+                                                                 std::uint64_t& cookie) noexcept {
+  ThreadState& ts = t_state;
+  FaultsFatalScope fatal(up->faults_fatal);
+  ts.cookie = &cookie;
+  Action rc;
+  if (sse) {
+    arch::SseSave s;
+    arch::sse_save(cs->entry_sse, s);
+    rc = con->handler(regs);
+    arch::sse_restore(cs->entry_sse, s);
+  } else {
+    rc = con->handler(regs);
+  }
+  ts.cookie = nullptr;
+  return rc;
+}
+
+/// The hit of a set of one consumer (the common case) without
 /// run_consumers()'s bookkeeping: the same steps for that consumer (removed,
-/// filter, cookie, handler, Action::remove) when its filter is still the
-/// trivial one and nothing beyond the general registers or an SSE-only save
-/// of its code as read is needed. Returns false, having done nothing, when
-/// any of that does not hold: run_consumers() then takes the hit.
-static inline __attribute__((always_inline)) bool sole_entry(Uprobe* up, Regs& regs, const ConsumerSet* cs,
-                                                             arch::SaveMode save) noexcept {
+/// filter, cookie, handler, Action::remove, the return instance it wants)
+/// when its filter is still the trivial one and nothing beyond the general
+/// registers or an SSE-only save of its code as read is needed. Returns
+/// false, having done nothing, when any of that does not hold:
+/// run_consumers() then takes the hit. `ri`: the return instance to arm.
+static inline __attribute__((always_inline)) bool sole_consumer(Uprobe* up, Regs& regs, const ConsumerSet* cs,
+                                                                arch::SaveMode save, ReturnInstance*& ri) noexcept {
   Registration* const r = cs->regs.front();
-  if (r->has_ret || r->removed.load(std::memory_order_relaxed)) return false;
+  if (r->removed.load(std::memory_order_relaxed)) return false;
   Consumer* const con = r->consumer;
   if (filter_code(*con) != r->trivial_filter || !r->trivial_filter) return false;
   const bool sse = save != arch::SaveMode::none;
   if (sse && (cs->entry_sse == kSseUnknown || (!con->vector_state_unused() && !cs->sse_code(handler_code(*con)))))
     return false;
-  Action rc = Action::keep;
-  if (r->has_entry) {
-    ThreadState& ts = t_state;
-    FaultsFatalScope fatal(up->faults_fatal);
-    std::uint64_t cookie = 0;
-    ts.cookie = &cookie;
-    if (sse) {
-      arch::SseSave s;
-      arch::sse_save(cs->entry_sse, s);
-      rc = con->handler(regs);
-      arch::sse_restore(cs->entry_sse, s);
-    } else {
-      rc = con->handler(regs);
+  std::uint64_t cookie = 0;
+  if (__builtin_expect(!r->has_ret, 1)) {  // an entry probe (has_entry)
+    if (sole_handler(up, regs, cs, con, sse, cookie) == Action::remove) {
+      r->removed.store(true, std::memory_order_relaxed);
+      try_unapply(up);
     }
-    ts.cookie = nullptr;
+    return true;
   }
+  const Action rc = r->has_entry ? sole_handler(up, regs, cs, con, sse, cookie) : Action::keep;
   if (rc == Action::remove) {
     r->removed.store(true, std::memory_order_relaxed);
     try_unapply(up);
+  } else if (rc != Action::ignore) {
+    ri = ri_alloc();
+    if (ri) {
+      ri->cs = cs;
+      ri->cs_serial = cs->serial;
+      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
+    } else {
+      count(stat_block().return_misses);
+    }
   }
   return true;
 }
@@ -213,9 +235,10 @@ void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c
 static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   if (!cs) return false;
-  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
-  if (__builtin_expect(cs->regs.size() == 1 && sole_entry(up, regs, cs, save), 1)) return false;
   const std::uint64_t func = regs.rip;
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
+  if (ReturnInstance* ri = nullptr; __builtin_expect(cs->regs.size() == 1 && sole_consumer(up, regs, cs, save, ri), 1))
+    return ri && arm_return(up, regs, func, ri);
   ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
   {
     FaultsFatalScope fatal(up->faults_fatal);
