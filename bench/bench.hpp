@@ -62,9 +62,10 @@ std::uint64_t sum_counters(int producers) noexcept;
 /// truthfully: the floor of a hit, as the kernel bench's BPF programs (which
 /// never touch the FPU). opaque: plain, and a call through a pointer that the
 /// reading of its code cannot follow (as a call into libc): the full save of
-/// what the site makes live.
-enum class ConsumerKind { plain, gpr, opaque };
-/// "plain", "gpr" or "opaque".
+/// what the site makes live. integer ("int"): plain with integer work instead
+/// of the double (its code read as touching no vector register: nothing saved).
+enum class ConsumerKind { plain, gpr, opaque, integer };
+/// "plain", "gpr", "opaque" or "int".
 const char* consumer_name(ConsumerKind k) noexcept;
 /// One line saying what the consumer of kind `k` does.
 const char* consumer_description(ConsumerKind k) noexcept;

@@ -61,13 +61,14 @@ void usage(FILE* out) {
       "                        each switch's data goes to F-SWITCH.csv\n"
       "\n"
       "Consumer of the uprobe-*/uretprobe-* variants (printed as 'Consumer:' by every run):\n"
-      "  --consumer=plain|gpr|opaque\n"
+      "  --consumer=plain|gpr|opaque|int\n"
       "                        plain (default): an ordinary consumer, normal compiler flags, a double\n"
       "                        computed per hit, no set_vector_state_unused(): libuprobe reads its\n"
       "                        code (SSE only) and saves xmm0..xmmN and the MXCSR around it; gpr:\n"
       "                        general registers only, declares set_vector_state_unused() (no vector\n"
       "                        state saved); opaque: plain and a call its code's reading cannot\n"
-      "                        follow (as libc's): what the site makes live is saved\n"
+      "                        follow (as libc's): what the site makes live is saved; int: plain\n"
+      "                        with integer work instead of the double (code read: nothing saved)\n"
       "\n"
       "Attach and detach latency:\n"
       "  --attach-libc N       attach entry probes to N libc .dynsym functions in one batch\n"
@@ -407,7 +408,8 @@ bool parse_options(int argc, char** argv, Options& o) {
         if (k == "plain") o.consumer = ConsumerKind::plain;
         else if (k == "gpr") o.consumer = ConsumerKind::gpr;
         else if (k == "opaque") o.consumer = ConsumerKind::opaque;
-        else return fail("bad --consumer '" + k + "' (plain, gpr, opaque)");
+        else if (k == "int") o.consumer = ConsumerKind::integer;
+        else return fail("bad --consumer '" + k + "' (plain, gpr, opaque, int)");
         consumer_given = true;
         break;
       }

@@ -6,7 +6,8 @@
 /// uretprobe.cpp: no call level between the save and the consumers):
 /// xmm0 .. xmm(n - 1) by legacy moves (the upper halves of
 /// ymm/zmm stay as they are) and the MXCSR, loaded again only when the
-/// callbacks changed it (a load waits for the vector instructions in flight).
+/// callbacks changed it (a load waits for the vector instructions in flight);
+/// nothing for code that touches no xmm register (n == 0).
 /// The callbacks start with the default MXCSR control bits, its status flags
 /// as they were. For code compiled with -mgeneral-regs-only, run before
 /// anything touched a vector register. Async-signal-safe.
@@ -34,9 +35,14 @@ struct SseSave {
     [[fallthrough]];
 
 /// Saves the MXCSR and xmm0 .. xmm(n - 1) (n <= 16), then gives the callbacks
-/// the default control bits (0x1f80) when the program's differ.
+/// the default control bits (0x1f80) when the program's differ. n == 0 (code
+/// read as touching no xmm register at all: integer code) saves nothing, the
+/// MXCSR included: every legacy SSE instruction that reads or writes the
+/// MXCSR names an xmm register, and the reading refuses ldmxcsr, fxrstor and
+/// xrstor (analyze_clobbers()); two MXCSR reads were ~7 ticks of such a hit.
 inline void sse_save(unsigned n, SseSave& s) noexcept {
   static constexpr std::uint32_t kDefault = 0x1f80;
+  if (n == 0) return;
   asm volatile("stmxcsr %0" : "=m"(s.mxcsr) : : "memory");
   switch (n) {
     UPROBE_SSE_SAVE_CASE(15) UPROBE_SSE_SAVE_CASE(14) UPROBE_SSE_SAVE_CASE(13) UPROBE_SSE_SAVE_CASE(12)
@@ -50,8 +56,9 @@ inline void sse_save(unsigned n, SseSave& s) noexcept {
 }
 
 /// Puts back what sse_save() kept: the MXCSR when it differs now, then the
-/// xmm registers.
+/// xmm registers (nothing for n == 0).
 inline void sse_restore(unsigned n, const SseSave& s) noexcept {
+  if (n == 0) return;
   std::uint32_t now;
   asm volatile("stmxcsr %0" : "=m"(now) : : "memory");
   if (now != s.mxcsr) asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");

@@ -473,9 +473,10 @@ struct ProbeInfo {
   /// and around the ret_handlers, beyond the general registers (the int3
   /// path has the kernel's signal frame): "none" (each of them declared
   /// set_vector_state_unused(), or none runs there); "xmm0-xmmN, MXCSR" or
-  /// "MXCSR" (their code was read at registration and touches no other
-  /// vector state: legacy SSE instructions, no call the reading cannot
-  /// follow; "MXCSR": no vector register at all); else what the site makes
+  /// "none (code read)" (their code was read at registration and touches no
+  /// other vector state: legacy SSE instructions, no call the reading cannot
+  /// follow; "none (code read)": integer code, no vector register at all, so
+  /// no MXCSR either); else what the site makes
   /// live: "entry" (a function entry: vectors 0-15 at the width in use, the
   /// MXCSR, the x87 control word), "return" (the same and st0/st1) or "full".
   std::string entry_state, return_state;

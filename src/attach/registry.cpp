@@ -329,7 +329,7 @@ std::string no_hop_reason(const arch::EntryWindow& w) {
 std::string saved_state(arch::SaveMode save, std::uint8_t sse) {
   if (save == arch::SaveMode::none) return "none";
   if (sse != kSseUnknown)
-    return sse == 0 ? "MXCSR" : sse == 1 ? "xmm0, MXCSR" : "xmm0-xmm" + std::to_string(sse - 1) + ", MXCSR";
+    return sse == 0 ? "none (code read)" : sse == 1 ? "xmm0, MXCSR" : "xmm0-xmm" + std::to_string(sse - 1) + ", MXCSR";
   return save == arch::SaveMode::entry ? "entry" : save == arch::SaveMode::ret ? "return" : "full";
 }
 

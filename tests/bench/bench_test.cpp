@@ -745,18 +745,21 @@ TEST(Options, ConsumerIsPlainByDefaultOrGpr) {
   EXPECT_EQ(o.consumer, bench::ConsumerKind::plain);
   ASSERT_TRUE(parse({"--consumer=opaque", "uprobe-entry"}, o));
   EXPECT_EQ(o.consumer, bench::ConsumerKind::opaque);
+  ASSERT_TRUE(parse({"--consumer=int", "uprobe-entry"}, o));
+  EXPECT_EQ(o.consumer, bench::ConsumerKind::integer);
   EXPECT_FALSE(parse({"--consumer=fast", "uprobe-nop5"}, o));
   EXPECT_FALSE(parse({"--consumer=gpr", "--attach-libc", "10"}, o));
   EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::plain), "plain");
   EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::gpr), "gpr");
   EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::opaque), "opaque");
+  EXPECT_STREQ(bench::consumer_name(bench::ConsumerKind::integer), "int");
 }
 
 // What libuprobe saves around each consumer, as every probe run prints it:
 // the plain consumer's code reads as SSE only (its double in xmm0), the
 // opaque one's calls through a pointer (what the site makes live: a
 // function entry's, a return's, a nop5 inside a function's: everything),
-// gpr declared it uses none.
+// gpr declared it uses none, the int one's code touches no vector register.
 TEST(Binary, RunsSayWhatIsSavedAroundTheConsumer) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "sanitizer build: the consumers' code calls the sanitizer runtime (not read)";
@@ -774,6 +777,9 @@ TEST(Binary, RunsSayWhatIsSavedAroundTheConsumer) {
       {"uprobe-nop5-mid -w 0 -d 1 --consumer=opaque", "Saved around the consumer: full\n"},
       {"uretprobe-entry -w 0 -d 1 --consumer=opaque", "Saved around the consumer: return\n"},
       {"uprobe-entry -w 0 -d 1 --consumer=gpr", "Saved around the consumer: none\n"},
+      {"uprobe-entry -w 0 -d 1 --consumer=int", "Saved around the consumer: none (code read)\n"},
+      {"uprobe-nop5-mid -w 0 -d 1 --consumer=int", "Saved around the consumer: none (code read)\n"},
+      {"uretprobe-entry -w 0 -d 1 --consumer=int", "Saved around the consumer: none (code read)\n"},
   };
   for (const auto& c : cases) {
     const Exec e = run(c.args);

@@ -177,6 +177,22 @@ TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) {
   c.expect_clean(kRounds);
 }
 
+/// Every vector register at the CPU's widest, k0-7, the MXCSR (round toward
+/// zero) and the x87 control word changed: what a handler libuprobe did not
+/// read may do.
+void clobber_everything() {
+  const std::uint32_t mx = 0x7f80;  // round toward zero
+  const std::uint16_t cw = 0x0c7f;
+  asm volatile(
+      "pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm8, %%xmm8\n\tpcmpeqd %%xmm15, %%xmm15\n\t"
+      "ldmxcsr %0\n\tfldcw %1" ::"m"(mx), "m"(cw) : "xmm0", "xmm8", "xmm15", "memory");
+  if (cpu_has(Level::avx))
+    asm volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\tvpcmpeqd %%ymm9, %%ymm9, %%ymm9\n\tvzeroupper" ::: "memory");
+  if (cpu_has(Level::avx512))
+    asm volatile("vpternlogd $0xff, %%zmm2, %%zmm2, %%zmm2\n\tvpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\t"
+                 "kxnorw %%k1, %%k1, %%k1\n\tvzeroupper" ::: "memory");
+}
+
 /// Registers itself from its constructor, while its class is still
 /// SseConsumer (whose handler libuprobe reads); the class derived from it
 /// has a handler that clobbers every vector register at the CPU's widest,
@@ -193,16 +209,7 @@ struct HostileLater : SseRegistersInConstructor {
   std::atomic<std::uint64_t> hostile{0};
   uprobe::Action handler(uprobe::Regs&) override {
     hostile.fetch_add(1);
-    const std::uint32_t mx = 0x7f80;  // round toward zero
-    const std::uint16_t cw = 0x0c7f;
-    asm volatile(
-        "pcmpeqd %%xmm0, %%xmm0\n\tpcmpeqd %%xmm8, %%xmm8\n\tpcmpeqd %%xmm15, %%xmm15\n\t"
-        "ldmxcsr %0\n\tfldcw %1" ::"m"(mx), "m"(cw) : "xmm0", "xmm8", "xmm15", "memory");
-    if (cpu_has(Level::avx))
-      asm volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\tvpcmpeqd %%ymm9, %%ymm9, %%ymm9\n\tvzeroupper" ::: "memory");
-    if (cpu_has(Level::avx512))
-      asm volatile("vpternlogd $0xff, %%zmm2, %%zmm2, %%zmm2\n\tvpternlogd $0xff, %%zmm20, %%zmm20, %%zmm20\n\t"
-                   "kxnorw %%k1, %%k1, %%k1\n\tvzeroupper" ::: "memory");
+    clobber_everything();
     return uprobe::Action::keep;
   }
 };
@@ -227,6 +234,104 @@ TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
   EXPECT_EQ(bad, 0) << first;
   EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
   EXPECT_EQ(c.hits.load(), 0u);  // (SseConsumer's handler never ran)
+}
+
+/// An ordinary consumer (no set_vector_state_unused()) whose code is integer
+/// only: libuprobe reads it at registration and saves nothing around it, the
+/// MXCSR included (no legacy SSE instruction without an xmm register can
+/// change it).
+struct IntegerConsumer : uprobe::Consumer {
+  std::atomic<std::uint64_t> hits{0}, sum{0};
+  uprobe::Action handler(uprobe::Regs& r) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    sum.fetch_add(r.rdi * 3 + (r.rsi >> 2), std::memory_order_relaxed);
+    return uprobe::Action::keep;
+  }
+};
+
+/// What ProbeInfo says of IntegerConsumer's side (`mode`: where its code is not read).
+std::string integer_state(const char* mode) { return kBuild == 2 ? "none" : kBuild == 1 ? mode : "none (code read)"; }
+
+// Integer code at a function entry and at a mid-function nop5: nothing saved
+// (ProbeInfo), and every value of the vector, x87 and MXCSR state exact.
+TEST_P(SseState, IntegerConsumerSavesNothingAndKeepsEverything) {
+  IntegerConsumer c;
+  {
+    uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+    EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, integer_state("entry"));
+    std::string first;
+    int bad = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      fill_input(static_cast<std::uint64_t>(i) + 503, 0, i % 2 == 0);
+      kCallEntry[idx(l)]();
+      std::string d = diff(l, state_in, state_seen, kAllButStack);
+      const std::string d2 = diff(l, state_in, state_after, kAllButStack);
+      if (!d2.empty()) d += "after the return: " + d2;
+      if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+    }
+    EXPECT_EQ(bad, 0) << first;
+    EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kRounds));
+  }
+  const void* site = mid_site(l);
+  std::vector<AbiState> ref(kRounds);
+  auto input = [](int i) { fill_input(static_cast<std::uint64_t>(i) + 607, 0, i % 2 == 0, 0x037f); };
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kMid[idx(l)]();
+    ref[static_cast<std::size_t>(i)] = state_after;
+  }
+  uprobe::Attachment a(site, c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
+  EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, integer_state("full"));
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    input(i);
+    kMid[idx(l)]();
+    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.hits.load(), 2u * static_cast<std::uint64_t>(kRounds));
+}
+
+/// IntegerConsumer registered from its constructor; the class derived from
+/// it clobbers everything (clobber_everything()).
+struct IntegerRegistersInConstructor : IntegerConsumer {
+  explicit IntegerRegistersInConstructor(const void* at) { attachment = uprobe::Attachment(at, *this); }
+  uprobe::Attachment attachment;
+};
+struct IntegerHostileLater : IntegerRegistersInConstructor {
+  explicit IntegerHostileLater(const void* at) : IntegerRegistersInConstructor(at) {}
+  ~IntegerHostileLater() override { attachment.detach(); }
+  std::atomic<std::uint64_t> hostile{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    hostile.fetch_add(1);
+    clobber_everything();
+    return uprobe::Action::keep;
+  }
+};
+
+// Nothing is saved for the integer code read; the handler that runs is other
+// code: the entry's full preservation around it.
+TEST_P(SseState, HandlerOfAClassDerivedAfterRegistrationFromIntegerCode) {
+  IntegerHostileLater c(vaddr(kEntryFn[idx(l)]));
+  ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
+  EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, integer_state("entry"));
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + 701, 0, false);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, kEntry);
+    const std::string d2 = diff(l, state_in, state_after, kEntry);
+    if (!d2.empty()) d += "after the return: " + d2;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
+  EXPECT_EQ(c.hits.load(), 0u);  // (IntegerConsumer's handler never ran)
 }
 
 /// The work of CachedSse's handler, a direct call (the reading follows it).
