@@ -23,80 +23,53 @@ inline void touch_double(std::uint64_t v) noexcept {
   asm volatile("" : "+x"(d));
 }
 
-class PlainConsumer final : public uprobe::Consumer {
- public:
-  uprobe::Action handler(uprobe::Regs& regs) override {
-    touch_double(regs.rsp);
-    count_hit();
-    return uprobe::Action::keep;
-  }
-};
-
-#if defined(UPROBE_HAS_URETPROBE)
-class PlainRetConsumer final : public uprobe::Consumer {
- public:
-  PlainRetConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
-  void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
-    touch_double(regs.rsp ^ func);
-    count_hit();
-  }
-};
-#endif
-
-/// The opaque consumers' call: through a pointer the reading of their code
-/// at registration cannot follow.
-/// What the int consumers do instead of touch_double(): integer work only.
+/// What the int consumers do instead: integer work only (libuprobe reads
+/// their code as touching no vector register and saves nothing around it).
 inline void touch_integer(std::uint64_t v) noexcept {
   std::uint64_t i = (v & 0xffff) * 3 + 1;
   asm volatile("" : "+r"(i));
 }
 
-/// An ordinary consumer doing integer work only: libuprobe reads its code as
-/// touching no vector register and saves nothing around it.
-class IntConsumer final : public uprobe::Consumer {
- public:
-  uprobe::Action handler(uprobe::Regs& regs) override {
-    touch_integer(regs.rsp);
-    count_hit();
-    return uprobe::Action::keep;
-  }
-};
-
-#if defined(UPROBE_HAS_URETPROBE)
-class IntRetConsumer final : public uprobe::Consumer {
- public:
-  IntRetConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
-  void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
-    touch_integer(regs.rsp ^ func);
-    count_hit();
-  }
-};
-#endif
-
+/// The opaque consumers' call: through a pointer the reading of their code
+/// at registration cannot follow.
 void opaque_noop() noexcept {}
 void (*volatile g_opaque_call)() noexcept = opaque_noop;
+inline void opaque_call() noexcept { g_opaque_call(); }
+inline void no_call() noexcept {}
 
-class OpaqueConsumer final : public uprobe::Consumer {
+/// An entry consumer whose every hit does `Touch` on a register, then
+/// `Call`, then counts (both inlined: the code libuprobe reads is theirs).
+template <void (*Touch)(std::uint64_t) noexcept, void (*Call)() noexcept>
+class WorkConsumer final : public uprobe::Consumer {
  public:
   uprobe::Action handler(uprobe::Regs& regs) override {
-    touch_double(regs.rsp);
-    g_opaque_call();
+    Touch(regs.rsp);
+    Call();
     count_hit();
     return uprobe::Action::keep;
   }
 };
 
 #if defined(UPROBE_HAS_URETPROBE)
-class OpaqueRetConsumer final : public uprobe::Consumer {
+/// The return consumer of the same work.
+template <void (*Touch)(std::uint64_t) noexcept, void (*Call)() noexcept>
+class WorkRetConsumer final : public uprobe::Consumer {
  public:
-  OpaqueRetConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  WorkRetConsumer() noexcept : uprobe::Consumer(uprobe::Callbacks::ret) {}
   void ret_handler(uprobe::Regs& regs, std::uint64_t func) override {
-    touch_double(regs.rsp ^ func);
-    g_opaque_call();
+    Touch(regs.rsp ^ func);
+    Call();
     count_hit();
   }
 };
+using PlainRetConsumer = WorkRetConsumer<touch_double, no_call>;
+using IntRetConsumer = WorkRetConsumer<touch_integer, no_call>;
+using OpaqueRetConsumer = WorkRetConsumer<touch_double, opaque_call>;
 #endif
+
+using PlainConsumer = WorkConsumer<touch_double, no_call>;
+using IntConsumer = WorkConsumer<touch_integer, no_call>;
+using OpaqueConsumer = WorkConsumer<touch_double, opaque_call>;
 
 }  // namespace
 

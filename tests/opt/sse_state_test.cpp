@@ -76,6 +76,54 @@ constexpr What kAllButStack{true, true, true, false, false};
 /// A return: that and the x87 stack the function left (TOP, tags, values).
 constexpr What kAllAndStack{true, true, true, true, false};
 
+/// kRounds calls of `l`'s entry function, inputs from `seed` (the x87
+/// stack's flag alternating when `alternate`): the first round in which what
+/// the function saw, or what its caller has after the return, differs from
+/// what went in (`what`); "" when none does.
+std::string entry_rounds(Level l, std::uint64_t seed, const What& what, bool alternate) {
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    fill_input(static_cast<std::uint64_t>(i) + seed, 0, alternate && i % 2 == 0);
+    kCallEntry[idx(l)]();
+    std::string d = diff(l, state_in, state_seen, what);
+    const std::string d2 = diff(l, state_in, state_after, what);
+    if (!d2.empty()) d += "after the return: " + d2;
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  return bad ? std::to_string(bad) + " rounds differ, the first: " + first : "";
+}
+
+/// The mid-function nop5 function of `l` for round `i`'s inputs (from `seed`).
+void mid_round(Level l, std::uint64_t seed, int i) {
+  fill_input(static_cast<std::uint64_t>(i) + seed, 0, i % 2 == 0, 0x037f);
+  kMid[idx(l)]();
+}
+
+/// What the caller has after each of kRounds calls of `l`'s mid-function
+/// nop5 function (mid_round()), without a probe.
+std::vector<AbiState> mid_reference(Level l, std::uint64_t seed) {
+  std::vector<AbiState> ref(kRounds);
+  for (int i = 0; i < kRounds; ++i) {
+    mid_round(l, seed, i);
+    ref[static_cast<std::size_t>(i)] = state_after;
+  }
+  return ref;
+}
+
+/// The same calls again: the first round whose state after the call differs
+/// from `ref` in anything (kFull); "" when none does.
+std::string mid_rounds(Level l, std::uint64_t seed, const std::vector<AbiState>& ref) {
+  std::string first;
+  int bad = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    mid_round(l, seed, i);
+    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
+    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+  }
+  return bad ? std::to_string(bad) + " rounds differ, the first: " + first : "";
+}
+
 
 class SseState : public ::testing::TestWithParam<std::tuple<Level, bool>> {
  protected:
@@ -104,17 +152,7 @@ TEST_P(SseState, EntryKeepsEverythingSavingXmm0To7) {
   EXPECT_EQ(info.entry_state, expected_state("entry"));
   EXPECT_EQ(info.return_state, "none");
   const uprobe::Stats s0 = uprobe::stats();
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    fill_input(static_cast<std::uint64_t>(i) + 101, 0, i % 2 == 0);
-    kCallEntry[idx(l)]();
-    std::string d = diff(l, state_in, state_seen, kAllButStack);
-    const std::string d2 = diff(l, state_in, state_after, kAllButStack);
-    if (!d2.empty()) d += "after the return: " + d2;
-    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-  }
-  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(entry_rounds(l, 101, kAllButStack, true), "");
   c.expect_clean(kRounds);
   EXPECT_EQ(stats_delta(s0, uprobe::stats()).optimized, optimize ? static_cast<std::uint64_t>(kRounds) : 0u);
 }
@@ -153,27 +191,12 @@ TEST_P(SseState, ReturnKeepsEverythingSavingXmm0To7) {
 
 // A mid-function nop5: everything, the MXCSR's status flags included.
 TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) {
-  const void* site = mid_site(l);
-  std::vector<AbiState> ref(kRounds);
-  auto input = [](int i) { fill_input(static_cast<std::uint64_t>(i) + 307, 0, i % 2 == 0, 0x037f); };
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kMid[idx(l)]();
-    ref[static_cast<std::size_t>(i)] = state_after;
-  }
+  const std::vector<AbiState> ref = mid_reference(l, 307);
   SseConsumer c(uprobe::Callbacks::entry);
-  uprobe::Attachment a(site, c);
+  uprobe::Attachment a(mid_site(l), c);
   ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
   EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, expected_state("full"));
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kMid[idx(l)]();
-    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
-    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-  }
-  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(mid_rounds(l, 307, ref), "");
   c.expect_clean(kRounds);
 }
 
@@ -193,19 +216,21 @@ void clobber_everything() {
                  "kxnorw %%k1, %%k1, %%k1\n\tvzeroupper" ::: "memory");
 }
 
-/// Registers itself from its constructor, while its class is still
-/// SseConsumer (whose handler libuprobe reads); the class derived from it
+/// Registers itself from its constructor, while its class is still `Read`
+/// (SseConsumer or IntegerConsumer: a handler libuprobe reads); the class derived from it
 /// has a handler that clobbers every vector register at the CPU's widest,
 /// k0-7, the MXCSR and the x87 control word.
-struct SseRegistersInConstructor : SseConsumer {
-  explicit SseRegistersInConstructor(const void* at) : SseConsumer(uprobe::Callbacks::entry) {
+template <class Read>
+struct RegistersInConstructor : Read {
+  explicit RegistersInConstructor(const void* at) : Read(uprobe::Callbacks::entry) {
     attachment = uprobe::Attachment(at, *this);
   }
   uprobe::Attachment attachment;
 };
-struct HostileLater : SseRegistersInConstructor {
-  explicit HostileLater(const void* at) : SseRegistersInConstructor(at) {}
-  ~HostileLater() override { attachment.detach(); }
+template <class Read>
+struct HostileLater : RegistersInConstructor<Read> {
+  explicit HostileLater(const void* at) : RegistersInConstructor<Read>(at) {}
+  ~HostileLater() override { this->attachment.detach(); }
   std::atomic<std::uint64_t> hostile{0};
   uprobe::Action handler(uprobe::Regs&) override {
     hostile.fetch_add(1);
@@ -218,20 +243,10 @@ struct HostileLater : SseRegistersInConstructor {
 // full preservation around it (vectors 0-15 at the width in use, the MXCSR,
 // the x87 control word).
 TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
-  HostileLater c(vaddr(kEntryFn[idx(l)]));
+  HostileLater<SseConsumer> c(vaddr(kEntryFn[idx(l)]));
   ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
   EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, expected_state("entry"));
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    fill_input(static_cast<std::uint64_t>(i) + 401, 0, false);
-    kCallEntry[idx(l)]();
-    std::string d = diff(l, state_in, state_seen, kEntry);
-    const std::string d2 = diff(l, state_in, state_after, kEntry);
-    if (!d2.empty()) d += "after the return: " + d2;
-    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-  }
-  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(entry_rounds(l, 401, kEntry, false), "");
   EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
   EXPECT_EQ(c.hits.load(), 0u);  // (SseConsumer's handler never ran)
 }
@@ -241,6 +256,7 @@ TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
 /// MXCSR included (no legacy SSE instruction without an xmm register can
 /// change it).
 struct IntegerConsumer : uprobe::Consumer {
+  explicit IntegerConsumer(uprobe::Callbacks cb = uprobe::Callbacks::entry) : uprobe::Consumer(cb) {}
   std::atomic<std::uint64_t> hits{0}, sum{0};
   uprobe::Action handler(uprobe::Regs& r) override {
     hits.fetch_add(1, std::memory_order_relaxed);
@@ -260,76 +276,24 @@ TEST_P(SseState, IntegerConsumerSavesNothingAndKeepsEverything) {
     uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
     ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
     EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, integer_state("entry"));
-    std::string first;
-    int bad = 0;
-    for (int i = 0; i < kRounds; ++i) {
-      fill_input(static_cast<std::uint64_t>(i) + 503, 0, i % 2 == 0);
-      kCallEntry[idx(l)]();
-      std::string d = diff(l, state_in, state_seen, kAllButStack);
-      const std::string d2 = diff(l, state_in, state_after, kAllButStack);
-      if (!d2.empty()) d += "after the return: " + d2;
-      if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-    }
-    EXPECT_EQ(bad, 0) << first;
+    EXPECT_EQ(entry_rounds(l, 503, kAllButStack, true), "");
     EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kRounds));
   }
-  const void* site = mid_site(l);
-  std::vector<AbiState> ref(kRounds);
-  auto input = [](int i) { fill_input(static_cast<std::uint64_t>(i) + 607, 0, i % 2 == 0, 0x037f); };
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kMid[idx(l)]();
-    ref[static_cast<std::size_t>(i)] = state_after;
-  }
-  uprobe::Attachment a(site, c);
+  const std::vector<AbiState> ref = mid_reference(l, 607);
+  uprobe::Attachment a(mid_site(l), c);
   ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
   EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, integer_state("full"));
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kMid[idx(l)]();
-    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
-    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-  }
-  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(mid_rounds(l, 607, ref), "");
   EXPECT_EQ(c.hits.load(), 2u * static_cast<std::uint64_t>(kRounds));
 }
-
-/// IntegerConsumer registered from its constructor; the class derived from
-/// it clobbers everything (clobber_everything()).
-struct IntegerRegistersInConstructor : IntegerConsumer {
-  explicit IntegerRegistersInConstructor(const void* at) { attachment = uprobe::Attachment(at, *this); }
-  uprobe::Attachment attachment;
-};
-struct IntegerHostileLater : IntegerRegistersInConstructor {
-  explicit IntegerHostileLater(const void* at) : IntegerRegistersInConstructor(at) {}
-  ~IntegerHostileLater() override { attachment.detach(); }
-  std::atomic<std::uint64_t> hostile{0};
-  uprobe::Action handler(uprobe::Regs&) override {
-    hostile.fetch_add(1);
-    clobber_everything();
-    return uprobe::Action::keep;
-  }
-};
 
 // Nothing is saved for the integer code read; the handler that runs is other
 // code: the entry's full preservation around it.
 TEST_P(SseState, HandlerOfAClassDerivedAfterRegistrationFromIntegerCode) {
-  IntegerHostileLater c(vaddr(kEntryFn[idx(l)]));
+  HostileLater<IntegerConsumer> c(vaddr(kEntryFn[idx(l)]));
   ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
   EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, integer_state("entry"));
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    fill_input(static_cast<std::uint64_t>(i) + 701, 0, false);
-    kCallEntry[idx(l)]();
-    std::string d = diff(l, state_in, state_seen, kEntry);
-    const std::string d2 = diff(l, state_in, state_after, kEntry);
-    if (!d2.empty()) d += "after the return: " + d2;
-    if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-  }
-  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(entry_rounds(l, 701, kEntry, false), "");
   EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
   EXPECT_EQ(c.hits.load(), 0u);  // (IntegerConsumer's handler never ran)
 }
