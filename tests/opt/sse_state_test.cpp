@@ -239,16 +239,26 @@ struct HostileLater : RegistersInConstructor<Read> {
   }
 };
 
+/// HostileLater<Read> at `l`'s entry function: ProbeInfo says `state` (what
+/// is saved for the code read), and with the handler that runs not that code,
+/// the entry's full preservation keeps every value; only that handler ran.
+template <class Read>
+void expect_derived_handler_preserved(Level l, bool optimize, std::uint64_t seed, const std::string& state) {
+  HostileLater<Read> c(vaddr(kEntryFn[idx(l)]));
+  const uprobe::ProbeInfo info = uprobe::probe_info(c.attachment.probe());
+  ASSERT_EQ(info.mode, optimize ? uprobe::ProbeMode::optimized_entry : uprobe::ProbeMode::int3)
+      << info.why_not_optimized;
+  EXPECT_EQ(info.entry_state, state);
+  EXPECT_EQ(entry_rounds(l, seed, kEntry, false), "");
+  EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
+  EXPECT_EQ(c.hits.load(), 0u);  // (Read's handler never ran)
+}
+
 // The handler that runs is not the code read at registration: the entry's
 // full preservation around it (vectors 0-15 at the width in use, the MXCSR,
 // the x87 control word).
 TEST_P(SseState, HandlerOfAClassDerivedAfterRegistration) {
-  HostileLater<SseConsumer> c(vaddr(kEntryFn[idx(l)]));
-  ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
-  EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, expected_state("entry"));
-  EXPECT_EQ(entry_rounds(l, 401, kEntry, false), "");
-  EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
-  EXPECT_EQ(c.hits.load(), 0u);  // (SseConsumer's handler never ran)
+  expect_derived_handler_preserved<SseConsumer>(l, optimize, 401, expected_state("entry"));
 }
 
 /// An ordinary consumer (no set_vector_state_unused()) whose code is integer
@@ -290,12 +300,7 @@ TEST_P(SseState, IntegerConsumerSavesNothingAndKeepsEverything) {
 // Nothing is saved for the integer code read; the handler that runs is other
 // code: the entry's full preservation around it.
 TEST_P(SseState, HandlerOfAClassDerivedAfterRegistrationFromIntegerCode) {
-  HostileLater<IntegerConsumer> c(vaddr(kEntryFn[idx(l)]));
-  ASSERT_NO_FATAL_FAILURE(expect_mode(c.attachment, uprobe::ProbeMode::optimized_entry));
-  EXPECT_EQ(uprobe::probe_info(c.attachment.probe()).entry_state, integer_state("entry"));
-  EXPECT_EQ(entry_rounds(l, 701, kEntry, false), "");
-  EXPECT_EQ(c.hostile.load(), static_cast<std::uint64_t>(kRounds));
-  EXPECT_EQ(c.hits.load(), 0u);  // (IntegerConsumer's handler never ran)
+  expect_derived_handler_preserved<IntegerConsumer>(l, optimize, 701, integer_state("entry"));
 }
 
 /// The work of CachedSse's handler, a direct call (the reading follows it).
