@@ -39,7 +39,7 @@ struct SseSave {
 /// read as touching no xmm register at all: integer code) saves nothing, the
 /// MXCSR included: every legacy SSE instruction that reads or writes the
 /// MXCSR names an xmm register, and the reading refuses ldmxcsr, fxrstor and
-/// xrstor (analyze_clobbers()); two MXCSR reads were ~7 ticks of such a hit.
+/// xrstor (analyze_clobbers()); two MXCSR reads were ~4 of such a hit's 40 ticks.
 inline void sse_save(unsigned n, SseSave& s) noexcept {
   static constexpr std::uint32_t kDefault = 0x1f80;
   if (n == 0) return;
