@@ -86,35 +86,19 @@ uprobe::Consumer& opaque_ret_consumer() {
 #endif
 
 uprobe::Consumer& consumer_of(ConsumerKind k, bool ret) {
-#if defined(UPROBE_HAS_URETPROBE)
-  static IntRetConsumer int_ret;
-  if (ret) {
-    switch (k) {
-      case ConsumerKind::gpr:
-        return gpr_ret_consumer();
-      case ConsumerKind::opaque:
-        return opaque_ret_consumer();
-      case ConsumerKind::integer:
-        return int_ret;
-      case ConsumerKind::plain:
-        break;
-    }
-    return plain_ret_consumer();
-  }
-#endif
-  (void)ret;
   static IntConsumer int_entry;
+  static IntRetConsumer int_ret;
   switch (k) {
     case ConsumerKind::gpr:
-      return gpr_consumer();
+      return ret ? gpr_ret_consumer() : gpr_consumer();
     case ConsumerKind::opaque:
-      return opaque_consumer();
+      return ret ? opaque_ret_consumer() : opaque_consumer();
     case ConsumerKind::integer:
-      return int_entry;
+      return ret ? static_cast<uprobe::Consumer&>(int_ret) : int_entry;
     case ConsumerKind::plain:
       break;
   }
-  return plain_consumer();
+  return ret ? plain_ret_consumer() : plain_consumer();
 }
 
 uprobe::Consumer& plain_consumer() {
