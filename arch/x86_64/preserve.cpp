@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "arch.hpp"
+#include "preserve_sse.hpp"
 
 // Not instrumented by ThreadSanitizer: its runtime, called on every access of
 // instrumented code, uses SSE registers before they are saved.
@@ -124,10 +125,17 @@ UPROBE_NO_TSAN unsigned xinuse() noexcept {
 /// its plan in one load.
 std::atomic<unsigned> g_fixed_plan[4];
 
+}  // namespace
+
+std::atomic<bool> g_sse_restore_unread{false};
+
+namespace {
+
 UPROBE_NO_TSAN unsigned plan_for(SaveMode mode) noexcept;
 
 UPROBE_NO_TSAN void refresh_fixed_plans() noexcept {
   g_fixed_plan[0].store(0, std::memory_order_relaxed);
+  g_sse_restore_unread.store(strategy(caps()) == PreserveStrategy::wide, std::memory_order_relaxed);
   for (SaveMode m : {SaveMode::entry, SaveMode::ret, SaveMode::full}) {
     const unsigned c = caps();
     const bool needs_xinuse = (m == SaveMode::full || strategy(c) == PreserveStrategy::in_use) && (c & kCXgetbv1);

@@ -7,14 +7,26 @@
 /// xmm0 .. xmm(n - 1) by legacy moves (the upper halves of
 /// ymm/zmm stay as they are) and the MXCSR, loaded again only when the
 /// callbacks changed it (a load waits for the vector instructions in flight);
-/// nothing for code that touches no xmm register (n == 0).
+/// nothing for code that touches no xmm register (n == 0). How the MXCSR is
+/// put back follows the preservation strategy (frames.hpp): read and loaded
+/// only when changed (PreserveStrategy::in_use, Intel: a load waits for the
+/// vector instructions in flight), or loaded unread (PreserveStrategy::wide,
+/// AMD: a read right after the callbacks' floating-point work waits for it,
+/// ~12 of a plain consumer's 45 ticks on Zen 4; a load of an unchanged value
+/// costs nothing measurable there).
 /// The callbacks start with the default MXCSR control bits, its status flags
 /// as they were. For code compiled with -mgeneral-regs-only, run before
 /// anything touched a vector register. Async-signal-safe.
 
+#include <atomic>
 #include <cstdint>
 
 namespace uprobe::arch {
+
+/// Whether sse_restore() loads the saved MXCSR without reading the current
+/// one: PreserveStrategy::wide in force (preserve.cpp sets it with the
+/// strategy). Either way restores the same value.
+extern std::atomic<bool> g_sse_restore_unread;
 
 /// What sse_save() keeps (256 bytes and the MXCSR).
 struct SseSave {
@@ -55,13 +67,17 @@ inline void sse_save(unsigned n, SseSave& s) noexcept {
   if ((s.mxcsr & ~0x3fu) != kDefault) asm volatile("ldmxcsr %0" : : "m"(kDefault) : "memory");
 }
 
-/// Puts back what sse_save() kept: the MXCSR when it differs now, then the
-/// xmm registers (nothing for n == 0).
+/// Puts back what sse_save() kept: the MXCSR (unread, or when it differs
+/// now: g_sse_restore_unread), then the xmm registers (nothing for n == 0).
 inline void sse_restore(unsigned n, const SseSave& s) noexcept {
   if (n == 0) return;
-  std::uint32_t now;
-  asm volatile("stmxcsr %0" : "=m"(now) : : "memory");
-  if (now != s.mxcsr) asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");
+  if (g_sse_restore_unread.load(std::memory_order_relaxed)) {
+    asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");
+  } else {
+    std::uint32_t now;
+    asm volatile("stmxcsr %0" : "=m"(now) : : "memory");
+    if (now != s.mxcsr) asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");
+  }
   switch (n) {
     UPROBE_SSE_LOAD_CASE(15) UPROBE_SSE_LOAD_CASE(14) UPROBE_SSE_LOAD_CASE(13) UPROBE_SSE_LOAD_CASE(12)
     UPROBE_SSE_LOAD_CASE(11) UPROBE_SSE_LOAD_CASE(10) UPROBE_SSE_LOAD_CASE(9) UPROBE_SSE_LOAD_CASE(8)

@@ -13,9 +13,40 @@
 
 #include "opt_common.hpp"
 
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+#include "arch.hpp"  // the *_other builds (linked with libuprobe.a): the strategy the CPU does not choose
+#endif
+
 using namespace opttest;
 
 namespace {
+
+#if defined(UPROBE_STATE_OTHER_STRATEGY)
+/// For a test's life, the other vendor's way of preserving (arch::
+/// PreserveStrategy::in_use: XINUSE-sized moves, vzeroupper, the MXCSR read
+/// before it is loaded again, every CPU but AMD's; wide: the widest moves,
+/// the MXCSR loaded unread, AMD's), so that one machine runs both.
+class OtherStrategy {
+ public:
+  /// False (nothing changed) where the other is in_use and the CPU has no xgetbv(1).
+  bool engage() {
+    using uprobe::arch::PreserveStrategy;
+    saved_ = uprobe::arch::preserve_strategy();
+    const PreserveStrategy other =
+        saved_ == PreserveStrategy::wide ? PreserveStrategy::in_use : PreserveStrategy::wide;
+    if (!uprobe::arch::set_preserve_strategy(other)) return false;
+    engaged_ = true;
+    return true;
+  }
+  ~OtherStrategy() {
+    if (engaged_) uprobe::arch::set_preserve_strategy(saved_);
+  }
+
+ private:
+  bool engaged_ = false;
+  uprobe::arch::PreserveStrategy saved_ = uprobe::arch::PreserveStrategy::wide;
+};
+#endif
 
 /// See state_fixtures.S.
 struct alignas(64) AbiState {

@@ -28,10 +28,6 @@
 
 #include "opt_common.hpp"
 
-#if defined(UPROBE_STATE_OTHER_STRATEGY)
-#include "arch.hpp"  // opt_state_other (linked with libuprobe.a): the strategy the CPU does not choose
-#endif
-
 using namespace opttest;
 
 #include "state_common.hpp"
@@ -151,25 +147,12 @@ class State : public ::testing::TestWithParam<std::tuple<Level, bool>> {
     std::tie(l, optimize) = GetParam();
     if (!cpu_has(l)) GTEST_SKIP() << level_name(l) << " not supported by this CPU";
 #if defined(UPROBE_STATE_OTHER_STRATEGY)
-    // The other vendor's way of saving (in_use: XINUSE-sized moves and
-    // vzeroupper, every CPU but AMD's; wide: the widest moves, AMD's).
-    using uprobe::arch::PreserveStrategy;
-    const PreserveStrategy other = uprobe::arch::preserve_strategy() == PreserveStrategy::wide
-                                       ? PreserveStrategy::in_use
-                                       : PreserveStrategy::wide;
-    saved_strategy = uprobe::arch::preserve_strategy();
-    if (!uprobe::arch::set_preserve_strategy(other)) GTEST_SKIP() << "in_use needs xgetbv(1)";
-    restore_strategy = true;
-    ASSERT_EQ(uprobe::arch::preserve_strategy(), other);
+    if (!other.engage()) GTEST_SKIP() << "in_use needs xgetbv(1)";
 #endif
     set_optimize(optimize);
   }
 #if defined(UPROBE_STATE_OTHER_STRATEGY)
-  bool restore_strategy = false;
-  uprobe::arch::PreserveStrategy saved_strategy = uprobe::arch::PreserveStrategy::wide;
-  void TearDown() override {
-    if (restore_strategy) uprobe::arch::set_preserve_strategy(saved_strategy);
-  }
+  OtherStrategy other;
 #endif
   void expect_mode(const uprobe::Attachment& a, uprobe::ProbeMode optimized_mode) {
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
