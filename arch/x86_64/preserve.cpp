@@ -20,6 +20,10 @@
 //    upper state makes Intel's SSE code slower, or pay a transition).
 //  - PreserveStrategy::wide (AMD): the widest registers the CPU has, always; no xgetbv (AMD
 //    has neither the AVX-512 clock penalty nor the SSE/AVX transition).
+// The strategy also picks how the SSE-only save (preserve_sse.hpp) puts the
+// MXCSR back: read and loaded only when changed (in_use), or loaded unread
+// (wide: on Zen 4 an stmxcsr right after the callbacks' floating-point work
+// waited ~12 ticks for it, an ldmxcsr of an unchanged value ~0).
 // Any site that is not a function entry or return reads XINUSE whatever the
 // strategy: the x87 state is saved (fxsave64) only when it is in use.
 
