@@ -2,6 +2,7 @@
 #include "raw_syscall.hpp"
 #include "thread_state.hpp"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,19 +16,115 @@ namespace uprobe::detail {
 __thread ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
 
 namespace {
-// A static pool: claiming a block is one atomic add per thread lifetime, and
-// the blocks survive their threads so that stats() keeps their counts.
+// A static pool: claiming a block is a few atomic operations per thread
+// lifetime; a thread's exit gives its block back (its counts added to
+// g_retired first), so that stats() keeps them and the next thread reuses it.
 constexpr unsigned kBlocks = 4096;
 StatBlock g_blocks[kBlocks];
-StatBlock g_overflow;  // shared by threads beyond the pool (counts stay right, speed does not)
-std::atomic<unsigned> g_next_block{0};
+StatBlock g_overflow;  // shared by threads beyond the pool (plain increments: they may lose counts to each other)
+StatBlock g_retired;   // the counts of the blocks given back (atomic adds, at thread exit only)
+std::atomic<unsigned> g_next_block{0};                // blocks [0, this) were claimed at least once
+std::atomic<std::uint64_t> g_free_blocks[kBlocks / 64];  // bit i: g_blocks[i] was given back, free
+
+pthread_key_t g_exit_key;
+/// Whether arm_thread_exit_hook() may call pthread_setspecific(g_exit_key)
+/// on a hot path: glibc keeps the values of keys 0..31
+/// (PTHREAD_KEY_2NDLEVEL_SIZE) in the thread descriptor, but for a later key
+/// pthread_setspecific() callocs a second-level block on a thread's first
+/// use of it: an allocation in the SIGTRAP handler or a stub (found by
+/// tests/asafe). The key is therefore created by a constructor that runs
+/// before most others (libuprobe.so's run before the program's), which makes
+/// it one of the first 32 in practice; if it is not, the thread-exit hook
+/// is not installed (blocks and return instances then stay taken).
+bool g_exit_key_inline = false;
+
+/// The counters of a StatBlock (all but trap_ip) and the Stats field each adds to.
+struct Counter {
+  std::atomic<std::uint64_t> StatBlock::*block;
+  std::uint64_t Stats::*total;
+};
+constexpr Counter kCounters[] = {
+    {&StatBlock::hits, &Stats::hits},
+    {&StatBlock::recursion_misses, &Stats::recursion_misses},
+    {&StatBlock::emulated, &Stats::emulated},
+    {&StatBlock::out_of_line, &Stats::out_of_line},
+    {&StatBlock::redirected, &Stats::redirected},
+    {&StatBlock::restarts, &Stats::restarts},
+    {&StatBlock::locked_lookups, &Stats::locked_lookups},
+    {&StatBlock::foreign_traps, &Stats::foreign_traps},
+    {&StatBlock::return_hits, &Stats::return_hits},
+    {&StatBlock::return_misses, &Stats::return_misses},
+    {&StatBlock::return_dropped, &Stats::return_dropped},
+    {&StatBlock::optimized, &Stats::optimized},
+};
+
+/// A block an exited thread gave back, or nullptr.
+StatBlock* take_free_block() noexcept {
+  for (unsigned w = 0; w < kBlocks / 64; ++w) {
+    std::uint64_t v = g_free_blocks[w].load(std::memory_order_relaxed);
+    while (v) {
+      const std::uint64_t bit = v & -v;
+      v = g_free_blocks[w].fetch_and(~bit, std::memory_order_acquire);
+      if (v & bit) return &g_blocks[w * 64 + static_cast<unsigned>(__builtin_ctzll(bit))];
+      v &= ~bit;
+    }
+  }
+  return nullptr;
+}
+
+/// Gives the calling thread's block back (its thread-exit hook): its counts
+/// added to g_retired, the block zeroed and free. A hit after this (a later
+/// TSD destructor) claims one again, and arms the hook for one more round.
+void give_back_stat_block() noexcept {
+  ThreadState& ts = t_state;
+  StatBlock* b = ts.stats;
+  if (!b || b == &g_overflow) return;
+  ts.stats = nullptr;  // (a signal handler's hit from here on claims another)
+  for (const Counter& c : kCounters) {
+    const std::uint64_t v = (b->*c.block).load(std::memory_order_relaxed);
+    (b->*c.block).store(0, std::memory_order_relaxed);
+    (g_retired.*c.block).fetch_add(v, std::memory_order_relaxed);
+  }
+  b->trap_ip.store(0, std::memory_order_relaxed);
+  const auto i = static_cast<unsigned>(b - g_blocks);
+  g_free_blocks[i / 64].fetch_or(std::uint64_t{1} << (i % 64), std::memory_order_release);
+}
+
+/// The thread-exit hook (g_exit_key's destructor).
+void thread_exit_hook(void*) {
+  ThreadState& ts = t_state;
+  if (ts.rstack.exit_hook || ts.rstack.exiting) return_stack_thread_exit(&ts.rstack);  // (armed in this round or an earlier one)
+  give_back_stat_block();
+}
+
+__attribute__((constructor(101))) void create_thread_exit_key_early() { create_thread_exit_key(); }
 }  // namespace
+
+void create_thread_exit_key() noexcept {
+  constexpr pthread_key_t kInlineKeys = 32;  // glibc's PTHREAD_KEY_2NDLEVEL_SIZE
+  if (g_exit_key_inline) return;
+  if (pthread_key_create(&g_exit_key, thread_exit_hook) != 0) return;
+  if (g_exit_key < kInlineKeys)
+    g_exit_key_inline = true;
+  else
+    pthread_key_delete(g_exit_key);
+}
+
+void arm_thread_exit_hook() noexcept {
+  if (g_exit_key_inline) pthread_setspecific(g_exit_key, &t_state);
+}
 
 UPROBE_OPT_PATH_TEXT StatBlock& claim_stat_block() noexcept {  // (called before the stub's read-side section)
   ThreadState& ts = t_state;
   if (ts.stats) return *ts.stats;
-  unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
-  ts.stats = i < kBlocks ? &g_blocks[i] : &g_overflow;
+  StatBlock* b = nullptr;
+  if (g_next_block.load(std::memory_order_relaxed) < kBlocks) {  // (so that it never wraps around)
+    const unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
+    if (i < kBlocks) b = &g_blocks[i];
+  }
+  if (!b) b = take_free_block();
+  ts.stats = b ? b : &g_overflow;
+  if (b) arm_thread_exit_hook();
   return *ts.stats;
 }
 
@@ -91,21 +188,11 @@ Stats stats() noexcept {
   unsigned n = g_next_block.load(std::memory_order_relaxed);
   if (n > kBlocks) n = kBlocks;
   auto add = [&s](const StatBlock& b) {
-    s.hits += b.hits.load(std::memory_order_relaxed);
-    s.recursion_misses += b.recursion_misses.load(std::memory_order_relaxed);
-    s.emulated += b.emulated.load(std::memory_order_relaxed);
-    s.out_of_line += b.out_of_line.load(std::memory_order_relaxed);
-    s.redirected += b.redirected.load(std::memory_order_relaxed);
-    s.restarts += b.restarts.load(std::memory_order_relaxed);
-    s.locked_lookups += b.locked_lookups.load(std::memory_order_relaxed);
-    s.foreign_traps += b.foreign_traps.load(std::memory_order_relaxed);
-    s.return_hits += b.return_hits.load(std::memory_order_relaxed);
-    s.return_misses += b.return_misses.load(std::memory_order_relaxed);
-    s.return_dropped += b.return_dropped.load(std::memory_order_relaxed);
-    s.optimized += b.optimized.load(std::memory_order_relaxed);
+    for (const Counter& c : kCounters) s.*c.total += (b.*c.block).load(std::memory_order_relaxed);
   };
   for (unsigned i = 0; i < n; ++i) add(g_blocks[i]);
   add(g_overflow);
+  add(g_retired);
   return s;
 }
 

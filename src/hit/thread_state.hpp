@@ -18,7 +18,8 @@
 namespace uprobe::detail {
 
 /// One thread's counters, alone in its cache line. Only the owning thread
-/// writes (relaxed load + store, no lock prefix); readers sum all blocks.
+/// writes (one unlocked increment, count()); readers sum all blocks and the
+/// counts of exited threads (given back at their exit: claim_stat_block()).
 struct alignas(64) StatBlock {
   std::atomic<std::uint64_t> hits{0};
   std::atomic<std::uint64_t> recursion_misses{0};
@@ -169,11 +170,27 @@ struct FaultsFatalScope {
   FaultsFatalScope& operator=(const FaultsFatalScope&) = delete;
 };
 
-/// Claims the calling thread's StatBlock (stat_block()'s first use).
+/// Claims the calling thread's StatBlock (stat_block()'s first use): one
+/// never used, else one an exited thread gave back, else (more than the
+/// pool's 4096 threads at once) the overflow block the rest share, whose
+/// plain increments may lose counts to each other. Arms the thread-exit hook,
+/// which gives the block back with its counts kept. Async-signal-safe.
 StatBlock& claim_stat_block() noexcept;
 
-/// The calling thread's StatBlock (claims one on first use; threads beyond the
-/// static pool share an overflow block). Async-signal-safe.
+/// Creates the thread-exit hook's key (before main(), from a constructor
+/// that runs before most others; uretprobe_init() again). The hook runs the
+/// return stack's part (return_stack_thread_exit()) and gives the thread's
+/// StatBlock back. Not thread-safe (start-up).
+void create_thread_exit_key() noexcept;
+
+/// Arms the thread-exit hook for the calling thread (again in its TSD
+/// destructors: one more round). Nothing when the key is not one of glibc's
+/// 32 inline ones (the program used them up before libuprobe loaded): a
+/// later key's pthread_setspecific() allocates. Async-signal-safe then
+/// (stores in the thread descriptor).
+void arm_thread_exit_hook() noexcept;
+
+/// The calling thread's StatBlock (claims one on first use). Async-signal-safe.
 inline StatBlock& stat_block() noexcept {
   StatBlock* s = t_state.stats;
   return __builtin_expect(s != nullptr, 1) ? *s : claim_stat_block();

@@ -62,29 +62,6 @@ std::size_t running_threads() {
   const long t = std::strtol(p, nullptr, 10);
   return t > 0 ? static_cast<std::size_t>(t) : 1;
 }
-pthread_key_t g_exit_key;
-/// Whether return_stack() may call pthread_setspecific(g_exit_key) on the hot
-/// path: glibc keeps the values of keys 0..31 (PTHREAD_KEY_2NDLEVEL_SIZE) in
-/// the thread descriptor, but for a later key pthread_setspecific() callocs a
-/// second-level block on a thread's first use of it: an allocation in the
-/// SIGTRAP handler or a stub (found by tests/asafe). The key is therefore
-/// created by a constructor that runs before most others (libuprobe.so's run
-/// before the program's), which makes it one of the first 32 in practice; if
-/// it is not, the thread-exit hook is not installed (see thread_exit()).
-bool g_exit_key_inline = false;
-
-void thread_exit(void* p);
-
-__attribute__((constructor(101))) void create_exit_key() {
-  constexpr pthread_key_t kInlineKeys = 32;  // glibc's PTHREAD_KEY_2NDLEVEL_SIZE
-  if (g_exit_key_inline) return;
-  if (pthread_key_create(&g_exit_key, thread_exit) != 0) return;
-  if (g_exit_key < kInlineKeys)
-    g_exit_key_inline = true;
-  else
-    pthread_key_delete(g_exit_key);
-}
-
 [[noreturn]] void fatal(const char* msg) noexcept {
   static const char prefix[] = "libuprobe: fatal: ";
   ssize_t r = ::write(2, prefix, sizeof prefix - 1);
@@ -134,7 +111,7 @@ ReturnStack* return_stack() noexcept {
 ReturnStack* return_stack_first_use() noexcept {
   ReturnStack* rs = &t_state.rstack;
   if (rs->owner == 0) rs->owner = current_tid();
-  if (g_exit_key_inline) pthread_setspecific(g_exit_key, rs);  // thread exit drops what is left
+  arm_thread_exit_hook();  // thread exit drops what is left (return_stack_thread_exit())
   // (In its TSD destructors, after the hook: armed again for the next round,
   // if there is one; the spare stays unused, put() and ri_alloc() flush.)
   rs->exit_hook = !rs->exiting;
@@ -187,24 +164,26 @@ bool alive_at_ret(const ReturnInstance* ri, std::uint64_t sp) noexcept {
   return sp <= ri->stack || different_stacks(sp, ri->stack);
 }
 
-/// The thread-exit hook (the g_exit_key destructor): drops the thread's
+}  // namespace
+
+/// The return stack's part of the thread-exit hook (thread_state.cpp): drops the thread's
 /// pending return instances whose frames are gone and returns its cached
 /// ones to the pool. The frames that run the thread's exit are still on the
 /// stack, above this one (glibc's start_thread and __nptl_deallocate_tsd,
 /// which calls the destructors): a return-probed one returns through the
 /// trampoline after this, so its instance stays (the kernel frees a task's
 /// instances when the task is gone, uprobe_free_utask(); the hook runs
-/// before). Without the hook (g_exit_key_inline false: the program had used
-/// up glibc's 32 inline keys before libuprobe loaded) they stay taken.
-void thread_exit(void* p) {
-  auto* rs = static_cast<ReturnStack*>(p);
+/// before). Without the hook (the program had used up glibc's 32 inline
+/// keys before libuprobe loaded: arm_thread_exit_hook()) they stay taken.
+void return_stack_thread_exit(ReturnStack* rs) noexcept {
   if (RiPool* pool = g_ri_pool.load(std::memory_order_relaxed)) {
-    StatBlock& st = stat_block();
-    // Below every live caller's return slot: the frame of this call.
+    // Below every live caller's return slot: the frame of this call. (The
+    // statistics block only when one is dropped: a later round of the TSD
+    // destructors, after the block was given back, claims none for nothing.)
     const auto here = reinterpret_cast<std::uint64_t>(__builtin_frame_address(0));
     while (rs->top && !alive_at_call(rs->top, here, false)) {
       pool->put(pop(rs));
-      count(st.return_dropped);
+      count(stat_block().return_dropped);
     }
     if (ReturnInstance* spare = take_spare(rs)) pool->put(spare);
     pool->thread_exit();
@@ -212,6 +191,8 @@ void thread_exit(void* p) {
   rs->exit_hook = false;
   rs->exiting = true;
 }
+
+namespace {
 
 /// One instance's ret_handlers: their inputs.
 struct RetRun {
@@ -313,7 +294,7 @@ void uretprobe_after_fork_child() noexcept {
 
 void uretprobe_init() {
   if (g_ri_pool.load(std::memory_order_relaxed)) return;
-  create_exit_key();  // normally done already, before main()
+  create_thread_exit_key();  // normally done already, before main()
   // (Its objects are mapped by the first uretprobe_reserve(), when a return
   // consumer is attached: ~1 MiB, 256 pages, none faulted in by a process
   // with entry probes only.)

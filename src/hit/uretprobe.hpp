@@ -102,6 +102,10 @@ void ri_free(ReturnInstance* ri) noexcept;
 /// The thread's return stack on its first use (arms the thread-exit hook).
 /// AS-safe.
 ReturnStack* return_stack_first_use() noexcept;
+/// The thread-exit hook's part for `rs`, the exiting thread's return stack
+/// (armed: ReturnStack::exit_hook): drops its instances whose frames are
+/// gone, gives its cached ones back. Called by thread_state.cpp's hook.
+void return_stack_thread_exit(ReturnStack* rs) noexcept;
 /// True when `sp` and the slot at `slot` are on different stacks (the
 /// sigaltstack, or another task sharing this thread's TLS): their addresses
 /// then say nothing about frame order. AS-safe (two system calls).

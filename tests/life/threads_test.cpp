@@ -88,6 +88,48 @@ TEST_P(Threads, CreatedBeforeAndAfterAttach) {
   EXPECT_EQ(d.return_misses + d.return_dropped, 0u) << stats_str(d);
 }
 
+// A thread's statistics block goes back to the pool at its exit, its counts
+// kept: past the pool's 4096 threads in a process's life, threads running at
+// once still count in blocks of their own (they shared one overflow block,
+// whose plain increments lost counts to each other: with 4 threads hitting
+// an optimized probe 200,000 times each, stats() said 812,326 hits of 812,600
+// in one run, exact in another).
+TEST_P(Threads, CountsStayExactPastThePoolsThreads) {
+  constexpr int kShortLived = 4200, kShortCalls = 3, kBusy = 4;
+  const std::uint64_t busy_calls = GetParam() == Kind::optimized ? 200000 : 5000;
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_add), s);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, kind_mode(GetParam()));
+  const uprobe::Stats s0 = uprobe::stats();
+  std::atomic<std::uint64_t> wrong{0};
+  for (int t = 0; t < kShortLived; ++t)  // one at a time: each claims a block and exits
+    std::thread([&, t] {
+      for (std::uint64_t i = 0; i < kShortCalls; ++i) wrong += lf_add(i, t) != i + t;
+    }).join();
+  const uprobe::Stats d1 = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(d1.hits, std::uint64_t(kShortLived) * kShortCalls) << stats_str(d1);
+  EXPECT_EQ(d1.return_hits, std::uint64_t(kShortLived) * kShortCalls) << stats_str(d1);
+  Barrier start(kBusy);
+  std::vector<std::thread> busy;
+  for (int t = 0; t < kBusy; ++t)
+    busy.emplace_back([&, t] {
+      start.wait();
+      for (std::uint64_t i = 0; i < busy_calls; ++i) wrong += lf_add(i, t) != i + t;
+    });
+  for (auto& t : busy) t.join();
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  const std::uint64_t calls = std::uint64_t(kShortLived) * kShortCalls + kBusy * busy_calls;
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(s.entries.load(), calls);
+  EXPECT_EQ(s.rets.load(), calls);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(d.hits, calls) << stats_str(d);
+  EXPECT_EQ(d.optimized, GetParam() == Kind::optimized ? calls : 0u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, calls) << stats_str(d);
+  EXPECT_EQ(d.return_misses + d.return_dropped + d.recursion_misses, 0u) << stats_str(d);
+}
+
 // -------------------------------------------------------- pthread_cancel ----
 
 struct CancelCtx {
