@@ -53,6 +53,18 @@ static inline __attribute__((always_inline)) bool arm_return(Uprobe* up, Regs& r
 
 namespace {
 
+/// A return instance for the consumers of `cs` that want this hit's return
+/// (it names the set: the return calls them without a lookup), or nullptr
+/// when the pool has none free.
+static inline __attribute__((always_inline)) ReturnInstance* ri_for(const ConsumerSet* cs) noexcept {
+  ReturnInstance* ri = ri_alloc();
+  if (ri) {
+    ri->cs = cs;
+    ri->cs_serial = cs->serial;
+  }
+  return ri;
+}
+
 /// One run of the consumer loop: its inputs, and what it leaves to do after.
 struct ChainRun {
   Uprobe* up;
@@ -143,12 +155,8 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
       remove = false;
     if (!r->has_ret || rc == Action::remove || rc == Action::ignore) continue;
     if (!ri && !ri_failed) {
-      ri = ri_alloc();
+      ri = ri_for(c.cs);
       ri_failed = ri == nullptr;
-      if (ri) {
-        ri->cs = c.cs;
-        ri->cs_serial = c.cs->serial;
-      }
     }
     if (ri && ri->nconsumers < kMaxReturnConsumers)
       ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
@@ -208,14 +216,9 @@ static inline __attribute__((always_inline)) bool sole_consumer(Uprobe* up, Regs
     r->removed.store(true, std::memory_order_relaxed);
     try_unapply(up);
   } else if (rc != Action::ignore) {
-    ri = ri_alloc();
-    if (ri) {
-      ri->cs = cs;
-      ri->cs_serial = cs->serial;
-      ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
-    } else {
-      count(stat_block().return_misses);
-    }
+    ri = ri_for(cs);
+    if (ri) ri->consumers[ri->nconsumers++] = ReturnConsumer{r->id, cookie, con};
+    else count(stat_block().return_misses);
   }
   return true;
 }
