@@ -65,10 +65,16 @@ UPROBE_NO_SANITIZE static unsigned long unregistered_readers(void) {
   return __atomic_load_n(&uprobe_rcu_readers_unregistered, __ATOMIC_SEQ_CST);
 }
 
+/* A thread that becomes a reader arms libuprobe's thread-exit hook too
+ * (thread_state.cpp: it gives the thread's statistics block back): here, in
+ * a registration reclaim_retired() watches, not in the stub's code before
+ * the read-side section, which must not leave the optimized path's section. */
+__attribute__((visibility("hidden"))) void uprobe_arm_thread_exit_hook(void);
 __attribute__((visibility("hidden"))) void uprobe_rcu_register_thread(void) {
   if (URCU_TLS(urcu_bp_reader)) return;
   uprobe_rcu_registering = 1;
   urcu_bp_register_thread();
+  uprobe_arm_thread_exit_hook();
   uprobe_rcu_registering = 0;
   uprobe_rcu_was_reader = 1;
 }
@@ -99,6 +105,7 @@ __attribute__((visibility("hidden"))) UPROBE_OPT_PATH_TEXT void uprobe_rcu_read_
     uprobe_rcu_registering = 1;
     __atomic_fetch_add(&uprobe_rcu_reg_started, 1, __ATOMIC_SEQ_CST);
     urcu_bp_register();
+    uprobe_arm_thread_exit_hook();
     __atomic_fetch_add(&uprobe_rcu_reg_done, 1, __ATOMIC_SEQ_CST);
     uprobe_rcu_registering = 0;
     uprobe_rcu_was_reader = 1;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "rcu.hpp"
+#include "sanitize.hpp"
 #include "uprobe/config.hpp"
 #include "uretprobe.hpp"
 
@@ -58,8 +59,9 @@ constexpr Counter kCounters[] = {
     {&StatBlock::optimized, &Stats::optimized},
 };
 
-/// A block an exited thread gave back, or nullptr.
-StatBlock* take_free_block() noexcept {
+/// A block an exited thread gave back, or nullptr. (Inlined into
+/// claim_stat_block(), in the optimized path's section.)
+UPROBE_OPT_PATH_TEXT __attribute__((always_inline)) inline StatBlock* take_free_block() noexcept {
   for (unsigned w = 0; w < kBlocks / 64; ++w) {
     std::uint64_t v = g_free_blocks[w].load(std::memory_order_relaxed);
     while (v) {
@@ -93,6 +95,7 @@ void give_back_stat_block() noexcept {
 /// The thread-exit hook (g_exit_key's destructor).
 void thread_exit_hook(void*) {
   ThreadState& ts = t_state;
+  ts.stats_given_back = true;  // (before: a hit in the return stack's part counts in the overflow block)
   if (ts.rstack.exit_hook || ts.rstack.exiting) return_stack_thread_exit(&ts.rstack);  // (armed in this round or an earlier one)
   give_back_stat_block();
 }
@@ -110,21 +113,32 @@ void create_thread_exit_key() noexcept {
     pthread_key_delete(g_exit_key);
 }
 
-void arm_thread_exit_hook() noexcept {
+// (Not instrumented: a thread's first hit may come in its exit path, after a
+// sanitizer's own per-thread state is gone; see rcu_read.c.)
+UPROBE_NO_SANITIZE void arm_thread_exit_hook() noexcept {
   if (g_exit_key_inline) pthread_setspecific(g_exit_key, &t_state);
 }
+
+}  // namespace uprobe::detail
+
+extern "C" __attribute__((visibility("hidden"))) UPROBE_NO_SANITIZE void uprobe_arm_thread_exit_hook(void) {
+  uprobe::detail::arm_thread_exit_hook();
+}
+
+namespace uprobe::detail {
 
 UPROBE_OPT_PATH_TEXT StatBlock& claim_stat_block() noexcept {  // (called before the stub's read-side section)
   ThreadState& ts = t_state;
   if (ts.stats) return *ts.stats;
   StatBlock* b = nullptr;
-  if (g_next_block.load(std::memory_order_relaxed) < kBlocks) {  // (so that it never wraps around)
-    const unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
-    if (i < kBlocks) b = &g_blocks[i];
+  if (!ts.stats_given_back) {  // (a hit after the exit hook: the overflow block, never leaked)
+    if (g_next_block.load(std::memory_order_relaxed) < kBlocks) {  // (so that it never wraps around)
+      const unsigned i = g_next_block.fetch_add(1, std::memory_order_relaxed);
+      if (i < kBlocks) b = &g_blocks[i];
+    }
+    if (!b) b = take_free_block();
   }
-  if (!b) b = take_free_block();
   ts.stats = b ? b : &g_overflow;
-  if (b) arm_thread_exit_hook();
   return *ts.stats;
 }
 

@@ -82,6 +82,7 @@ struct ThreadState {
   const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use
+  bool stats_given_back;     ///< the thread-exit hook gave its block back: later hits count in the overflow block
   bool sstep_active;         ///< single-step of an XOL copy in flight
   bool wstep_active;         ///< a self-stepping program runs an entry probe's window slot
   std::uint64_t wstep_lo;    ///< that window slot [wstep_lo, wstep_hi): its steps are not the program's
@@ -172,9 +173,13 @@ struct FaultsFatalScope {
 
 /// Claims the calling thread's StatBlock (stat_block()'s first use): one
 /// never used, else one an exited thread gave back, else (more than the
-/// pool's 4096 threads at once) the overflow block the rest share, whose
-/// plain increments may lose counts to each other. Arms the thread-exit hook,
-/// which gives the block back with its counts kept. Async-signal-safe.
+/// pool's 4096 threads at once, or a hit after the thread's exit hook ran)
+/// the overflow block the rest share, whose plain increments may lose counts
+/// to each other. The thread-exit hook, armed when the thread became an RCU
+/// reader (rcu_read.c: uprobe_arm_thread_exit_hook()), gives the block back
+/// with its counts kept. Runs in the optimized path's section and calls
+/// nothing outside it (it runs before the hit's read-side section: a stub
+/// is reused only once no thread is seen there). Async-signal-safe.
 StatBlock& claim_stat_block() noexcept;
 
 /// Creates the thread-exit hook's key (before main(), from a constructor
@@ -187,7 +192,10 @@ void create_thread_exit_key() noexcept;
 /// destructors: one more round). Nothing when the key is not one of glibc's
 /// 32 inline ones (the program used them up before libuprobe loaded): a
 /// later key's pthread_setspecific() allocates. Async-signal-safe then
-/// (stores in the thread descriptor).
+/// (stores in the thread descriptor). Not from code that runs in a stub
+/// before its read-side section (pthread_setspecific() is outside the
+/// optimized path's section): the RCU registration (uprobe_arm_thread_exit_hook())
+/// and a hit's first return probe call it.
 void arm_thread_exit_hook() noexcept;
 
 /// The calling thread's StatBlock (claims one on first use). Async-signal-safe.

@@ -130,6 +130,38 @@ TEST_P(Threads, CountsStayExactPastThePoolsThreads) {
   EXPECT_EQ(d.return_misses + d.return_dropped + d.recursion_misses, 0u) << stats_str(d);
 }
 
+// Hits in a thread's exit path after libuprobe's exit hook gave its
+// statistics block back (a key created later: glibc runs its destructor
+// after libuprobe's) count too, and take no block that would stay taken.
+pthread_key_t g_late_key;
+void late_key_destructor(void* v) {
+  auto* wrong = static_cast<std::atomic<std::uint64_t>*>(v);
+  for (std::uint64_t i = 0; i < 3; ++i) *wrong += lf_add(i, 7) != i + 7;
+}
+TEST_P(Threads, HitsInALaterKeysDestructorAreCounted) {
+  constexpr int kThreads = 300;
+  ASSERT_EQ(pthread_key_create(&g_late_key, late_key_destructor), 0);
+  Session s;
+  s.adds = true;
+  uprobe::Attachment a(vaddr(lf_add), s);
+  const uprobe::Stats s0 = uprobe::stats();
+  std::atomic<std::uint64_t> wrong{0};
+  for (int t = 0; t < kThreads; ++t)
+    std::thread([&] {
+      for (std::uint64_t i = 0; i < 2; ++i) wrong += lf_add(i, 1) != i + 1;
+      pthread_setspecific(g_late_key, &wrong);
+    }).join();
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  pthread_key_delete(g_late_key);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(s.entries.load(), kThreads * 5u);
+  EXPECT_EQ(s.rets.load(), kThreads * 5u);
+  EXPECT_EQ(s.bad.load(), 0u);
+  EXPECT_EQ(d.hits, kThreads * 5u) << stats_str(d);
+  EXPECT_EQ(d.return_hits, kThreads * 5u) << stats_str(d);
+  EXPECT_EQ(d.return_misses + d.recursion_misses, 0u) << stats_str(d);
+}
+
 // -------------------------------------------------------- pthread_cancel ----
 
 struct CancelCtx {
