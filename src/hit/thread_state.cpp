@@ -75,8 +75,9 @@ UPROBE_OPT_PATH_TEXT __attribute__((always_inline)) inline StatBlock* take_free_
 }
 
 /// Gives the calling thread's block back (its thread-exit hook): its counts
-/// added to g_retired, the block zeroed and free. A hit after this (a later
-/// TSD destructor) claims one again, and arms the hook for one more round.
+/// added to g_retired, the block zeroed and free (a stats() in between may
+/// miss them for that moment). A hit after this (a later TSD destructor)
+/// counts in the overflow block (ThreadState::stats_given_back).
 void give_back_stat_block() noexcept {
   ThreadState& ts = t_state;
   StatBlock* b = ts.stats;
