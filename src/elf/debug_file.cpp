@@ -66,7 +66,7 @@ DebugBounds read_debug_bounds(const ElfImage& img) {
   // memory (libc's: 240 KB, ~60 page faults), the raw Elf64_Sym layout of an
   // ELFCLASS64 file of this machine's byte order (checked).
   std::uint64_t sym_off = 0, sym_size = 0;
-  if (Elf* d = elf_begin(fd, ELF_C_READ, nullptr)) {
+  if (Elf* d = libelf_ready() ? elf_begin(fd, ELF_C_READ, nullptr) : nullptr) {
     GElf_Ehdr eh;
     if (elf_kind(d) == ELF_K_ELF && gelf_getehdr(d, &eh) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
         eh.e_ident[EI_DATA] == ELFDATA2LSB && eh.e_machine == EM_X86_64 && build_id_hex(d) == img.deferred_build_id) {
@@ -116,26 +116,62 @@ struct DebugBoundsCache {
 
 }  // namespace
 
-bool debug_file_refines(const ElfImage& img, const FuncSym& fn, std::uint64_t off) {
+namespace {
+
+/// The debug bounds of `img`: the cached ones, else read now and cached.
+std::shared_ptr<const DebugBounds> bounds_of(const ElfImage& img) {
   DebugBoundsCache& c = fork_fresh<DebugBoundsCache>();
-  std::shared_ptr<const DebugBounds> b;
   {
     std::lock_guard<std::mutex> g(c.mu);
     for (const auto& k : c.kept)
-      if (k->serial == img.serial) b = k;
+      if (k->serial == img.serial) return k;
   }
-  if (!b) {
-    b = std::make_shared<const DebugBounds>(read_debug_bounds(img));
-    std::lock_guard<std::mutex> g(c.mu);
-    if (c.kept.size() >= 8) c.kept.erase(c.kept.begin());
-    c.kept.push_back(b);
-  }
+  auto b = std::make_shared<const DebugBounds>(read_debug_bounds(img));
+  std::lock_guard<std::mutex> g(c.mu);
+  if (c.kept.size() >= 8) c.kept.erase(c.kept.begin());
+  c.kept.push_back(b);
+  return b;
+}
+
+}  // namespace
+
+void read_debug_bounds_of(const ElfImage& img) {
+  if (img.debug_deferred) bounds_of(img);
+}
+
+bool debug_file_refines(const ElfImage& img, const FuncSym& fn, std::uint64_t off) {
+  const std::shared_ptr<const DebugBounds> b = bounds_of(img);
   if (!b->ok) return true;
   for (const auto& [start, size] : b->funcs) {
     if (off < start || off - start >= size) continue;  // (no overflow: off >= start)
     if (size < fn.size || (size == fn.size && start != fn.file_offset)) return true;
   }
   return false;
+}
+
+bool cached_debug_bounds(const ElfImage& img, bool& ok, std::vector<std::pair<std::uint64_t, std::uint64_t>>& funcs) {
+  DebugBoundsCache& c = fork_fresh<DebugBoundsCache>();
+  std::lock_guard<std::mutex> g(c.mu);
+  for (const auto& k : c.kept)
+    if (k->serial == img.serial) {
+      ok = k->ok;
+      funcs = k->funcs;
+      return true;
+    }
+  return false;
+}
+
+void adopt_debug_bounds(const ElfImage& img, bool ok, std::vector<std::pair<std::uint64_t, std::uint64_t>> funcs) {
+  auto b = std::make_shared<DebugBounds>();
+  b->serial = img.serial;
+  b->ok = ok;
+  b->funcs = std::move(funcs);
+  DebugBoundsCache& c = fork_fresh<DebugBoundsCache>();
+  std::lock_guard<std::mutex> g(c.mu);
+  for (const auto& k : c.kept)
+    if (k->serial == img.serial) return;
+  if (c.kept.size() >= 8) c.kept.erase(c.kept.begin());
+  c.kept.push_back(std::move(b));
 }
 
 }  // namespace uprobe::detail

@@ -31,6 +31,15 @@
 
 namespace uprobe::detail {
 
+bool libelf_ready() noexcept {
+  // (A guarded static, not std::call_once: libstdc++'s call_once reaches
+  // its thread-local state through __tls_get_addr, which waits for a
+  // dlopen() in flight on another thread, e.g. uprobe-trace's agent loading
+  // Capstone beside this.)
+  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
+  return elf_ok;
+}
+
 std::string hex_str(std::uint64_t v) {
   char b[32];
   std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
@@ -471,12 +480,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::si
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth depth) {
-  // (A guarded static, not std::call_once: libstdc++'s call_once reaches
-  // its thread-local state through __tls_get_addr, which waits for a
-  // dlopen() in flight on another thread, e.g. uprobe-trace's agent loading
-  // Capstone beside this.)
-  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
-  if (!elf_ok) throw Error(Errc::system, path, 0, "libelf initialisation failed");
+  if (!libelf_ready()) throw Error(Errc::system, path, 0, "libelf initialisation failed");
 
   ElfHandle h;
   h.elf = elf_begin(fd, ELF_C_READ, nullptr);
@@ -590,9 +594,17 @@ namespace {
 /// (debug_deferred false) is cached at both depths.
 struct ImageCache {
   using Key = std::tuple<dev_t, ino_t, off_t, long, long, long, long, ImageDepth>;
+  struct Entry {
+    std::shared_ptr<const ElfImage> image;
+    std::string path;  ///< the path it was read by (export_elf_tables())
+  };
   std::mutex mu;
-  std::map<Key, std::shared_ptr<const ElfImage>> images;
+  std::map<Key, Entry> images;
 };
+
+ImageCache::Key cache_key(const FileIdentity& id, ImageDepth d) {
+  return ImageCache::Key{id.dev, id.ino, id.size, id.mtime_sec, id.mtime_nsec, id.ctime_sec, id.ctime_nsec, d};
+}
 
 /// The last ElfImage::serial given (a fork child goes on from its parent's).
 std::atomic<std::uint64_t> g_serials{0};
@@ -602,16 +614,15 @@ std::atomic<std::uint64_t> g_serials{0};
 std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st,
                                                ImageDepth depth) {
   ImageCache& c = fork_fresh<ImageCache>();
-  auto key = [&](ImageDepth d) {
-    return ImageCache::Key{st.st_dev,         st.st_ino,         st.st_size,         st.st_mtim.tv_sec,
-                           st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec, d};
-  };
+  const FileIdentity id = FileIdentity::of(st);
   {
     std::lock_guard<std::mutex> g(c.mu);
     // (The deeper image answers for the shallower one.)
-    if (auto it = c.images.find(key(ImageDepth::with_debug_file)); it != c.images.end()) return it->second;
+    if (auto it = c.images.find(cache_key(id, ImageDepth::with_debug_file)); it != c.images.end())
+      return it->second.image;
     if (depth == ImageDepth::file_tables)
-      if (auto it = c.images.find(key(ImageDepth::file_tables)); it != c.images.end()) return it->second;
+      if (auto it = c.images.find(cache_key(id, ImageDepth::file_tables)); it != c.images.end())
+        return it->second.image;
   }
   std::shared_ptr<ElfImage> img = read_image(path, fd, depth);
   img->dev = st.st_dev;
@@ -621,9 +632,47 @@ std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, 
   if (c.images.size() >= 64) c.images.clear();
   // (Both depths, when nothing was left out or there was nothing to leave.)
   if (depth == ImageDepth::with_debug_file || !img->debug_deferred)
-    c.images.insert_or_assign(key(ImageDepth::with_debug_file), img);
-  if (depth == ImageDepth::file_tables) c.images.insert_or_assign(key(ImageDepth::file_tables), img);
+    c.images.insert_or_assign(cache_key(id, ImageDepth::with_debug_file), ImageCache::Entry{img, path});
+  if (depth == ImageDepth::file_tables)
+    c.images.insert_or_assign(cache_key(id, ImageDepth::file_tables), ImageCache::Entry{img, path});
   return img;
+}
+
+FileIdentity FileIdentity::of(const struct stat& st) noexcept {
+  return FileIdentity{st.st_dev,          st.st_ino,          st.st_size,          st.st_mtim.tv_sec,
+                      st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+}
+
+std::vector<CachedImage> cached_images() {
+  ImageCache& c = fork_fresh<ImageCache>();
+  std::lock_guard<std::mutex> g(c.mu);
+  std::vector<CachedImage> out;
+  for (const auto& [key, e] : c.images) {
+    const ImageDepth depth = std::get<7>(key);
+    auto same = std::find_if(out.begin(), out.end(), [&](const CachedImage& o) { return o.image == e.image; });
+    if (same != out.end()) {
+      same->depths |= 1u << static_cast<unsigned>(depth);
+      continue;
+    }
+    const FileIdentity id{std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key),
+                          std::get<4>(key), std::get<5>(key), std::get<6>(key)};
+    out.push_back({id, e.path, 1u << static_cast<unsigned>(depth), e.image});
+  }
+  return out;
+}
+
+bool adopt_image(const FileIdentity& id, const std::string& path, unsigned depths, std::shared_ptr<ElfImage> img) {
+  ImageCache& c = fork_fresh<ImageCache>();
+  std::lock_guard<std::mutex> g(c.mu);
+  for (ImageDepth d : {ImageDepth::file_tables, ImageDepth::with_debug_file})
+    if ((depths & (1u << static_cast<unsigned>(d))) && c.images.count(cache_key(id, d))) return false;
+  img->dev = id.dev;
+  img->ino = id.ino;
+  img->serial = g_serials.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (c.images.size() >= 64) c.images.clear();
+  for (ImageDepth d : {ImageDepth::file_tables, ImageDepth::with_debug_file})
+    if (depths & (1u << static_cast<unsigned>(d))) c.images.insert_or_assign(cache_key(id, d), ImageCache::Entry{img, path});
+  return true;
 }
 
 }  // namespace uprobe::detail

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "uprobe/symbols.hpp"
@@ -187,6 +188,23 @@ enum class ImageDepth : std::uint8_t {
 /// (internal mutex). Not async-signal-safe.
 bool debug_file_refines(const ElfImage& img, const FuncSym& fn, std::uint64_t off);
 
+/// Reads the function bounds of `img`'s deferred debug file now, as
+/// debug_file_refines() would at its first call (for export_elf_tables():
+/// the importer then reads no debug file). Nothing when none is deferred.
+/// Thread-safety: any thread (internal mutex).
+void read_debug_bounds_of(const ElfImage& img);
+
+/// The function bounds of `img`'s deferred debug file that
+/// debug_file_refines() has read (`ok`: whether it could), copied to
+/// `funcs`; false when it has read none for this image. For
+/// elf_tables.cpp's export. Thread-safety: any thread (internal mutex).
+bool cached_debug_bounds(const ElfImage& img, bool& ok, std::vector<std::pair<std::uint64_t, std::uint64_t>>& funcs);
+
+/// Gives debug_file_refines() the bounds of `img`'s deferred debug file
+/// read elsewhere (elf_tables.cpp's import), as if it had read them (kept
+/// unless it has some for this image already). Thread-safety: any thread.
+void adopt_debug_bounds(const ElfImage& img, bool ok, std::vector<std::pair<std::uint64_t, std::uint64_t>> funcs);
+
 /// Reads (or returns the cached) image of `path`. Cached per file identity:
 /// device, inode, size, modification and status-change times (the ctime
 /// changes with every write and cannot be set back: a file rewritten in
@@ -205,6 +223,44 @@ std::shared_ptr<const ElfImage> load_elf_image(const std::string& path,
 /// @throws uprobe::Error: not_executable (as above).
 std::shared_ptr<const ElfImage> load_elf_image(int fd, const std::string& path, const struct stat& st,
                                                ImageDepth depth = ImageDepth::with_debug_file);
+
+/// What the image cache tells files apart by: device, inode, size,
+/// modification and status-change times (load_elf_image()).
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  long mtime_sec = 0, mtime_nsec = 0, ctime_sec = 0, ctime_nsec = 0;
+  static FileIdentity of(const struct stat& st) noexcept;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+/// One image of the cache (elf_tables.cpp exports them): the file it was
+/// read from (identity, the path it was read by) and the depths it answers
+/// for (bit 1 << ImageDepth).
+struct CachedImage {
+  FileIdentity id;
+  std::string path;
+  unsigned depths = 0;
+  std::shared_ptr<const ElfImage> image;
+};
+
+/// Every image in this process's cache, each once. Thread-safety: any
+/// thread (the cache's mutex).
+std::vector<CachedImage> cached_images();
+
+/// Puts `img` (built elsewhere: elf_tables.cpp's import) in the cache as the
+/// image of the file `id` at the depths `depths` (bit 1 << ImageDepth),
+/// giving it this process's next serial, dev and ino. False, and nothing
+/// changes, when the cache has an image for one of them already.
+/// Thread-safety: any thread (the cache's mutex).
+bool adopt_image(const FileIdentity& id, const std::string& path, unsigned depths, std::shared_ptr<ElfImage> img);
+
+/// libelf's elf_version(EV_CURRENT), once per process: what every
+/// elf_begin() here needs first (an image taken from another process,
+/// import_elf_tables(), is in the cache before any file was read here).
+/// False when libelf refuses. Thread-safe.
+bool libelf_ready() noexcept;
 
 /// "0x1234".
 std::string hex_str(std::uint64_t v);

@@ -839,6 +839,26 @@ TEST(Trace, SpecsNamingOneSiteEachCount) {
   EXPECT_NE(r.err.find("sites optimized-entry 3"), std::string::npos) << r.err;
 }
 
+// The agent takes the ELF tables the CLI read for its checks (uprobe::
+// import_elf_tables(): it waits for them, the gate not yet open), and so
+// does the program the traced process execs (the file is there then); the
+// counts are those of an agent that read them itself. With --no-follow the
+// exec'd program runs without the agent (one process reported).
+TEST(Trace, TheAgentTakesTheChecksElfTables) {
+  Result r = trace({"uprobe:libc:malloc", "uprobe:trace_fixture:trace_fn"}, {kFixture, "exec", "100"}, {"-v"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, "fn=200\nmalloc=0\n");
+  EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 300) << dump(r);
+  std::size_t processes = 0;
+  for (std::size_t at = 0; (at = r.err.find("uprobe-trace: pid ", at)) != std::string::npos; ++at) {
+    const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+    // (the fixture itself, and libc: two files' tables)
+    EXPECT_NE(line.find("; ELF tables from uprobe-trace: 2"), std::string::npos) << line << "\n" << dump(r);
+    ++processes;
+  }
+  EXPECT_EQ(processes, 2u) << dump(r);
+}
+
 /// Sets an environment variable for the uprobe-trace runs of one scope.
 struct ScopedEnv {
   const char* name;

@@ -34,9 +34,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +55,7 @@
 #include <vector>
 
 #include <uprobe/config.hpp>
+#include <uprobe/symbols.hpp>
 #include <uprobe/uprobe.hpp>
 
 #include "spec.hpp"
@@ -96,6 +101,7 @@ ImageRecord image_record(bool with_keys = true) {
   r.nhists = g ? g->nhists : 0;
   r.specs = meta->specs;
   r.modes = meta->modes;
+  r.elf_tables = meta->elf_tables;
   r.notes = meta->notes;
   if (!with_keys) return r;
   for (std::size_t i = 0; i < meta->keys.size() && i < r.nkeys; ++i)
@@ -413,6 +419,42 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
+/// Waits for the ELF tables the CLI is writing (kEnvTables: its checks run
+/// while this process starts, and write them when done) to appear in `dir`
+/// as kElfTablesFile: renamed there (inotify, IN_MOVED_TO); or for the start
+/// gate (kEnvGate, not read here) to become readable: the checks are over
+/// (the gate opens only after them, so a file not there then will not come:
+/// it could not be written) or the CLI is gone (end-of-file). Not waiting
+/// longer than that costs nothing: this process waits at the gate for the
+/// checks anyway. The variable is unset: what this program execs finds the
+/// file there, or reads its tables itself. (System calls, not libc's: no
+/// interposer of the program's runs before its main().)
+void wait_for_elf_tables(const std::string& dir) {
+  const char* v = libc_getenv(kEnvTables);
+  if (!v) return;
+  const bool coming = v[0] == '1';
+  libc_unsetenv(kEnvTables);
+  const char* g = libc_getenv(kEnvGate);
+  if (!coming || !g) return;
+  const int gate = std::atoi(g);
+  const std::string path = dir + "/" + kElfTablesFile;
+  const int in = static_cast<int>(syscall(SYS_inotify_init1, IN_CLOEXEC | IN_NONBLOCK));
+  if (in < 0) return;
+  if (syscall(SYS_inotify_add_watch, in, dir.c_str(), IN_MOVED_TO) >= 0) {
+    // (Watched first, then looked for: a rename between the two is seen.)
+    while (syscall(SYS_access, path.c_str(), F_OK) != 0) {
+      pollfd p[2] = {{in, POLLIN, 0}, {gate, POLLIN, 0}};
+      const long n = syscall(SYS_ppoll, p, 2, nullptr, nullptr, 8);
+      if (n < 0 && errno != EINTR) break;
+      if (n > 0 && p[1].revents) break;  // (the gate: open, or the CLI gone)
+      char events[1024];
+      while (syscall(SYS_read, in, events, sizeof events) > 0) {
+      }
+    }
+  }
+  syscall(SYS_close, in);
+}
+
 /// uprobe-trace's start gate (launch.hpp, StartGate; kEnvGate): once this
 /// process attached, wait for the CLI's checks of the specs before any code
 /// of the program runs; end-of-file (the CLI refused a spec, or died) ends
@@ -459,10 +501,17 @@ __attribute__((constructor)) void agent_init() {
     std::string orig = env_or(kEnvOrigPreload, "-");
     if (orig == "-") libc_unsetenv("LD_PRELOAD");
     else libc_setenv("LD_PRELOAD", orig.c_str(), 1);
-    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram})
+    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram, kEnvTables})
       libc_unsetenv(v);
   }
   pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
+  // The tables the CLI read for its checks, of the files unchanged since:
+  // the attach then reads none of theirs (absent when the checks are not
+  // done yet: then it reads them).
+  if (!meta->out_dir.empty()) {
+    wait_for_elf_tables(meta->out_dir);
+    meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(meta->out_dir + "/" + kElfTablesFile));
+  }
   try {
     attach(texts);
   } catch (const std::exception& e) {

@@ -164,6 +164,7 @@ struct Meta {
   std::vector<std::string> keys, hist_keys;
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  // probe_info().mode at attach -> sites
+  unsigned elf_tables = 0;                // files whose ELF tables came from the CLI (kElfTablesFile)
   std::vector<std::string> notes;
 };
 /// What this image attached and how (never freed: other threads may still

@@ -394,8 +394,8 @@ int run_bpftrace(const BtOptions& o) {
   StartGate gate;
   if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
     std::fflush(out);
-    if (gated) checks.emplace(specs, prog_path);
-    child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow}, sigs, gate, gated, exec_errno);
+    if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
+    child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow, gated}, sigs, gate, gated, exec_errno);
   }
   if (gated) check_and_begin();
   g_dir_to_remove.clear();

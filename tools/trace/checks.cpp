@@ -207,8 +207,8 @@ namespace {
 SpecChecks* g_running_checks = nullptr;  // (one run at a time: joined by die())
 }  // namespace
 
-SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path)
-    : specs_(&specs), prog_path_(prog_path) {
+SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path)
+    : specs_(&specs), prog_path_(prog_path), tables_path_(tables_path) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);  // (inherited by the thread)
@@ -219,6 +219,12 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                    t_die_throws = true;
                    try {
                      for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);
+                     if (!self->tables_path_.empty()) {
+                       try {
+                         uprobe::export_elf_tables(self->tables_path_);
+                       } catch (const uprobe::Error&) {  // (the agent reads them itself)
+                       }
+                     }
                    } catch (const Died& d) {
                      self->error_ = d.message;
                    } catch (const std::exception& e) {

@@ -51,7 +51,11 @@ std::size_t validate(const Spec& s, const std::string& prog_path);
 /// through its signalfd). Its result: wait(), once.
 class SpecChecks {
  public:
-  SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path);
+  /// With `tables_path` not empty, the ELF tables the checks read are
+  /// written there once they are done (uprobe::export_elf_tables(): the
+  /// agent's attach takes them instead of reading them; a failure to write
+  /// only means that it reads them).
+  SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path = {});
   ~SpecChecks();  ///< joins the thread (its result unused: the program never ran)
   SpecChecks(const SpecChecks&) = delete;
   SpecChecks& operator=(const SpecChecks&) = delete;
@@ -65,7 +69,7 @@ class SpecChecks {
   pthread_t thread_{};
   bool running_ = false;
   const std::vector<Spec>* specs_;
-  std::string prog_path_, error_;
+  std::string prog_path_, tables_path_, error_;
   std::size_t probes_ = 0;
 };
 

@@ -129,6 +129,7 @@ struct AgentEnv {
   std::string dir;           ///< kEnvOut: the trace directory
   std::string program_file;  ///< kEnvProgram: the compiled bpftrace program, "" for bare specs
   bool follow = true;        ///< kEnvFollow: what the program execs is traced too
+  bool tables = false;       ///< kEnvTables: the checks write kElfTablesFile in `dir` (SpecChecks)
 };
 
 /// Forks and execs `cmd` (execvp) with `preload` ahead of the LD_PRELOAD

@@ -136,8 +136,8 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
   StartGate gate;
   int exec_errno = 0;
   std::optional<SpecChecks> checks;  // (while the program starts: SpecChecks)
-  if (gated) checks.emplace(specs, prog_path);
-  const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow}, sigs, gate, gated, exec_errno);
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
+  const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow, gated}, sigs, gate, gated, exec_errno);
   if (gated) open_out();
   if (exec_errno == 0 && gated) checks->wait();
   g_dir_to_remove.clear();
@@ -194,8 +194,8 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
     for (const auto& p : rep.processes) {
       std::string modes;
       for (const auto& [m, n] : p.modes) modes += (modes.empty() ? "" : ", ") + m + " " + std::to_string(n);
-      std::fprintf(stderr, "uprobe-trace: pid %ld (%s, parent %ld): sites %s\n", p.pid, p.exe.c_str(), p.ppid,
-                   modes.empty() ? "none" : modes.c_str());
+      std::fprintf(stderr, "uprobe-trace: pid %ld (%s, parent %ld): sites %s; ELF tables from uprobe-trace: %u\n",
+                   p.pid, p.exe.c_str(), p.ppid, modes.empty() ? "none" : modes.c_str(), p.elf_tables);
     }
   if (rep.unrecorded)
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not recorded (a thread could not make its counting "

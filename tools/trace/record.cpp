@@ -82,6 +82,7 @@ std::string serialize(const ImageRecord& r, bool end) {
   for (const auto& sp : r.specs)
     s += "spec\t" + clean(sp.spec) + "\t" + std::to_string(sp.attached) + "\t" + clean(sp.message) + "\n";
   for (const auto& [m, n] : r.modes) s += "mode\t" + clean(m) + "\t" + std::to_string(n) + "\n";
+  if (r.elf_tables) s += "tables\t" + std::to_string(r.elf_tables) + "\n";
   for (const auto& [k, i] : r.keys) s += serialize_entry("key", k, i);
   for (const auto& [k, i] : r.hists) s += serialize_entry("hist", k, i);
   for (const auto& n : r.notes) s += "note\t" + clean(n) + "\n";
@@ -114,6 +115,8 @@ std::optional<ImageRecord> parse_image(std::string_view text) {
     } else if (f[0] == "mode" && f.size() == 3) {
       unsigned n = 0;
       if (num(f[2], n)) r.modes[std::string(f[1])] += n;
+    } else if (f[0] == "tables" && f.size() == 2) {
+      num(f[1], r.elf_tables);
     } else if ((f[0] == "key" || f[0] == "hist") && f.size() == 3) {
       std::size_t i = 0;
       if (num(f[2], i)) (f[0] == "key" ? r.keys : r.hists).emplace_back(std::string(f[1]), i);
@@ -140,6 +143,7 @@ ProcessRecord process_of(const ImageRecord& img, long pid, long ppid) {
   r.exe = img.exe;
   r.specs = img.specs;
   r.modes = img.modes;
+  r.elf_tables = img.elf_tables;
   for (const auto& [k, i] : img.keys) r.keys.push_back(k);
   for (const auto& [k, i] : img.hists) r.hist_keys.push_back(k);
   r.notes = img.notes;
@@ -161,7 +165,7 @@ bool add_block(ProcessRecord& r, const ImageRecord& img, const std::uint64_t* b,
 }
 
 void Report::add(const ProcessRecord& r) {
-  processes.push_back({r.pid, r.ppid, r.exe, r.modes});
+  processes.push_back({r.pid, r.ppid, r.exe, r.modes, r.elf_tables});
   for (const auto& s : r.specs) {
     spec_attached[s.spec] += s.attached;
     if (!s.message.empty()) messages.push_back({r.pid, r.exe, s.spec, s.message});

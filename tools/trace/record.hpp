@@ -54,6 +54,7 @@ struct ImageRecord {
   std::size_t nkeys = 0, nhists = 0;  ///< block geometry: counters, histograms
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
+  unsigned elf_tables = 0;  ///< files whose ELF tables the agent took from the CLI (uprobe::import_elf_tables())
   std::vector<std::pair<std::string, std::size_t>> keys, hists;  ///< attached ones: name, index
   std::vector<std::string> notes;  ///< about the process (a rival DF_1_INITFIRST object)
   bool complete = false;  ///< the `end` line was read
@@ -79,6 +80,7 @@ struct ProcessRecord {
   std::string exe;
   std::vector<SpecStatus> specs;
   std::map<std::string, unsigned> modes;  ///< probe mode at attach (int3, optimized-nop5, pending) -> sites
+  unsigned elf_tables = 0;                ///< ImageRecord::elf_tables
   std::vector<std::string> keys, hist_keys;
   struct Count {
     std::string key;
@@ -113,6 +115,7 @@ struct Report {
     long pid, ppid;
     std::string exe;
     std::map<std::string, unsigned> modes;
+    unsigned elf_tables = 0;
   };
   std::vector<Proc> processes;
   std::map<std::string, unsigned> spec_attached;  ///< spec -> sites attached, summed over processes

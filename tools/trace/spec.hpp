@@ -58,6 +58,15 @@ inline constexpr const char* kEnvPerThread = "UPROBE_TRACE_PER_THREAD";  ///< "1
 /// checks of the specs; end-of-file (a refused spec) ends it before the
 /// program's code runs (agent.cpp, pass_start_gate()).
 inline constexpr const char* kEnvGate = "UPROBE_TRACE_GATE";
+/// The file of the CLI's directory where the CLI puts the ELF tables it read
+/// to check the specs (uprobe::export_elf_tables(), once the checks are
+/// done); the agent takes those of unchanged files before it attaches
+/// (uprobe::import_elf_tables()), or reads them itself when it is not there yet.
+inline constexpr const char* kElfTablesFile = "elf-tables";
+/// "1": the CLI is writing kElfTablesFile (its checks run while the program
+/// starts); the agent of the process it starts waits for it, or for its
+/// start gate to open (agent.cpp, wait_for_elf_tables()).
+inline constexpr const char* kEnvTables = "UPROBE_TRACE_TABLES";
 
 /// Splits on `sep`, dropping empty pieces.
 std::vector<std::string> split(std::string_view s, char sep);
