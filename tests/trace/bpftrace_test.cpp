@@ -233,6 +233,25 @@ TEST(Bpftrace, UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe) {
   EXPECT_EQ(r.out.find("0x7"), std::string::npos) << r.out;
 }
 
+// At the entry of a function that sets up a frame (`push %rbp`: st_mid),
+// rbp is still the caller's: the kernel's walker (is_uprobe_at_func_entry())
+// takes the caller's return address at the stack pointer first, so the
+// caller is not skipped. st_mid is called from st_top (3 times, which
+// st_stacks calls), from st_stacks (2) and from code on an anonymous page
+// (4): bpftrace 0.17 on Linux 6.18 gives these three keys and counts.
+TEST(Bpftrace, UstackAtAFrameSettingEntryHasItsCaller) {
+  const std::string prog = "uprobe:" + kFixture + ":st_mid { @[ustack(3)] = count(); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture + " stacks nosleep"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("@[\n    st_mid+0\n    st_top+9\n    st_stacks+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@[\n    st_mid+0\n    st_stacks+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@[\n    st_mid+0\n    0x10000006\n    st_stacks+"), std::string::npos) << r.out;
+  std::size_t keys = 0;
+  for (std::size_t at = r.out.find("@["); at != std::string::npos; at = r.out.find("@[", at + 1)) ++keys;
+  EXPECT_EQ(keys, 3u) << r.out;
+  for (const char* n : {"]: 2\n", "]: 3\n", "]: 4\n"}) EXPECT_NE(r.out.find(n), std::string::npos) << n << r.out;
+}
+
 // A probe the traced process refuses (a return probe on vfork) is named on
 // standard error with its reason, after the run (bpftrace names its attach
 // errors before it runs; here the agent attaches in the program); the

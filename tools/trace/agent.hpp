@@ -124,14 +124,18 @@ struct BtHit {
 /// Its handlers (agent_hit.cpp) run at hits.
 class FnConsumer final : public uprobe::Consumer {
  public:
+  /// `entry_frame`: the site's instruction sets up the frame (`push %rbp`,
+  /// or `endbr64` before it): ustack there reads the caller's return address
+  /// at the stack pointer (bt::HitContext::entry_sp), as the kernel's walker.
   FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist,
-             std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets);
+             std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets, bool entry_frame);
   uprobe::Action handler(uprobe::Regs& regs) override;
   void ret_handler(uprobe::Regs& regs, std::uint64_t) override;
 
   /// Hits taken while the agent was attaching (the site is on the path of
   /// registration itself): shown with UPROBE_TRACE_DEBUG=1.
   unsigned setup_hits() const noexcept { return setup_hits_.load(std::memory_order_relaxed); }
+  bool entry_frame() const noexcept { return entry_frame_; }
 
  private:
   void setup_hit() noexcept { setup_hits_.fetch_add(1, std::memory_order_relaxed); }
@@ -139,6 +143,7 @@ class FnConsumer final : public uprobe::Consumer {
   const std::vector<long> entries_, rets_;  // read-only once registered
   const long hist_;
   const std::vector<BtHit> bt_entries_, bt_rets_;
+  const bool entry_frame_;
   std::atomic<unsigned> setup_hits_{0};
 };
 

@@ -143,6 +143,26 @@ struct UsdtPlan {
 
 }  // namespace
 
+namespace {
+
+/// Whether the instruction at file offset `offset` of `path` is one that
+/// sets up a frame: `push %rbp` (0x55), or `endbr64` (f3 0f 1e fa) before
+/// it -- the kernel's is_uprobe_at_func_entry() (arch/x86/kernel/uprobes.c),
+/// which decides where its user stack walker reads the caller's return
+/// address at the stack pointer. Read from the file (the code in memory may
+/// be patched already).
+bool sets_up_frame(const std::string& path, std::uint64_t offset) {
+  unsigned char b[4] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t got = ::pread(fd, b, sizeof b, static_cast<off_t>(offset));
+  ::close(fd);
+  if (got >= 1 && b[0] == 0x55) return true;
+  return got == 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa;
+}
+
+}  // namespace
+
 void add_message(SpecStatus& s, const std::string& m) {
   if (s.message.empty()) s.message = m;
 }
@@ -419,8 +439,8 @@ void attach(const std::vector<std::string>& texts) {
     const bool entry = !p.entries.empty() || !p.plan->bt_entries.empty();
     const bool ret = !p.rets.empty() || !p.plan->bt_rets.empty();
     CB cb = !entry ? CB::ret : !ret ? CB::entry : CB::entry_and_ret;
-    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist, p.plan->bt_entries,
-                             p.plan->bt_rets);  // never freed (see Meta)
+    auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist, p.plan->bt_entries, p.plan->bt_rets,
+                             !p.plan->bt_entries.empty() && sets_up_frame(p.plan->path, p.plan->offset));  // never freed (see Meta)
     fn_consumers.push_back(c);
     requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
   }
@@ -453,7 +473,8 @@ void attach(const std::vector<std::string>& texts) {
     entry_of.push_back(i);
     entry_specs.push_back(std::move(mine));
     entry_pf.push_back({p.plan, p.entries, {}, -1, p.rank});
-    auto* c = new FnConsumer(CB::entry, p.entries, {}, -1, p.plan->bt_entries, {});  // never freed (see Meta)
+    auto* c = new FnConsumer(CB::entry, p.entries, {}, -1, p.plan->bt_entries, {},
+                             fn_consumers[i]->entry_frame());  // never freed (see Meta)
     entry_consumers.push_back(c);
     entry_requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
   }

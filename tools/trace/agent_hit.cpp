@@ -226,7 +226,7 @@ constexpr unsigned kBtArgs = 10;
 #pragma GCC target("general-regs-only,inline-all-stringops")
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool ret,
-            const uprobe::usdt::ArgSpec* usdt = nullptr) noexcept {
+            const uprobe::usdt::ArgSpec* usdt = nullptr, bool entry_frame = false) noexcept {
   if (nhits == 0 || bt_stopped()) return;
   std::uint64_t* b = my_block();
   if (!b || b[counts::kBlockShared]) return unrecorded(nhits);
@@ -254,6 +254,7 @@ void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool
       ctx.sp = regs.rsp;  // (sargN: uprobes only, the compiler checks)
       ctx.ip = regs.rip;  // (ustack: a uretprobe's is the return address, as the kernel's)
       ctx.fp = regs.rbp;
+      ctx.entry_sp = entry_frame && !ret ? regs.rsp : 0;
       ctx.layout = g->layout;
       ctx.stack = &tls_stack;
       ctx.retval = retval;
@@ -272,9 +273,9 @@ void run_bt(const BtHit* hits, std::size_t nhits, const uprobe::Regs& regs, bool
 }  // namespace
 
 FnConsumer::FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist,
-                       std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets)
+                       std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets, bool entry_frame)
     : uprobe::Consumer(cb), entries_(std::move(entries)), rets_(std::move(rets)), hist_(hist),
-      bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)) {
+      bt_entries_(std::move(bt_entries)), bt_rets_(std::move(bt_rets)), entry_frame_(entry_frame) {
   set_vector_state_unused();  // (the hit path uses general registers only: this file's header)
 }
 
@@ -283,7 +284,7 @@ uprobe::Action FnConsumer::handler(uprobe::Regs& regs) {
     setup_hit();
     return rets_.empty() && hist_ < 0 && bt_rets_.empty() ? uprobe::Action::keep : uprobe::Action::ignore;
   }
-  run_bt(bt_entries_.data(), bt_entries_.size(), regs, false);
+  run_bt(bt_entries_.data(), bt_entries_.size(), regs, false, nullptr, entry_frame_);
   if (entries_.empty()) {
   } else if (std::uint64_t* b = my_block()) {
     for (long e : entries_) bump(b, kHeaderWords + static_cast<std::size_t>(e));

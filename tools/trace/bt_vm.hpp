@@ -58,6 +58,12 @@ struct HitContext {
   /// ustack: the instruction pointer (a uprobe's site, a uretprobe's return
   /// address) and frame pointer (rbp) at the probe; ip 0: no stack (the CLI).
   std::uint64_t ip = 0, fp = 0;
+  /// ustack at a function entry whose frame is not set up yet (the site's
+  /// instruction is `push %rbp` or `endbr64`: entry_frame): the stack
+  /// pointer, whose word is the caller's return address, which the frame
+  /// pointer walk would skip (rbp is still the caller's); 0 elsewhere. The
+  /// kernel's perf_callchain_user() reads it so (is_uprobe_at_func_entry()).
+  std::uint64_t entry_sp = 0;
   std::uint64_t layout = 0;             ///< the image's layout id (image_word()), 0: the CLI
   StackBounds* stack = nullptr;         ///< the calling thread's (nullptr: every frame by uprobe::probe_read_user())
   std::uint64_t retval = 0;
@@ -352,7 +358,8 @@ class Vm {
 
   // ustack: the return addresses as the kernel's user stack walker
   // (perf_callchain_user(), which bpftrace's ustack is) finds them: the
-  // instruction pointer, then for each frame pointer the word above it,
+  // instruction pointer, at a function entry before its frame the return
+  // address at the stack pointer (entry_sp), then for each frame pointer the word above it,
   // following the saved frame pointers, until a read fails, an address is 0
   // (where bpftrace stops printing) or `limit` frames. A frame on the
   // thread's stack above the stack pointer (StackBounds) is read with plain
@@ -369,6 +376,20 @@ class Vm {
     if (c_.stack && c_.sp) {
       if (!c_.stack->known) find_stack(*c_.stack, c_.sp);
       if (c_.stack->lo <= c_.sp && c_.sp < c_.stack->hi) lo = c_.sp, hi = c_.stack->hi;
+    }
+    // At a function's entry, its caller first: the return address at the
+    // stack pointer (the kernel's walker stores it whenever it can read it).
+    if (c_.entry_sp && n < limit) {
+      std::uint64_t ra = 0;
+      if (c_.entry_sp >= lo && c_.entry_sp < hi && hi - c_.entry_sp >= sizeof ra && c_.entry_sp % 8 == 0)
+        ra = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(c_.entry_sp), __ATOMIC_RELAXED);
+      else if (uprobe::probe_read_user(&ra, sizeof ra, reinterpret_cast<const void*>(c_.entry_sp)) != 0)
+        ra = 0;
+      if (!ra) {
+        fix_return_addresses(out, n);
+        return n;
+      }
+      out[n++] = ra;
     }
     while (n < limit) {
       std::uint64_t frame[2];
