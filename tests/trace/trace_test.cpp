@@ -992,6 +992,18 @@ TEST(Trace, BadInputIsRefusedBeforeTheProgramRuns) {
   // instruction here is longer than one byte), as libuprobe says it.
   refused({"-e", "uprobe:" + kFixture + ":trace_fn+1", "--", kFixture, "basic", "1", "0"}, 2,
           "offset falls inside the ");
+  // ... in a library the CLI itself has mapped (libc: planned there, not
+  // registered), with the instruction named: malloc's first is 2 bytes or more.
+  refused({"-e", "uprobe:libc:malloc+1", "--", kFixture, "basic", "1", "0"}, 2, "offset falls inside the ");
+  refused({"-e", "uprobe:libc:malloc+1 { @ = count(); }", "-c", kFixture + " basic 1 0"}, 2,
+          "offset falls inside the ");
+  // A file it may not read: why, not "not an ELF file" (as another user: root reads it anyway).
+  if (::geteuid() != 0) {
+    const std::string priv = d.path() + "/err";
+    { std::ofstream(priv) << "x"; }
+    chmod(priv.c_str(), 0);
+    refused({"-e", "uprobe:" + priv + ":foo", "--", kFixture, "basic", "1", "0"}, 2, priv + ": Permission denied");
+  }
   // -o into a missing directory.
   refused({"-o", "/nonexistent-dir/report", "-e", fn, "--", kFixture, "basic", "1", "0"}, 2,
           "/nonexistent-dir/report: No such file or directory");

@@ -8,12 +8,14 @@
 #include <elf.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -161,14 +163,17 @@ class NullConsumer final : public uprobe::Consumer {
 // An offset into a function (SYM+OFF, 0xADDR, +FILEOFF) must be an
 // instruction start: libuprobe checks that when a probe is registered, so a
 // file this process has not mapped gets a pending registration here (nothing
-// is patched), taken back at once. A file mapped here (libc, ...) is left to
-// the agent: registering would patch this process's own code.
+// is patched), taken back at once. A file mapped here (libc, ...) is planned
+// instead (uprobe::plan_site(): the same checks of the file, nothing
+// attached): registering would patch this process's own code.
 void check_site(const uprobe::Location& loc) {
   if (!loc.symbol.empty() && loc.symbol_offset == 0) return;  // a function entry
-  if (loaded_here(loc.path).value_or(true)) return;  // (one that cannot be read: the agent says why)
+  const std::optional<bool> mapped = loaded_here(loc.path);
+  if (!mapped) return;  // (one that cannot be read: the agent says why)
   static NullConsumer consumer;
   try {
-    uprobe::unregister_uprobe(uprobe::register_uprobe(loc.path, loc.offset, consumer), consumer);
+    if (*mapped) uprobe::plan_site(loc.path, loc.offset);
+    else uprobe::unregister_uprobe(uprobe::register_uprobe(loc.path, loc.offset, consumer), consumer);
   } catch (const uprobe::Error& e) {
     if (e.code() == uprobe::Errc::mid_instruction || e.code() == uprobe::Errc::not_executable ||
         e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::refused_instruction)
@@ -185,8 +190,9 @@ std::size_t validate(const Spec& s, const std::string& prog_path) {
   if (!is_elf(file)) {
     // Named by a path: that file is what the user means, and it cannot be
     // probed. (By name, a script run by PROG resolves differently in the agent.)
-    if (s.binary.find('/') != std::string::npos) die(s.binary + ": not an ELF file");
-    return 1;
+    if (s.binary.find('/') == std::string::npos) return 1;
+    if (::access(file.c_str(), R_OK) != 0) die(s.binary + ": " + std::strerror(errno));  // (EACCES: not "not ELF")
+    die(s.binary + ": not an ELF file");
   }
   try {
     if (s.kind == Kind::usdt) {
