@@ -27,6 +27,7 @@
 #include "debug_file.hpp"
 #include "fork_fresh.hpp"
 #include "func_index.hpp"
+#include "populate.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -326,6 +327,7 @@ void collect_symbols(Elf* e, Elf_Scn* scn, bool dynamic, Elf_Scn* versym_scn, El
   const std::vector<std::string_view>::size_type nversion_names = versions.size();
   const StrTab strtab(e, sh.sh_link);
   img.symbols.reserve(img.symbols.size() + n + reserve_more);
+  populate_pages(img.symbols.data() + img.symbols.size(), n * sizeof(ElfSymbol));  // (this table's part of the room)
   // (Reserved as the symbols: its untouched part is never faulted in.)
   if (bounds.packed) bounds.keys.reserve(bounds.keys.size() + n + reserve_more);
   SegmentFinder segment_of(img);

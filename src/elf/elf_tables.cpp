@@ -39,12 +39,9 @@
 #include <vector>
 
 #include "elf_image.hpp"
+#include "populate.hpp"
 #include "uprobe/symbols.hpp"
 #include "uprobe/uprobe.hpp"
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 namespace uprobe {
 
@@ -55,6 +52,7 @@ using detail::ElfImage;
 using detail::ElfSymbol;
 using detail::FileIdentity;
 using detail::FuncSym;
+using detail::populate_pages;
 
 constexpr char kMagic[8] = {'U', 'P', 'R', 'B', 'E', 'L', 'F', 'T'};
 constexpr char kEnd[8] = {'U', 'P', 'R', 'B', 'E', 'N', 'D', '!'};
@@ -78,16 +76,6 @@ struct FuncRecord {
 static_assert(sizeof(FuncRecord) == 24 && std::is_trivially_copyable_v<FuncRecord>);
 
 constexpr std::uint32_t kHasSymtab = 1, kHasDynsym = 2, kDebugDeferred = 4, kHasStapsdtSection = 8, kHasStapsdtBase = 16;
-
-/// Prefaults the whole pages of [p, p + bytes) of this process's own
-/// writable memory in one call (MADV_POPULATE_WRITE, Linux 5.14; without
-/// it, the pages fault in as they are written, as before).
-void populate(const void* p, std::size_t bytes) {
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto b = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t lo = (b + page - 1) & ~(page - 1), hi = (b + bytes) & ~(page - 1);
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
-}
 
 // ------------------------------------------------------------------ writing
 
@@ -294,7 +282,7 @@ class Reader {
 bool read_pairs(Reader& r, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
   const std::uint64_t n = r.count(16);
   out.reserve(n);
-  populate(out.data(), n * sizeof out[0]);
+  populate_pages(out.data(), n * sizeof out[0]);
   std::uint64_t batch[512];
   for (std::uint64_t done = 0; done < n && r.ok();) {
     const std::uint64_t take = std::min<std::uint64_t>(n - done, 256);
@@ -342,12 +330,12 @@ bool read_image_record(Reader& r, Adopted& a) {
   // The pool: names view it, for the image's life.
   const std::uint64_t pool_size = r.count(1);
   auto pool = std::shared_ptr<char[]>(new char[pool_size ? pool_size : 1]);
-  populate(pool.get(), pool_size);
+  populate_pages(pool.get(), pool_size);
   r.bytes(pool.get(), pool_size);
   img->elf_handles.push_back(std::shared_ptr<void>(pool, pool.get()));
   const std::uint64_t nsyms = r.count(sizeof(SymbolRecord));
   img->symbols.reserve(nsyms);
-  populate(img->symbols.data(), nsyms * sizeof(ElfSymbol));
+  populate_pages(img->symbols.data(), nsyms * sizeof(ElfSymbol));
   SymbolRecord batch[256];
   for (std::uint64_t done = 0; done < nsyms && r.ok();) {
     const std::uint64_t take = std::min<std::uint64_t>(nsyms - done, 256);
@@ -371,8 +359,8 @@ bool read_image_record(Reader& r, Adopted& a) {
   const std::uint64_t nfuncs = r.count(sizeof(FuncRecord));
   img->funcs.reserve(nfuncs);
   img->reach.reserve(nfuncs);
-  populate(img->funcs.data(), nfuncs * sizeof(FuncSym));
-  populate(img->reach.data(), nfuncs * sizeof(std::uint64_t));
+  populate_pages(img->funcs.data(), nfuncs * sizeof(FuncSym));
+  populate_pages(img->reach.data(), nfuncs * sizeof(std::uint64_t));
   std::uint64_t reach = 0;
   FuncRecord fbatch[256];
   for (std::uint64_t done = 0; done < nfuncs && r.ok();) {

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "eh_frame.hpp"
+#include "populate.hpp"
 
 namespace uprobe::detail {
 
@@ -264,6 +265,10 @@ void index_functions(ElfImage& img, BoundsKeys& bounds, Elf* e, Elf_Scn* eh_fram
     fde_room = std::min<std::uint64_t>(sh.sh_size / 16, 1u << 16);
   img.funcs.reserve(keys.size() + fde_room);
   img.reach.reserve(keys.size() + fde_room);
+  // (The symbols' part of the room, which is filled next, in one call; the
+  // FDEs' part is a bound, most of it never touched.)
+  populate_pages(img.funcs.data(), keys.size() * sizeof(FuncSym));
+  populate_pages(img.reach.data(), keys.size() * sizeof(std::uint64_t));
   if (bounds.packed) {
     img.reach.resize(keys.size());
     radix_sort_high(keys, img.reach.data(), kIndexBits);
