@@ -351,6 +351,10 @@ int run_bpftrace(const BtOptions& o) {
   if (!gated) open_out();
   const Preload preload = o.cmd.empty() ? Preload{} : find_preload();
   const std::string dir = make_trace_dir();
+  // The specs checked on a thread of their own from here (SpecChecks): the
+  // agent waits for the ELF tables they write when done.
+  std::optional<SpecChecks> checks;
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
   const int counts_fd = create_counts_file(dir);
   const std::string prog_file = dir + "/program";
   {
@@ -373,7 +377,6 @@ int run_bpftrace(const BtOptions& o) {
 
   // The specs checked, "Attaching N probes..." and BEGIN: while the program
   // starts when it waits at the gate, else before it starts.
-  std::optional<SpecChecks> checks;  // (gated: while the program starts, SpecChecks)
   auto check_and_begin = [&] {
     if (gated) {
       open_out();
@@ -394,7 +397,6 @@ int run_bpftrace(const BtOptions& o) {
   StartGate gate;
   if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
     std::fflush(out);
-    if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
     child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow, gated}, sigs, gate, gated, exec_errno);
   }
   if (gated) check_and_begin();

@@ -118,6 +118,10 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
   const Preload preload = find_preload();
   const std::string dir = make_trace_dir();
+  // The specs checked on a thread of their own from here (SpecChecks), while
+  // the program starts: the agent waits for the ELF tables they write.
+  std::optional<SpecChecks> checks;
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
 
   std::string joined;
   for (const auto& t : spec_texts) joined += t + "\n";
@@ -135,8 +139,6 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
   StartGate gate;
   int exec_errno = 0;
-  std::optional<SpecChecks> checks;  // (while the program starts: SpecChecks)
-  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
   const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow, gated}, sigs, gate, gated, exec_errno);
   if (gated) open_out();
   if (exec_errno == 0 && gated) checks->wait();
