@@ -278,19 +278,35 @@ class Reader {
   std::size_t used_ = 0, have_ = 0;
 };
 
-/// An array of (u64, u64) pairs, read in batches into `out`, populated first.
-bool read_pairs(Reader& r, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
-  const std::uint64_t n = r.count(16);
-  out.reserve(n);
-  populate_pages(out.data(), n * sizeof out[0]);
-  std::uint64_t batch[512];
+/// `n` records of type Rec, read in batches of 256 (one copy out of the
+/// reader's buffer each), `each(record)` called for every one in order;
+/// false when it refuses one or a read fails.
+template <class Rec, class Each>
+bool read_records(Reader& r, std::uint64_t n, Each each) {
+  static_assert(std::is_trivially_copyable_v<Rec>);
+  Rec batch[256];
   for (std::uint64_t done = 0; done < n && r.ok();) {
     const std::uint64_t take = std::min<std::uint64_t>(n - done, 256);
-    if (!r.bytes(batch, take * 16)) break;
-    for (std::uint64_t i = 0; i < take; ++i) out.emplace_back(batch[2 * i], batch[2 * i + 1]);
+    if (!r.bytes(batch, take * sizeof(Rec))) return false;
+    for (std::uint64_t i = 0; i < take; ++i)
+      if (!each(batch[i])) return false;
     done += take;
   }
   return r.ok();
+}
+
+/// An array of (u64, u64) pairs into `out`, its room populated first.
+bool read_pairs(Reader& r, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
+  struct Pair {
+    std::uint64_t first, second;
+  };
+  const std::uint64_t n = r.count(sizeof(Pair));
+  out.reserve(n);
+  populate_pages(out.data(), n * sizeof out[0]);
+  return read_records<Pair>(r, n, [&](const Pair& p) {
+    out.emplace_back(p.first, p.second);
+    return true;
+  });
 }
 
 struct Adopted {
@@ -336,56 +352,46 @@ bool read_image_record(Reader& r, Adopted& a) {
   const std::uint64_t nsyms = r.count(sizeof(SymbolRecord));
   img->symbols.reserve(nsyms);
   populate_pages(img->symbols.data(), nsyms * sizeof(ElfSymbol));
-  SymbolRecord batch[256];
-  for (std::uint64_t done = 0; done < nsyms && r.ok();) {
-    const std::uint64_t take = std::min<std::uint64_t>(nsyms - done, 256);
-    if (!r.bytes(batch, take * sizeof(SymbolRecord))) break;
-    for (std::uint64_t i = 0; i < take; ++i) {
-      const SymbolRecord& s = batch[i];
-      if (std::uint64_t{s.name_off} + s.name_len >= pool_size || pool[s.name_off + s.name_len] != '\0' ||
-          std::uint64_t{s.version_off} + s.version_len >= pool_size || pool[s.version_off + s.version_len] != '\0')
-        return false;
-      ElfSymbol e;
-      e.name = std::string_view(pool.get() + s.name_off, s.name_len);
-      e.version = std::string_view(pool.get() + s.version_off, s.version_len);
-      e.address = s.address, e.size = s.size, e.offset = s.offset;
-      e.type = s.type, e.binding = s.binding;
-      e.hidden_version = s.flags & kHiddenVersion, e.in_file = s.flags & kInFile;
-      e.executable = s.flags & kExecutable, e.dynamic = s.flags & kDynamic;
-      img->symbols.push_back(e);
-    }
-    done += take;
-  }
+  const bool symbols_read = read_records<SymbolRecord>(r, nsyms, [&](const SymbolRecord& s) {
+    if (std::uint64_t{s.name_off} + s.name_len >= pool_size || pool[s.name_off + s.name_len] != '\0' ||
+        std::uint64_t{s.version_off} + s.version_len >= pool_size || pool[s.version_off + s.version_len] != '\0')
+      return false;
+    ElfSymbol e;
+    e.name = std::string_view(pool.get() + s.name_off, s.name_len);
+    e.version = std::string_view(pool.get() + s.version_off, s.version_len);
+    e.address = s.address, e.size = s.size, e.offset = s.offset;
+    e.type = s.type, e.binding = s.binding;
+    e.hidden_version = s.flags & kHiddenVersion, e.in_file = s.flags & kInFile;
+    e.executable = s.flags & kExecutable, e.dynamic = s.flags & kDynamic;
+    img->symbols.push_back(e);
+    return true;
+  });
+  if (!symbols_read) return false;
   const std::uint64_t nfuncs = r.count(sizeof(FuncRecord));
   img->funcs.reserve(nfuncs);
   img->reach.reserve(nfuncs);
   populate_pages(img->funcs.data(), nfuncs * sizeof(FuncSym));
   populate_pages(img->reach.data(), nfuncs * sizeof(std::uint64_t));
   std::uint64_t reach = 0;
-  FuncRecord fbatch[256];
-  for (std::uint64_t done = 0; done < nfuncs && r.ok();) {
-    const std::uint64_t take = std::min<std::uint64_t>(nfuncs - done, 256);
-    if (!r.bytes(fbatch, take * sizeof(FuncRecord))) break;
-    for (std::uint64_t i = 0; i < take; ++i) {
-      const FuncRecord& f = fbatch[i];
-      if (f.source > static_cast<std::uint8_t>(detail::BoundsSource::eh_frame)) return false;
-      FuncSym s{{}, f.file_offset, f.size, static_cast<detail::BoundsSource>(f.source), f.symbol_index};
-      if (f.symbol_index != ~0u) {
-        if (f.symbol_index >= img->symbols.size()) return false;
-        s.name = img->symbols[f.symbol_index].name;
-      }
-      // Sorted by (file_offset, size), as enclosing_function()'s searches need.
-      if (!img->funcs.empty()) {
-        const FuncSym& p = img->funcs.back();
-        if (std::tie(p.file_offset, p.size) > std::tie(s.file_offset, s.size)) return false;
-      }
-      const std::uint64_t end = s.file_offset + s.size < s.file_offset ? ~std::uint64_t{0} : s.file_offset + s.size;
-      reach = std::max(reach, end);
-      img->funcs.push_back(s);
-      img->reach.push_back(reach);
+  const bool funcs_read = read_records<FuncRecord>(r, nfuncs, [&](const FuncRecord& f) {
+    if (f.source > static_cast<std::uint8_t>(detail::BoundsSource::eh_frame)) return false;
+    FuncSym s{{}, f.file_offset, f.size, static_cast<detail::BoundsSource>(f.source), f.symbol_index};
+    if (f.symbol_index != ~0u) {
+      if (f.symbol_index >= img->symbols.size()) return false;
+      s.name = img->symbols[f.symbol_index].name;
     }
-    done += take;
-  }
+    // Sorted by (file_offset, size), as enclosing_function()'s searches need.
+    if (!img->funcs.empty()) {
+      const FuncSym& p = img->funcs.back();
+      if (std::tie(p.file_offset, p.size) > std::tie(s.file_offset, s.size)) return false;
+    }
+    const std::uint64_t end = s.file_offset + s.size < s.file_offset ? ~std::uint64_t{0} : s.file_offset + s.size;
+    reach = std::max(reach, end);
+    img->funcs.push_back(s);
+    img->reach.push_back(reach);
+    return true;
+  });
+  if (!funcs_read) return false;
   if (!read_pairs(r, img->lsda_ranges) || !std::is_sorted(img->lsda_ranges.begin(), img->lsda_ranges.end()))
     return false;
   for (std::uint64_t n = r.count(48); n > 0 && r.ok(); --n) {
