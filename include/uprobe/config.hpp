@@ -189,4 +189,23 @@ Stats stats() noexcept;
 /// Async-signal-safe.
 bool in_handler() noexcept;
 
+class Uprobe;
+
+/// What libuprobe calls for a hit whose consumers it does not run because
+/// its thread is inside another hit (each counted in
+/// Stats::recursion_misses): a consumer that calls a probed function, or a
+/// signal handler of the program that interrupted a hit and reached a
+/// probe. The kernel's uprobes never see the second kind (their handlers
+/// run in the kernel), so a tool that reports counts can say how many hits
+/// are missing from them. `probe`: the probe hit, nullptr for a return (its
+/// return instance names no probe). Runs in the hit, on its thread, in
+/// signal context at an int3 site: it must be async-signal-safe, allocate
+/// nothing and reach no probed code.
+using RecursionMissHook = void (*)(const Uprobe* probe) noexcept;
+
+/// Sets the RecursionMissHook (nullptr: none, the default). Thread-safety:
+/// any thread; a hit calls the one it reads, the old or the new.
+/// Async-signal-safe.
+void set_recursion_miss_hook(RecursionMissHook hook) noexcept;
+
 }  // namespace uprobe

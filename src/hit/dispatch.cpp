@@ -305,7 +305,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
       hijacked = chain(up, regs, kernel_saved);
       ts.depth = 0;
     } else {
-      count(st.recursion_misses);
+      recursion_miss(st, up);
     }
   }
   if (regs.rip != site.site) count(st.redirected);
@@ -326,7 +326,7 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
     chain(up, regs, true);
     ts.depth = 0;
   } else {
-    count(stat_block().recursion_misses);
+    recursion_miss(stat_block(), up);
   }
 }
 

@@ -195,7 +195,15 @@ void thread_state_after_fork_child() noexcept {
 
 }  // namespace uprobe::detail
 
+namespace uprobe::detail {
+std::atomic<RecursionMissHook> g_recursion_miss_hook{nullptr};
+}  // namespace uprobe::detail
+
 namespace uprobe {
+
+void set_recursion_miss_hook(RecursionMissHook hook) noexcept {
+  detail::g_recursion_miss_hook.store(hook, std::memory_order_release);
+}
 
 Stats stats() noexcept {
   using namespace detail;

@@ -14,6 +14,7 @@
 
 #include "arch.hpp"
 #include "services.hpp"
+#include "uprobe/config.hpp"
 
 namespace uprobe::detail {
 
@@ -74,6 +75,16 @@ struct ReturnStack {
 inline void count(std::atomic<std::uint64_t>& c) noexcept {
   static_assert(sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
   arch::thread_counter_increment(reinterpret_cast<std::uint64_t*>(&c));
+}
+
+/// The RecursionMissHook (config.hpp), nullptr when none.
+extern std::atomic<RecursionMissHook> g_recursion_miss_hook;
+
+/// A hit not run because its thread is inside another: counted in `st`, and
+/// the hook told (`probe`: nullptr for a return). Async-signal-safe.
+inline void recursion_miss(StatBlock& st, const Uprobe* probe) noexcept {
+  count(st.recursion_misses);
+  if (const RecursionMissHook hook = g_recursion_miss_hook.load(std::memory_order_acquire)) hook(probe);
 }
 
 struct ThreadState {

@@ -453,7 +453,7 @@ __attribute__((noinline)) void ret_chain(arch::RetFrame* f, std::uint64_t sp, bo
       if (valid && ts.depth == 0) {
         run_counted(ts, f, ri, regs, kernel_saved, st);
       } else if (valid) {
-        count(st.recursion_misses);
+        recursion_miss(st, nullptr);
       } else {
         count(st.return_dropped);
       }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <cerrno>
 #include <string>
 #include <thread>
@@ -190,12 +191,17 @@ TEST(Consumers, ProbeHitInsideHandlerIsACountedMiss) {
   uprobe::Attachment ao(fx_addr(fx_nop2), outer);
   uprobe::Attachment ai(fx_addr(fx_nop1), inner);
   const uprobe::Stats s0 = uprobe::stats();
+  std::optional<testsupport::RecursionMissCount> missed(std::in_place);
   for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(fx_nop2(i, 0), i + 6);
   uprobe::Stats d = stats_delta(s0, uprobe::stats());
   EXPECT_EQ(outer.hits.load(), 100u);
   EXPECT_EQ(outer.wrong.load(), 0u);
   EXPECT_EQ(inner.hits.load(), 0u) << "a probe hit inside a handler must not run consumers";
   EXPECT_EQ(d.recursion_misses, 100u) << stats_str(d);
+  // The RecursionMissHook was told of each (the int3 path), with the probe missed.
+  EXPECT_EQ(missed->calls(), 100u);
+  EXPECT_EQ(missed->last_probe(), ai.probe());
+  missed.reset();
   for (std::uint64_t i = 0; i < 10; ++i) ASSERT_EQ(fx_nop1(i, 0), i + 1);
   EXPECT_EQ(inner.hits.load(), 10u);
 }

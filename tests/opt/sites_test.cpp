@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "opt_common.hpp"
 
@@ -190,12 +191,17 @@ TEST(Sites, HitInsideHandlerIsARecursionMiss) {
   ASSERT_EQ(uprobe::probe_info(ai.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   ASSERT_EQ(uprobe::probe_info(ao.probe()).mode, uprobe::ProbeMode::optimized_nop5);
   const uprobe::Stats s0 = uprobe::stats();
+  std::optional<testsupport::RecursionMissCount> missed(std::in_place);
   for (std::uint64_t i = 0; i < kCalls; ++i) ASSERT_EQ(opt_mid5(i, 2), 2 * i - 2);
   const uprobe::Stats d = stats_delta(s0, uprobe::stats());
   EXPECT_EQ(outer.hits.load(), static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(outer.bad.load(), 0u) << "the probed function called from the handler returned a wrong value";
   EXPECT_EQ(inner.hits.load(), 0u);
   EXPECT_EQ(d.recursion_misses, static_cast<std::uint64_t>(kCalls)) << stats_str(d);
+  // The RecursionMissHook was told of each, with the probe missed.
+  EXPECT_EQ(missed->calls(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(missed->last_probe(), ai.probe());
+  missed.reset();
   for (std::uint64_t i = 0; i < 10; ++i) ASSERT_EQ(opt_entry5(i, 1), i + 2);
   EXPECT_EQ(inner.hits.load(), 10u);
 }

@@ -24,6 +24,8 @@
  *   killself N      trace_fn() N times, then SIGKILL to itself
  *   abort N         trace_fn() N times, then abort()
  *   block N         trace_fn() N times, prints fn=N, then waits for a signal forever
+ *   sigprof N       trace_fn() N times while a SIGPROF every 100 us of CPU time calls it in its
+ *                   handler too (landing inside a hit now and then); prints calls=ALL
  *   blockign N      as block, with SIGINT ignored
  *   rawfork N       trace_fn() N times here, 2N times in a child made by the fork system call
  *                   (no atfork handler runs in it) that leaves with the exit_group system call
@@ -179,6 +181,13 @@ static void exit_on_alarm(int sig) {
   _exit(3);
 }
 
+static volatile sig_atomic_t prof_calls;
+static void on_prof(int sig) {
+  (void)sig;
+  sink += trace_fn(1);
+  prof_calls = prof_calls + 1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* mode = argv[1];
@@ -196,6 +205,17 @@ int main(int argc, char** argv) {
     }
     say("fn", a);
     say("malloc", m);
+  } else if (!strcmp(mode, "sigprof")) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_prof;
+    sigaction(SIGPROF, &sa, NULL);
+    struct itimerval it = {{0, 100}, {0, 100}};
+    setitimer(ITIMER_PROF, &it, NULL);
+    sink += calls(a);
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_PROF, &off, NULL);
+    say("calls", a + prof_calls);
   } else if (!strcmp(mode, "wild")) {
     wc_alpha();
     for (int i = 0; i < 2; i++) wc_beta();

@@ -859,6 +859,25 @@ TEST(Trace, TheAgentTakesTheChecksElfTables) {
   EXPECT_EQ(processes, 2u) << dump(r);
 }
 
+// A probe hit in a signal handler that interrupted another hit on its
+// thread is not run (libuprobe runs no consumer inside another), which the
+// kernel's uprobes would have run: nothing of it is lost silently, the CLI
+// says how many (libuprobe's RecursionMissHook): the hits counted and the
+// hits reported missing are every call, exactly.
+TEST(Trace, HitsMissedInsideAnotherHitAreReported) {
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "sigprof", "3000000"});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(calls=(\d+))"))) << dump(r);
+  const long calls = std::stol(m[1]);
+  long missed = 0;
+  if (std::regex_search(r.err, m, std::regex(R"(WARNING: (\d+) probe hits were not run \(a probe fired while its thread was inside another hit)")))
+    missed = std::stol(m[1]);
+  const long counted = hits(r.report)["uprobe:" + fixture() + ":trace_fn"];
+  EXPECT_GT(calls, 3000000) << dump(r);  // (the handler ran)
+  EXPECT_EQ(counted + missed, calls) << "counted " << counted << ", reported missing " << missed << "\n" << dump(r);
+}
+
 /// Sets an environment variable for the uprobe-trace runs of one scope.
 struct ScopedEnv {
   const char* name;

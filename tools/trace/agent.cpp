@@ -527,6 +527,7 @@ __attribute__((constructor)) void agent_init() {
     return;  // counting stays off
   }
   arm_exit_dtor_guard();
+  uprobe::set_recursion_miss_hook(missed_hit);  // (counts only while counting)
   g->enabled.store(true, std::memory_order_seq_cst);
 }
 

@@ -107,6 +107,11 @@ std::uint64_t reinit_process() noexcept;
 /// The calling thread's block when it has none in this process yet (made
 /// now); nullptr when none can be made. Async-signal-safe.
 std::uint64_t* new_block() noexcept;
+/// libuprobe's RecursionMissHook while counting: a probe hit not run (its
+/// thread was inside another hit: a signal handler that interrupted one),
+/// counted in the counts file's header for the CLI's warning.
+/// Async-signal-safe.
+void missed_hit(const uprobe::Uprobe* probe) noexcept;
 
 /// One probe block of a bpftrace program at one site: its index and the
 /// `probe` and `func` strings of the site (never freed), and the block as a

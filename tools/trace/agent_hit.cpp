@@ -310,6 +310,10 @@ void FnConsumer::ret_handler(uprobe::Regs& regs, std::uint64_t) {
   }
 }
 
+void missed_hit(const uprobe::Uprobe*) noexcept {
+  if (counting() && g->header) g->header->missed.fetch_add(1, std::memory_order_relaxed);
+}
+
 CountConsumer::CountConsumer(long key, std::vector<BtHit> bt, const uprobe::usdt::ArgSpec& args)
     : key_(key), bt_(std::move(bt)), args_(args) {
   set_vector_state_unused();  // as FnConsumer

@@ -486,6 +486,10 @@ int run_bpftrace(const BtOptions& o) {
   if (const std::uint64_t drops = run.map_drops())
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu map updates dropped (a thread's map table was full)\n",
                  static_cast<unsigned long long>(drops));
+  if (const std::uint64_t missed = run.header()->missed.load())
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu probe hits were not run (a probe fired while its thread was "
+                 "inside another hit: a signal handler that interrupted one)\n",
+                 static_cast<unsigned long long>(missed));
   if (run.header()->unrecorded.load())
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not run (no block of their own for them)\n",
                  static_cast<unsigned long long>(run.header()->unrecorded.load()));

@@ -74,6 +74,11 @@ struct Header {
   /// extended in that process, the tables were full): counted here so that
   /// the CLI can say how many hits are missing from the report.
   alignas(64) std::atomic<std::uint64_t> unrecorded;
+  /// Probe hits libuprobe did not run because their thread was inside
+  /// another hit (a signal handler of the program that interrupted one:
+  /// uprobe::RecursionMissHook), which the kernel's uprobes would have run:
+  /// counted here so that the CLI can say how many are missing.
+  alignas(64) std::atomic<std::uint64_t> missed;
   /// A bpftrace program's exit() was called (1): no probe runs its actions any more.
   alignas(64) std::atomic<std::uint64_t> bt_exit;
   /// CLOCK_MONOTONIC when the CLI started (ns): the program's `elapsed`.

@@ -199,6 +199,10 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
       std::fprintf(stderr, "uprobe-trace: pid %ld (%s, parent %ld): sites %s; ELF tables from uprobe-trace: %u\n",
                    p.pid, p.exe.c_str(), p.ppid, modes.empty() ? "none" : modes.c_str(), p.elf_tables);
     }
+  if (rep.missed)
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu probe hits were not run (a probe fired while its thread was "
+                 "inside another hit: a signal handler that interrupted one)\n",
+                 static_cast<unsigned long long>(rep.missed));
   if (rep.unrecorded)
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu hits were not recorded (a thread could not make its counting "
                  "block: its process could not open or extend the counts file, or the trace made more than %zu)\n",

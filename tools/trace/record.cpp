@@ -313,6 +313,7 @@ std::string format_json(const Report& r, bool per_thread) {
   }
   out += first ? "},\n" : "\n  },\n";
   out += "  \"unrecorded_hits\": " + std::to_string(r.unrecorded) + ",\n";
+  out += "  \"missed_hits\": " + std::to_string(r.missed) + ",\n";
   out += "  \"messages\": [";
   first = true;
   for (const auto& m : r.messages) {

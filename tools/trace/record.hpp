@@ -127,6 +127,7 @@ struct Report {
   /// a note about the process.
   std::vector<Message> messages;
   std::uint64_t unrecorded = 0;   ///< hits that no counting block could take (counts.hpp)
+  std::uint64_t missed = 0;       ///< probe hits not run: inside another hit (counts.hpp)
 
   void add(const ProcessRecord& r);
   /// Specs attached in no process.

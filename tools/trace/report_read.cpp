@@ -95,6 +95,7 @@ Report read_report(const std::string& dir, int counts_fd) {
     add_block(r, img->second, buf.data(), words);
   }
   rep.unrecorded = h->unrecorded.load();
+  rep.missed = h->missed.load();
   munmap(m, counts::kHeaderBytes);
   for (const auto& img : unmapped) procs.emplace_back(counts::kMaxProcs, process_of(img, img.pid, img.ppid));
   std::stable_sort(procs.begin(), procs.end(), [](const auto& a, const auto& b) {
