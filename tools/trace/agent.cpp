@@ -426,20 +426,22 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
 /// (the gate opens only after them, so a file not there then will not come:
 /// it could not be written) or the CLI is gone (end-of-file). Not waiting
 /// longer than that costs nothing: this process waits at the gate for the
-/// checks anyway. The variable is unset: what this program execs finds the
-/// file there, or reads its tables itself. (System calls, not libc's: no
+/// checks anyway. The variable is unset: what this program execs reads its
+/// tables itself. True when the variable was there (this process is the
+/// one the CLI started: it removes the file once it imported it, so that it
+/// takes no room the counts file may need). (System calls, not libc's: no
 /// interposer of the program's runs before its main().)
-void wait_for_elf_tables(const std::string& dir) {
+bool wait_for_elf_tables(const std::string& dir) {
   const char* v = libc_getenv(kEnvTables);
-  if (!v) return;
+  if (!v) return false;
   const bool coming = v[0] == '1';
   libc_unsetenv(kEnvTables);
   const char* g = libc_getenv(kEnvGate);
-  if (!coming || !g) return;
+  if (!coming || !g) return false;
   const int gate = std::atoi(g);
   const std::string path = dir + "/" + kElfTablesFile;
   const int in = static_cast<int>(syscall(SYS_inotify_init1, IN_CLOEXEC | IN_NONBLOCK));
-  if (in < 0) return;
+  if (in < 0) return true;
   if (syscall(SYS_inotify_add_watch, in, dir.c_str(), IN_MOVED_TO) >= 0) {
     // (Watched first, then looked for: a rename between the two is seen.)
     while (syscall(SYS_access, path.c_str(), F_OK) != 0) {
@@ -453,6 +455,7 @@ void wait_for_elf_tables(const std::string& dir) {
     }
   }
   syscall(SYS_close, in);
+  return true;
 }
 
 /// uprobe-trace's start gate (launch.hpp, StartGate; kEnvGate): once this
@@ -509,8 +512,10 @@ __attribute__((constructor)) void agent_init() {
   // the attach then reads none of theirs (absent when the checks are not
   // done yet: then it reads them).
   if (!meta->out_dir.empty()) {
-    wait_for_elf_tables(meta->out_dir);
-    meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(meta->out_dir + "/" + kElfTablesFile));
+    const std::string tables = meta->out_dir + "/" + kElfTablesFile;
+    const bool first = wait_for_elf_tables(meta->out_dir);
+    meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(tables));
+    if (first) syscall(SYS_unlink, tables.c_str());
   }
   try {
     attach(texts);

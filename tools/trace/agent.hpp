@@ -129,9 +129,10 @@ struct BtHit {
 /// Its handlers (agent_hit.cpp) run at hits.
 class FnConsumer final : public uprobe::Consumer {
  public:
-  /// `entry_frame`: the site's instruction sets up the frame (`push %rbp`,
-  /// or `endbr64` before it): ustack there reads the caller's return address
-  /// at the stack pointer (bt::HitContext::entry_sp), as the kernel's walker.
+  /// `entry_frame`: the site's instruction sets up the frame (`push %rbp`;
+  /// `endbr64` on a kernel built with IBT):
+  /// ustack there reads the caller's return address at the stack pointer
+  /// (bt::HitContext::entry_sp), as the kernel's walker.
   FnConsumer(uprobe::Callbacks cb, std::vector<long> entries, std::vector<long> rets, long hist,
              std::vector<BtHit> bt_entries, std::vector<BtHit> bt_rets, bool entry_frame);
   uprobe::Action handler(uprobe::Regs& regs) override;

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,12 +146,30 @@ struct UsdtPlan {
 
 namespace {
 
-/// Whether the instruction at file offset `offset` of `path` is one that
-/// sets up a frame: `push %rbp` (0x55), or `endbr64` (f3 0f 1e fa) before
-/// it -- the kernel's is_uprobe_at_func_entry() (arch/x86/kernel/uprobes.c),
-/// which decides where its user stack walker reads the caller's return
-/// address at the stack pointer. Read from the file (the code in memory may
-/// be patched already).
+/// Whether the running kernel was built with CONFIG_X86_KERNEL_IBT, as its
+/// config file in /boot says (false when there is none to read).
+bool kernel_ibt() {
+  static const bool ibt = [] {
+    utsname u{};
+    if (::uname(&u) != 0) return false;
+    std::FILE* f = std::fopen((std::string("/boot/config-") + u.release).c_str(), "re");
+    if (!f) return false;
+    char line[256];
+    bool on = false;
+    while (!on && std::fgets(line, sizeof line, f)) on = std::strncmp(line, "CONFIG_X86_KERNEL_IBT=y", 23) == 0;
+    std::fclose(f);
+    return on;
+  }();
+  return ibt;
+}
+
+/// Whether the instruction at file offset `offset` of `path` is `push %rbp`
+/// (0x55), or `endbr64` (f3 0f 1e fa) on a kernel built with
+/// CONFIG_X86_KERNEL_IBT (whose is_endbr() is false otherwise): the kernel's
+/// is_uprobe_at_func_entry() (arch/x86/kernel/uprobes.c), which decides
+/// where its user stack walker reads the caller's return address at the
+/// stack pointer. Read from the file (the code in memory may be patched
+/// already).
 bool sets_up_frame(const std::string& path, std::uint64_t offset) {
   unsigned char b[4] = {};
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -158,7 +177,7 @@ bool sets_up_frame(const std::string& path, std::uint64_t offset) {
   const ssize_t got = ::pread(fd, b, sizeof b, static_cast<off_t>(offset));
   ::close(fd);
   if (got >= 1 && b[0] == 0x55) return true;
-  return got == 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa;
+  return got == 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa && kernel_ibt();
 }
 
 }  // namespace

@@ -351,10 +351,6 @@ int run_bpftrace(const BtOptions& o) {
   if (!gated) open_out();
   const Preload preload = o.cmd.empty() ? Preload{} : find_preload();
   const std::string dir = make_trace_dir();
-  // The specs checked on a thread of their own from here (SpecChecks): the
-  // agent waits for the ELF tables they write when done.
-  std::optional<SpecChecks> checks;
-  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
   const int counts_fd = create_counts_file(dir);
   const std::string prog_file = dir + "/program";
   {
@@ -365,6 +361,11 @@ int run_bpftrace(const BtOptions& o) {
       die(prog_file + ": cannot write");
     }
   }
+  // The specs checked on a thread of their own from here (SpecChecks): the
+  // agent waits for the ELF tables they write when done. (After the counts
+  // and program files: on a small filesystem those come first.)
+  std::optional<SpecChecks> checks;
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
   // ustack and usym(): symbolized with each image's recorded mappings (usym.hpp)
   static UserSymbols* symbols = nullptr;
   symbols = new UserSymbols(dir);  // (lives until exit: the maps print at the end)

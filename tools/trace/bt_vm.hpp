@@ -59,7 +59,7 @@ struct HitContext {
   /// address) and frame pointer (rbp) at the probe; ip 0: no stack (the CLI).
   std::uint64_t ip = 0, fp = 0;
   /// ustack at a function entry whose frame is not set up yet (the site's
-  /// instruction is `push %rbp` or `endbr64`: entry_frame): the stack
+  /// instruction is `push %rbp`: entry_frame): the stack
   /// pointer, whose word is the caller's return address, which the frame
   /// pointer walk would skip (rbp is still the caller's); 0 elsewhere. The
   /// kernel's perf_callchain_user() reads it so (is_uprobe_at_func_entry()).

@@ -118,15 +118,16 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
   const Preload preload = find_preload();
   const std::string dir = make_trace_dir();
-  // The specs checked on a thread of their own from here (SpecChecks), while
-  // the program starts: the agent waits for the ELF tables they write.
-  std::optional<SpecChecks> checks;
-  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
 
   std::string joined;
   for (const auto& t : spec_texts) joined += t + "\n";
 
   const int counts_fd = create_counts_file(dir);
+  // The specs checked on a thread of their own from here (SpecChecks), while
+  // the program starts: the agent waits for the ELF tables they write.
+  // (After the counts file: on a small filesystem it comes first.)
+  std::optional<SpecChecks> checks;
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
 
   prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned descendants are reaped (and waited for) here
   // SIGINT (the terminal's ^C goes to the whole foreground group, the
