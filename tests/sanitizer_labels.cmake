@@ -58,6 +58,8 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.XzWorkersCallPunnedMemcpy trace.Trace.EveryLibcReturnLeavesThreadsAndVforkAlive
                      trace.Trace.ReturnProbeOnVforkIsRefusedEntryProbeCounts
                      trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
+                     trace.Trace.TheAgentTakesTheChecksElfTables trace.Trace.HitsMissedInsideAnotherHitAreReported
+                     trace.Trace.ASmallTmpdirKeepsTheReportWhole
                      trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
                      trace.Trace.ProgramSeesOnlyItsOwnFileDescriptors trace.Trace.TheProgramStartsSingleThreaded
                      trace.Trace.ProgramStartsWithTheCallersSignalDispositions
@@ -73,6 +75,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackOfSeveralProcessesSymbolizedWithTheirOwnModules
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
+                     trace.Bpftrace.UstackAtAFrameSettingEntryHasItsCaller
                      trace.Bpftrace.AProbeTheProgramRefusedIsNamedWithItsReason
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns
                      trace.Bpftrace.OneMapUpdateBlocksRunWithoutTheInterpreterWithItsValues
