@@ -651,7 +651,8 @@ std::vector<CachedImage> cached_images() {
   std::vector<CachedImage> out;
   for (const auto& [key, e] : c.images) {
     const ImageDepth depth = std::get<7>(key);
-    auto same = std::find_if(out.begin(), out.end(), [&](const CachedImage& o) { return o.image == e.image; });
+    const std::shared_ptr<const ElfImage>& image = e.image;  // (clang 14: no capture of a structured binding)
+    auto same = std::find_if(out.begin(), out.end(), [&](const CachedImage& o) { return o.image == image; });
     if (same != out.end()) {
       same->depths |= 1u << static_cast<unsigned>(depth);
       continue;
