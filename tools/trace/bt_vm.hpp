@@ -30,23 +30,9 @@
 #include <uprobe/uprobe.hpp>
 
 #include "bt_form.hpp"
+#include "bt_stack.hpp"
 
 namespace uptrace::bt {
-
-/// A thread's stack as ustack reads it without a system call (each is
-/// microseconds): the mapping [lo, hi) that held the stack pointer at the
-/// thread's first walk, when it is certainly the thread's stack up to hi:
-/// the main thread's `[stack]`, or, below the thread's own descriptor
-/// (pthread_self(): glibc puts it at the top of a thread's stack mapping),
-/// a thread's. Memory from the stack pointer up to hi is mapped and
-/// readable while the thread runs, so a frame there is read with a plain
-/// load; any other address with uprobe::probe_read_user() (never a fault). One per
-/// thread, zero-initialized (the agent's initial-exec TLS: a fork child
-/// keeps its parent's, which its copied stack still matches).
-struct StackBounds {
-  std::uint64_t lo = 0, hi = 0;  ///< hi 0: no such mapping (every frame by uprobe::probe_read_user())
-  std::uint64_t known = 0;       ///< 1 once looked up
-};
 
 /// What a hit knows (filled by the caller).
 struct HitContext {
@@ -379,29 +365,15 @@ class Vm {
     }
     // At a function's entry, its caller first: the return address at the
     // stack pointer (the kernel's walker stores it whenever it can read it).
-    if (c_.entry_sp && n < limit) {
-      std::uint64_t ra = 0;
-      if (c_.entry_sp >= lo && c_.entry_sp < hi && hi - c_.entry_sp >= sizeof ra && c_.entry_sp % 8 == 0)
-        ra = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(c_.entry_sp), __ATOMIC_RELAXED);
-      else if (uprobe::probe_read_user(&ra, sizeof ra, reinterpret_cast<const void*>(c_.entry_sp)) != 0)
-        ra = 0;
-      if (!ra) {
-        fix_return_addresses(out, n);
-        return n;
-      }
-      out[n++] = ra;
-    }
+    std::uint64_t ra = 0;
+    if (c_.entry_sp && n < limit && (!read_stack_words(c_.entry_sp, &ra, 1, lo, hi) || !ra)) limit = n;
+    if (ra) out[n++] = ra;
     while (n < limit) {
       std::uint64_t frame[2];
-      if (fp >= lo && fp < hi && hi - fp >= sizeof frame && fp % 8 == 0) {
-        frame[0] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp), __ATOMIC_RELAXED);
-        frame[1] = __atomic_load_n(reinterpret_cast<const std::uint64_t*>(fp) + 1, __ATOMIC_RELAXED);
-      } else if (fp < 4096) {
-        break;  // (page 0, never mapped but with vm.mmap_min_addr 0: where chains end, rbp 0 or 1, without a system call)
-      } else if (uprobe::probe_read_user(frame, sizeof frame, reinterpret_cast<const void*>(fp)) != 0) {
-        break;
-      }
-      if (!frame[1]) break;
+      // (fp in page 0, never mapped but with vm.mmap_min_addr 0: where
+      // chains end, rbp 0 or 1, without a system call)
+      if (fp < 4096 && !(fp >= lo && fp < hi)) break;
+      if (!read_stack_words(fp, frame, 2, lo, hi) || !frame[1]) break;
       out[n++] = frame[1];
       fp = frame[0];
     }
@@ -420,59 +392,6 @@ class Vm {
     for (unsigned k = 0; k < n; ++k) frames[k] = reinterpret_cast<void*>(out[k]);
     if (uprobe::fixup_backtrace(frames, static_cast<int>(n)) > 0)
       for (unsigned k = 0; k < n; ++k) out[k] = reinterpret_cast<std::uint64_t>(frames[k]);
-  }
-
-  // Looks up the calling thread's stack (StackBounds) in /proc/self/maps:
-  // the mapping that holds `sp`, if it is `[stack]` (the main thread's),
-  // else up to the thread's descriptor if that is in it above `sp` (a glibc
-  // thread's stack). Async-signal-safe: open, read, close and a parse in a
-  // fixed buffer; once per thread.
-  static void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
-    b.known = 1;
-    const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    char buf[1024];
-    char line[160];  // (a longer line is cut: only a short one can be `[stack]`)
-    std::size_t len = 0;
-    bool cut = false, done = false;
-    auto parse = [&]() {  // "START-END PERMS ... [PATH]"
-      std::uint64_t start = 0, end = 0;
-      std::size_t i = 0;
-      auto hex = [&](std::uint64_t& v) {
-        for (; i < len; ++i) {
-          const char c = line[i];
-          const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-          if (d < 0) break;
-          v = v * 16 + static_cast<std::uint64_t>(d);
-        }
-      };
-      hex(start);
-      if (i >= len || line[i] != '-') return;
-      ++i;
-      hex(end);
-      if (!(start <= sp && sp < end)) return;
-      done = true;
-      if (i + 1 >= len || line[i + 1] != 'r') return;
-      if (!cut && len >= 7 && std::memcmp(line + len - 7, "[stack]", 7) == 0) {
-        b.lo = start, b.hi = end;
-        return;
-      }
-      const auto self = static_cast<std::uint64_t>(pthread_self());
-      if (sp < self && self <= end) b.lo = start, b.hi = self;
-    };
-    for (long got; !done && (got = syscall(SYS_read, fd, buf, sizeof buf)) > 0;) {
-      for (long k = 0; k < got && !done; ++k) {
-        if (buf[k] == '\n') {
-          parse();
-          len = 0, cut = false;
-        } else if (len < sizeof line) {
-          line[len++] = buf[k];
-        } else {
-          cut = true;
-        }
-      }
-    }
-    syscall(SYS_close, fd);
   }
 
   // A ustack or usym value (node `ni`, vt kVtStack or kVtUsym) in key words
