@@ -537,16 +537,17 @@ std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth
   read_verdef(e, verdef, img->version_names);
   const std::size_t ndynsym = symbol_count(dynsym);
   BoundsKeys bounds;
+  if (!symtab) img->build_id = build_id_hex(e);
   if (symtab) {
     collect_symbols(e, symtab, false, nullptr, *img, bounds, ndynsym);
   } else if (depth == ImageDepth::with_debug_file) {
     img->debug_file = read_debug_symtab(e, *img, bounds, ndynsym);
-  } else if (std::string id = build_id_hex(e); !id.empty()) {
+  } else if (!img->build_id.empty()) {
     // (Left out only when there is one to read: else this is the
     // with_debug_file image too.)
-    std::string dbg = debug_file_path(id);
+    std::string dbg = debug_file_path(img->build_id);
     img->debug_deferred = ::access(dbg.c_str(), R_OK) == 0;
-    if (img->debug_deferred) img->deferred_debug_file = std::move(dbg), img->deferred_build_id = std::move(id);
+    if (img->debug_deferred) img->deferred_debug_file = std::move(dbg), img->deferred_build_id = img->build_id;
   }
   if (dynsym) collect_symbols(e, dynsym, true, versym, *img, bounds);
   index_functions(*img, bounds, e, eh_frame);

@@ -115,6 +115,11 @@ struct ElfImage {
   /// image at ImageDepth::with_debug_file has them). False when nothing was
   /// left out: then this image is the with_debug_file one too.
   bool debug_deferred = false;
+  /// The file's build-id (lowercase hex) when it has no .symtab of its own,
+  /// "" otherwise or when it has none: what its debug file is found by
+  /// (debug_file_path()), for elf_tables.cpp to tell whether that file is
+  /// still the one this image was read beside.
+  std::string build_id;
   /// With debug_deferred: the debug file left out (its path by build-id),
   /// and the build-id (lowercase hex) it must have.
   std::string deferred_debug_file, deferred_build_id;

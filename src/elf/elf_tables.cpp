@@ -4,7 +4,9 @@
 // cache (elf_image.cpp) and the debug-file bounds debug_file_refines() read,
 // written to a file field by field and read back into ElfImages that are put
 // in the reader's cache, each only while its file is the one it was read
-// from (device, inode, size, mtime, ctime: the cache's own key).
+// from (device, inode, size, mtime, ctime: the cache's own key) and the
+// debug file found by its build-id is the one it was read beside (the same
+// identity, or still none): uprobe-trace keeps these files between runs too.
 //
 // uprobe-trace's CLI reads libc's tables to check the specs while the
 // program starts; the agent in the program needs the same tables to attach,
@@ -15,7 +17,8 @@
 //
 // Format (native byte order; a reader of another format version adopts
 // nothing): "UPRBELFT", u32 version, u32 0, u64 image count; per image its
-// byte length and then: identity (7 x u64), path, u32 depths, u32 type,
+// byte length and then: identity (7 x u64), path, build_id, the identity of
+// the debug file by that build-id (7 x u64, zeros: none), u32 depths, u32 type,
 // u32 flags, stapsdt_base, fde_count, malformed_notes, debug_file,
 // deferred_debug_file, deferred_build_id, soname, rpath[], runpath[],
 // loads[], the string pool (each name NUL-terminated, as in a string table),
@@ -38,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "debug_file.hpp"
 #include "elf_image.hpp"
 #include "populate.hpp"
 #include "uprobe/symbols.hpp"
@@ -56,7 +60,7 @@ using detail::populate_pages;
 
 constexpr char kMagic[8] = {'U', 'P', 'R', 'B', 'E', 'L', 'F', 'T'};
 constexpr char kEnd[8] = {'U', 'P', 'R', 'B', 'E', 'N', 'D', '!'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 
 /// A symbol as written: its name and version as offsets into the pool.
 struct SymbolRecord {
@@ -139,6 +143,21 @@ struct DebugBoundsCopy {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> funcs;
 };
 
+/// The identity of the debug file libuprobe would read for a file of
+/// build-id `build_id` (detail::debug_file_path()) now; all zeros when the
+/// build-id is "" or no regular file is there.
+FileIdentity debug_file_identity(const std::string& build_id) {
+  struct stat st;
+  if (build_id.empty() || ::stat(detail::debug_file_path(build_id).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  return FileIdentity::of(st);
+}
+
+void put_identity(Writer& w, const FileIdentity& id) {
+  for (long v : {static_cast<long>(id.dev), static_cast<long>(id.ino), static_cast<long>(id.size), id.mtime_sec,
+                 id.mtime_nsec, id.ctime_sec, id.ctime_nsec})
+    w.put<std::int64_t>(v);
+}
+
 bool write_image(const CachedImage& c, const DebugBoundsCopy& bounds, Writer& w) {
   const ElfImage& img = *c.image;
   for (const FuncSym& f : img.funcs)
@@ -156,10 +175,10 @@ bool write_image(const CachedImage& c, const DebugBoundsCopy& bounds, Writer& w)
     if (version_at.try_emplace(s.version, pool).second) versions.push_back(s.version), pool += s.version.size() + 1;
   if (pool > 0xffffffffu) return false;
 
-  for (long v : {static_cast<long>(c.id.dev), static_cast<long>(c.id.ino), static_cast<long>(c.id.size), c.id.mtime_sec,
-                 c.id.mtime_nsec, c.id.ctime_sec, c.id.ctime_nsec})
-    w.put<std::int64_t>(v);
+  put_identity(w, c.id);
   w.str(c.path);
+  w.str(img.build_id);
+  put_identity(w, debug_file_identity(img.build_id));
   w.put<std::uint32_t>(c.depths);
   w.put<std::uint32_t>(img.type);
   w.put<std::uint32_t>((img.has_symtab ? kHasSymtab : 0) | (img.has_dynsym ? kHasDynsym : 0) |
@@ -312,15 +331,23 @@ bool read_pairs(Reader& r, std::vector<std::pair<std::uint64_t, std::uint64_t>>&
 struct Adopted {
   FileIdentity id;
   std::string path;
+  std::string build_id;
   unsigned depths = 0;
   std::shared_ptr<ElfImage> image;
   bool have_bounds = false, bounds_ok = false;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> bounds;
 };
 
+FileIdentity get_identity(Reader& r) {
+  std::int64_t v[7];
+  for (std::int64_t& x : v) x = r.get<std::int64_t>();
+  return FileIdentity{static_cast<dev_t>(v[0]), static_cast<ino_t>(v[1]), static_cast<off_t>(v[2]), v[3], v[4], v[5], v[6]};
+}
+
 /// One image record (its identity read already); false when malformed.
 bool read_image_record(Reader& r, Adopted& a) {
   auto img = std::make_shared<ElfImage>();
+  img->build_id = a.build_id;
   a.depths = r.get<std::uint32_t>();
   img->type = static_cast<std::uint16_t>(r.get<std::uint32_t>());
   const auto flags = r.get<std::uint32_t>();
@@ -474,15 +501,16 @@ std::size_t import_elf_tables(const std::string& path) noexcept {
     for (std::uint64_t n = r.count(8); n > 0 && r.ok(); --n) {
       const std::uint64_t len = r.count(1), start = r.pos();
       Adopted a;
-      std::int64_t v[7];
-      for (std::int64_t& x : v) x = r.get<std::int64_t>();
-      a.id = FileIdentity{static_cast<dev_t>(v[0]), static_cast<ino_t>(v[1]), static_cast<off_t>(v[2]), v[3], v[4], v[5],
-                          v[6]};
+      a.id = get_identity(r);
       a.path = r.str();
-      // Only a file unchanged since it was read: its identity now.
+      a.build_id = r.str();
+      const FileIdentity debug_id = get_identity(r);
+      // Only a file unchanged since it was read, beside the same debug file
+      // (or still none): their identities now.
       struct stat now;
       const bool same = r.ok() && r.pos() - start <= len && ::stat(a.path.c_str(), &now) == 0 &&
-                        S_ISREG(now.st_mode) && FileIdentity::of(now) == a.id;
+                        S_ISREG(now.st_mode) && FileIdentity::of(now) == a.id &&
+                        debug_file_identity(a.build_id) == debug_id;
       if (!same) {
         r.skip(len - std::min(len, r.pos() - start));
         continue;

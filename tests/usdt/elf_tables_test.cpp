@@ -72,6 +72,7 @@ void expect_same(const ElfImage& a, const ElfImage& b, const std::string& what) 
   EXPECT_EQ(a.dev, b.dev) << what;
   EXPECT_EQ(a.ino, b.ino) << what;
   EXPECT_EQ(a.type, b.type) << what;
+  EXPECT_EQ(a.build_id, b.build_id) << what;
   ASSERT_EQ(a.loads.size(), b.loads.size()) << what;
   for (std::size_t i = 0; i < a.loads.size(); ++i) {
     const auto &x = a.loads[i], &y = b.loads[i];
@@ -339,9 +340,9 @@ TEST(ElfTables, AMalformedFileGivesNothing) {
     }
     write_bad(good + "x");
     EXPECT_EQ(uprobe::import_elf_tables(bad), 0u) << "a byte past the end";
-    std::string v2 = good;
-    v2[8] = 2;  // (the format version)
-    write_bad(v2);
+    std::string v1 = good;
+    v1[8] = 1;  // (the format version: 1, without the debug file's identity)
+    write_bad(v1);
     EXPECT_EQ(uprobe::import_elf_tables(bad), 0u) << "another format version";
     EXPECT_TRUE(uprobe::detail::cached_images().empty());
     for (std::size_t at = 0; at + 8 <= good.size(); ++at) {
@@ -365,6 +366,61 @@ TEST(ElfTables, AMalformedFileGivesNothing) {
     EXPECT_EQ(uprobe::import_elf_tables(bad), 0u);
     EXPECT_TRUE(uprobe::detail::cached_images().empty());
     EXPECT_EQ(uprobe::import_elf_tables(file), 1u);
+  });
+}
+
+// An image of a file without a .symtab is taken only beside the debug file
+// it was read beside (by its build-id: the same identity, or still none):
+// uprobe-trace keeps these files between runs, and a debug file installed,
+// replaced or removed since changes what the image answers.
+TEST(ElfTables, AnImageIsTakenOnlyBesideTheSameDebugFile) {
+  const std::string lib = std::string(DEPTH_COMPAT_DIR) + "/libusdtfix_depth_compat_stripped.so";
+  const std::string debug = std::string(DEPTH_COMPAT_DIR) + "/libusdtfix_depth_compat.debug";
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  std::string id;
+  in_child([&] { ASSERT_FALSE(uprobe::detail::load_elf_image(lib, ImageDepth::file_tables)->build_id.empty()); });
+  {
+    auto img = uprobe::detail::load_elf_image(lib, ImageDepth::file_tables);
+    id = img->build_id;
+  }
+  ASSERT_GT(id.size(), 2u);
+  const std::string ddir = "/usr/lib/debug/.build-id/" + id.substr(0, 2);
+  const std::string dbg = ddir + "/" + id.substr(2) + ".debug";
+  if (::access("/usr/lib/debug", W_OK) != 0) GTEST_SKIP() << "installing a debug file under /usr/lib/debug needs root";
+  ::unlink(dbg.c_str());
+  const std::string none = dir.path + "/none", beside = dir.path + "/beside";
+  in_child([&] {
+    EXPECT_FALSE(uprobe::detail::load_elf_image(lib, ImageDepth::file_tables)->debug_deferred);
+    ASSERT_EQ(uprobe::export_elf_tables(none), 1u);
+  });
+  in_child([&] { EXPECT_EQ(uprobe::import_elf_tables(none), 1u) << "nothing changed"; });
+  ::mkdir("/usr/lib/debug/.build-id", 0755);
+  ::mkdir(ddir.c_str(), 0755);
+  ASSERT_EQ(std::system(("cp '" + debug + "' '" + dbg + "'").c_str()), 0);
+  in_child([&] {
+    EXPECT_EQ(uprobe::import_elf_tables(none), 0u) << "a debug file installed since";
+    EXPECT_TRUE(uprobe::detail::cached_images().empty());
+    const auto img = uprobe::detail::load_elf_image(lib, ImageDepth::file_tables);
+    EXPECT_TRUE(img->debug_deferred);
+    EXPECT_EQ(img->deferred_build_id, id);
+    ASSERT_EQ(uprobe::export_elf_tables(beside), 1u);
+  });
+  in_child([&] {
+    ASSERT_EQ(uprobe::import_elf_tables(beside), 1u) << "beside the same debug file";
+    const auto img = uprobe::detail::load_elf_image(lib, ImageDepth::file_tables);
+    EXPECT_TRUE(img->debug_deferred);
+    EXPECT_EQ(img->build_id, id);
+    EXPECT_EQ(img->deferred_debug_file, dbg);
+  });
+  // The debug file written again (a new ctime), then gone.
+  ASSERT_EQ(std::system(("cp '" + debug + "' '" + dbg + ".new' && mv '" + dbg + ".new' '" + dbg + "'").c_str()), 0);
+  in_child([&] { EXPECT_EQ(uprobe::import_elf_tables(beside), 0u) << "another debug file by the same build-id"; });
+  ::unlink(dbg.c_str());
+  ::rmdir(ddir.c_str());
+  in_child([&] {
+    EXPECT_EQ(uprobe::import_elf_tables(beside), 0u) << "the debug file removed since";
+    EXPECT_EQ(uprobe::import_elf_tables(none), 1u) << "none again";
   });
 }
 
