@@ -862,6 +862,62 @@ TEST(Trace, TheAgentTakesTheChecksElfTables) {
   EXPECT_EQ(tables, (std::vector<std::string>{"0", "2"})) << dump(r);
 }
 
+// The checks keep the ELF tables they read between runs
+// (tools/trace/tables_cache.hpp): the next run of the same files takes them
+// instead of reading the files, with the same report; a file changed since
+// is read again (and the kept file written anew); a cache directory that
+// other users can write is not used.
+TEST(Trace, TheChecksKeepTheirElfTablesForTheNextRun) {
+  TempDir tmp;
+  const std::string cache = tmp.path() + "/cache", copy = tmp.path() + "/fixture_copy";
+  ASSERT_EQ(std::system(("cp '" + kFixture + "' '" + copy + "'").c_str()), 0);
+  const std::vector<std::string> env{"UPROBE_TRACE_CACHE_DIR=" + cache};
+  auto kept_files = [&] {
+    std::vector<std::pair<std::string, ino_t>> files;
+    if (DIR* d = opendir(cache.c_str())) {
+      while (const dirent* e = readdir(d)) {
+        struct stat st;
+        if (e->d_name[0] != '.' && ::stat((cache + "/" + e->d_name).c_str(), &st) == 0)
+          files.emplace_back(e->d_name, st.st_ino);
+      }
+      closedir(d);
+    }
+    return files;
+  };
+  auto run_once = [&](const std::string& kept) {
+    Result r = trace({"uprobe:libc:malloc", "uprobe:" + copy + ":trace_fn"}, {copy, "basic", "7", "5"}, {"-v"}, env);
+    ASSERT_EQ(r.status, 0) << dump(r);
+    EXPECT_EQ(r.out, "fn=7\nmalloc=5\n");
+    EXPECT_EQ(hits(r.report)["uprobe:" + copy + ":trace_fn"], 7) << dump(r);
+    EXPECT_GE(hits(r.report)["uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc"], 5) << dump(r);
+    EXPECT_NE(r.err.find("uprobe-trace: ELF tables kept by an earlier run: " + kept + "\n"), std::string::npos)
+        << "want " << kept << " taken\n" << dump(r);
+    EXPECT_NE(r.err.find("ELF tables from uprobe-trace: 2\n"), std::string::npos) << dump(r);
+  };
+  run_once("0");
+  struct stat st;
+  ASSERT_EQ(::stat(cache.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  const auto first = kept_files();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].first.rfind("elf-tables-", 0), 0u) << first[0].first;
+  run_once("2");
+  EXPECT_EQ(kept_files(), first) << "taken whole: not written again";
+  // The program's file changed (its modification time): read again, libc's taken.
+  const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, copy.c_str(), times, 0), 0);
+  run_once("1");
+  const auto second = kept_files();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].first, first[0].first);
+  EXPECT_NE(second[0].second, first[0].second) << "written anew";
+  run_once("2");
+  // Writable by others: not used (nothing taken, nothing written).
+  ASSERT_EQ(::chmod(cache.c_str(), 0777), 0);
+  run_once("0");
+  EXPECT_EQ(kept_files(), second);
+}
+
 // A probe hit in a signal handler that interrupted another hit on its
 // thread is not run (libuprobe runs no consumer inside another), which the
 // kernel's uprobes would have run: nothing of it is lost silently, the CLI

@@ -26,6 +26,7 @@
 
 #include "launch.hpp"
 #include "ld_cache.hpp"
+#include "tables_cache.hpp"
 
 namespace uptrace {
 
@@ -210,6 +211,20 @@ std::size_t validate(const Spec& s, const std::string& prog_path) {
 }
 
 namespace {
+
+/// The files the specs probe, as resolved here (what their kept tables are
+/// found by); those that cannot be resolved left out (validate() says why).
+std::vector<std::string> spec_files(const std::vector<Spec>& specs, const std::string& prog_path) {
+  std::vector<std::string> files;
+  for (const Spec& s : specs) {
+    try {
+      if (std::string f = resolve_here(s.binary, prog_path); !f.empty()) files.push_back(std::move(f));
+    } catch (const Died&) {
+    }
+  }
+  return files;
+}
+
 SpecChecks* g_running_checks = nullptr;  // (one run at a time: joined by die())
 }  // namespace
 
@@ -224,12 +239,22 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                    auto* self = static_cast<SpecChecks*>(p);
                    t_die_throws = true;
                    try {
+                     // The tables kept by an earlier run of these files, when
+                     // they are still theirs (tables_cache.hpp).
+                     std::string kept;
+                     std::size_t taken = 0;
+                     if (!self->tables_path_.empty()) {
+                       kept = tables_cache_file(tables_cache_dir(), spec_files(*self->specs_, self->prog_path_));
+                       if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
+                     }
                      for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);
                      if (!self->tables_path_.empty()) {
+                       std::size_t written = 0;
                        try {
-                         uprobe::export_elf_tables(self->tables_path_);
+                         written = uprobe::export_elf_tables(self->tables_path_);
                        } catch (const uprobe::Error&) {  // (the agent reads them itself)
                        }
+                       if (!kept.empty() && written != taken) keep_tables(kept);  // (something was read here)
                      }
                    } catch (const Died& d) {
                      self->error_ = d.message;

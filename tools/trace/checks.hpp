@@ -54,7 +54,9 @@ class SpecChecks {
   /// With `tables_path` not empty, the ELF tables the checks read are
   /// written there once they are done (uprobe::export_elf_tables(): the
   /// agent's attach takes them instead of reading them; a failure to write
-  /// only means that it reads them).
+  /// only means that it reads them), and the checks first take those an
+  /// earlier run of the same files kept, keeping them when they read
+  /// anything (tables_cache.hpp).
   SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path = {});
   ~SpecChecks();  ///< joins the thread (its result unused: the program never ran)
   SpecChecks(const SpecChecks&) = delete;
@@ -63,6 +65,9 @@ class SpecChecks {
   /// validate() in this thread would have; else the sum of the specs'
   /// probe counts.
   std::size_t wait();
+  /// After wait(): how many files' tables the checks took from those an
+  /// earlier run kept (tables_cache.hpp) instead of reading the files.
+  std::size_t kept_taken() const { return kept_taken_; }
 
  private:
   void join();
@@ -70,7 +75,7 @@ class SpecChecks {
   bool running_ = false;
   const std::vector<Spec>* specs_;
   std::string prog_path_, tables_path_, error_;
-  std::size_t probes_ = 0;
+  std::size_t probes_ = 0, kept_taken_ = 0;
 };
 
 }  // namespace uptrace

@@ -193,6 +193,8 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
     const bool closed = std::fclose(out) == 0;
     if (!wrote || !flushed || !closed) die(out_file + ": cannot write the report: " + std::strerror(err ? err : errno));
   }
+  if (verbose && checks)
+    std::fprintf(stderr, "uprobe-trace: ELF tables kept by an earlier run: %zu\n", checks->kept_taken());
   if (verbose)
     for (const auto& p : rep.processes) {
       std::string modes;
