@@ -212,17 +212,22 @@ std::size_t validate(const Spec& s, const std::string& prog_path) {
 
 namespace {
 
-/// The files the specs probe, as resolved here (what their kept tables are
-/// found by); those that cannot be resolved left out (validate() says why).
-std::vector<std::string> spec_files(const std::vector<Spec>& specs, const std::string& prog_path) {
-  std::vector<std::string> files;
+/// What the kept tables of a run are found by: each spec as probed here
+/// (its kind, its file as resolved here, what it names in it). The specs,
+/// not only the files: runs of the same files that read different tables
+/// (a glob reads a debug file's symbols) keep a file each, which holds only
+/// what its run reads. A file that cannot be resolved is left out
+/// (validate() says why).
+std::vector<std::string> spec_keys(const std::vector<Spec>& specs, const std::string& prog_path) {
+  std::vector<std::string> keys;
   for (const Spec& s : specs) {
     try {
-      if (std::string f = resolve_here(s.binary, prog_path); !f.empty()) files.push_back(std::move(f));
+      if (std::string f = resolve_here(s.binary, prog_path); !f.empty())
+        keys.push_back(std::to_string(static_cast<int>(s.kind)) + ":" + f + ":" + s.what);
     } catch (const Died&) {
     }
   }
-  return files;
+  return keys;
 }
 
 SpecChecks* g_running_checks = nullptr;  // (one run at a time: joined by die())
@@ -244,7 +249,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                      std::string kept;
                      std::size_t taken = 0;
                      if (!self->tables_path_.empty()) {
-                       kept = tables_cache_file(tables_cache_dir(), spec_files(*self->specs_, self->prog_path_));
+                       kept = tables_cache_file(tables_cache_dir(), spec_keys(*self->specs_, self->prog_path_));
                        if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
                      }
                      for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);

@@ -57,12 +57,12 @@ std::string tables_cache_dir() {
   return own_private_dir(dir) ? dir : "";
 }
 
-std::string tables_cache_file(const std::string& dir, std::vector<std::string> files) {
-  if (dir.empty() || files.empty()) return {};
-  std::sort(files.begin(), files.end());
-  files.erase(std::unique(files.begin(), files.end()), files.end());
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the paths, each NUL-terminated
-  for (const std::string& f : files)
+std::string tables_cache_file(const std::string& dir, std::vector<std::string> keys) {
+  if (dir.empty() || keys.empty()) return {};
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the keys, each NUL-terminated
+  for (const std::string& f : keys)
     for (const char* c = f.c_str(); c <= f.c_str() + f.size(); ++c) h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
   char name[32];
   std::snprintf(name, sizeof name, "%s%016llx", kPrefix, static_cast<unsigned long long>(h));

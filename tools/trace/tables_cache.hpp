@@ -19,12 +19,13 @@ namespace uptrace {
 /// Not thread-safe against itself (the checks' thread alone calls it).
 std::string tables_cache_dir();
 
-/// The kept tables file for a run whose specs name the files `files` (their
-/// paths as resolved here; order and repeats do not matter), in `dir`
-/// (tables_cache_dir(); "" gives ""). Each image in it is taken only while
-/// its file, and the debug file beside it, are the ones it was read from
-/// (uprobe::import_elf_tables()): a file changed since is read again.
-std::string tables_cache_file(const std::string& dir, std::vector<std::string> files);
+/// The kept tables file for a run whose specs are `keys` (each spec's kind,
+/// file as resolved here and what it names; order and repeats do not
+/// matter), in `dir` (tables_cache_dir(); "" gives ""). Each image in it is
+/// taken only while its file, and the debug file beside it, are the ones it
+/// was read from (uprobe::import_elf_tables()): a file changed since is read
+/// again.
+std::string tables_cache_file(const std::string& dir, std::vector<std::string> keys);
 
 /// Writes the ELF tables this process has read to `file` (a
 /// tables_cache_file()), whole or not at all (written under a name of this
