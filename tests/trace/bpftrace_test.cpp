@@ -499,12 +499,34 @@ const Refusal kRefusals[] = {
      "The func builtin can not be used with 'interval' probes"},
     {"UprobeWithoutFunction", "uprobe:@FIXTURE@ { @ = count(); }", "uprobe:@FIXTURE@",
      "uprobe probe type requires 2 arguments"},
+    // (an attach point spans from the end of the token before it: its blanks are its own)
+    {"UprobeWithoutFunctionAfterABlank", "BEGIN { exit(); } uprobe:libc { }", " uprobe:libc",
+     "uprobe probe type requires 2 arguments"},
+    {"UprobeTargetMissing", "uprobe:libnosuch:foo { @ = count(); }", "uprobe:libnosuch:foo",
+     "uprobe target file 'libnosuch' does not exist or is not executable"},
+    {"UsdtTargetMissing", "usdt:libnosuch:foo:bar { @ = count(); }", "usdt:libnosuch:foo:bar",
+     "usdt target file 'libnosuch' does not exist or is not executable"},
+    {"UprobePathMissing", "uprobe:/nonexistent/x:foo { @ = count(); }", "uprobe:/nonexistent/x:foo",
+     "uprobe target file '/nonexistent/x' does not exist or is not executable"},
+    {"UretprobeTargetMissingAfterBlanks", "BEGIN { exit(); }   uretprobe:nosuchprog:foo { }",
+     "   uretprobe:nosuchprog:foo", "uprobe target file 'nosuchprog' does not exist or is not executable"},
+    {"TargetMissingInAList", "uprobe:@FIXTURE@:bt_add, uprobe:libnosuch:foo { @ = count(); }",
+     " uprobe:libnosuch:foo", "uprobe target file 'libnosuch' does not exist or is not executable"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Bpftrace, Refused, ::testing::ValuesIn(kRefusals),
                          [](const ::testing::TestParamInfo<Refusal>& i) { return std::string(i.param.name); });
 
 // -p PID cannot be honoured without ptrace: one line saying why and what to do.
+// An attach point that spans lines (from the end of the token before it,
+// a newline between) is named by its lines only, as bpftrace names it.
+TEST(Bpftrace, AnErrorOverLinesNamesTheLines) {
+  const Result r = run({kTrace, "-e", "BEGIN { exit(); }\n  uprobe:libnosuch:foo { @ = count(); }", "-c", "/bin/true"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "stdin:1-2: ERROR: uprobe target file 'libnosuch' does not exist or is not executable\n");
+}
+
 TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
   const Result r = run({kTrace, "-p", "2002", "-e", "uprobe:libc:malloc { @ = count(); }"});
   EXPECT_EQ(r.status, 2);

@@ -15,7 +15,8 @@
 namespace uptrace::bt::ast {
 
 struct Pos {
-  int line = 1, col = 1, end = 2;  // end: one past the last column
+  int line = 1, col = 1, end = 2;  // end: one past the last column (on end_line)
+  int end_line = 0;                // 0: `line` (bpftrace shows a span over lines as "stdin:L1-L2:", no source)
 };
 
 struct CompileError {

@@ -220,6 +220,10 @@ AttachPoint Compiler::attach_point(const std::string& t, Pos pos, std::uint32_t 
   if (rest.empty() || rest.find(':') == std::string::npos)
     fail(pos, canon + " probe type requires 2 arguments");
   ap.spec = canon + ":" + rest;
+  const std::string path = rest.substr(0, rest.find(':'));
+  if (target_exists_ && path.find_first_of("*?[") == std::string::npos && !target_exists_(path, target_ctx_))
+    fail(pos, (ap.kind == ProbeKind::usdt ? "usdt" : "uprobe") + std::string(" target file '") + path +
+                  "' does not exist or is not executable");
   return ap;
 }
 
@@ -449,6 +453,9 @@ namespace {
 using namespace ast;
 
 std::string error_text(const std::string& text, const std::string& name, const CompileError& e) {
+  // Over lines: bpftrace names them, nothing more.
+  if (e.pos.end_line && e.pos.end_line != e.pos.line)
+    return name + ":" + std::to_string(e.pos.line) + "-" + std::to_string(e.pos.end_line) + ": ERROR: " + e.msg + "\n";
   // The line, and ~ under the construct (bpftrace's shape).
   std::size_t start = 0;
   for (int l = 1; l < e.pos.line && start != std::string::npos; ++l) {
@@ -476,10 +483,11 @@ bool is_bare_spec(const std::string& text) {
   return true;
 }
 
-std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error) {
+std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error,
+                                TargetExists target_exists, const void* ctx) {
   try {
     std::vector<ast::ProbeA> probes = ast::parse(text);
-    detail::Compiler c;
+    detail::Compiler c(target_exists, ctx);
     return c.run(probes);
   } catch (const CompileError& e) {
     error = error_text(text, name, e);

@@ -41,6 +41,8 @@ void stack_type(const Expr& e, unsigned& limit, bool& perf);
 
 class Compiler {
  public:
+  Compiler(TargetExists target_exists = nullptr, const void* ctx = nullptr)
+      : target_exists_(target_exists), target_ctx_(ctx) {}
   Compiled run(std::vector<ProbeA>& probes);
 
  private:
@@ -119,6 +121,8 @@ class Compiler {
   std::vector<Stmt> stmts_;
   std::vector<std::int32_t> lists_;
   std::vector<ProbeDesc> probes_;
+  TargetExists target_exists_ = nullptr;
+  const void* target_ctx_ = nullptr;
   std::vector<FmtDesc> fmts_;
   std::vector<char> strtab_;
   std::map<std::string, std::int32_t> vars_, svars_;  // this probe's integer and string $variables

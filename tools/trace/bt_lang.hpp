@@ -37,7 +37,13 @@ struct Compiled {
 /// path, for error messages). nullopt with `error` set (the three lines of
 /// bpftrace's error shape, newline-terminated) when the program is not
 /// valid or uses what uprobe-trace does not support yet.
-std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error);
+/// With `target_exists`, each uprobe/uretprobe/usdt attach point's PATH
+/// (without wildcards) is asked for, as bpftrace's semantic analysis checks
+/// it: false is bpftrace's "uprobe target file 'PATH' does not exist or is
+/// not executable" error at that attach point.
+using TargetExists = bool (*)(const std::string& path, const void* ctx);
+std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error,
+                                TargetExists target_exists = nullptr, const void* ctx = nullptr);
 
 /// True when `text` is a bare probe spec (today's `-e uprobe:libc:malloc`:
 /// no action block), not a program.

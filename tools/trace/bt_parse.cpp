@@ -41,6 +41,7 @@ class Parser {
     if (at_end()) fail(here(0), "syntax error, unexpected end of file");
     while (!at_end()) {
       out.push_back(probe());
+      prev_end_ = here(0);
       skip_ws();
     }
     return out;
@@ -107,17 +108,22 @@ class Parser {
   ProbeA probe() {
     ProbeA p;
     for (;;) {
+      // An attach point's place, as bpftrace's: from the end of the token
+      // before it (the blanks, newlines and comments between are its), or
+      // the start of the text, to its end.
+      Pos pos = prev_end_;
       skip_ws();
-      Pos pos = here(0);
       std::string t;
       while (!at_end() && !std::isspace(static_cast<unsigned char>(peek())) && peek() != ',' && peek() != '{')
         t += peek(), adv();
       if (t.empty()) unexpected();
-      pos.end = pos.col + static_cast<int>(t.size());
+      pos.end = col_;
+      if (line_ != pos.line) pos.end_line = line_;
       p.points.push_back({t, pos});
       skip_ws();
       if (peek() == ',') {
         adv();
+        prev_end_ = here(0);
         continue;
       }
       break;
@@ -606,6 +612,7 @@ class Parser {
   const std::string& s_;
   std::size_t i_ = 0;
   int line_ = 1, col_ = 1;
+  Pos prev_end_{1, 1, 2};  ///< just after the last token of the previous probe or attach point (the start: 1:1)
   unsigned depth_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,7 +301,19 @@ class BtRun {
 
 int run_bpftrace(const BtOptions& o) {
   std::string err;
-  std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err);
+  // PATHs as bpftrace checks them: a path names a regular file, a name a
+  // library on the search path or a program in $PATH (or the program run).
+  struct Names {
+    std::string prog;
+  } names{o.cmd.empty() ? std::string() : find_program(o.cmd[0])};
+  const auto exists = [](const std::string& path, const void* ctx) {
+    if (path.find('/') != std::string::npos) {
+      struct stat st;
+      return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    }
+    return !resolve_here(path, static_cast<const Names*>(ctx)->prog).empty();
+  };
+  std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err, exists, &names);
   if (!c) {
     std::fputs(err.c_str(), stderr);
     return 1;
