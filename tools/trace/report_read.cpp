@@ -5,16 +5,16 @@
 #include "report_read.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +24,29 @@
 
 namespace uptrace {
 
+namespace {
+
+/// The whole of file `path` ("" when it cannot be read). With read(2), not
+/// a stream: the report is the CLI's critical path after the program ends,
+/// and a first stream builds libstdc++'s locale (~30 page faults, ~0.4 ms on
+/// a 2-vCPU PVM guest).
+std::string read_small_file(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
 Report read_report(const std::string& dir, int counts_fd) {
   std::map<std::uint64_t, ImageRecord> images;  // by layout
   std::vector<ImageRecord> unmapped;             // layout 0: the process could not map the counts file
@@ -31,10 +54,7 @@ Report read_report(const std::string& dir, int counts_fd) {
     while (dirent* e = readdir(d)) {
       std::string n = e->d_name;
       if (n.size() < 5 || n.substr(n.size() - 4) != ".rec") continue;
-      std::ifstream f(dir + "/" + n, std::ios::binary);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      if (auto r = parse_image(ss.str())) {
+      if (auto r = parse_image(read_small_file(dir + "/" + n))) {
         if (r->layout == 0) unmapped.push_back(std::move(*r));
         else images.emplace(r->layout, std::move(*r));
       }
