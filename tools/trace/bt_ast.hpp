@@ -49,6 +49,7 @@ enum class SK { var_assign, map_assign, expr, if_ };
 struct StmtA {
   SK k;
   Pos pos;
+  Pos assign_pos;  // an assignment's `=` (where bpftrace places a variable's type mismatch)
   ExprP target;  // $var or @map
   ExprP value;   // or the expression / condition
   // An update (`@m[k]++`, `--$v`, `@m[k] += e`, ...): value is then

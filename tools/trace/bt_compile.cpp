@@ -94,6 +94,7 @@ Compiled Compiler::run(std::vector<ProbeA>& probes) {
     any_ret_ = false;
     vars_.clear();
     svars_.clear();
+    var_type_.clear();
     if (pa.pred) {
       pd.pred = expr(*pa.pred);
       if (nodes_[static_cast<std::size_t>(pd.pred)].is_str) fail(pa.pred->pos, "Invalid type for predicate: string");
@@ -304,6 +305,13 @@ void Compiler::define_maps(StmtA& s) {
     mi.value_signed = static_kind(v) == 2;
     mi.value_is_str = static_kind(v) == 1;
     mi.value_type = type_name(v);
+    // `@x = @c` of an aggregation's map: @x is of its type (bpftrace's).
+    if (v.k == EK::map)
+      for (const MapInfo& o : maps_)
+        if (o.name == v.name && o.agg != Agg::assign && !o.from_update) {
+          static const char* const kAggNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "int64"};
+          mi.value_agg = mi.value_type = kAggNames[static_cast<int>(o.agg)];
+        }
   } else if (mi.agg == Agg::sum)
     mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
   else if (mi.agg == Agg::min || mi.agg == Agg::max)
@@ -323,6 +331,9 @@ void Compiler::define_maps(StmtA& s) {
                       std::to_string(mi.key_kinds.size()) + "] when map expects arguments: [" +
                       std::to_string(o.key_kinds.size()) + "]");
     same_stack_type(o, mi, m);
+    if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_agg != mi.value_agg)  // (`@x = @c` made @x a count)
+      fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" + mi.value_type +
+                      "' when map already contains a value of type '" + o.value_type);
     if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_is_str != mi.value_is_str)  // (bpftrace 0.17's)
       fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" + type_name(v) +
                       "' when map already contains a value of type '" + o.value_type);

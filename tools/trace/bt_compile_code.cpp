@@ -12,6 +12,20 @@
 
 namespace uptrace::bt::detail {
 
+namespace {
+
+/// A map's aggregation as a type: what bpftrace refuses in arithmetic,
+/// comparisons, conditions, casts and printf() (it can only be printed,
+/// assigned, or be a key).
+bool is_agg_type(const std::string& t) {
+  return t == "count" || t == "sum" || t == "avg" || t == "min" || t == "max" || t == "stats" || t == "hist" ||
+         t == "lhist";
+}
+
+bool is_signed_int_type(const std::string& t) { return t.rfind("int", 0) == 0; }
+
+}  // namespace
+
 // ---- statements
 std::int32_t Compiler::stmt(StmtA& s) {
   Stmt st{};
@@ -25,6 +39,7 @@ std::int32_t Compiler::stmt(StmtA& s) {
       st.a = expr(*s.value);
       // (bpftrace 0.17 gives this error no location: line 1, column 1, nothing under it)
       if (nodes_[static_cast<std::size_t>(st.a)].is_str) fail(Pos{1, 1, 1}, "Invalid condition in if(): string");
+      if (is_agg_type(type_of(st.a))) fail(Pos{1, 1, 1}, "Invalid condition in if(): " + type_of(st.a));
       std::vector<std::int32_t> t, e;
       ++if_depth_;
       for (auto& x : s.then_) t.push_back(stmt(*x));
@@ -39,11 +54,15 @@ std::int32_t Compiler::stmt(StmtA& s) {
       st.b = expr(*s.value);
       const bool is_s = nodes_[static_cast<std::size_t>(st.b)].is_str != 0;
       const std::string& name = s.target->name;
+      if (!is_s && vars_.count(name) && var_type_[name] != type_of(st.b) &&
+          (is_agg_type(var_type_[name]) || is_agg_type(type_of(st.b))))  // (`$x = @c` made $x a count)
+        fail(s.assign_pos, "Type mismatch for " + name + ": trying to assign value of type '" + type_of(st.b) +
+                                "' when variable already contains a value of type '" + var_type_[name] + "'");
       if (is_s ? vars_.count(name) != 0 : svars_.count(name) != 0)  // (bpftrace 0.17's error)
-        fail(s.value->pos, "Type mismatch for " + name + ": trying to assign value of type '" +
-                               (is_s ? "string[64]" : "int64") + "' when variable already contains a value of type '" +
-                               (is_s ? "int64" : "string[64]") + "'");
+        fail(s.assign_pos, "Type mismatch for " + name + ": trying to assign value of type '" + type_of(st.b) +
+                               "' when variable already contains a value of type '" + var_type_[name] + "'");
       st.a = is_s ? svar_slot(name, s.target->pos) : var_slot(name, s.target->pos, true);
+      var_type_[name] = type_of(st.b);  // (the last assigned, as bpftrace: a string takes the larger size)
       st.c = is_s ? 1 : 0;
       return push(st);
     }
@@ -142,6 +161,9 @@ std::int32_t Compiler::printf_stmt(const Expr& e) {
     std::int32_t n = expr(*e.kids[k]);
     const std::uint8_t vt = nodes_[static_cast<std::size_t>(n)].vt;
     const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0 || vt != kVtPlain;
+    if (is_agg_type(type_of(n)))
+      fail(e.call(), std::string("printf: %") + p.conv + " specifier expects a value of type " +
+                         (p.conv == 's' ? "string" : "integer") + " (" + type_of(n) + " supplied)");
     if ((p.conv == 's') != is_s)
       fail(e.call(), std::string("printf: %") + (p.conv == 's' ? 's' : p.conv) + " specifier expects a value of type " +
                                (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
@@ -194,11 +216,54 @@ std::int32_t Compiler::expr(const Expr& e, unsigned depth) {
   const bool special_ok = allow_special_;  // (for this expression, not its operands)
   allow_special_ = false;
   std::int32_t r = expr_inner(e, depth);
+  node_type_.resize(nodes_.size());
+  node_type_[static_cast<std::size_t>(r)] = node_type(e, r);
   if (!special_ok && nodes_[static_cast<std::size_t>(r)].vt != kVtPlain)
     fail(e.k == EK::call ? e.call() : e.pos,
          (nodes_[static_cast<std::size_t>(r)].vt == kVtStack ? std::string("ustack") : std::string("usym()")) +
              " here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument");
   return r;
+}
+
+
+std::string Compiler::node_type(const Expr& e, std::int32_t r) const {
+  const Node& n = nodes_[static_cast<std::size_t>(r)];
+  switch (e.k) {
+    case EK::num: return "int64";
+    case EK::str: return "string[" + std::to_string(e.name.size() + 1) + "]";
+    case EK::builtin:
+      if (e.name == "comm") return "string[16]";
+      if (e.name == "func") return "usym";
+      if (e.name == "probe") return "probe";
+      if (e.name == "ustack") return "ustack";
+      return "unsigned int64";
+    case EK::var: {
+      auto it = var_type_.find(e.name);
+      if (svars_.count(e.name)) return it != var_type_.end() ? it->second : "string[64]";
+      return it != var_type_.end() ? it->second : "int64";
+    }
+    case EK::map: {
+      const MapInfo& m = maps_[static_cast<std::size_t>(n.a)];
+      if (m.agg != Agg::assign) {
+        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "int64"};
+        return m.from_update ? (m.value_signed ? "int64" : "unsigned int64") : kNames[static_cast<int>(m.agg)];
+      }
+      if (!m.value_agg.empty()) return m.value_agg;
+      return m.value_is_str ? m.value_type : m.value_signed ? "int64" : "unsigned int64";
+    }
+    case EK::call:
+      if (e.name == "str") return "string[64]";
+      if (e.name == "usym") return "usym";
+      return "ustack";
+    case EK::unary: return e.name == "!" ? "unsigned int64" : type_of(n.a);
+    case EK::land:
+    case EK::lor: return "int64";
+    case EK::ternary: return type_of(n.b);
+    case EK::cast: return (e.sgn ? "int" : "unsigned int") + std::to_string(e.bits);
+    case EK::binary:
+      return is_signed_int_type(type_of(n.a)) && is_signed_int_type(type_of(n.b)) ? "int64" : "unsigned int64";
+  }
+  return "int64";
 }
 
 std::int32_t Compiler::leaf(Op op, bool is_str, bool sgn, std::int64_t imm) {
@@ -257,6 +322,8 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
           fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
         std::int32_t a = expr(*e.kids[0], depth + 1);
         if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.kids[0]->pos, "str() expects an integer or a pointer");
+        if (is_agg_type(type_of(a)))
+          fail(e.call(), "str() expects an integer or a pointer type as first argument (" + type_of(a) + " provided)");
         std::int32_t b = e.kids.size() > 1 ? expr(*e.kids[1], depth + 1) : -1;
         if (b >= 0 && nodes_[static_cast<std::size_t>(b)].is_str) fail(e.kids[1]->pos, "str() expects an integer length");
         std::int32_t r = leaf(Op::str_read, true, false);
@@ -281,7 +348,9 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     }
     case EK::unary: {
       std::int32_t a = expr(*e.kids[0], depth + 1);
-      if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Invalid type for unary " + e.name + ": string");
+      if (nodes_[static_cast<std::size_t>(a)].is_str || is_agg_type(type_of(a)))  // (at the operator, as bpftrace's)
+        fail(Pos{e.pos.line, e.pos.col, e.pos.col + 1},
+             "The " + e.name + " operator can not be used on expressions of type '" + type_of(a) + "'");
       // (- and ~ keep the operand's type, as in bpftrace: -arg0 is unsigned)
       std::int32_t r = leaf(Op::unary, false, e.name == "!" ? false : signed_node(a));
       Node& n = nodes_[static_cast<std::size_t>(r)];
@@ -292,6 +361,9 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     case EK::land:
     case EK::lor: {
       std::int32_t a = expr(*e.kids[0], depth + 1), b = expr(*e.kids[1], depth + 1);
+      if (is_agg_type(type_of(a)) || is_agg_type(type_of(b)))
+        fail(e.pos, "Type mismatch for '" + std::string(e.k == EK::land ? "&&" : "||") + "': comparing '" + type_of(a) +
+                        "' with '" + type_of(b) + "'");
       std::int32_t r = leaf(e.k == EK::land ? Op::land : Op::lor, false, true);
       nodes_[static_cast<std::size_t>(r)].a = a;
       nodes_[static_cast<std::size_t>(r)].b = b;
@@ -302,6 +374,7 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
                    b = expr(*e.kids[2], depth + 1);
       const bool sa = nodes_[static_cast<std::size_t>(a)].is_str, sb = nodes_[static_cast<std::size_t>(b)].is_str;
       if (nodes_[static_cast<std::size_t>(c)].is_str) fail(e.pos, "Invalid condition in ternary: string");
+      if (is_agg_type(type_of(c))) fail(e.pos, "Invalid condition in ternary: " + type_of(c));
       if (sa != sb) fail(e.pos, "Ternary operator must return the same type: have '" +
                                     std::string(sa ? "string" : "integer") + "' and '" +
                                     (sb ? "string" : "integer") + "'");
@@ -312,7 +385,8 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     }
     case EK::cast: {
       std::int32_t a = expr(*e.kids[0], depth + 1);
-      if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.pos, "Cannot cast from string to integer");
+      if (nodes_[static_cast<std::size_t>(a)].is_str || is_agg_type(type_of(a)))
+        fail(e.pos, "Casts are not supported for type: \"" + type_of(a) + "\"");
       std::int32_t r = leaf(Op::cast, false, e.sgn, e.bits);
       Node& n = nodes_[static_cast<std::size_t>(r)];
       n.a = a;
@@ -326,10 +400,9 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
           {"+", kAdd}, {"-", kSub}, {"*", kMul}, {"/", kDiv}, {"%", kMod}, {"&", kAnd}, {"|", kOr}, {"^", kXor},
           {"<<", kShl}, {">>", kShr}, {"==", kEq}, {"!=", kNe}, {"<", kLt}, {"<=", kLe}, {">", kGt}, {">=", kGe}};
       const BinOp op = kOps.at(e.name);
+      if (is_agg_type(type_of(a)) || is_agg_type(type_of(b)) || sa != sb)
+        fail(e.pos, "Type mismatch for '" + e.name + "': comparing '" + type_of(a) + "' with '" + type_of(b) + "'");
       if (sa || sb) {
-        if (sa != sb) fail(e.pos, "Type mismatch for '" + e.name + "': comparing '" +
-                                      std::string(sa ? "string" : "integer") + "' with '" +
-                                      (sb ? "string" : "integer") + "'");
         if (op != kEq && op != kNe) fail(e.pos, "The " + e.name + " operator can not be used on strings");
       }
       const bool sgn = signed_node(a) && signed_node(b);

@@ -25,6 +25,7 @@ struct MapInfo {
   bool stack_perf = false;
   bool value_is_str = false;  // `@m[k] = STRING`
   std::string value_type;     // assign: the value's type as bpftrace names it (errors)
+  std::string value_agg;      // assign of an aggregation's map (`@x = @c`): its type ("count", ...), which @x takes
   std::int64_t lmin = 0, lmax = 0, lstep = 1;
   bool value_signed = true;
   Pos pos;
@@ -118,6 +119,13 @@ class Compiler {
   std::vector<MapInfo> maps_;
   std::vector<Node> nodes_;
   std::vector<bool> node_signed_;
+  /// Each node's type as bpftrace 0.17 names it in its errors ("int64",
+  /// "unsigned int8", "string[16]", "usym", "count", ...): set by expr().
+  std::vector<std::string> node_type_;
+  std::map<std::string, std::string> var_type_;  // this probe's $variables' types (node_type_ of their value)
+  const std::string& type_of(std::int32_t n) const { return node_type_[static_cast<std::size_t>(n)]; }
+  /// bpftrace's type name for the node `r` just made for `e`.
+  std::string node_type(const Expr& e, std::int32_t r) const;
   std::vector<Stmt> stmts_;
   std::vector<std::int32_t> lists_;
   std::vector<ProbeDesc> probes_;

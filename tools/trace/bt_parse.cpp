@@ -195,6 +195,7 @@ class Parser {
       fail(e->pos, "The " + prefix + " operator must be applied to a map or variable");
     if (!prefix.empty()) return update(std::move(st), std::move(e), prefix);
     if ((e->k == EK::var || e->k == EK::map) && peek() == '=' && peek(1) != '=') {
+      st->assign_pos = here(1);
       adv();
       st->k = e->k == EK::var ? SK::var_assign : SK::map_assign;
       st->target = std::move(e);
@@ -394,6 +395,9 @@ class Parser {
         ExprP e = make(EK::unary, p);
         e->name = std::string(1, op);
         e->kids.push_back(unary());
+        // (-N is one token to bpftrace's lexer: a negative literal spans both)
+        if (op == '-' && e->kids[0]->k == EK::num && e->kids[0]->pos.line == p.line && e->kids[0]->pos.col == p.col + 1)
+          e->pos.end = e->kids[0]->pos.end;
         return e;
       }
     }
@@ -422,6 +426,7 @@ class Parser {
           Nest nest(*this);
           adv();
           ExprP e = make(EK::cast, p);
+          e->pos.end = col_;  // (bpftrace's place of a cast: `(type)`, its operand not included)
           e->bits = ty->second.first;
           e->sgn = ty->second.second;
           e->kids.push_back(unary());
