@@ -197,7 +197,9 @@ std::size_t export_elf_tables(const std::string& path);
 /// resolutions and registrations the tables of each file it holds that is
 /// the file it was read from -- the same device, inode, size, modification
 /// and status-change times now (what libuprobe's own cache of tables is
-/// keyed by) -- as if read here. A file changed since, or whose tables this
+/// keyed by), beside the same debug file found by its build-id (the same
+/// identity, or still none) -- as if read here. (uprobe-trace also keeps
+/// these files between runs.) A file changed since, or whose tables this
 /// process has read already, is skipped. A file that is missing, of another
 /// format version, truncated or malformed anywhere gives nothing at all.
 /// Returns the number of files whose tables were taken. Never throws.
