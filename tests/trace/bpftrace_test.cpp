@@ -765,6 +765,11 @@ TEST(Bpftrace, OutputFileProgramFileAndDashDash) {
   r = run({kTrace, prog, "-c", kFixture});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err.substr(0, r.err.find('\n')), prog + ":3:3-9: ERROR: kstack() is not supported by uprobe-trace yet");
+  // A directory given as the program file is named as one (it read as an empty program).
+  r = run({kTrace, d, "-c", kFixture});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "uprobe-trace: " + d + ": is a directory, not a bpftrace program file\n");
   unlink(prog.c_str());
   unlink(out.c_str());
   rmdir(d.c_str());

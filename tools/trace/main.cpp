@@ -293,6 +293,9 @@ again:
     BtOptions o;
     if (!program_file.empty()) {
       if (!spec_texts.empty()) die("-e PROGRAM and a program file: give one");
+      struct stat pst;
+      if (::stat(program_file.c_str(), &pst) == 0 && S_ISDIR(pst.st_mode))
+        die(program_file + ": is a directory, not a bpftrace program file");
       std::ifstream f(program_file, std::ios::binary);
       if (!f) die(program_file + ": " + std::strerror(errno));
       std::stringstream ss;
