@@ -170,15 +170,33 @@ bool kernel_ibt() {
 /// where its user stack walker reads the caller's return address at the
 /// stack pointer. Read from the file (the code in memory may be patched
 /// already).
-bool sets_up_frame(const std::string& path, std::uint64_t offset) {
-  unsigned char b[4] = {};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t got = ::pread(fd, b, sizeof b, static_cast<off_t>(offset));
-  ::close(fd);
-  if (got >= 1 && b[0] == 0x55) return true;
-  return got == 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa && kernel_ibt();
-}
+/// (One open file at a time, kept for the next site of the same file: a glob
+/// over libc's ~3,000 functions opened the file once per site.)
+class FrameEntries {
+ public:
+  FrameEntries() = default;
+  FrameEntries(const FrameEntries&) = delete;
+  FrameEntries& operator=(const FrameEntries&) = delete;
+  ~FrameEntries() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool sets_up_frame(const std::string& path, std::uint64_t offset) {
+    if (path != path_) {
+      if (fd_ >= 0) ::close(fd_);
+      path_ = path;
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (fd_ < 0) return false;
+    unsigned char b[4] = {};
+    const ssize_t got = ::pread(fd_, b, sizeof b, static_cast<off_t>(offset));
+    if (got >= 1 && b[0] == 0x55) return true;
+    return got == 4 && b[0] == 0xf3 && b[1] == 0x0f && b[2] == 0x1e && b[3] == 0xfa && kernel_ibt();
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -454,12 +472,13 @@ void attach(const std::vector<std::string>& texts) {
   using CB = uprobe::Callbacks;
   std::vector<uprobe::ProbeRequest> requests;
   std::vector<FnConsumer*> fn_consumers;  // request i < pf.size(): pf[i]'s
+  FrameEntries frames;
   for (auto& p : pf) {
     const bool entry = !p.entries.empty() || !p.plan->bt_entries.empty();
     const bool ret = !p.rets.empty() || !p.plan->bt_rets.empty();
     CB cb = !entry ? CB::ret : !ret ? CB::entry : CB::entry_and_ret;
     auto* c = new FnConsumer(cb, p.entries, p.rets, p.hist, p.plan->bt_entries, p.plan->bt_rets,
-                             !p.plan->bt_entries.empty() && sets_up_frame(p.plan->path, p.plan->offset));  // never freed (see Meta)
+                             !p.plan->bt_entries.empty() && frames.sets_up_frame(p.plan->path, p.plan->offset));  // never freed (see Meta)
     fn_consumers.push_back(c);
     requests.push_back(uprobe::ProbeRequest::at(p.plan->path, p.plan->offset, *c));
   }
