@@ -59,7 +59,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Trace.ReturnProbeOnVforkIsRefusedEntryProbeCounts
                      trace.Trace.ReturnProbeOnThreadExitPathCountsEachThread
                      trace.Trace.TheAgentTakesTheChecksElfTables trace.Trace.HitsMissedInsideAnotherHitAreReported
-                     trace.Trace.ASmallTmpdirKeepsTheReportWhole
+                     trace.Trace.ASmallTmpdirKeepsTheReportWhole trace.Trace.TheChecksKeepTheirElfTablesForTheNextRun
                      trace.Trace.VforkChildResettingAHandlerLeavesTheParentsHandler
                      trace.Trace.ProgramSeesOnlyItsOwnFileDescriptors trace.Trace.TheProgramStartsSingleThreaded
                      trace.Trace.ProgramStartsWithTheCallersSignalDispositions
