@@ -187,11 +187,16 @@ std::vector<std::uintptr_t> runtime_addresses(const std::string& path, std::uint
 /// to its agent, whose attach then reads no file's tables (on a 2-vCPU VM,
 /// ~3-4 ms less of a traced program's start). Written as `path`.tmp
 /// (created, mode 0600; it must not exist), then renamed to `path`: a reader
-/// sees the whole file or none. Returns the number of files written.
+/// sees the whole file or none. Returns the number of files written. With
+/// `settled_only`, only files (and their debug files) unchanged for the last
+/// 3 seconds: for tables kept long (uprobe-trace keeps them between runs), a
+/// file rewritten within its filesystem's timestamp resolution of being read
+/// could keep the identity it was read with. The file ends with a hash of
+/// its bytes (import_elf_tables() takes nothing from a damaged one).
 /// Thread-safety: any thread. Not async-signal-safe.
 /// @throws Error(system) when the file cannot be created or written (nothing
 /// is left behind).
-std::size_t export_elf_tables(const std::string& path);
+std::size_t export_elf_tables(const std::string& path, bool settled_only = false);
 
 /// Reads a file export_elf_tables() wrote and gives this process's
 /// resolutions and registrations the tables of each file it holds that is
@@ -200,8 +205,9 @@ std::size_t export_elf_tables(const std::string& path);
 /// keyed by), beside the same debug file found by its build-id (the same
 /// identity, or still none) -- as if read here. (uprobe-trace also keeps
 /// these files between runs.) A file changed since, or whose tables this
-/// process has read already, is skipped. A file that is missing, of another
-/// format version, truncated or malformed anywhere gives nothing at all.
+/// process has read already, is skipped. A file that is missing, not a
+/// regular file (never waited on: a FIFO), of another format version,
+/// truncated, damaged (its hash) or malformed anywhere gives nothing at all.
 /// Returns the number of files whose tables were taken. Never throws.
 /// Thread-safety: any thread. Not async-signal-safe.
 std::size_t import_elf_tables(const std::string& path) noexcept;

@@ -24,7 +24,9 @@
 // loads[], the string pool (each name NUL-terminated, as in a string table),
 // symbols[] (names as pool offsets), funcs[]
 // (names by symbol index), lsda_ranges[], notes[], the debug bounds; then
-// "UPRBEND!". Strings and arrays are a u64 count and their bytes.
+// "UPRBEND!", and a u64 hash of every byte before it (StreamHash: a kept
+// file damaged on disk gives nothing, not a wrong table). Strings and arrays
+// are a u64 count and their bytes.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,6 +35,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,7 +63,7 @@ using detail::populate_pages;
 
 constexpr char kMagic[8] = {'U', 'P', 'R', 'B', 'E', 'L', 'F', 'T'};
 constexpr char kEnd[8] = {'U', 'P', 'R', 'B', 'E', 'N', 'D', '!'};
-constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kVersion = 3;
 
 /// A symbol as written: its name and version as offsets into the pool.
 struct SymbolRecord {
@@ -82,6 +85,51 @@ static_assert(sizeof(FuncRecord) == 24 && std::is_trivially_copyable_v<FuncRecor
 constexpr std::uint32_t kHasSymtab = 1, kHasDynsym = 2, kDebugDeferred = 4, kHasStapsdtSection = 8, kHasStapsdtBase = 16;
 
 // ------------------------------------------------------------------ writing
+
+/// A 64-bit hash of a byte stream, fed in pieces of any size (8 bytes at a
+/// time: each word through bijective steps, so a change of any one word
+/// always changes the result). Not cryptographic: it tells a damaged file.
+class StreamHash {
+ public:
+  void add(const void* p, std::size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    total_ += n;
+    while (n > 0) {
+      const std::size_t take = std::min(n, sizeof tail_ - ntail_);
+      std::memcpy(tail_ + ntail_, c, take);
+      ntail_ += take, c += take, n -= take;
+      if (ntail_ == sizeof tail_) {
+        std::uint64_t w;
+        std::memcpy(&w, tail_, sizeof w);
+        mix(w);
+        ntail_ = 0;
+      }
+      while (ntail_ == 0 && n >= 8) {
+        std::uint64_t w;
+        std::memcpy(&w, c, sizeof w);
+        mix(w);
+        c += 8, n -= 8;
+      }
+    }
+  }
+  std::uint64_t value() const {
+    StreamHash h = *this;
+    std::uint64_t w = 0;
+    std::memcpy(&w, h.tail_, h.ntail_);
+    h.mix(w);
+    h.mix(total_);
+    return h.h_;
+  }
+
+ private:
+  void mix(std::uint64_t w) {
+    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ull;
+    h_ ^= h_ >> 29;
+  }
+  std::uint64_t h_ = 0x243f6a8885a308d3ull, total_ = 0;
+  unsigned char tail_[8] = {};
+  std::size_t ntail_ = 0;
+};
 
 /// Writes to a file descriptor through a small buffer (no copy of the whole
 /// file in memory: fresh pages cost the CLI too), or with fd < 0 only
@@ -111,6 +159,7 @@ class Writer {
   }
   /// Writes out what is buffered; false (errno set) once a write failed.
   bool flush() {
+    hash_.add(buf_, used_);
     for (std::size_t at = 0; at < used_ && ok_;) {
       const ssize_t n = ::write(fd_, buf_ + at, used_ - at);
       if (n < 0 && errno == EINTR) continue;
@@ -125,9 +174,12 @@ class Writer {
     return ok_;
   }
   std::uint64_t count() const { return count_; }
+  /// The hash of every byte flushed so far.
+  std::uint64_t hash() const { return hash_.value(); }
 
  private:
   int fd_;
+  StreamHash hash_;
   bool ok_ = true;
   std::uint64_t count_ = 0;
   std::size_t used_ = 0;
@@ -436,8 +488,30 @@ bool read_image_record(Reader& r, Adopted& a) {
 
 }  // namespace
 
-std::size_t export_elf_tables(const std::string& path) {
-  const std::vector<CachedImage> images = detail::cached_images();
+namespace {
+
+/// Whether a file of identity `id` has not changed for long enough that a
+/// change after it was read cannot keep its identity: its modification and
+/// status-change times at least kSettledSeconds before `now` (a filesystem
+/// with coarse timestamps -- 1 s on ext4 with small inodes, 2 s on vfat --
+/// gives a file rewritten within one tick the identity it had).
+constexpr long kSettledSeconds = 3;
+bool settled(const FileIdentity& id, long now) {
+  return id.mtime_sec + kSettledSeconds <= now && id.ctime_sec + kSettledSeconds <= now;
+}
+
+}  // namespace
+
+std::size_t export_elf_tables(const std::string& path, bool settled_only) {
+  const long now = static_cast<long>(::time(nullptr));
+  std::vector<CachedImage> images = detail::cached_images();
+  if (settled_only)
+    images.erase(std::remove_if(images.begin(), images.end(),
+                                [&](const CachedImage& c) {
+                                  const FileIdentity d = debug_file_identity(c.image->build_id);
+                                  return !settled(c.id, now) || (d.ino != 0 && !settled(d, now));
+                                }),
+                 images.end());
   std::vector<DebugBoundsCopy> bounds(images.size());
   struct Record {
     std::size_t image;
@@ -467,6 +541,8 @@ std::size_t export_elf_tables(const std::string& path) {
     write_image(images[r.image], bounds[r.image], w);
   }
   w.bytes(kEnd, sizeof kEnd);
+  w.flush();
+  w.put<std::uint64_t>(w.hash());
   const bool written = w.flush();
   const int err = written ? 0 : errno;
   ::close(fd);
@@ -480,10 +556,11 @@ std::size_t export_elf_tables(const std::string& path) {
 
 std::size_t import_elf_tables(const std::string& path) noexcept {
   try {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // (Not blocking: a FIFO in its place would wait for a writer forever.)
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return 0;
     struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 8) {
       ::close(fd);
       return 0;
     }
@@ -491,7 +568,24 @@ std::size_t import_elf_tables(const std::string& path) noexcept {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
-    Reader r(fd, static_cast<std::uint64_t>(st.st_size));
+    // The whole file's hash first: a damaged file gives nothing.
+    const std::uint64_t body = static_cast<std::uint64_t>(st.st_size) - 8;
+    {
+      StreamHash h;
+      char chunk[16384];
+      for (std::uint64_t at = 0; at < body;) {
+        const ssize_t got = ::pread(fd, chunk, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof chunk, body - at)),
+                                    static_cast<off_t>(at));
+        if (got <= 0) return 0;
+        h.add(chunk, static_cast<std::size_t>(got));
+        at += static_cast<std::uint64_t>(got);
+      }
+      std::uint64_t want = 0;
+      if (::pread(fd, &want, sizeof want, static_cast<off_t>(body)) != static_cast<ssize_t>(sizeof want) ||
+          want != h.value())
+        return 0;
+    }
+    Reader r(fd, body);
     char magic[8];
     r.bytes(magic, sizeof magic);
     const auto version = r.get<std::uint32_t>();

@@ -251,6 +251,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                      if (!self->tables_path_.empty()) {
                        kept = tables_cache_file(tables_cache_dir(), spec_keys(*self->specs_, self->prog_path_));
                        if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
+                       if (taken) note_tables_used(kept);
                      }
                      for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);
                      if (!self->tables_path_.empty()) {

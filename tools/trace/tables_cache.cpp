@@ -11,6 +11,7 @@
 #include "tables_cache.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,16 +44,24 @@ bool own_private_dir(const std::string& path) {
 }  // namespace
 
 std::string tables_cache_dir() {
-  if (const char* d = std::getenv("UPROBE_TRACE_CACHE_DIR")) return *d && own_private_dir(d) ? d : "";
+  // (Trailing slashes dropped: lstat() of "link/" follows the link.)
+  auto trimmed = [](std::string d) {
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    return d;
+  };
+  if (const char* d = std::getenv("UPROBE_TRACE_CACHE_DIR")) {
+    const std::string dir = trimmed(d);
+    return !dir.empty() && own_private_dir(dir) ? dir : "";
+  }
   std::string base;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') {
-    base = x;
+    base = trimmed(x);
   } else if (const char* h = std::getenv("HOME"); h && *h == '/') {
-    base = std::string(h) + "/.cache";
-    if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) return {};
+    base = trimmed(h) + "/.cache";
   } else {
     return {};
   }
+  if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) return {};
   const std::string dir = base + "/uprobe-trace";
   return own_private_dir(dir) ? dir : "";
 }
@@ -74,7 +83,7 @@ void keep_tables(const std::string& file) noexcept {
     const std::string mine = file + "." + std::to_string(::getpid());
     ::unlink(mine.c_str());
     ::unlink((mine + ".tmp").c_str());  // (a run of this pid killed while writing)
-    uprobe::export_elf_tables(mine);
+    uprobe::export_elf_tables(mine, true);  // (files changed in the last seconds: read again next time)
     if (::rename(mine.c_str(), file.c_str()) != 0) ::unlink(mine.c_str());
     // The oldest beyond kKeptTablesFiles go (their names are hashes: runs on
     // ever new files, a test's temporary copies, would fill the directory).
@@ -85,17 +94,19 @@ void keep_tables(const std::string& file) noexcept {
     while (const dirent* e = ::readdir(d)) {
       struct stat st;
       const std::string p = dir + "/" + e->d_name;
-      if (std::string(e->d_name).rfind(kPrefix, 0) == 0 && ::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        kept.emplace_back(st.st_mtim, p);
+      if (std::string(e->d_name).rfind(kPrefix, 0) == 0 && p != file && ::lstat(p.c_str(), &st) == 0)
+        kept.emplace_back(st.st_mtim, p);  // (the one just written stays, whatever the others' times)
     }
     ::closedir(d);
-    if (kept.size() <= kKeptTablesFiles) return;
+    if (kept.size() < kKeptTablesFiles) return;
     std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
       return a.first.tv_sec != b.first.tv_sec ? a.first.tv_sec > b.first.tv_sec : a.first.tv_nsec > b.first.tv_nsec;
     });
-    for (std::size_t i = kKeptTablesFiles; i < kept.size(); ++i) ::unlink(kept[i].second.c_str());
+    for (std::size_t i = kKeptTablesFiles - 1; i < kept.size(); ++i) ::unlink(kept[i].second.c_str());
   } catch (...) {
   }
 }
+
+void note_tables_used(const std::string& file) noexcept { ::utimensat(AT_FDCWD, file.c_str(), nullptr, 0); }
 
 }  // namespace uptrace
