@@ -509,6 +509,14 @@ const Refusal kRefusals[] = {
      "   uretprobe:nosuchprog:foo", "uprobe target file 'nosuchprog' does not exist or is not executable"},
     {"TargetMissingInAList", "uprobe:@FIXTURE@:bt_add, uprobe:libnosuch:foo { @ = count(); }",
      " uprobe:libnosuch:foo", "uprobe target file 'libnosuch' does not exist or is not executable"},
+    {"TargetNotAnElfExecutable", "uprobe:/etc/passwd:foo { @ = count(); }", "uprobe:/etc/passwd:foo",
+     "uprobe target file '/etc/passwd' does not exist or is not executable"},
+    {"UprobeArgumentTooMany", "uprobe:/nx:fa:extra { @ = count(); }", "uprobe:/nx:fa:extra",
+     "uprobe probe type requires 2 arguments"},
+    {"UprobeCppNameUnquoted", "uprobe:@FIXTURE@:ns::f { @ = count(); }", "uprobe:@FIXTURE@:ns::f",
+     "uprobe probe type requires 2 arguments"},
+    {"UsdtArgumentTooMany", "usdt:/nx:p:n:x { @ = count(); }", "usdt:/nx:p:n:x",
+     "usdt probe type requires 2 or 3 arguments"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Bpftrace, Refused, ::testing::ValuesIn(kRefusals),
@@ -594,6 +602,21 @@ TEST(Bpftrace, AnErrorOverLinesNamesTheLines) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "stdin:1-2: ERROR: uprobe target file 'libnosuch' does not exist or is not executable\n");
+}
+
+// Every attach point's error is printed, as bpftrace prints each (the bodies'
+// errors after them are not checked then).
+TEST(Bpftrace, EveryMissingTargetIsNamed) {
+  const Result r = run({kTrace, "-e", "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }", "-c", "/bin/true"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "stdin:1:1-15: ERROR: uprobe target file '/nx' does not exist or is not executable\n"
+            "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
+            "~~~~~~~~~~~~~~\n"
+            "stdin:1:16-30: ERROR: uprobe target file '/ny' does not exist or is not executable\n"
+            "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
+            "               ~~~~~~~~~~~~~~\n");
 }
 
 TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {

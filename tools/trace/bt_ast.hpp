@@ -27,6 +27,12 @@ struct CompileError {
 /// Ends parsing or compiling with an error at `p` (caught by compile()).
 [[noreturn]] inline void fail(Pos p, const std::string& m) { throw CompileError{p, m}; }
 
+/// Every error of the attach points (bpftrace checks them all in a pass of
+/// their own, before the probes' bodies, and prints each).
+struct CompileErrors {
+  std::vector<CompileError> all;
+};
+
 // ---------------------------------------------------------------- AST
 
 enum class EK { num, str, builtin, var, map, call, unary, binary, land, lor, ternary, cast };

@@ -71,6 +71,21 @@ void stack_type(const Expr& e, unsigned& limit, bool& perf) {
 Compiled Compiler::run(std::vector<ProbeA>& probes) {
   Compiled out;
   strtab_.push_back('\0');
+  // The attach points first, every one (bpftrace's attach point pass: its
+  // errors, all of them, come before any of the bodies').
+  {
+    CompileErrors errs;
+    for (std::size_t pi = 0; pi < probes.size(); ++pi)
+      for (auto& pt : probes[pi].points) {
+        std::int64_t interval_ns = 0;
+        try {
+          attach_point(pt.text, pt.pos, static_cast<std::uint32_t>(pi), interval_ns);
+        } catch (const CompileError& e) {
+          errs.all.push_back(e);
+        }
+      }
+    if (!errs.all.empty()) throw errs;
+  }
   // Maps: first definition wins (in source order), uses must agree.
   for (auto& p : probes) {
     var_kinds_.clear();
@@ -220,6 +235,11 @@ AttachPoint Compiler::attach_point(const std::string& t, Pos pos, std::uint32_t 
   const std::string rest = colon == std::string::npos ? "" : t.substr(colon + 1);
   if (rest.empty() || rest.find(':') == std::string::npos)
     fail(pos, canon + " probe type requires 2 arguments");
+  // (PATH:FUNC, PATH:[PROVIDER:]NAME: one colon more is bpftrace's error, a
+  // C++ name's `::` too unless quoted)
+  const std::size_t colons = static_cast<std::size_t>(std::count(rest.begin(), rest.end(), ':'));
+  if (rest.find('"') == std::string::npos && colons > (ap.kind == ProbeKind::usdt ? 2u : 1u))
+    fail(pos, canon + (ap.kind == ProbeKind::usdt ? " probe type requires 2 or 3 arguments" : " probe type requires 2 arguments"));
   ap.spec = canon + ":" + rest;
   const std::string path = rest.substr(0, rest.find(':'));
   if (target_exists_ && path.find_first_of("*?[") == std::string::npos && !target_exists_(path, target_ctx_))
@@ -502,6 +522,10 @@ std::optional<Compiled> compile(const std::string& text, const std::string& name
     return c.run(probes);
   } catch (const CompileError& e) {
     error = error_text(text, name, e);
+    return std::nullopt;
+  } catch (const CompileErrors& es) {
+    error.clear();
+    for (const CompileError& e : es.all) error += error_text(text, name, e);
     return std::nullopt;
   }
 }

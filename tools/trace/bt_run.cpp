@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -306,12 +307,19 @@ int run_bpftrace(const BtOptions& o) {
   struct Names {
     std::string prog;
   } names{o.cmd.empty() ? std::string() : find_program(o.cmd[0])};
+  // (bpftrace's check: an ELF executable or shared object, not only a file)
   const auto exists = [](const std::string& path, const void* ctx) {
-    if (path.find('/') != std::string::npos) {
-      struct stat st;
-      return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-    }
-    return !resolve_here(path, static_cast<const Names*>(ctx)->prog).empty();
+    std::string file = path;
+    if (path.find('/') == std::string::npos) file = resolve_here(path, static_cast<const Names*>(ctx)->prog);
+    struct stat st;
+    if (file.empty() || ::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return true;  // (unreadable: the checks say why)
+    unsigned char h[18] = {};
+    const bool read = ::pread(fd, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h);
+    ::close(fd);
+    const unsigned type = h[16] | (h[17] << 8);
+    return read && h[0] == 0x7f && h[1] == 'E' && h[2] == 'L' && h[3] == 'F' && (type == 2 || type == 3);
   };
   std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err, exists, &names);
   if (!c) {
