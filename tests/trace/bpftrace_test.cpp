@@ -595,28 +595,29 @@ TEST(Bpftrace, TypeErrorsAreBpftraces) {
   }
 }
 
-// An attach point that spans lines (from the end of the token before it,
-// a newline between) is named by its lines only, as bpftrace names it.
-TEST(Bpftrace, AnErrorOverLinesNamesTheLines) {
-  const Result r = run({kTrace, "-e", "BEGIN { exit(); }\n  uprobe:libnosuch:foo { @ = count(); }", "-c", "/bin/true"});
-  EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "stdin:1-2: ERROR: uprobe target file 'libnosuch' does not exist or is not executable\n");
-}
-
-// Every attach point's error is printed, as bpftrace prints each (the bodies'
-// errors after them are not checked then).
-TEST(Bpftrace, EveryMissingTargetIsNamed) {
-  const Result r = run({kTrace, "-e", "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }", "-c", "/bin/true"});
-  EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err,
-            "stdin:1:1-15: ERROR: uprobe target file '/nx' does not exist or is not executable\n"
-            "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
-            "~~~~~~~~~~~~~~\n"
-            "stdin:1:16-30: ERROR: uprobe target file '/ny' does not exist or is not executable\n"
-            "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
-            "               ~~~~~~~~~~~~~~\n");
+// The whole error text, as bpftrace prints it: an attach point that spans
+// lines (from the end of the token before it, a newline between) is named by
+// its lines only; every attach point's error is printed (the bodies' errors
+// after them are not checked then).
+TEST(Bpftrace, AttachPointErrorsAreEachNamedAsBpftraceNamesThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"BEGIN { exit(); }\n  uprobe:libnosuch:foo { @ = count(); }",
+       "stdin:1-2: ERROR: uprobe target file 'libnosuch' does not exist or is not executable\n"},
+      {"uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }",
+       "stdin:1:1-15: ERROR: uprobe target file '/nx' does not exist or is not executable\n"
+       "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
+       "~~~~~~~~~~~~~~\n"
+       "stdin:1:16-30: ERROR: uprobe target file '/ny' does not exist or is not executable\n"
+       "uprobe:/nx:foo,uprobe:/ny:foo { @=count(); }\n"
+       "               ~~~~~~~~~~~~~~\n"},
+  };
+  for (const auto& [prog, err] : cases) {
+    SCOPED_TRACE(prog);
+    const Result r = run({kTrace, "-e", prog, "-c", "/bin/true"});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, err);
+  }
 }
 
 TEST(Bpftrace, PidIsRefusedWithWhatToDoInstead) {
