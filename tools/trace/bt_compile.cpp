@@ -72,14 +72,17 @@ Compiled Compiler::run(std::vector<ProbeA>& probes) {
   Compiled out;
   strtab_.push_back('\0');
   // The attach points first, every one (bpftrace's attach point pass: its
-  // errors, all of them, come before any of the bodies').
+  // errors, all of them, come before any of the bodies'); each with its
+  // interval (interval probes).
+  std::vector<std::vector<std::pair<AttachPoint, std::int64_t>>> points(probes.size());
   {
     CompileErrors errs;
     for (std::size_t pi = 0; pi < probes.size(); ++pi)
       for (auto& pt : probes[pi].points) {
         std::int64_t interval_ns = 0;
         try {
-          attach_point(pt.text, pt.pos, static_cast<std::uint32_t>(pi), interval_ns);
+          points[pi].emplace_back(attach_point(pt.text, pt.pos, static_cast<std::uint32_t>(pi), interval_ns),
+                                  interval_ns);
         } catch (const CompileError& e) {
           errs.all.push_back(e);
         }
@@ -95,8 +98,8 @@ Compiled Compiler::run(std::vector<ProbeA>& probes) {
     ProbeA& pa = probes[pi];
     ProbeDesc pd{};
     bool first_kind = true;
-    for (auto& pt : pa.points) {
-      AttachPoint ap = attach_point(pt.text, pt.pos, static_cast<std::uint32_t>(pi), pd.interval_ns);
+    for (const auto& [ap, interval_ns] : points[pi]) {
+      if (ap.kind == ProbeKind::interval) pd.interval_ns = interval_ns;
       if (first_kind) pd.kind = ap.kind, first_kind = false;
       else if ((ap.kind == ProbeKind::uretprobe) != (pd.kind == ProbeKind::uretprobe) &&
                (ap.kind == ProbeKind::uretprobe || pd.kind == ProbeKind::uretprobe))
@@ -328,10 +331,7 @@ void Compiler::define_maps(StmtA& s) {
     // `@x = @c` of an aggregation's map: @x is of its type (bpftrace's).
     if (v.k == EK::map)
       for (const MapInfo& o : maps_)
-        if (o.name == v.name && o.agg != Agg::assign && !o.from_update) {
-          static const char* const kAggNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "int64"};
-          mi.value_agg = mi.value_type = kAggNames[static_cast<int>(o.agg)];
-        }
+        if (o.name == v.name && o.agg != Agg::assign && !o.from_update) mi.value_agg = mi.value_type = agg_type_name(o.agg);
   } else if (mi.agg == Agg::sum)
     mi.value_signed = !v.kids.empty() && static_kind(*v.kids[0]) == 2;
   else if (mi.agg == Agg::min || mi.agg == Agg::max)

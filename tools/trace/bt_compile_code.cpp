@@ -54,11 +54,12 @@ std::int32_t Compiler::stmt(StmtA& s) {
       st.b = expr(*s.value);
       const bool is_s = nodes_[static_cast<std::size_t>(st.b)].is_str != 0;
       const std::string& name = s.target->name;
-      if (!is_s && vars_.count(name) && var_type_[name] != type_of(st.b) &&
-          (is_agg_type(var_type_[name]) || is_agg_type(type_of(st.b))))  // (`$x = @c` made $x a count)
-        fail(s.assign_pos, "Type mismatch for " + name + ": trying to assign value of type '" + type_of(st.b) +
-                                "' when variable already contains a value of type '" + var_type_[name] + "'");
-      if (is_s ? vars_.count(name) != 0 : svars_.count(name) != 0)  // (bpftrace 0.17's error)
+      // (bpftrace 0.17's error: a string for an integer, or the reverse; an
+      // aggregation's type for another, `$x = @c` having made $x a count)
+      const bool other_kind = is_s ? vars_.count(name) != 0 : svars_.count(name) != 0;
+      const bool other_agg = !is_s && vars_.count(name) && var_type_[name] != type_of(st.b) &&
+                             (is_agg_type(var_type_[name]) || is_agg_type(type_of(st.b)));
+      if (other_kind || other_agg)
         fail(s.assign_pos, "Type mismatch for " + name + ": trying to assign value of type '" + type_of(st.b) +
                                "' when variable already contains a value of type '" + var_type_[name] + "'");
       st.a = is_s ? svar_slot(name, s.target->pos) : var_slot(name, s.target->pos, true);
@@ -161,13 +162,11 @@ std::int32_t Compiler::printf_stmt(const Expr& e) {
     std::int32_t n = expr(*e.kids[k]);
     const std::uint8_t vt = nodes_[static_cast<std::size_t>(n)].vt;
     const bool is_s = nodes_[static_cast<std::size_t>(n)].is_str != 0 || vt != kVtPlain;
-    if (is_agg_type(type_of(n)))
+    const bool agg = is_agg_type(type_of(n));
+    if (agg || (p.conv == 's') != is_s)
       fail(e.call(), std::string("printf: %") + p.conv + " specifier expects a value of type " +
-                         (p.conv == 's' ? "string" : "integer") + " (" + type_of(n) + " supplied)");
-    if ((p.conv == 's') != is_s)
-      fail(e.call(), std::string("printf: %") + (p.conv == 's' ? 's' : p.conv) + " specifier expects a value of type " +
-                               (p.conv == 's' ? "string" : "integer") + " (" + (is_s ? "string" : "integer") +
-                               " supplied)");
+                         (p.conv == 's' ? "string" : "integer") + " (" +
+                         (agg ? type_of(n) : is_s ? "string" : "integer") + " supplied)");
     if (fd.nargs >= kMaxPrintfArgs) fail(e.pos, "printf: too many arguments");
     if (vt == kVtStack) {
       unsigned limit;
@@ -225,7 +224,6 @@ std::int32_t Compiler::expr(const Expr& e, unsigned depth) {
   return r;
 }
 
-
 std::string Compiler::node_type(const Expr& e, std::int32_t r) const {
   const Node& n = nodes_[static_cast<std::size_t>(r)];
   switch (e.k) {
@@ -244,10 +242,8 @@ std::string Compiler::node_type(const Expr& e, std::int32_t r) const {
     }
     case EK::map: {
       const MapInfo& m = maps_[static_cast<std::size_t>(n.a)];
-      if (m.agg != Agg::assign) {
-        static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "int64"};
-        return m.from_update ? (m.value_signed ? "int64" : "unsigned int64") : kNames[static_cast<int>(m.agg)];
-      }
+      if (m.agg != Agg::assign)
+        return m.from_update ? (m.value_signed ? "int64" : "unsigned int64") : agg_type_name(m.agg);
       if (!m.value_agg.empty()) return m.value_agg;
       return m.value_is_str ? m.value_type : m.value_signed ? "int64" : "unsigned int64";
     }

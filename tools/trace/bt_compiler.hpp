@@ -34,6 +34,13 @@ struct MapInfo {
 
 bool is_agg_fn(const std::string& n);
 
+/// An aggregation's map's type as bpftrace names it in errors ("count",
+/// "sum", ..., "lhist"); "int64" for a plain assigned value.
+inline const char* agg_type_name(Agg a) {
+  static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "int64"};
+  return kNames[static_cast<int>(a)];
+}
+
 // ustack's arguments, as bpftrace 0.17 takes them: ustack, ustack(N),
 // ustack(MODE), ustack(MODE, N), MODE `bpftrace` or `perf`, N an integer
 // literal; N is at most kMaxFrames here (bpftrace takes up to 1024, and its
