@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -397,7 +398,16 @@ const Refusal kRefusals[] = {
      "the ++ operator in an expression is not supported by uprobe-trace yet (only as a statement)"},
     {"IncrementOfACount", "uprobe:@FIXTURE@:bt_add { @h = count(); @h++; }", "@h++",
      "The ++ operator can not be used on expressions of type 'count'"},
-    {"TimeNotYet", "uprobe:@FIXTURE@:bt_add { time(); }", "time", "time() is not supported by uprobe-trace yet"},
+    {"TimeOfAnInteger", "uprobe:@FIXTURE@:bt_add { time(1); }", "time(1)",
+     "time() expects a string literal (integer provided)"},
+    {"TimeOfAStringVariable", "uprobe:@FIXTURE@:bt_add { $f = \"%H\"; time($f); }", "time($f)",
+     "time() expects a string literal (string provided)"},
+    {"TimeOfTwoFormats", "uprobe:@FIXTURE@:bt_add { time(\"%H\", \"%M\"); }", "time(\"%H\", \"%M\")",
+     "time() takes up to one argument (2 provided)"},
+    {"TimeAsAMapKey", "uprobe:@FIXTURE@:bt_add { @[1,time()] = count(); }", "@[1,time()",
+     "time() should not be used in an assignment or as a map key"},
+    {"CppLine", "#include <linux/sched.h>", "#include <linux/sched.h>",
+     "C preprocessor lines (#include, #define) are not supported by uprobe-trace yet"},
     // (delete, clear and zero: bpftrace 0.17's errors)
     {"DeleteOfNotAMap", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); delete(1); }", "delete(1)",
      "delete() expects a map to be provided"},
@@ -411,25 +421,26 @@ const Refusal kRefusals[] = {
      "clear() should not be used in an assignment or as a map key"},
     {"PrintOfAKey", "uprobe:@FIXTURE@:bt_add { @x[1] = count(); print(@x[1]); }", "print(@x[1])",
      "print() of a whole map (print(@name)) is all uprobe-trace supports yet"},
-    // (ustack and usym(): bpftrace 0.17's errors where it has them, with the
-    // range here on the call, where bpftrace's starts at the map key's `@`)
-    {"KstackNotYet", "uprobe:@FIXTURE@:bt_add { @[kstack] = count(); }", "kstack",
+    // (ustack and usym(): bpftrace 0.17's errors where it has them; a range
+    // starts after the last blank, as every token's in bpftrace's lexer: at
+    // the map key's `@`)
+    {"KstackNotYet", "uprobe:@FIXTURE@:bt_add { @[kstack] = count(); }", "@[kstack",
      "kstack is not supported by uprobe-trace yet"},
-    {"UstackLimitOver1024", "uprobe:@FIXTURE@:bt_add { @[ustack(2000)] = count(); }", "ustack(2000)",
+    {"UstackLimitOver1024", "uprobe:@FIXTURE@:bt_add { @[ustack(2000)] = count(); }", "@[ustack(2000)",
      "ustack([int limit]): limit shouldn't exceed 1024, 2000 given"},
-    {"UstackLimitOver127", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 200)] = count(); }", "ustack(perf, 200)",
+    {"UstackLimitOver127", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 200)] = count(); }", "@[ustack(perf, 200)",
      "ustack([int limit]): a limit of 200 is not supported by uprobe-trace: 1 to 127 (bpftrace's stack map needs "
      "kernel.perf_event_max_stack, 127 by default, at least that)"},
     {"UstackLimitZero", "uprobe:@FIXTURE@:bt_add { printf(\"%s\", ustack(0)); }", "ustack(0)",
      "ustack([int limit]): a limit of 0 is not supported by uprobe-trace: 1 to 127 (bpftrace's stack map needs "
      "kernel.perf_event_max_stack, 127 by default, at least that)"},
-    {"UstackTwoModes", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, perf)] = count(); }", "ustack(perf, perf)",
+    {"UstackTwoModes", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, perf)] = count(); }", "@[ustack(perf, perf)",
      "ustack() expects a integer literal (stack mode provided)"},
-    {"UstackLimitNotALiteral", "uprobe:@FIXTURE@:bt_add { @[ustack(arg0)] = count(); }", "ustack(arg0)",
+    {"UstackLimitNotALiteral", "uprobe:@FIXTURE@:bt_add { @[ustack(arg0)] = count(); }", "@[ustack(arg0)",
      "ustack() expects a integer literal (integer provided)"},
-    {"UstackThreeArguments", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 1, 2)] = count(); }", "ustack(perf, 1, 2)",
+    {"UstackThreeArguments", "uprobe:@FIXTURE@:bt_add { @[ustack(perf, 1, 2)] = count(); }", "@[ustack(perf, 1, 2)",
      "ustack() takes up to 2 arguments (3 provided)"},
-    {"UstackUnknownMode", "uprobe:@FIXTURE@:bt_add { @[ustack(foo)] = count(); }", "foo", "Unknown identifier: 'foo'"},
+    {"UstackUnknownMode", "uprobe:@FIXTURE@:bt_add { @[ustack(foo)] = count(); }", "@[ustack(foo", "Unknown identifier: 'foo'"},
     {"UstackPrintedAsInteger", "uprobe:@FIXTURE@:bt_add { printf(\"%d\", ustack); }", "printf(\"%d\", ustack)",
      "printf: %d specifier expects a value of type integer (string supplied)"},
     {"UstackInAVariable", "uprobe:@FIXTURE@:bt_add { $s = ustack(2); }", "ustack(2)",
@@ -439,19 +450,19 @@ const Refusal kRefusals[] = {
     {"UstackInBegin", "BEGIN { printf(\"%s\", ustack); }", "ustack",
      "ustack in BEGIN, END and interval probes is not supported by uprobe-trace (they run in the CLI)"},
     {"UstackTwoTypesInOneMap", "uprobe:@FIXTURE@:bt_add { @[ustack] = count(); @[ustack(3)] = count(); }",
-     "ustack(3)", "Argument mismatch for @: trying to access with arguments: [ustack(bpftrace, 3)] when map "
+     "@[ustack(3)", "Argument mismatch for @: trying to access with arguments: [ustack(bpftrace, 3)] when map "
      "expects arguments: [ustack(bpftrace, 127)]"},
-    {"UsymOfAString", "uprobe:@FIXTURE@:bt_add { @[usym(\"x\")] = count(); }", "usym(\"x\")",
+    {"UsymOfAString", "uprobe:@FIXTURE@:bt_add { @[usym(\"x\")] = count(); }", "@[usym(\"x\")",
      "usym() expects an integer or pointer argument"},
-    {"UsymWithoutArgument", "uprobe:@FIXTURE@:bt_add { @[usym()] = count(); }", "usym()",
+    {"UsymWithoutArgument", "uprobe:@FIXTURE@:bt_add { @[usym()] = count(); }", "@[usym()",
      "usym() requires one argument (0 provided)"},
-    {"UsymInAnExpression", "uprobe:@FIXTURE@:bt_add { @[usym(arg0) + 1] = count(); }", "usym(arg0)",
+    {"UsymInAnExpression", "uprobe:@FIXTURE@:bt_add { @[usym(arg0) + 1] = count(); }", "@[usym(arg0)",
      "usym() here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument"},
     {"StringMapRead", "uprobe:@FIXTURE@:bt_add { @n = @s; @s = comm; }", "@s",
      "reading a map of strings in an expression is not supported by uprobe-trace yet"},
     // (bpftrace 0.17 on x86-64: arg0-arg5 are the registers; the stack's are sarg0...)
-    {"Arg6", "uprobe:@FIXTURE@:bt_many { @ = sum(arg6); }", "arg6", "x86_64 doesn't support arg6"},
-    {"StackArgInUretprobe", "uretprobe:@FIXTURE@:bt_many { @ = sum(sarg0); }", "sarg0",
+    {"Arg6", "uprobe:@FIXTURE@:bt_many { @ = sum(arg6); }", "sum(arg6", "x86_64 doesn't support arg6"},
+    {"StackArgInUretprobe", "uretprobe:@FIXTURE@:bt_many { @ = sum(sarg0); }", "sum(sarg0",
      "The sarg0 builtin can only be used with 'kprobes' and 'uprobes' probes"},
     {"ArgInUretprobe", "uretprobe:@FIXTURE@:bt_add { @ = arg0; }", "arg0",
      "The arg0 builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes"},
@@ -492,7 +503,7 @@ const Refusal kRefusals[] = {
      "count() should be directly assigned to a map"},
     {"IntervalUnit", "interval:x:1 { exit(); }", "interval:x:1", "x is not an accepted unit of time"},
     {"FuncInEnd", "END { printf(\"%s\\n\", func); }", "func", "The func builtin can not be used with 'END' probes"},
-    {"FuncInInterval", "interval:s:1 { @[func] = count(); }", "func",
+    {"FuncInInterval", "interval:s:1 { @[func] = count(); }", "@[func",
      "The func builtin can not be used with 'interval' probes"},
     {"UprobeWithoutFunction", "uprobe:@FIXTURE@ { @ = count(); }", "uprobe:@FIXTURE@",
      "uprobe probe type requires 2 arguments"},
@@ -522,21 +533,47 @@ const Refusal kRefusals[] = {
 INSTANTIATE_TEST_SUITE_P(Bpftrace, Refused, ::testing::ValuesIn(kRefusals),
                          [](const ::testing::TestParamInfo<Refusal>& i) { return std::string(i.param.name); });
 
-// -p PID cannot be honoured without ptrace: one line saying why and what to do.
 // Type errors as bpftrace 0.17 gives them (each first line below is
 // bpftrace's own, from `bpftrace -e PROGRAM`): an aggregation's map (count,
 // sum, avg, min, max) in arithmetic, comparisons, conditions, casts, str()
 // and printf(), directly or through a $variable or map assigned from it;
 // a variable or map given another type; bpftrace's names for the types
 // (int64, unsigned int8, string[N], ...), and its places (a cast's `(type)`,
-// a unary operator, an assignment's `=`, an if()'s 1:1-1). Refused before
-// anything runs: exit status 1, nothing on standard output.
+// a unary operator, an assignment's `=`, an if()'s 1:1-1, a map's type
+// mismatch at the map; every token from the last blank before it, as
+// bpftrace's lexer places it: `$x =str(...)` from the `=`, a binary
+// operation to its right operand's `)`). Refused before anything runs: exit
+// status 1, nothing on standard output.
 TEST(Bpftrace, TypeErrorsAreBpftraces) {
   struct Case {
     const char* prog;
     const char* first_line;
   };
   const Case cases[] = {
+    {"BEGIN { $x =str(1,2,3); }",
+     "stdin:1:12-23: ERROR: str() takes up to 2 arguments (3 provided)"},
+    {"BEGIN { $x = 1+str(1); }",
+     "stdin:1:14-22: ERROR: Type mismatch for '+': comparing 'int64' with 'string[64]'"},
+    {"BEGIN { if (1) {printf(\"%d\",@=count());} }",
+     "stdin:1:16-31: ERROR: syntax error, unexpected =, expecting ) or \",\""},
+    {"BEGIN { $x=-1; $x=\"a\"; }",
+     "stdin:1:16-19: ERROR: Type mismatch for $x: trying to assign value of type 'string[2]' when variable already contains a value of type 'int64'"},
+    {"BEGIN { @x=1; @x=count(); }",
+     "stdin:1:15-17: ERROR: Type mismatch for @x: trying to assign value of type 'count' when map already contains a value of type 'int64"},
+    {"BEGIN { @x = count(); @x = hist(1); }",
+     "stdin:1:23-25: ERROR: Type mismatch for @x: trying to assign value of type 'hist' when map already contains a value of type 'count"},
+    {"BEGIN { @x = count(); @x = \"s\"; }",
+     "stdin:1:23-25: ERROR: Type mismatch for @x: trying to assign value of type 'string[2]' when map already contains a value of type 'count"},
+    {"BEGIN { @x -= 1; @x = sum(1); }",
+     "stdin:1:18-20: ERROR: Type mismatch for @x: trying to assign value of type 'sum' when map already contains a value of type 'unsigned int64"},
+    {"BEGIN { @x = lhist(1,0,10,1); @x = lhist(1,0,20,1); }",
+     "stdin:1:36-51: ERROR: Different lhist bounds in a single map unsupported"},
+    {"BEGIN { @a = 1; @[zero(@a)] = count(); }",
+     "stdin:1:17-27: ERROR: zero() should not be used in an assignment or as a map key"},
+    {"BEGIN { $x = time(); }",
+     "stdin:1:14-20: ERROR: time() should not be used in an assignment or as a map key"},
+    {"BEGIN { $x=(int8)\"a\"; }",
+     "stdin:1:9-18: ERROR: Casts are not supported for type: \"string[2]\""},
     {"BEGIN { $s = \"a\"; $s = 7777; }",
      "stdin:1:22-23: ERROR: Type mismatch for $s: trying to assign value of type 'int64' when variable already contains a value of type 'string[2]'"},
     {"BEGIN { $s = 7; $s = \"abc\"; }",
@@ -797,6 +834,94 @@ TEST(Bpftrace, OutputFileProgramFileAndDashDash) {
   unlink(prog.c_str());
   unlink(out.c_str());
   rmdir(d.c_str());
+}
+
+// A program file as bpftrace's tools start (`#!/usr/bin/env bpftrace`): a
+// line that starts with `#!` is skipped wherever it is, as bpftrace's lexer
+// skips it; one with blanks before the `#` is not (bpftrace: "invalid
+// character '#'"), nor an `#include` (bpftrace hands it to clang).
+TEST(Bpftrace, ExecutableLinesAreSkippedAsBpftraceSkipsThem) {
+  char t[] = "/tmp/bt-shebang.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string prog = d + "/neg.bt";
+  {
+    std::ofstream f(prog);
+    f << "#!/usr/bin/env bpftrace\n// bt_neg's returns\n#!/usr/bin/bpftrace -q\nuretprobe:" << kFixture
+      << ":bt_neg\n{\n  printf(\"%d\\n\", retval);\n}\n#!\n";
+  }
+  Result r = run({kTrace, prog, "-c", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 1 probe...\n-2\n-4\n-6\n-8\n-10\n\n\n");
+  {
+    std::ofstream f(prog);
+    f << "#!/usr/bin/env bpftrace\n  #!/usr/bin/bpftrace\nBEGIN { exit(); }\n";
+  }
+  r = run({kTrace, prog, "-c", kFixture});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n')), prog + ":2:3-4: ERROR: invalid character '#'");
+  {
+    std::ofstream f(prog);
+    f << "#!/usr/bin/env bpftrace\n#include <linux/sched.h>\nBEGIN { exit(); }\n";
+  }
+  r = run({kTrace, prog, "-c", kFixture});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n')),
+            prog + ":2:1-25: ERROR: C preprocessor lines (#include, #define) are not supported by uprobe-trace yet");
+  unlink(prog.c_str());
+  rmdir(d.c_str());
+}
+
+// time([FORMAT]): bpftrace's strftime of the local time ("%H:%M:%S\n" by
+// default), in order among the printf lines, JSON's {"type": "time"}; a
+// text longer than bpftrace's 64 bytes is its "strftime returned 0" error.
+// The time printed is the hit's: between the run's start and its end here.
+TEST(Bpftrace, TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt) {
+  const auto now = [] { return std::time(nullptr); };
+  const auto fmt = [](std::time_t at, const char* f) {
+    std::tm local{};
+    localtime_r(&at, &local);
+    char b[64];
+    return std::string(b, std::strftime(b, sizeof b, f, &local));
+  };
+  const std::string prog = "uprobe:" + kFixture + ":bt_add /arg0 < 5/ { time(\"%Y-%m-%d %H:%M:%S \"); " +
+                           "printf(\"%d\\n\", arg0); if (arg0 == 3) { time(); } }";
+  std::time_t before = now();
+  Result r = run({kTrace, "-e", prog, "-c", kFixture});
+  std::time_t after = now();
+  ASSERT_EQ(r.status, 0) << r.err;
+  // bt_add(0, 0) .. bt_add(4, 12): five lines, one more time line after 3's.
+  std::istringstream lines(r.out);
+  std::string l;
+  std::getline(lines, l);
+  EXPECT_EQ(l, "Attaching 1 probe...");
+  for (int a : {0, 1, 2, 3, 4}) {
+    ASSERT_TRUE(std::getline(lines, l)) << r.out;
+    bool matched = false;
+    for (std::time_t at = before; at <= after && !matched; ++at)
+      matched = l == fmt(at, "%Y-%m-%d %H:%M:%S ") + std::to_string(a);
+    EXPECT_TRUE(matched) << l;
+    if (a == 3) {
+      ASSERT_TRUE(std::getline(lines, l));
+      matched = false;
+      for (std::time_t at = before; at <= after && !matched; ++at) matched = l == fmt(at, "%H:%M:%S");
+      EXPECT_TRUE(matched) << l;
+    }
+  }
+  EXPECT_FALSE(std::getline(lines, l) && !l.empty()) << r.out;
+  before = now();
+  r = run({kTrace, "-f", "json", "-e", "BEGIN { time(\"<%Y>\"); exit(); }"});
+  after = now();
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::string want = "{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}\n{\"type\": \"time\", \"data\": \"<";
+  EXPECT_EQ(r.out.substr(0, want.size()), want) << r.out;
+  EXPECT_TRUE(r.out.substr(want.size()) == fmt(before, "%Y>\"}\n\n\n") ||
+              r.out.substr(want.size()) == fmt(after, "%Y>\"}\n\n\n"))
+      << r.out;
+  r = run({kTrace, "-e", "BEGIN { time(\"%c %c %c %c %c\"); printf(\"after\\n\"); exit(); }"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "ERROR: strftime returned 0\n");
+  EXPECT_EQ(r.out, "Attaching 1 probe...\nafter\n\n\n");
 }
 
 // -c 'CMD' is split at blanks with quotes kept together and nothing expanded;

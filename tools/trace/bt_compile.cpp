@@ -343,8 +343,9 @@ void Compiler::define_maps(StmtA& s) {
     if (o.from_update && mi.agg == Agg::assign) o.agg = Agg::assign, o.from_update = false;
     if (o.from_update && mi.agg != Agg::assign) {
       static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
-      fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
-                             kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type 'integer");
+      fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                      kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type '" +
+                      (o.value_signed ? "int64" : "unsigned int64"));
     }
     if (o.key_kinds.size() != mi.key_kinds.size())
       fail(m.pos, "Argument mismatch for " + mi.name + ": trying to access with arguments: [" +
@@ -357,12 +358,15 @@ void Compiler::define_maps(StmtA& s) {
     if (o.agg == Agg::assign && mi.agg == Agg::assign && o.value_is_str != mi.value_is_str)  // (bpftrace 0.17's)
       fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" + type_name(v) +
                       "' when map already contains a value of type '" + o.value_type);
-    if (o.agg != mi.agg || o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep) {
+    if (o.agg == Agg::lhist && mi.agg == Agg::lhist && (o.lmin != mi.lmin || o.lmax != mi.lmax || o.lstep != mi.lstep))
+      fail(v.call(), "Different lhist bounds in a single map unsupported");
+    if (o.agg != mi.agg) {
       static const char* const kNames[] = {"count", "sum", "avg", "min", "max", "stats", "hist", "lhist", "integer"};
-      // (bpftrace 0.17's message, its missing quote included)
-      fail(s.value->pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
-                             kNames[static_cast<int>(mi.agg)] + "' when map already contains a value of type '" +
-                             kNames[static_cast<int>(o.agg)]);
+      // (bpftrace 0.17's message, its missing quote included; at the map)
+      fail(m.pos, "Type mismatch for " + mi.name + ": trying to assign value of type '" +
+                      (mi.agg == Agg::assign ? type_name(v) : kNames[static_cast<int>(mi.agg)]) +
+                      "' when map already contains a value of type '" +
+                      (o.agg == Agg::assign ? o.value_type : kNames[static_cast<int>(o.agg)]));
     }
     return;
   }

@@ -102,6 +102,7 @@ std::int32_t Compiler::stmt(StmtA& s) {
         return push(st);
       }
       if (e.k == EK::call && (e.name == "delete" || e.name == "clear" || e.name == "zero")) return map_op_stmt(e);
+      if (e.k == EK::call && e.name == "time") return time_stmt(e);
       if (e.k == EK::call && e.name == "exit") {
         if (!e.kids.empty()) fail(e.pos, "exit() takes no arguments");
         st.op = StmtOp::exit_;
@@ -138,6 +139,27 @@ std::int32_t Compiler::map_op_stmt(const Expr& e) {
   } else {
     st.op = e.name == "clear" ? StmtOp::map_clear : StmtOp::map_zero;
   }
+  return push(st);
+}
+
+// time([FORMAT]): bpftrace's time(), the format a string literal
+// (default "%H:%M:%S\n"), printed by the CLI (strftime of the local time).
+std::int32_t Compiler::time_stmt(const Expr& e) {
+  if (e.kids.size() > 1)
+    fail(e.call(), "time() takes up to one argument (" + std::to_string(e.kids.size()) + " provided)");
+  if (!e.kids.empty() && e.kids[0]->k != EK::str) {
+    const std::int32_t n = expr(*e.kids[0]);
+    const Node& nd = nodes_[static_cast<std::size_t>(n)];
+    const std::string t = nd.is_str ? "string" : nd.vt == kVtStack ? "ustack" : nd.vt == kVtUsym ? "usym"
+                          : is_agg_type(type_of(n)) ? type_of(n) : "integer";
+    fail(e.call(), "time() expects a string literal (" + t + " provided)");
+  }
+  FmtDesc fd{};
+  fd.text = str(e.kids.empty() ? std::string("%H:%M:%S\n") : e.kids[0]->name);
+  fmts_.push_back(fd);
+  Stmt st{};
+  st.op = StmtOp::time_;
+  st.a = static_cast<std::int32_t>(fmts_.size() - 1);
   return push(st);
 }
 
@@ -311,11 +333,12 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     case EK::call: {
       if (e.name == "printf" || e.name == "exit" || is_agg_fn(e.name))
         fail(e.pos, e.name + "() cannot be used in an expression");
-      if (e.name == "delete" || e.name == "clear" || e.name == "zero")
+      if (e.name == "delete" || e.name == "clear" || e.name == "zero" || e.name == "time")
         fail(e.call(), e.name + "() should not be used in an assignment or as a map key");
       if (e.name == "str") {
         if (e.kids.empty() || e.kids.size() > 2)
-          fail(e.call(), "str() requires one or two arguments (" + std::to_string(e.kids.size()) + " provided)");
+          fail(e.call(), (e.kids.empty() ? "str() requires at least one argument (" : "str() takes up to 2 arguments (") +
+                             std::to_string(e.kids.size()) + " provided)");
         std::int32_t a = expr(*e.kids[0], depth + 1);
         if (nodes_[static_cast<std::size_t>(a)].is_str) fail(e.kids[0]->pos, "str() expects an integer or a pointer");
         if (is_agg_type(type_of(a)))

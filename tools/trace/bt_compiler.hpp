@@ -100,6 +100,7 @@ class Compiler {
   std::int32_t map_op_stmt(const Expr& e);
 
   std::int32_t printf_stmt(const Expr& e);
+  std::int32_t time_stmt(const Expr& e);
 
   std::int32_t svar_slot(const std::string& name, Pos pos);
 

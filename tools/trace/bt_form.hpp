@@ -99,6 +99,7 @@ enum class StmtOp : std::uint8_t {
   map_delete, ///< delete(@map a [keys: list b, count c]); d 1: a key component is `tid` (no other thread has it)
   map_clear, ///< clear(@map a): an event; the CLI removes every key of every table when it reads it
   map_zero,  ///< zero(@map a): an event; the CLI zeroes every key's value when it reads it
+  time_,     ///< time(format a): an event; the CLI prints the hit's wall-clock time with strftime(format)
 };
 
 struct Stmt {
@@ -178,6 +179,8 @@ inline constexpr std::uint32_t kEvPrintf = 1, kEvWrap = 2, kEvPrint = 3;  ///< k
 /// Map operations (fmt is the map): kEvDelete carries the key's words (the
 /// CLI deletes it from every other table), kEvClear and kEvZero nothing.
 inline constexpr std::uint32_t kEvDelete = 4, kEvClear = 5, kEvZero = 6;
+/// time(): fmt is the format (a FmtDesc without arguments); no payload.
+inline constexpr std::uint32_t kEvTime = 7;
 
 /// A table slot's first word: the state in its low 2 bits, a generation
 /// above them (bumped each time the writer revives or reuses the slot, so the

@@ -72,6 +72,11 @@ bool parse_format(const std::string& fmt, std::vector<FmtPiece>& out, std::strin
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args);
 /// The same, appended to `out`.
 void format_event(std::string& out, const Program& p, std::uint32_t fmt, const unsigned char* args);
+/// time(FORMAT)'s text (bpftrace's: strftime of the local time into 64
+/// bytes) for an event stamped `ts_ns` (CLOCK_MONOTONIC): the wall-clock time
+/// of the hit. False (`out` unchanged) when strftime gives nothing (bpftrace
+/// prints "ERROR: strftime returned 0" then).
+bool format_time(std::string& out, const Program& p, std::uint32_t fmt, std::uint64_t ts_ns);
 
 /// A user-space address resolved (the CLI's symbolizer): the symbol, the
 /// offset into it, the module's path as the process mapped it.

@@ -23,7 +23,7 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 
 const std::set<std::string> kUnsupportedFns = {
     "buf", "kstack", "ksym", "uaddr", "kaddr", "reg",
-    "time", "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
+    "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "username", "gid", "curtask", "rand",
                                                      "cgroup", "args", "ctx", "jiffies",
@@ -40,6 +40,12 @@ class Parser {
     skip_ws();
     if (at_end()) fail(here(0), "syntax error, unexpected end of file");
     while (!at_end()) {
+      if (peek() == '#' && peek(1) == '!') fail(here(1), "invalid character '#'");  // (not at a line's start)
+      if (peek() == '#') {  // bpftrace hands `#include`/`#define` lines to clang's preprocessor
+        std::size_t len = 0;
+        while (i_ + len < s_.size() && s_[i_ + len] != '\n') ++len;
+        fail(here(len), "C preprocessor lines (#include, #define) are not supported by uprobe-trace yet");
+      }
       out.push_back(probe());
       prev_end_ = here(0);
       skip_ws();
@@ -58,10 +64,15 @@ class Parser {
       else ++col_;
     }
   }
+  bool line_start() const { return i_ == 0 || s_[i_ - 1] == '\n'; }
   void skip_ws() {
     for (;;) {
       if (std::isspace(static_cast<unsigned char>(peek()))) adv();
-      else if (peek() == '/' && peek(1) == '/') {
+      // An executable line (`#!/usr/bin/env bpftrace`): bpftrace's lexer
+      // skips a line that starts with `#!`, wherever it is in the program.
+      else if (peek() == '#' && peek(1) == '!' && line_start()) {
+        while (!at_end() && peek() != '\n') adv();
+      } else if (peek() == '/' && peek(1) == '/') {
         while (!at_end() && peek() != '\n') adv();
       } else if (peek() == '/' && peek(1) == '*') {
         adv(2);
@@ -195,7 +206,7 @@ class Parser {
       fail(e->pos, "The " + prefix + " operator must be applied to a map or variable");
     if (!prefix.empty()) return update(std::move(st), std::move(e), prefix);
     if ((e->k == EK::var || e->k == EK::map) && peek() == '=' && peek(1) != '=') {
-      st->assign_pos = here(1);
+      st->assign_pos = token(1);
       adv();
       st->k = e->k == EK::var ? SK::var_assign : SK::map_assign;
       st->target = std::move(e);
@@ -271,7 +282,8 @@ class Parser {
   }
   ExprP bin(EK k, const std::string& op, ExprP a, ExprP b) {
     Pos p = a->pos;
-    p.end = b->pos.line == p.line ? std::max(b->pos.end, p.end) : p.end;
+    const int b_end = b->call_end ? b->call_end : b->pos.end;  // (a call: to its ')')
+    p.end = b->pos.line == p.line ? std::max(b_end, p.end) : p.end;
     ExprP e = make(k, p);
     e->name = op;
     e->kids.push_back(std::move(a));
@@ -387,17 +399,19 @@ class Parser {
   }
   ExprP unary() {
     skip_ws();
-    Pos p = here(1);
+    // (Every token's place starts after the last blank, as bpftrace's lexer
+    // steps its location only over blanks: `$x=-1`'s `-` at the `$`.)
+    Pos p = token(1);
     for (char op : {'!', '~', '-'}) {
       if (peek() == op && !(op == '-' && peek(1) == '-')) {
         Nest nest(*this);
         adv();
+        const bool digit_next = std::isdigit(static_cast<unsigned char>(peek())) != 0;
         ExprP e = make(EK::unary, p);
         e->name = std::string(1, op);
         e->kids.push_back(unary());
         // (-N is one token to bpftrace's lexer: a negative literal spans both)
-        if (op == '-' && e->kids[0]->k == EK::num && e->kids[0]->pos.line == p.line && e->kids[0]->pos.col == p.col + 1)
-          e->pos.end = e->kids[0]->pos.end;
+        if (op == '-' && digit_next && e->kids[0]->k == EK::num) e->pos.end = e->kids[0]->pos.end;
         return e;
       }
     }
@@ -460,7 +474,7 @@ class Parser {
       std::size_t n = 0;
       while (ident_char(peek(n))) ++n;
       const std::string t = s_.substr(i_, n);
-      ExprP e = make(EK::num, here(n));
+      ExprP e = make(EK::num, token(n));
       // bpftrace 0.17's decimal literals: digits with '_' between them
       // (1_000), and N e M (1e6: N 0-9, M at most 16).
       auto decimal = [](const std::string& d) {
@@ -551,7 +565,7 @@ class Parser {
     if (c == '$') {
       std::size_t n = 1;
       while (ident_char(peek(n))) ++n;
-      ExprP e = make(EK::var, here(n));
+      ExprP e = make(EK::var, token(n));
       e->name = s_.substr(i_, n);
       if (n == 1 || std::isdigit(static_cast<unsigned char>(e->name[1])))
         fail(here(n), "positional parameters ($1, $#) are not supported by uprobe-trace yet");
@@ -561,7 +575,7 @@ class Parser {
     if (c == '@') {
       std::size_t n = 1;
       while (ident_char(peek(n))) ++n;
-      ExprP e = make(EK::map, here(n));
+      ExprP e = make(EK::map, token(n));
       e->name = s_.substr(i_, n);
       adv(n);
       if (peek() == '[') {
@@ -578,7 +592,7 @@ class Parser {
       std::size_t n = 0;
       while (ident_char(peek(n))) ++n;
       const std::string id = s_.substr(i_, n);
-      Pos ip = here(n);
+      Pos ip = token(n);
       adv(n);
       skip_ws();
       if (peek() == '(') {
@@ -588,7 +602,7 @@ class Parser {
         if (!eat(")")) {
           do e->kids.push_back(expr());
           while (eat(","));
-          expect(")");
+          if (!eat(")")) unexpected(") or \",\"");
         }
         e->call_end = line_ == ip.line ? col_ : ip.end;
         return e;

@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 
 namespace uptrace::bt {
@@ -42,6 +43,22 @@ std::string stack_text(std::uint64_t image, const std::uint64_t* frames, std::si
 std::string usym_text(std::uint64_t image, std::uint64_t addr) {
   UserSym u;
   return g_symbolizer && g_symbolizer(image, addr, u) ? u.name : hex_addr(addr, true);
+}
+
+bool format_time(std::string& out, const Program& p, std::uint32_t fmt, std::uint64_t ts_ns) {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  const auto ns = [](const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; };
+  const std::int64_t at = ns(real) - (ns(mono) - static_cast<std::int64_t>(ts_ns));
+  const time_t secs = static_cast<time_t>(at >= 0 ? at / 1000000000 : (at - 999999999) / 1000000000);
+  tm local{};
+  if (!localtime_r(&secs, &local)) return false;
+  char text[64];  // (bpftrace's STRING_SIZE)
+  const std::size_t n = std::strftime(text, sizeof text, p.strtab + p.fmts[fmt].text, &local);
+  if (n == 0) return false;
+  out.append(text, n);
+  return true;
 }
 
 std::string format_event(const Program& p, std::uint32_t fmt, const unsigned char* args) {

@@ -156,7 +156,7 @@ class BtRun {
       while (tail < head) {
         const auto* e = reinterpret_cast<const bt::EventHeader*>(base + (tail & (ring - 1)));
         if (e->bytes == 0 || e->bytes > ring) break;
-        if ((e->kind == bt::kEvPrintf && e->fmt < p_.h->nfmts) ||
+        if (((e->kind == bt::kEvPrintf || e->kind == bt::kEvTime) && e->fmt < p_.h->nfmts) ||
             ((e->kind == bt::kEvPrint || e->kind == bt::kEvClear || e->kind == bt::kEvZero) && e->fmt < p_.h->nmaps) ||
             (e->kind == bt::kEvDelete && e->fmt < p_.h->nmaps &&
              sizeof *e + p_.maps[e->fmt].key_words * 8 <= e->bytes))
@@ -180,6 +180,18 @@ class BtRun {
           bt::format_event(text_, p_, e->fmt, args);
         } else {
           text_ += "{\"type\": \"printf\", \"data\": \"" + bt::json_escape(bt::format_event(p_, e->fmt, args)) + "\"}\n";
+        }
+      } else if (e->kind == bt::kEvTime) {
+        std::string t;
+        if (!bt::format_time(t, p_, e->fmt, e->ts)) {
+          std::fwrite(text_.data(), 1, text_.size(), out_);  // (what came before it, first)
+          text_.clear();
+          std::fflush(out_);
+          std::fputs("ERROR: strftime returned 0\n", stderr);
+        } else if (json_) {
+          text_ += "{\"type\": \"time\", \"data\": \"" + bt::json_escape(t) + "\"}\n";
+        } else {
+          text_ += t;
         }
       } else if (e->kind == bt::kEvPrint) {
         text_ += map_text(e->fmt);

@@ -572,6 +572,7 @@ class Vm {
         case StmtOp::map_agg: agg(s); break;
         case StmtOp::printf_: emit(s); break;
         case StmtOp::print_map: emit(s, kEvPrint); break;
+        case StmtOp::time_: emit(s, kEvTime); break;
         case StmtOp::map_delete: del(s); break;
         case StmtOp::map_clear:
         case StmtOp::map_zero: {
