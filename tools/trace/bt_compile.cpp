@@ -431,6 +431,11 @@ std::uint8_t Compiler::static_kind(const Expr& e) {
       return static_kind(*e.kids[0]) == 2 && static_kind(*e.kids[1]) == 2 ? 2 : 0;
     case EK::unary: return e.name == "!" ? 0 : static_kind(*e.kids[0]) == 2 ? 2 : 0;
     case EK::call: return e.name == "str" ? 1 : 2;
+    case EK::map: {  // (a map of strings read: a string)
+      std::int32_t mi = -1;
+      const MapInfo* m = find_map(e.name, mi);
+      return m && m->value_is_str ? 1 : 2;
+    }
     default: return 2;
   }
 }

@@ -319,13 +319,18 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
       std::int32_t mi = -1;
       const MapInfo* m = find_map(e.name, mi);
       if (!m) fail(e.pos, "Undefined map: " + e.name);
-      if (m->value_is_str)
-        fail(e.pos, "reading a map of strings in an expression is not supported by uprobe-trace yet");
+      // (A map of strings is read from the hit's thread's table, as every
+      // map in a probe of a program: the CLI has no string merge for
+      // BEGIN, END and interval.)
+      if (m->value_is_str && cur_kind_ != ProbeKind::uprobe && cur_kind_ != ProbeKind::uretprobe &&
+          cur_kind_ != ProbeKind::usdt)
+        fail(e.pos, "reading a map of strings in BEGIN, END and interval probes is not supported by uprobe-trace yet");
       if (m->agg == Agg::hist || m->agg == Agg::lhist || m->agg == Agg::stats)
         fail(e.pos, "reading a " + std::string(m->agg == Agg::stats ? "stats()" : "histogram") +
                         " map in an expression is not supported");
       const std::int32_t keys = key_list(e, *m, depth);
-      std::int32_t r = leaf(Op::map_read, false, true);
+      const bool is_str = m->value_is_str != 0;
+      std::int32_t r = leaf(Op::map_read, is_str, !is_str);
       Node& n = nodes_[static_cast<std::size_t>(r)];
       n.a = mi, n.b = keys, n.c = static_cast<std::int32_t>(e.kids.size());
       return r;

@@ -398,7 +398,7 @@ int run_bpftrace(const BtOptions& o) {
   // agent waits for the ELF tables they write when done. (After the counts
   // and program files: on a small filesystem those come first.)
   std::optional<SpecChecks> checks;
-  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile);
+  if (gated) checks.emplace(specs, prog_path, dir + "/" + kElfTablesFile, true);
   // ustack and usym(): symbolized with each image's recorded mappings (usym.hpp)
   static UserSymbols* symbols = nullptr;
   symbols = new UserSymbols(dir);  // (lives until exit: the maps print at the end)
@@ -410,16 +410,35 @@ int run_bpftrace(const BtOptions& o) {
   const int sig_fd = sigs.fd;
 
   // The specs checked, "Attaching N probes..." and BEGIN: while the program
-  // starts when it waits at the gate, else before it starts.
+  // starts when it waits at the gate, else before it starts. An uprobe or
+  // uretprobe of a function its file does not have is skipped, as bpftrace
+  // 0.17 skips it (with a warning here, where bpftrace says nothing); with
+  // no probe left, bpftrace's "No probes to attach" (exit status 1).
+  std::vector<std::pair<std::size_t, std::string>> skipped;
+  bool no_probes = false;
   auto check_and_begin = [&] {
     if (gated) {
       open_out();
       run.set_out(out);
     }
-    if (checks) nprobes += checks->wait();
-    else
-      for (const Spec& s : specs) nprobes += validate(s, prog_path);
+    if (checks) {
+      nprobes += checks->wait();
+      skipped = checks->skipped();
+    } else {
+      for (std::size_t k = 0; k < specs.size(); ++k) {
+        std::string why;
+        nprobes += validate(specs[k], prog_path, &why);
+        if (!why.empty()) skipped.emplace_back(k, why);
+      }
+    }
     g_dir_to_remove.clear();
+    for (const auto& [k, why] : skipped)
+      std::fprintf(stderr, "uprobe-trace: WARNING: %s: not attached (bpftrace skips it too): %s\n",
+                   specs[k].text.c_str(), why.c_str());
+    if (nprobes == 0) {
+      no_probes = true;
+      return;
+    }
     if (!o.quiet && o.json) std::fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %zu}}\n", nprobes);
     else if (!o.quiet) std::fprintf(out, "Attaching %zu probe%s...\n", nprobes, nprobes == 1 ? "" : "s");
     std::fflush(out);
@@ -429,12 +448,24 @@ int run_bpftrace(const BtOptions& o) {
   pid_t child = -1;
   int exec_errno = 0;
   StartGate gate;
-  if (!o.cmd.empty() && !run.header()->bt_exit.load()) {
+  if (!o.cmd.empty() && !run.header()->bt_exit.load() && !no_probes) {
     std::fflush(out);
     child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow, gated}, sigs, gate, gated, exec_errno);
   }
   if (gated) check_and_begin();
   g_dir_to_remove.clear();
+  if (no_probes) {  // (the program, started, ends at the gate)
+    if (child > 0) {
+      gate.shut();
+      while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    close(counts_fd);
+    remove_tree(dir);
+    std::fputs("No probes to attach\n", out);
+    if (out != stdout) std::fclose(out);
+    return 1;
+  }
   if (gated && child > 0 && run.header()->bt_exit.load()) {
     // exit() in BEGIN: the program never runs (its agent ends at the gate).
     gate.shut();
@@ -530,7 +561,16 @@ int run_bpftrace(const BtOptions& o) {
   // Probes the traced processes refused (a return probe on vfork, ...) or
   // found nothing for: bpftrace says so before it runs; here they attach
   // in the program, so after it.
-  if (child > 0 && exec_errno == 0) warn_unattached(read_report(dir, counts_fd));
+  if (child > 0 && exec_errno == 0) {
+    Report rep = read_report(dir, counts_fd);
+    for (const auto& [k, why] : skipped) {  // (said before the run)
+      rep.spec_attached.erase(specs[k].text);
+      rep.messages.erase(std::remove_if(rep.messages.begin(), rep.messages.end(),
+                                        [&, &k = k](const auto& m) { return m.spec == specs[k].text; }),
+                         rep.messages.end());
+    }
+    warn_unattached(rep);
+  }
   close(counts_fd);
   remove_tree(dir);
   if (exec_errno != 0) return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;

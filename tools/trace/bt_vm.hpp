@@ -480,6 +480,12 @@ class Vm {
       case Op::map_read: {
         const MapDesc& m = p_.maps[n.a];
         const std::uint64_t* key = encode_key(m, n.b, n.c);
+        if (m.value_is_str) {  // the string's bytes in the slot (kStrLen, NUL-padded); "" for a key not there
+          const std::uint64_t* s = c_.read_map ? nullptr : slot(m, c_.area, key, false);
+          const std::uint64_t* val = s ? value_of(m, s) : nullptr;
+          v.s = val ? reinterpret_cast<const char*>(val) : "";
+          break;
+        }
         if (c_.read_map) {
           if (!c_.read_map(c_.read_map_ctx, static_cast<std::uint32_t>(n.a), key, v.i)) v.i = 0;
         } else if (const std::uint64_t* s = slot(m, c_.area, key, false)) {

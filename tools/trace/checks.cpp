@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -185,7 +186,25 @@ void check_site(const uprobe::Location& loc) {
 }  // namespace
 
 // (The count comes from the same resolution: a glob over libc is resolved once.)
-std::size_t validate(const Spec& s, const std::string& prog_path) {
+namespace {
+
+/// True when `s` (an uprobe or uretprobe of `file`) names a function `file`
+/// has no symbol for: no symbol of that name, or none its wildcard matches
+/// (an offset, SYM+OFF of an existing SYM, or any other error: false).
+bool names_no_function(const Spec& s, const std::string& file) {
+  if (s.kind == Kind::usdt || s.what.empty()) return false;
+  std::string name = s.what.substr(0, s.what.find('+'));
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;  // (an offset)
+  try {
+    return uprobe::match_symbols(file, name.substr(0, name.find('@'))).empty();
+  } catch (const uprobe::Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::size_t validate(const Spec& s, const std::string& prog_path, std::string* skipped) {
   std::string file = resolve_here(s.binary, prog_path);
   if (file.empty()) return 1;
   if (!is_elf(file)) {
@@ -205,6 +224,10 @@ std::size_t validate(const Spec& s, const std::string& prog_path) {
     for (const auto& loc : locs) check_site(loc);
     return has_glob(s.what) ? std::max<std::size_t>(locs.size(), 1) : 1;
   } catch (const uprobe::Error& e) {
+    if (skipped && names_no_function(s, file)) {
+      *skipped = e.what();
+      return 0;
+    }
     if (e.code() == uprobe::Errc::bad_offset || e.code() == uprobe::Errc::not_executable) die(e.what());
   }
   return 1;
@@ -233,8 +256,17 @@ std::vector<std::string> spec_keys(const std::vector<Spec>& specs, const std::st
 SpecChecks* g_running_checks = nullptr;  // (one run at a time: joined by die())
 }  // namespace
 
-SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path)
-    : specs_(&specs), prog_path_(prog_path), tables_path_(tables_path) {
+void SpecChecks::validate_all() {
+  for (std::size_t k = 0; k < specs_->size(); ++k) {
+    std::string why;
+    probes_ += validate((*specs_)[k], prog_path_, skip_missing_ ? &why : nullptr);
+    if (!why.empty()) skipped_.emplace_back(k, why);
+  }
+}
+
+SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path,
+                       bool skip_missing)
+    : specs_(&specs), prog_path_(prog_path), tables_path_(tables_path), skip_missing_(skip_missing) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);  // (inherited by the thread)
@@ -253,7 +285,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                        if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
                        if (taken) note_tables_used(kept);
                      }
-                     for (const Spec& s : *self->specs_) self->probes_ += validate(s, self->prog_path_);
+                     self->validate_all();
                      if (!self->tables_path_.empty()) {
                        std::size_t written = 0;
                        try {
@@ -272,7 +304,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                  this) == 0;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (!running_) {  // (no thread: here, now)
-    for (const Spec& s : specs) probes_ += validate(s, prog_path);
+    validate_all();
     return;
   }
   g_running_checks = this;

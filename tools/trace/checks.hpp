@@ -38,8 +38,11 @@ int list(const std::string& arg, bool verbose);
 /// library the program loads from its own RUNPATH, a script's interpreter)
 /// is left to the agent. Returns the number of probes bpftrace would attach
 /// for it (its wildcard expansions; 1 without a wildcard or where this
-/// process cannot tell).
-std::size_t validate(const Spec& s, const std::string& prog_path);
+/// process cannot tell). With `skipped` (a bpftrace program's attach
+/// point): an uprobe or uretprobe whose function the file does not have (no
+/// symbol of that name, or none its wildcard matches) is not an error, as
+/// bpftrace 0.17 skips it: 0 probes, `*skipped` says why.
+std::size_t validate(const Spec& s, const std::string& prog_path, std::string* skipped = nullptr);
 
 /// validate() of every spec, on a thread of its own started here, before
 /// the program is: the program's start and its agent's attach (~3 ms) run
@@ -57,7 +60,9 @@ class SpecChecks {
   /// only means that it reads them), and the checks first take those an
   /// earlier run of the same files kept, keeping them when they read
   /// anything (tables_cache.hpp).
-  SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path = {});
+  /// `skip_missing`: validate()'s `skipped` (a bpftrace program's specs).
+  SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path = {},
+             bool skip_missing = false);
   ~SpecChecks();  ///< joins the thread (its result unused: the program never ran)
   SpecChecks(const SpecChecks&) = delete;
   SpecChecks& operator=(const SpecChecks&) = delete;
@@ -68,6 +73,8 @@ class SpecChecks {
   /// After wait(): how many files' tables the checks took from those an
   /// earlier run kept (tables_cache.hpp) instead of reading the files.
   std::size_t kept_taken() const { return kept_taken_; }
+  /// After wait(), with `skip_missing`: the specs skipped (index, why).
+  const std::vector<std::pair<std::size_t, std::string>>& skipped() const { return skipped_; }
 
  private:
   void join();
@@ -76,6 +83,9 @@ class SpecChecks {
   const std::vector<Spec>* specs_;
   std::string prog_path_, tables_path_, error_;
   std::size_t probes_ = 0, kept_taken_ = 0;
+  bool skip_missing_ = false;
+  std::vector<std::pair<std::size_t, std::string>> skipped_;
+  void validate_all();  ///< every spec, probes_ and skipped_
 };
 
 }  // namespace uptrace
