@@ -105,6 +105,20 @@ long copy_user_str(char* dst, const void* src, std::size_t size) noexcept;
 /// for any other signal: it is not ours. Async-signal-safe.
 bool user_copy_fixup(const siginfo_t* info, ucontext_t* uc) noexcept;
 
+/// The register of the SysV x86-64 n-th integer argument (n in 0..5: rdi,
+/// rsi, rdx, rcx, r8, r9; Regs::arg()'s) in `r`; nullptr for n > 5.
+inline std::uint64_t* arg_register(Regs& r, unsigned n) noexcept {
+  switch (n) {
+    case 0: return &r.rdi;
+    case 1: return &r.rsi;
+    case 2: return &r.rdx;
+    case 3: return &r.rcx;
+    case 4: return &r.r8;
+    case 5: return &r.r9;
+    default: return nullptr;
+  }
+}
+
 /// The address of the probed instruction given the ucontext of its SIGTRAP
 /// (the kernel's uprobe_get_swbp_addr(): ip - 1 after int3).
 inline std::uint64_t breakpoint_address(const ucontext_t* uc) noexcept {

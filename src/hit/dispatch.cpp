@@ -266,6 +266,34 @@ static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, 
   return hijacked;
 }
 
+/// chain() for a hit inside an interposer's call (ArgView): the consumers
+/// see the program's values where the argument registers hold the
+/// interposer's; a value a consumer writes becomes the program's; the
+/// registers go on with the interposer's.
+__attribute__((noinline, cold)) static bool chain_in_arg_view(Uprobe* up, Regs& regs, bool kernel_saved,
+                                                              const ArgView& v) noexcept {
+  bool shown[2] = {false, false};
+  for (unsigned k = 0; k < v.n && k < 2; ++k) {
+    std::uint64_t* r = arch::arg_register(regs, v.arg[k]);
+    if (r && *r == v.ours[k]) *r = __atomic_load_n(v.program[k], __ATOMIC_RELAXED), shown[k] = true;
+  }
+  const bool hijacked = chain(up, regs, kernel_saved);
+  for (unsigned k = 0; k < v.n && k < 2; ++k) {
+    if (!shown[k]) continue;
+    std::uint64_t* r = arch::arg_register(regs, v.arg[k]);
+    if (*r != __atomic_load_n(v.program[k], __ATOMIC_RELAXED)) __atomic_store_n(v.program[k], *r, __ATOMIC_RELAXED);
+    *r = v.ours[k];
+  }
+  return hijacked;
+}
+
+/// chain(), or chain_in_arg_view() inside an interposer's call.
+static inline __attribute__((always_inline)) bool thread_chain(Uprobe* up, Regs& regs, bool kernel_saved,
+                                                              const ThreadState& ts) noexcept {
+  if (__builtin_expect(ts.arg_view != nullptr, 0)) return chain_in_arg_view(up, regs, kernel_saved, *ts.arg_view);
+  return chain(up, regs, kernel_saved);
+}
+
 namespace {
 /// The uprobe of a stub whose descriptor names none (being rebuilt, or a copy
 /// read by the single-step path): the lookup by key.
@@ -302,7 +330,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
     if (ts.depth == 0) {
       ts.depth = 1;
       ts.guard_sp = regs.rsp;
-      hijacked = chain(up, regs, kernel_saved);
+      hijacked = thread_chain(up, regs, kernel_saved, ts);
       ts.depth = 0;
     } else {
       recursion_miss(st, up);
@@ -323,7 +351,7 @@ void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   if (ts.depth == 0) {
     ts.depth = 1;
     ts.guard_sp = regs.rsp;
-    chain(up, regs, true);
+    thread_chain(up, regs, true, ts);
     ts.depth = 0;
   } else {
     recursion_miss(stat_block(), up);

@@ -87,9 +87,27 @@ inline void recursion_miss(StatBlock& st, const Uprobe* probe) noexcept {
   if (const RecursionMissHook hook = g_recursion_miss_hook.load(std::memory_order_acquire)) hook(probe);
 }
 
+/// Arguments a call made by one of libuprobe's interposers passes in place
+/// of the program's own (interpose/thread_start.cpp: the start routine and
+/// argument its pthread_create() hands on): while a thread has one
+/// (ThreadState::arg_view), its hits show their consumers the program's
+/// values in the argument registers that hold the interposer's -- what the
+/// kernel's uprobes show, with no interposer in between -- and a consumer's
+/// write to one becomes the program's value (`*program[k]`, which the
+/// interposer's call reads). Set and cleared by the interposer around its
+/// call, on its own thread: async-signal-safe (a signal handler's nested
+/// call keeps the outer one's and puts it back).
+struct ArgView {
+  unsigned n;                  ///< substitutions (at most 2)
+  unsigned arg[2];             ///< SysV integer argument numbers
+  std::uint64_t ours[2];       ///< what the interposer passes
+  std::uint64_t* program[2];   ///< what the program passed (__atomic accesses)
+};
+
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
   int hot;                   ///< >0 while this thread is on a hot path (HotPathScope)
+  const ArgView* arg_view;   ///< an interposer's call in progress on this thread (ArgView), else nullptr
   const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
   StatBlock* stats;          ///< this thread's counters, claimed on first use

@@ -38,8 +38,8 @@ using CreateFn = int (*)(pthread_t*, const pthread_attr_t*, StartFn, void*);
 /// reads them before a sanitizer's own thread set-up has run (its start
 /// routine is ours), where no instrumented code may run.
 struct Handoff {
-  StartFn fn;
-  void* arg;
+  std::uint64_t fn;   // StartFn (a word: ArgView::program, a consumer's write)
+  std::uint64_t arg;  // void*
   int busy;
   int view_blocked;  // the new thread starts with SIGTRAP in its view (masks.hpp)
   // The new thread's stack (ThreadState::stack_lo, stack_hi): the caller's
@@ -111,8 +111,8 @@ __attribute__((constructor)) void note_main_thread_stack() {
 /// the same reason (arch::raw_syscall would be an instrumented call here).
 UPROBE_NO_SANITIZE void* prepared_start(void* p) {
   auto* h = static_cast<Handoff*>(p);
-  const StartFn fn = __atomic_load_n(&h->fn, __ATOMIC_RELAXED);
-  void* const arg = __atomic_load_n(&h->arg, __ATOMIC_RELAXED);
+  const auto fn = reinterpret_cast<StartFn>(__atomic_load_n(&h->fn, __ATOMIC_RELAXED));
+  void* const arg = reinterpret_cast<void*>(__atomic_load_n(&h->arg, __ATOMIC_RELAXED));
   const int view_blocked = __atomic_load_n(&h->view_blocked, __ATOMIC_RELAXED);
   const std::uint64_t lo = __atomic_load_n(&h->stack_lo, __ATOMIC_RELAXED);
   const std::uint64_t hi = __atomic_load_n(&h->stack_hi, __ATOMIC_RELAXED);
@@ -183,9 +183,22 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
   __atomic_store_n(&h->stack_lo, stack.lo, __ATOMIC_RELAXED);
   __atomic_store_n(&h->stack_hi, stack.hi, __ATOMIC_RELAXED);
   __atomic_store_n(&h->stack_size, stack.size, __ATOMIC_RELAXED);
-  __atomic_store_n(&h->fn, start, __ATOMIC_RELAXED);
-  __atomic_store_n(&h->arg, arg, __ATOMIC_RELAXED);
-  const int rc = real(thread, attr, prepared_start, h);  // its clone() publishes the hand-off to the thread
+  __atomic_store_n(&h->fn, reinterpret_cast<std::uint64_t>(start), __ATOMIC_RELAXED);
+  __atomic_store_n(&h->arg, reinterpret_cast<std::uint64_t>(arg), __ATOMIC_RELAXED);
+  // A probe on libc's pthread_create() (or inside it) shows the program's
+  // start routine and argument, as the kernel's uprobes do (ArgView).
+  const ArgView view{2, {2, 3}, {reinterpret_cast<std::uint64_t>(&prepared_start), reinterpret_cast<std::uint64_t>(h)},
+                     {&h->fn, &h->arg}};
+  struct InView {
+    const ArgView* outer = t_state.arg_view;
+    explicit InView(const ArgView* v) noexcept { __atomic_store_n(&t_state.arg_view, v, __ATOMIC_RELAXED); }
+    ~InView() { __atomic_store_n(&t_state.arg_view, outer, __ATOMIC_RELAXED); }
+  };
+  int rc;
+  {
+    InView in_view(&view);
+    rc = real(thread, attr, prepared_start, h);  // its clone() publishes the hand-off to the thread
+  }
   if (rc != 0) __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
   return rc;
 }

@@ -292,6 +292,68 @@ uprobe::Symbol deallocate_tsd(const std::string& libc) {
   }
 }
 
+/// A probe on libc's pthread_create() sees the program's start routine and
+/// argument, as the kernel's uprobes do, though libuprobe's interposer hands
+/// libc its own (prepared_start and a hand-off: bpftrace's threadsnoop.bt
+/// printed "uprobe::detail::(anonymous namespace)::prepared_start(void*)"
+/// for `usym(arg2)`); a consumer that writes them changes what the new
+/// thread runs, with what argument; the registers libc gets are the
+/// interposer's again (the thread still starts prepared: it counts its hit).
+void* created_a(void* arg) { return static_cast<char*>(arg) + 1; }
+void* created_b(void* arg) { return static_cast<char*>(arg) + 2; }
+
+struct CreateSpy : uprobe::Consumer {
+  pid_t tid = ::gettid();
+  std::atomic<std::uint64_t> start{0}, arg{0}, hits{0};
+  std::uint64_t new_start = 0, new_arg = 0;  // written into the registers when set
+  uprobe::Action handler(uprobe::Regs& r) override {
+    if (::gettid() != tid) return uprobe::Action::keep;
+    hits.fetch_add(1);
+    start.store(r.arg(2));
+    arg.store(r.arg(3));
+    if (new_start) r.rdx = new_start;
+    if (new_arg) r.rcx = new_arg;
+    return uprobe::Action::keep;
+  }
+};
+
+TEST_P(Threads, ProbeOnPthreadCreateSeesTheProgramsStartAndArgument) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  CreateSpy spy;
+  Counter leaf;
+  uprobe::Attachment a(libc, uprobe::find_symbol(libc, "pthread_create").offset, spy);
+  uprobe::Attachment b(vaddr(lf_add), leaf);
+  char token[8] = {};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, created_a, token), 0);
+  void* ret = nullptr;
+  pthread_join(t, &ret);
+  EXPECT_EQ(spy.hits.load(), 1u);
+  EXPECT_EQ(spy.start.load(), reinterpret_cast<std::uint64_t>(&created_a));
+  EXPECT_EQ(spy.arg.load(), reinterpret_cast<std::uint64_t>(token));
+  EXPECT_EQ(ret, token + 1);
+  // Rewritten by the consumer: created_b(token + 1) runs, prepared (its hit counts).
+  spy.new_start = reinterpret_cast<std::uint64_t>(&created_b);
+  spy.new_arg = reinterpret_cast<std::uint64_t>(token + 1);
+  ASSERT_EQ(pthread_create(
+                &t, nullptr, [](void* p) -> void* { return created_a(reinterpret_cast<void*>(lf_add(reinterpret_cast<std::uint64_t>(p), 0))); },
+                token),
+            0);
+  pthread_join(t, &ret);
+  EXPECT_EQ(spy.hits.load(), 2u);
+  EXPECT_EQ(spy.arg.load(), reinterpret_cast<std::uint64_t>(token));
+  EXPECT_EQ(ret, token + 3);
+  // And a thread whose start routine calls the probed function counts its hit.
+  spy.new_start = spy.new_arg = 0;
+  ASSERT_EQ(pthread_create(
+                &t, nullptr, [](void* p) -> void* { return reinterpret_cast<void*>(lf_add(reinterpret_cast<std::uint64_t>(p), 5)); },
+                token),
+            0);
+  pthread_join(t, &ret);
+  EXPECT_EQ(ret, token + 5);
+  EXPECT_EQ(leaf.hits.load(), 1u);
+}
+
 /// A return probe on what runs a thread's exit: glibc's start_thread calls
 /// __nptl_deallocate_tsd (named with libc6-dbg), which runs the pthread key
 /// destructors, libuprobe's thread-exit hook among them. The hook dropped
