@@ -632,6 +632,36 @@ TEST(Bpftrace, TypeErrorsAreBpftraces) {
   }
 }
 
+// An error's source line as bpftrace prints it (each text below is
+// bpftrace's own, from `bpftrace -e PROGRAM`): a tab is 4 spaces in the line
+// and under it; a carriage return is a line break to its lexer (a CRLF
+// program's lines count twice, the line printed is the \n-split one); an
+// empty line is not printed; a call or an operation over lines is named by
+// its lines only.
+TEST(Bpftrace, ErrorLinesAreBpftraces) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"BEGIN {\n\t\t$x = 1 + \"a\";\n}\n",
+       "stdin:2:8-15: ERROR: Type mismatch for '+': comparing 'int64' with 'string[2]'\n        $x = 1 + \"a\";\n             ~~~~~~~\n"},
+      {"BEGIN {\r\n  $x = 1 + \"a\";\r\n}\r\n",
+       "stdin:3:8-15: ERROR: Type mismatch for '+': comparing 'int64' with 'string[2]'\n}\r\n  \n"},
+      {"BEGIN {\n",
+       "stdin:2:1-1: ERROR: syntax error, unexpected end of file, expecting }\n"},
+      {"BEGIN { printf(\"%d\\n\",\n\"a\"); }",
+       "stdin:1-2: ERROR: printf: %d specifier expects a value of type integer (string supplied)\n"},
+      {"BEGIN { $x = 1 + str(1,\n 2) ; }",
+       "stdin:1-2: ERROR: Type mismatch for '+': comparing 'int64' with 'string[64]'\n"},
+      {"BEGIN\t{ \t$x =\t\"a\" + 1; }",
+       "stdin:1:15-22: ERROR: Type mismatch for '+': comparing 'string[2]' with 'int64'\nBEGIN    {     $x =    \"a\" + 1; }\n                       ~~~~~~~\n"},
+  };
+  for (const auto& [prog, err] : cases) {
+    SCOPED_TRACE(prog);
+    const Result r = run({kTrace, "-e", prog});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, err);
+  }
+}
+
 // The whole error text, as bpftrace prints it: an attach point that spans
 // lines (from the end of the token before it, a newline between) is named by
 // its lines only; every attach point's error is printed (the bodies' errors

@@ -46,7 +46,10 @@ struct Expr {
   int bits = 64;
   bool sgn = true;  // cast
   int call_end = 0;  // call: one past its ')'
-  Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end}; }
+  int call_end_line = 0;  // call: its ')' line when not pos.line
+  Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end, call_end_line}; }
+  /// The last line of this expression's place (`pos` or, for a call, its ')').
+  int last_line() const { return call_end_line ? call_end_line : pos.end_line ? pos.end_line : pos.line; }
 };
 using ExprP = std::unique_ptr<Expr>;
 

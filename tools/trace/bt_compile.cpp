@@ -509,10 +509,17 @@ std::string error_text(const std::string& text, const std::string& name, const C
   }
   const int end = std::max(e.pos.end, e.pos.col);  // (zero width at the end of the text)
   std::string out = name + ":" + std::to_string(e.pos.line) + ":" + std::to_string(e.pos.col) + "-" +
-                    std::to_string(end) + ": ERROR: " + e.msg + "\n" + line + "\n";
-  out += std::string(static_cast<std::size_t>(e.pos.col - 1), ' ') +
-         std::string(static_cast<std::size_t>(end - e.pos.col), '~') + "\n";
-  return out;
+                    std::to_string(end) + ": ERROR: " + e.msg + "\n";
+  // bpftrace's: an empty line is not printed; a tab is 4 spaces, in the
+  // line and under it; the ~ stop at the line's end.
+  if (line.empty()) return out;
+  for (char c : line) out += c == '\t' ? std::string(4, ' ') : std::string(1, c);
+  out += "\n";
+  for (std::size_t x = 0; x < line.size() && x < static_cast<std::size_t>(end - 1); ++x) {
+    const char marker = x < static_cast<std::size_t>(e.pos.col - 1) ? ' ' : '~';
+    out += line[x] == '\t' ? std::string(4, marker) : std::string(1, marker);
+  }
+  return out + "\n";
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ class Parser {
   Pos here(std::size_t len) const { return Pos{line_, col_, col_ + static_cast<int>(std::max<std::size_t>(len, 1))}; }
   void adv(std::size_t n = 1) {
     for (std::size_t k = 0; k < n && i_ < s_.size(); ++k, ++i_) {
-      if (s_[i_] == '\n') ++line_, col_ = 1;
+      if (s_[i_] == '\n' || s_[i_] == '\r') ++line_, col_ = 1;  // (bpftrace's lexer: \r is a line break too)
       else ++col_;
     }
   }
@@ -268,7 +268,7 @@ class Parser {
   static ExprP clone(const Expr& e) {
     auto c = std::make_unique<Expr>();
     c->k = e.k, c->pos = e.pos, c->name = e.name, c->num = e.num, c->bits = e.bits, c->sgn = e.sgn;
-    c->call_end = e.call_end;
+    c->call_end = e.call_end, c->call_end_line = e.call_end_line;
     for (const auto& k : e.kids) c->kids.push_back(clone(*k));
     return c;
   }
@@ -282,8 +282,10 @@ class Parser {
   }
   ExprP bin(EK k, const std::string& op, ExprP a, ExprP b) {
     Pos p = a->pos;
+    if (a->call_end) p.end = a->call_end, p.end_line = a->call_end_line;
     const int b_end = b->call_end ? b->call_end : b->pos.end;  // (a call: to its ')')
-    p.end = b->pos.line == p.line ? std::max(b_end, p.end) : p.end;
+    if (b->last_line() != p.line) p.end_line = std::max(b->last_line(), p.end_line), p.end = b_end;
+    else p.end = std::max(b_end, p.end);
     ExprP e = make(k, p);
     e->name = op;
     e->kids.push_back(std::move(a));
@@ -604,7 +606,8 @@ class Parser {
           while (eat(","));
           if (!eat(")")) unexpected(") or \",\"");
         }
-        e->call_end = line_ == ip.line ? col_ : ip.end;
+        e->call_end = col_;
+        if (line_ != ip.line) e->call_end_line = line_;
         return e;
       }
       ExprP e = make(EK::builtin, ip);
