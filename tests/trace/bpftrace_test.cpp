@@ -986,6 +986,64 @@ TEST(Bpftrace, StringMapsReadAndMissingFunctionsSkippedAsBpftrace) {
   rmdir(d.c_str());
 }
 
+// Positional parameters as bpftrace 0.17 takes them (each output below is
+// bpftrace's own): the operands after the program ($1, $2, ...; options may
+// follow them; a `--` ends them, the program to run after it), a number where
+// one is used (base 0), a string in str($N) (str($N, LEN): its first LEN
+// bytes) and in attach points, 0 or "" when not given, $# their count; a
+// value that is not a number used as one, $0 and str($#) are bpftrace's errors.
+TEST(Bpftrace, PositionalParametersAsBpftraceTakesThem) {
+  char t[] = "/tmp/bt-params.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string prog = d + "/neg.bt";
+  {
+    std::ofstream f(prog);
+    f << "#!/usr/bin/env bpftrace\nuretprobe:$1:bt_neg /(int64)retval < -$2/ { printf(\"%s %d %d\\n\", str($3), "
+         "retval, $#); }\n";
+  }
+  const std::string want = "Attaching 1 probe...\nhello -6 3\nhello -8 3\nhello -10 3\n\n\n";
+  Result r = run({kTrace, prog, kFixture, "5", "hello", "-c", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, want);
+  r = run({kTrace, prog, kFixture, "5", "hello", "--", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, want);
+  unlink(prog.c_str());
+  rmdir(d.c_str());
+  const struct {
+    std::vector<std::string> args;
+    int status;
+    const char* out;
+    const char* err;
+  } cases[] = {
+      {{"-e", "BEGIN { printf(\"%d %d\\n\", $1, $#); exit(); }", "5", "6"}, 0, "Attaching 1 probe...\n5 2\n\n\n", ""},
+      {{"-e", "BEGIN { printf(\"%s %d\\n\", str($1), $#); exit(); }", "abc"}, 0, "Attaching 1 probe...\nabc 1\n\n\n", ""},
+      {{"-e", "BEGIN { printf(\"%d %d|%s|\\n\", $3, $#, str($2)); exit(); }", "1"}, 0,
+       "Attaching 1 probe...\n0 1||\n\n\n", ""},
+      {{"-e", "BEGIN { printf(\"%d %d\\n\", $1 + 1, $2); exit(); }", "0x10", "010"}, 0,
+       "Attaching 1 probe...\n17 8\n\n\n", ""},
+      {{"-e", "BEGIN { printf(\"%s\\n\", str($1, 2)); exit(); }", "abcdef"}, 0, "Attaching 1 probe...\nab\n\n\n", ""},
+      {{"-e", "BEGIN { printf(\"%d\\n\", $1); exit(); }", "abc"}, 1, "",
+       "stdin:1:24-26: ERROR: $1 used numerically but given \"abc\". Try using str($1).\n"
+       "BEGIN { printf(\"%d\\n\", $1); exit(); }\n                       ~~\n"},
+      {{"-e", "BEGIN { printf(\"%d\\n\", $0); exit(); }"}, 1, "",
+       "stdin:1:24-26: ERROR: param $0 is out of integer range [1, 9223372036854775807]\n"
+       "BEGIN { printf(\"%d\\n\", $0); exit(); }\n                       ~~\n"},
+      {{"-e", "BEGIN { printf(\"%s\\n\", str($#)); exit(); }"}, 1, "",
+       "stdin:1:24-30: ERROR: use $#, not str($#)\nBEGIN { printf(\"%s\\n\", str($#)); exit(); }\n"
+       "                       ~~~~~~\n"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{kTrace};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    SCOPED_TRACE(c.args[1]);
+    r = run(args);
+    EXPECT_EQ(r.status, c.status) << r.err;
+    EXPECT_EQ(r.out, c.out);
+    EXPECT_EQ(r.err, c.err);
+  }
+}
+
 // -c 'CMD' is split at blanks with quotes kept together and nothing expanded;
 // the exit status is the program's; without a program, BEGIN/END run alone.
 TEST(Bpftrace, CommandWordsExitStatusAndNoCommand) {

@@ -47,6 +47,8 @@ struct Expr {
   bool sgn = true;  // cast
   int call_end = 0;  // call: one past its ')'
   int call_end_line = 0;  // call: its ')' line when not pos.line
+  int param = 0;             // num: a positional parameter $N (its value in num when numeric)
+  bool param_not_numeric = false;  // ... given a value that is not a number (name: the value)
   Pos call() const { return Pos{pos.line, pos.col, call_end ? call_end : pos.end, call_end_line}; }
   /// The last line of this expression's place (`pos` or, for a call, its ')').
   int last_line() const { return call_end_line ? call_end_line : pos.end_line ? pos.end_line : pos.line; }
@@ -91,6 +93,7 @@ extern const std::set<std::string> kUnsupportedBuiltins;
 
 /// Parses a whole program (probes in source order). Throws CompileError
 /// (syntax errors, with bpftrace 0.17's words and positions).
-std::vector<ProbeA> parse(const std::string& text);
+/// `params`: bpftrace's positional parameters ($1, $2, ...; $# their count).
+std::vector<ProbeA> parse(const std::string& text, const std::vector<std::string>& params = {});
 
 }  // namespace uptrace::bt::ast

@@ -531,9 +531,9 @@ bool is_bare_spec(const std::string& text) {
 }
 
 std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error,
-                                TargetExists target_exists, const void* ctx) {
+                                TargetExists target_exists, const void* ctx, const std::vector<std::string>& params) {
   try {
-    std::vector<ast::ProbeA> probes = ast::parse(text);
+    std::vector<ast::ProbeA> probes = ast::parse(text, params);
     detail::Compiler c(target_exists, ctx);
     return c.run(probes);
   } catch (const CompileError& e) {

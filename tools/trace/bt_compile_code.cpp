@@ -297,7 +297,11 @@ std::int32_t Compiler::leaf(Op op, bool is_str, bool sgn, std::int64_t imm) {
 
 std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
   switch (e.k) {
-    case EK::num: return leaf(Op::num, false, true, e.num);
+    case EK::num:
+      if (e.param_not_numeric)
+        fail(e.pos, "$" + std::to_string(e.param) + " used numerically but given \"" + e.name + "\". Try using str($" +
+                        std::to_string(e.param) + ").");
+      return leaf(Op::num, false, true, e.num);
     case EK::str: {
       std::int32_t r = leaf(Op::str, true, false);
       nodes_[static_cast<std::size_t>(r)].a = static_cast<std::int32_t>(str(e.name));

@@ -41,9 +41,13 @@ struct Compiled {
 /// (without wildcards) is asked for, as bpftrace's semantic analysis checks
 /// it: false is bpftrace's "uprobe target file 'PATH' does not exist or is
 /// not executable" error at that attach point.
+/// `params`: the positional parameters ($1, $2, ...; $# their count), as
+/// bpftrace takes them: a number where one is used (base 0: 16, 0x10, -5),
+/// a string in str($N) and in attach points, "" or 0 when not given.
 using TargetExists = bool (*)(const std::string& path, const void* ctx);
 std::optional<Compiled> compile(const std::string& text, const std::string& name, std::string& error,
-                                TargetExists target_exists = nullptr, const void* ctx = nullptr);
+                                TargetExists target_exists = nullptr, const void* ctx = nullptr,
+                                const std::vector<std::string>& params = {});
 
 /// True when `text` is a bare probe spec (today's `-e uprobe:libc:malloc`:
 /// no action block), not a program.

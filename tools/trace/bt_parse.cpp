@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -33,7 +35,7 @@ namespace {
 
 class Parser {
  public:
-  explicit Parser(const std::string& s) : s_(s) {}
+  Parser(const std::string& s, const std::vector<std::string>& params) : s_(s), params_(params) {}
 
   std::vector<ProbeA> program() {
     std::vector<ProbeA> out;
@@ -115,6 +117,47 @@ class Parser {
     if (!eat(t)) unexpected(t);
   }
 
+  // ---- positional parameters (bpftrace's get_param(): a missing one is
+  // "" in a string, 0 as a number)
+  std::string param(std::size_t n, bool in_str) const {
+    return n <= params_.size() ? params_[n - 1] : in_str ? std::string() : std::string("0");
+  }
+  // bpftrace's is_numeric(): all of it read by strtoll, base 0.
+  static bool numeric(const std::string& v, std::int64_t& out) {
+    if (v.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    out = std::strtoll(v.c_str(), &end, 0);
+    return errno == 0 && end && *end == '\0' && end != v.c_str();
+  }
+  // An attach point's `$N` (outside quotes, to the next `"` or `:`): the
+  // parameter's text, as bpftrace's attach point parser puts it in.
+  std::string with_params(const std::string& t, Pos pos) const {
+    std::string out;
+    bool quoted = false;
+    for (std::size_t k = 0; k < t.size(); ++k) {
+      if (t[k] == '"') quoted = !quoted;
+      if (quoted || t[k] != '$') {
+        out += t[k];
+        continue;
+      }
+      std::size_t e = k + 1;
+      while (e < t.size() && t[e] != '"' && t[e] != ':') ++e;
+      const std::string idx = t.substr(k + 1, e - k - 1);
+      std::int64_t n = 0;
+      std::size_t digits = 0;
+      while (digits < idx.size() && std::isdigit(static_cast<unsigned char>(idx[digits]))) ++digits;
+      if (digits == 0 || !numeric(idx.substr(0, digits), n))
+        fail(pos, "'" + t + "': a positional parameter ($N) must be a number here");
+      if (digits != idx.size())
+        fail(pos, "Found trailing text '" + idx.substr(digits) +
+                      "' in positional parameter index. Try quoting the trailing text.");
+      if (n > 0) out += param(static_cast<std::size_t>(n), true);
+      k = e - 1;
+    }
+    return out;
+  }
+
   // ---- probes
   ProbeA probe() {
     ProbeA p;
@@ -128,6 +171,7 @@ class Parser {
       while (!at_end() && !std::isspace(static_cast<unsigned char>(peek())) && peek() != ',' && peek() != '{')
         t += peek(), adv();
       if (t.empty()) unexpected();
+      if (t.find('$') != std::string::npos) t = with_params(t, pos);
       pos.end = col_;
       if (line_ != pos.line) pos.end_line = line_;
       p.points.push_back({t, pos});
@@ -269,6 +313,7 @@ class Parser {
     auto c = std::make_unique<Expr>();
     c->k = e.k, c->pos = e.pos, c->name = e.name, c->num = e.num, c->bits = e.bits, c->sgn = e.sgn;
     c->call_end = e.call_end, c->call_end_line = e.call_end_line;
+    c->param = e.param, c->param_not_numeric = e.param_not_numeric;
     for (const auto& k : e.kids) c->kids.push_back(clone(*k));
     return c;
   }
@@ -564,13 +609,32 @@ class Parser {
       e->name = v;
       return e;
     }
+    if (c == '$' && peek(1) == '#') {  // the number of positional parameters
+      ExprP e = make(EK::num, token(2));
+      e->num = static_cast<std::int64_t>(params_.size());
+      e->param = -1;
+      adv(2);
+      return e;
+    }
+    if (c == '$' && std::isdigit(static_cast<unsigned char>(peek(1)))) {  // $N: a positional parameter
+      std::size_t n = 1;
+      while (std::isdigit(static_cast<unsigned char>(peek(n)))) ++n;
+      ExprP e = make(EK::num, token(n));
+      const std::string digits = s_.substr(i_ + 1, n - 1);
+      std::int64_t idx = 0;
+      if (!numeric(digits, idx) || idx <= 0)
+        fail(e->pos, "param $" + digits + " is out of integer range [1, 9223372036854775807]");
+      e->param = static_cast<int>(std::min<std::int64_t>(idx, 1 << 20));
+      e->name = param(static_cast<std::size_t>(e->param), false);
+      e->param_not_numeric = !numeric(e->name, e->num);
+      adv(n);
+      return e;
+    }
     if (c == '$') {
       std::size_t n = 1;
       while (ident_char(peek(n))) ++n;
       ExprP e = make(EK::var, token(n));
       e->name = s_.substr(i_, n);
-      if (n == 1 || std::isdigit(static_cast<unsigned char>(e->name[1])))
-        fail(here(n), "positional parameters ($1, $#) are not supported by uprobe-trace yet");
       adv(n);
       return e;
     }
@@ -608,6 +672,7 @@ class Parser {
         }
         e->call_end = col_;
         if (line_ != ip.line) e->call_end_line = line_;
+        if (id == "str" && !e->kids.empty() && e->kids[0]->param != 0) return param_str(std::move(e));
         return e;
       }
       ExprP e = make(EK::builtin, ip);
@@ -615,6 +680,26 @@ class Parser {
       return e;
     }
     unexpected();
+  }
+
+  // str($N) and str($N, LEN): the parameter's text (its first LEN bytes), as
+  // bpftrace makes it a string; str($#) is bpftrace's error.
+  ExprP param_str(ExprP call) {
+    const Expr& p = *call->kids[0];
+    if (p.param < 0) fail(p.pos, "use $#, not str($#)");
+    std::string v = param(static_cast<std::size_t>(p.param), true);
+    if (call->kids.size() > 2)
+      fail(call->call(), "str() takes up to 2 arguments (" + std::to_string(call->kids.size()) + " provided)");
+    if (call->kids.size() == 2) {
+      const Expr& len = *call->kids[1];
+      if (len.k != EK::num || len.param_not_numeric)
+        fail(len.pos, "str($N, LEN): LEN must be an integer literal with a positional parameter (uprobe-trace)");
+      if (len.num >= 0 && static_cast<std::uint64_t>(len.num) < v.size()) v.resize(static_cast<std::size_t>(len.num));
+    }
+    ExprP s = make(EK::str, call->pos);
+    s->name = v;
+    s->call_end = call->call_end, s->call_end_line = call->call_end_line;
+    return s;
   }
 
   // Nesting of parentheses, unary operators, casts, expressions and blocks:
@@ -632,6 +717,7 @@ class Parser {
   static constexpr unsigned kMaxParseDepth = 1000;
 
   const std::string& s_;
+  const std::vector<std::string>& params_;
   std::size_t i_ = 0;
   int line_ = 1, col_ = 1;
   Pos prev_end_{1, 1, 2};  ///< just after the last token of the previous probe or attach point (the start: 1:1)
@@ -642,8 +728,8 @@ class Parser {
 
 }  // namespace
 
-std::vector<ProbeA> parse(const std::string& text) {
-  Parser p(text);
+std::vector<ProbeA> parse(const std::string& text, const std::vector<std::string>& params) {
+  Parser p(text, params);
   return p.program();
 }
 

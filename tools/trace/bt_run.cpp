@@ -333,7 +333,7 @@ int run_bpftrace(const BtOptions& o) {
     const unsigned type = h[16] | (h[17] << 8);
     return read && h[0] == 0x7f && h[1] == 'E' && h[2] == 'L' && h[3] == 'F' && (type == 2 || type == 3);
   };
-  std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err, exists, &names);
+  std::optional<bt::Compiled> c = bt::compile(o.text, o.name, err, exists, &names, o.params);
   if (!c) {
     std::fputs(err.c_str(), stderr);
     return 1;

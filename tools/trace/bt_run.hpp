@@ -16,6 +16,7 @@ namespace uptrace {
 struct BtOptions {
   std::string text, name;  ///< the program and its name in errors ("stdin" for -e)
   std::vector<std::string> cmd;  ///< the program to run (empty: none)
+  std::vector<std::string> params;  ///< positional parameters ($1, $2, ...)
   std::string out_file;    ///< -o ("" : standard output)
   bool quiet = false, follow = true, json = false;  ///< -q, not --no-follow, -f json
 };

@@ -42,8 +42,8 @@ namespace {
 using namespace uptrace;
 
 const char* const kUsage =
-    "usage: uprobe-trace [-q] [-o FILE] [-f text|json] -e PROGRAM [-c 'CMD' | -- PROG [ARGS...]]\n"
-    "       uprobe-trace [-q] [-o FILE] [-f text|json] PROGRAM-FILE [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "usage: uprobe-trace [-q] [-o FILE] [-f text|json] -e PROGRAM [PARAM...] [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "       uprobe-trace [-q] [-o FILE] [-f text|json] PROGRAM-FILE [PARAM...] [-c 'CMD' | -- PROG [ARGS...]]\n"
     "       uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [--per-thread] [--no-follow] [--] PROG [ARGS...]\n"
     "       uprobe-trace -l PATH|SPEC [-v]\n"
     "\n"
@@ -223,7 +223,7 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> spec_texts;
+  std::vector<std::string> spec_texts, params;
   std::string out_file, format = "text", list_arg, program_file, cmd_text;
   bool per_thread = false, follow = true, verbose = false, do_list = false, quiet = false, have_cmd = false;
   enum { kFormat = 1000, kNoFollow, kPerThread };
@@ -259,6 +259,15 @@ again:
   // is the program file (options may follow it).
   if (spec_texts.empty() && program_file.empty() && optind < argc && std::string(argv[optind - 1]) != "--") {
     program_file = argv[optind++];
+    goto again;
+  }
+  // A bpftrace program's operands are its positional parameters ($1, $2,
+  // ...; options may follow them, as bpftrace's), up to a `--`: what follows
+  // it is the program to run. (Bare specs' operands are that program.)
+  const bool bt_program = !program_file.empty() ||
+                          std::any_of(spec_texts.begin(), spec_texts.end(), [](const std::string& t) { return !bt::is_bare_spec(t); });
+  if (bt_program && optind < argc && std::string(argv[optind - 1]) != "--" && std::string(argv[optind]) != "--") {
+    params.emplace_back(argv[optind++]);
     goto again;
   }
   std::vector<std::string> cmd;
@@ -306,6 +315,7 @@ again:
       o.text = spec_texts[0], o.name = "stdin";
     }
     o.cmd = cmd;
+    o.params = params;
     o.out_file = out_file;
     o.quiet = quiet;
     o.follow = follow;
