@@ -550,6 +550,14 @@ TEST(Bpftrace, TypeErrorsAreBpftraces) {
     const char* first_line;
   };
   const Case cases[] = {
+    {"BEGIN { printf(\"%d\\n\", strftime(\"%H\", nsecs)); exit(); }",
+     "stdin:1:9-46: ERROR: printf: %d specifier expects a value of type integer (string supplied)"},
+    {"BEGIN { printf(\"%s\\n\", strftime(\"%H\")); exit(); }",
+     "stdin:1:24-38: ERROR: strftime() requires at least 2 arguments (1 provided)"},
+    {"BEGIN { printf(\"%s\\n\", strftime(1, nsecs)); exit(); }",
+     "stdin:1:24-42: ERROR: strftime() expects a string literal (integer provided)"},
+    {"BEGIN { printf(\"%s\\n\", strftime(\"%H\", \"a\")); exit(); }",
+     "stdin:1:24-43: ERROR: strftime() only supports integer arguments (string provided)"},
     {"BEGIN { $x =str(1,2,3); }",
      "stdin:1:12-23: ERROR: str() takes up to 2 arguments (3 provided)"},
     {"BEGIN { $x = 1+str(1); }",
@@ -906,6 +914,7 @@ TEST(Bpftrace, ExecutableLinesAreSkippedAsBpftraceSkipsThem) {
 // default), in order among the printf lines, JSON's {"type": "time"}; a
 // text longer than bpftrace's 64 bytes is its "strftime returned 0" error.
 // The time printed is the hit's: between the run's start and its end here.
+// strftime(FORMAT, NS) in printf() likewise.
 TEST(Bpftrace, TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt) {
   const auto now = [] { return std::time(nullptr); };
   const auto fmt = [](std::time_t at, const char* f) {
@@ -952,6 +961,31 @@ TEST(Bpftrace, TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "ERROR: strftime returned 0\n");
   EXPECT_EQ(r.out, "Attaching 1 probe...\nafter\n\n\n");
+  // strftime(FORMAT, NS) as a printf() %s argument (bpftrace's: the local
+  // time NS after the boot, %f its microseconds; "(?)" when too long):
+  // nsecs at the hit, and 0 (the boot: a year no later than this one's).
+  before = now();
+  r = run({kTrace, "-e", "uprobe:" + kFixture + ":bt_neg /arg0 == -1/ { printf(\"[%s] [%-6s] [%s] [%s]\\n\", "
+                         "strftime(\"%Y-%m-%d %H:%M:%S\", nsecs), strftime(\"%f\", 1234567), strftime(\"%Y\", 0), "
+                         "strftime(\"%c %c %c %c %c\", 0)); }", "-c", kFixture});
+  after = now();
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "ERROR: strftime returned 0\n");
+  const std::string head = "Attaching 1 probe...\n[";
+  ASSERT_EQ(r.out.substr(0, head.size()), head) << r.out;
+  const std::string stamp = r.out.substr(head.size(), 19);
+  EXPECT_TRUE(stamp == fmt(before, "%Y-%m-%d %H:%M:%S") || stamp == fmt(after, "%Y-%m-%d %H:%M:%S")) << r.out;
+  const std::string rest = r.out.substr(head.size() + 19);
+  // (%f: the boot's own microseconds plus 1234 -- six digits either way)
+  ASSERT_EQ(rest.size(), std::string("] [123456] [2026] [(?)]\n\n\n").size()) << r.out;
+  EXPECT_EQ(rest.substr(0, 3), "] [");
+  EXPECT_EQ(rest.find_first_not_of("0123456789", 3), 9u) << rest;
+  EXPECT_LE(std::stoi(rest.substr(12, 4)), std::stoi(fmt(after, "%Y")));
+  EXPECT_EQ(rest.substr(16), "] [(?)]\n\n\n");
+  r = run({kTrace, "-e", "BEGIN { @[strftime(\"%H\", nsecs)] = count(); exit(); }"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n')), "stdin:1:9-32: ERROR: strftime() as a map key is not supported by "
+                                                 "uprobe-trace yet: only as a printf() %s argument");
 }
 
 // A map of strings read in a probe of the program (sslsnoop.bt's

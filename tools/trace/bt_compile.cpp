@@ -382,6 +382,8 @@ std::string Compiler::type_name(const Expr& e) {
 
 void Compiler::key_kinds(const Expr& m, MapInfo& mi) {
   for (auto& k : m.kids) {
+    if (k->k == EK::call && k->name == "strftime")
+      fail(k->call(), "strftime() as a map key is not supported by uprobe-trace yet: only as a printf() %s argument");
     mi.key_kinds.push_back(static_kind(*k));
     if (mi.key_kinds.back() == 3) {
       unsigned limit;

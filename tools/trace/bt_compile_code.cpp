@@ -196,7 +196,8 @@ std::int32_t Compiler::printf_stmt(const Expr& e) {
       stack_type(*e.kids[k], limit, perf);
       fd.arg_limit[fd.nargs] = static_cast<std::uint16_t>(limit);
     }
-    fd.arg_is_str[fd.nargs++] = vt == kVtStack ? 2 : vt == kVtUsym ? 3 : is_s ? 1 : 0;
+    if (vt == kVtTime) fd.arg_limit[fd.nargs] = static_cast<std::uint16_t>(nodes_[static_cast<std::size_t>(n)].imm);
+    fd.arg_is_str[fd.nargs++] = vt == kVtStack ? 2 : vt == kVtUsym ? 3 : vt == kVtTime ? 4 : is_s ? 1 : 0;
     args.push_back(n);
     ++k;
   }
@@ -241,8 +242,10 @@ std::int32_t Compiler::expr(const Expr& e, unsigned depth) {
   node_type_[static_cast<std::size_t>(r)] = node_type(e, r);
   if (!special_ok && nodes_[static_cast<std::size_t>(r)].vt != kVtPlain)
     fail(e.k == EK::call ? e.call() : e.pos,
-         (nodes_[static_cast<std::size_t>(r)].vt == kVtStack ? std::string("ustack") : std::string("usym()")) +
-             " here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument");
+         nodes_[static_cast<std::size_t>(r)].vt == kVtTime
+             ? std::string("strftime() here is not supported by uprobe-trace yet: only as a printf() %s argument")
+             : (nodes_[static_cast<std::size_t>(r)].vt == kVtStack ? std::string("ustack") : std::string("usym()")) +
+                   " here is not supported by uprobe-trace yet: only as a map key or a printf() %s argument");
   return r;
 }
 
@@ -272,6 +275,7 @@ std::string Compiler::node_type(const Expr& e, std::int32_t r) const {
     case EK::call:
       if (e.name == "str") return "string[64]";
       if (e.name == "usym") return "usym";
+      if (e.name == "strftime") return "timestamp";
       return "ustack";
     case EK::unary: return e.name == "!" ? "unsigned int64" : type_of(n.a);
     case EK::land:
@@ -360,6 +364,7 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
         return r;
       }
       if (e.name == "ustack") return ustack_node(e);
+      if (e.name == "strftime") return strftime_node(e, depth);
       if (e.name == "usym") {
         if (e.kids.size() != 1)
           fail(e.call(), "usym() requires one argument (" + std::to_string(e.kids.size()) + " provided)");
@@ -443,6 +448,33 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     }
   }
   return -1;
+}
+
+// strftime(FORMAT, NS): bpftrace's, its errors; a printf() %s argument here
+// (printed by the CLI: the local time at NS, %f its microseconds).
+std::int32_t Compiler::strftime_node(const Expr& e, unsigned depth) {
+  if (e.kids.size() < 2)
+    fail(e.call(), "strftime() requires at least 2 arguments (" + std::to_string(e.kids.size()) + " provided)");
+  if (e.kids.size() > 2)
+    fail(e.call(), "strftime() takes up to 2 arguments (" + std::to_string(e.kids.size()) + " provided)");
+  if (e.kids[0]->k != EK::str) {
+    const std::int32_t f = expr(*e.kids[0], depth + 1);
+    fail(e.call(), std::string("strftime() expects a string literal (") +
+                       (nodes_[static_cast<std::size_t>(f)].is_str ? "string" : "integer") + " provided)");
+  }
+  const std::int32_t a = expr(*e.kids[1], depth + 1);
+  if (nodes_[static_cast<std::size_t>(a)].is_str || nodes_[static_cast<std::size_t>(a)].vt != kVtPlain ||
+      is_agg_type(type_of(a)))
+    fail(e.call(), "strftime() only supports integer arguments (" +
+                       std::string(nodes_[static_cast<std::size_t>(a)].is_str ? "string" : type_of(a)) + " provided)");
+  if (fmts_.size() >= 0xffff) fail(e.call(), "too many formats");
+  FmtDesc fd{};
+  fd.text = str(e.kids[0]->name);
+  fmts_.push_back(fd);
+  std::int32_t r = leaf(Op::strftime_, false, false, static_cast<std::int64_t>(fmts_.size() - 1));
+  nodes_[static_cast<std::size_t>(r)].a = a;
+  nodes_[static_cast<std::size_t>(r)].vt = kVtTime;
+  return r;
 }
 
 std::int32_t Compiler::ustack_node(const Expr& e) {

@@ -57,6 +57,7 @@ enum class Op : std::uint8_t {
   sarg,      ///< sargN, N = imm: the stack word at sp + 8 * (N + 1) (uprobes; read with uprobe::probe_read_user())
   ustack,    ///< ustack / ustack([perf, ]N): imm frames at most, sub 1: perf mode (a Node::vt kVtStack value)
   usym,      ///< usym(a): the address a (a Node::vt kVtUsym value, symbolized by the CLI)
+  strftime_, ///< strftime(format imm, a): the time a (ns, CLOCK_MONOTONIC; a Node::vt kVtTime value, printed by the CLI)
 };
 
 /// What a node's value is besides an integer or a string (Node::is_str).
@@ -64,6 +65,7 @@ enum ValueType : std::uint8_t {
   kVtPlain = 0,
   kVtStack = 1,  ///< ustack: raw return addresses (key/event: the image word, then frames)
   kVtUsym = 2,   ///< usym(): an address (key/event: the image word, then the address)
+  kVtTime = 3,   ///< strftime(): a time in ns (event: the word; its format a FmtDesc, FmtDesc::arg_limit)
 };
 
 /// The word that names the image a stack or usym address belongs to: the
@@ -150,9 +152,10 @@ struct FmtDesc {
   std::uint32_t nargs = 0;
   /// Per argument: 0 integer (8 bytes), 1 string (its bytes, NUL, padded to
   /// 8), 2 ustack (the image word, a word `frames | perf << 32`, the
-  /// frames), 3 usym (the image word, the address).
+  /// frames), 3 usym (the image word, the address), 4 strftime (the time, ns).
   std::uint8_t arg_is_str[kMaxPrintfArgs] = {};
-  std::uint16_t arg_limit[kMaxPrintfArgs] = {};  ///< ustack arguments: their frames at most
+  /// ustack arguments: their frames at most; strftime: the FmtDesc of its format
+  std::uint16_t arg_limit[kMaxPrintfArgs] = {};
 };
 
 /// The area's header words (then the ring, then the map tables).

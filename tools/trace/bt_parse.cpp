@@ -25,7 +25,7 @@ bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) ||
 
 const std::set<std::string> kUnsupportedFns = {
     "buf", "kstack", "ksym", "uaddr", "kaddr", "reg",
-    "join", "system", "cat", "signal", "strftime", "strncmp", "override", "sizeof", "ntop", "pton",
+    "join", "system", "cat", "signal", "strncmp", "override", "sizeof", "ntop", "pton",
     "cgroupid", "macaddr", "path", "offsetof", "unwatch", "printf_", "skboutput", "bswap", "kptr", "uptr", "len"};
 const std::set<std::string> kUnsupportedBuiltins = {"kstack", "username", "gid", "curtask", "rand",
                                                      "cgroup", "args", "ctx", "jiffies",

@@ -45,6 +45,39 @@ std::string usym_text(std::uint64_t image, std::uint64_t addr) {
   return g_symbolizer && g_symbolizer(image, addr, u) ? u.name : hex_addr(addr, true);
 }
 
+namespace {
+
+/// strftime(FORMAT, NS)'s text, as bpftrace 0.17's resolve_timestamp(): the
+/// local time NS after the boot (CLOCK_MONOTONIC's zero here, as nsecs
+/// counts), `%f` its microseconds (6 digits), into 64 bytes; "(?)" and
+/// bpftrace's "strftime returned 0" on standard error when it does not fit.
+std::string timestamp_text(const Program& p, std::uint32_t fmt, std::int64_t ns) {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  // The boot time: the real time less the monotonic clock's, to the ns.
+  std::int64_t boot_s = static_cast<std::int64_t>(real.tv_sec) - mono.tv_sec;
+  std::int64_t boot_ns = static_cast<std::int64_t>(real.tv_nsec) - mono.tv_nsec;
+  if (boot_ns < 0) boot_ns += 1000000000, --boot_s;
+  const std::uint64_t since = static_cast<std::uint64_t>(boot_ns) + static_cast<std::uint64_t>(ns);
+  const time_t secs = static_cast<time_t>(boot_s + static_cast<std::int64_t>(since / 1000000000u));
+  tm local{};
+  if (!localtime_r(&secs, &local)) return "(?)";
+  char us[8];
+  std::snprintf(us, sizeof us, "%06llu", static_cast<unsigned long long>((since % 1000000000u) / 1000u));
+  std::string f = p.strtab + p.fmts[fmt].text;
+  for (std::size_t at = f.find("%f"); at != std::string::npos; at = f.find("%f", at + 6)) f.replace(at, 2, us);
+  char text[64];  // (bpftrace's STRING_SIZE)
+  const std::size_t n = std::strftime(text, sizeof text, f.c_str(), &local);
+  if (n == 0) {
+    std::fputs("ERROR: strftime returned 0\n", stderr);
+    return "(?)";
+  }
+  return std::string(text, n);
+}
+
+}  // namespace
+
 bool format_time(std::string& out, const Program& p, std::uint32_t fmt, std::uint64_t ts_ns) {
   timespec mono{}, real{};
   clock_gettime(CLOCK_MONOTONIC, &mono);
@@ -108,6 +141,16 @@ void format_event(std::string& out, const Program& p, std::uint32_t fmt, const u
       if (pc.text[i] == '%' && i + 1 < pc.text.size() && pc.text[i + 1] == '%') out += '%', ++i;
       else if (pc.text[i] == '%' && i + 1 == pc.text.size()) out += '%', swallowed = true;
       else out += pc.text[i];
+    }
+    if (pc.conv == 's' && fd.arg_is_str[argi] == 4) {  // strftime(): the time
+      std::int64_t ns = 0;
+      std::memcpy(&ns, args, 8);
+      args += 8;
+      const std::string t = timestamp_text(p, fd.arg_limit[argi], ns);
+      ++argi;
+      if (swallowed) out += pc.match.substr(1);
+      else put(pc.spec.c_str(), t.c_str());
+      continue;
     }
     if (pc.conv == 's' && fd.arg_is_str[argi] >= 2) {  // ustack, usym: words
       std::uint64_t w[2];

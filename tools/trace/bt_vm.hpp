@@ -468,7 +468,8 @@ class Vm {
         break;
       }
       case Op::ustack: break;  // (only as a key or printf argument: encode_key(), emit())
-      case Op::usym: v.i = eval(n.a).i; break;
+      case Op::usym:
+      case Op::strftime_: v.i = eval(n.a).i; break;
       case Op::func: v.s = c_.func; break;
       case Op::probe: v.s = c_.probe; break;
       case Op::nsecs: v.i = static_cast<std::int64_t>(now_ns()); break;
@@ -695,6 +696,12 @@ class Vm {
         words[1] = nf | (std::uint64_t{nd.sub} << 32);
         std::memcpy(out, words, 8 * (2 + nf));
         out += 8 * (2 + nf);
+        continue;
+      }
+      if (f.arg_is_str[k] == 4) {  // strftime(): the time; the CLI formats it
+        const std::int64_t t = eval(ni).i;
+        std::memcpy(out, &t, 8);
+        out += 8;
         continue;
       }
       if (f.arg_is_str[k] == 3) {
