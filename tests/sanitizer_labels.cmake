@@ -75,6 +75,12 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackOfSeveralProcessesSymbolizedWithTheirOwnModules
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
+                     trace.Bpftrace.ExecutableLinesAreSkippedAsBpftraceSkipsThem
+                     trace.Bpftrace.TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt
+                     trace.Bpftrace.StringMapsReadAndMissingFunctionsSkippedAsBpftrace
+                     trace.Bpftrace.PositionalParametersAsBpftraceTakesThem
+                     trace.Bpftrace.LoopsRunAsBpftraceRunsThem
+                     trace.Trace.TheAgentsOwnCallsAreNotMissedHits
                      trace.Bpftrace.UstackAtAFrameSettingEntryHasItsCaller
                      trace.Bpftrace.AProbeTheProgramRefusedIsNamedWithItsReason
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns

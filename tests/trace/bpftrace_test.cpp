@@ -550,6 +550,22 @@ TEST(Bpftrace, TypeErrorsAreBpftraces) {
     const char* first_line;
   };
   const Case cases[] = {
+    {"BEGIN { $x = 1 && \"a\"; }",
+     "stdin:1:14-22: ERROR: Type mismatch for '&&': comparing 'int64' with 'string[2]'"},
+    {"BEGIN { break; }",
+     "stdin:1:9-14: ERROR: break used outside of a loop"},
+    {"BEGIN { unroll(101) { } }",
+     "stdin:1:9-20: ERROR: unroll maximum value is 100"},
+    {"BEGIN { unroll(0) { } }",
+     "stdin:1:9-18: ERROR: unroll minimum value is 1"},
+    {"BEGIN { unroll(arg0) { } }",
+     "stdin:1:9-20: ERROR: syntax error, unexpected builtin, expecting $# or - or positional parameter or integer"},
+    {"BEGIN { unroll(2) { break; } }",
+     "stdin:1:21-26: ERROR: break used outside of a loop"},
+    {"BEGIN { continue; }",
+     "stdin:1:9-17: ERROR: continue used outside of a loop"},
+    {"BEGIN { for ($i = 0; $i < 3; $i++) { } }",
+     "stdin:1:9-12: ERROR: syntax error, unexpected for, expecting }"},
     {"BEGIN { printf(\"%d\\n\", strftime(\"%H\", nsecs)); exit(); }",
      "stdin:1:9-46: ERROR: printf: %d specifier expects a value of type integer (string supplied)"},
     {"BEGIN { printf(\"%s\\n\", strftime(\"%H\")); exit(); }",
@@ -1075,6 +1091,68 @@ TEST(Bpftrace, PositionalParametersAsBpftraceTakesThem) {
     EXPECT_EQ(r.status, c.status) << r.err;
     EXPECT_EQ(r.out, c.out);
     EXPECT_EQ(r.err, c.err);
+  }
+}
+
+// Loops as bpftrace 0.17 runs them (each output bpftrace's own): while with
+// break and continue, unroll(N) (a continue in it is its while's), return;
+// a loop that does not end stops at kMaxLoopIterations (bpftrace's kernel
+// would not load it), the run going on, with a warning.
+TEST(Bpftrace, LoopsRunAsBpftraceRunsThem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"BEGIN { $i = 0; while ($i < 3) { printf(\"%d\\n\", $i); $i++; } exit(); }", "0\n1\n2\n"},
+      {"BEGIN { $i=0; while (1) { $i++; if ($i > 5) { break; } if ($i == 2) { continue; } printf(\"i %d\\n\", $i); } "
+       "printf(\"%d\\n\",$i); exit(); }",
+       "i 1\ni 3\ni 4\ni 5\n6\n"},
+      {"BEGIN { $i = 0; unroll(3) { $i++; printf(\"%d\\n\", $i); } exit(); }", "1\n2\n3\n"},
+      {"BEGIN { $i = 0; while ($i < 3) { $i++; unroll(2) { if ($i == 2) { continue; } printf(\"%d\\n\", $i); } } "
+       "exit(); }",
+       "1\n1\n3\n3\n"},
+      {"BEGIN { printf(\"a\\n\"); if (1) { return; } printf(\"x\"); } END { printf(\"end\\n\"); } "
+       "interval:ms:1 { exit(); }",
+       "a\nend\n"},
+  };
+  for (const auto& [prog, want] : cases) {
+    SCOPED_TRACE(prog);
+    const Result r = run({kTrace, "-e", prog});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, std::string("Attaching ") + (std::string(prog).find("interval") != std::string::npos ? "3 probes" : "1 probe") +
+                         "...\n" + want + "\n\n");
+  }
+  const Result r = run({kTrace, "-e", "uprobe:" + kFixture + ":bt_neg { $n = 0; while (1) { $n++; } @n = count(); }",
+                        "-c", kFixture});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 1 probe...\n\n\n@n: 0\n");  // (its count() never reached)
+  EXPECT_EQ(r.err, "uprobe-trace: WARNING: 5 probe runs stopped: a loop ran 1000000 iterations (bpftrace's kernel "
+                   "would not load a loop it cannot bound)\n");
+}
+
+// SIGTERM and SIGHUP end a run without a program as bpftrace ends: END, the
+// maps, exit status 0 (they used to be passed on to no program, and the run
+// went on until SIGKILL).
+TEST(Bpftrace, TermEndsARunWithoutAProgram) {
+  for (int sig : {SIGTERM, SIGHUP}) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t p = fork();
+    if (p == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      execl(kTrace.c_str(), kTrace.c_str(), "-e", "BEGIN { @a = 1; } END { printf(\"end\\n\"); }", nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    char buf[256];
+    std::string got;
+    ssize_t n = read(out[0], buf, sizeof buf);  // "Attaching ...": BEGIN ran
+    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+    kill(p, sig);
+    while ((n = read(out[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<std::size_t>(n));
+    close(out[0]);
+    int st = 0;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    EXPECT_EQ(got, "Attaching 2 probes...\nend\n\n\n@a: 1\n");
   }
 }
 

@@ -166,6 +166,12 @@ std::uint64_t reinit_process() noexcept {
 }
 
 __attribute__((noinline)) std::uint64_t* new_block() noexcept {
+  // (its own libc calls, inside the hit, are not the program's: their hits,
+  // which libuprobe does not run, are not counted as missed)
+  struct InAgent {
+    InAgent() noexcept { ++tls_in_agent; }
+    ~InAgent() { --tls_in_agent; }
+  } in_agent;
   const int saved_errno = errno;
   std::uint64_t* b = nullptr;
   std::uint64_t epoch = g->local->epoch.load(std::memory_order_acquire);

@@ -55,7 +55,9 @@ struct Expr {
 };
 using ExprP = std::unique_ptr<Expr>;
 
-enum class SK { var_assign, map_assign, expr, if_ };
+/// while_: value the condition, then_ the body; unroll: value the count (a
+/// number), then_ the body; jump: name "break", "continue" or "return".
+enum class SK { var_assign, map_assign, expr, if_, while_, unroll, jump };
 
 struct StmtA {
   SK k;
@@ -70,6 +72,7 @@ struct StmtA {
   ExprP delta;
   bool incdec = false;
   std::vector<std::unique_ptr<StmtA>> then_, else_;
+  std::string name;  // jump: break, continue, return
 };
 using StmtP = std::unique_ptr<StmtA>;
 

@@ -252,11 +252,12 @@ AttachPoint Compiler::attach_point(const std::string& t, Pos pos, std::uint32_t 
 }
 
 void Compiler::define_maps(StmtA& s) {
-  if (s.k == SK::if_) {
+  if (s.k == SK::if_ || s.k == SK::while_ || s.k == SK::unroll) {
     for (auto& t : s.then_) define_maps(*t);
     for (auto& t : s.else_) define_maps(*t);
     return;
   }
+  if (s.k == SK::jump) return;
   if (s.k == SK::var_assign) {
     if (!var_kinds_.count(s.target->name)) var_kinds_[s.target->name] = static_kind(*s.value) == 1 ? 1 : 2;
     return;

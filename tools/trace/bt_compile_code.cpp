@@ -49,6 +49,39 @@ std::int32_t Compiler::stmt(StmtA& s) {
       st.d = list(e), st.e = static_cast<std::int32_t>(e.size());
       return push(st);
     }
+    case SK::while_:
+    case SK::unroll: {
+      if (if_depth_ >= kMaxIfDepth)
+        fail(s.pos, "loops and if statements nested too deeply (at most " + std::to_string(kMaxIfDepth) +
+                        " levels: the probe runs on the traced thread's stack)");
+      if (s.k == SK::unroll) {
+        st.op = StmtOp::unroll;
+        if (s.value->num > 100) fail(s.pos, "unroll maximum value is 100");
+        if (s.value->num < 1) fail(s.pos, "unroll minimum value is 1");
+        st.a = static_cast<std::int32_t>(s.value->num);
+      } else {
+        st.op = StmtOp::while_;
+        st.a = expr(*s.value);
+        // (bpftrace 0.17 compiles these, and the kernel refuses to load them)
+        if (nodes_[static_cast<std::size_t>(st.a)].is_str)
+          fail(s.value->pos, "Invalid condition in while(): string");
+        if (is_agg_type(type_of(st.a))) fail(s.value->pos, "Invalid condition in while(): " + type_of(st.a));
+      }
+      std::vector<std::int32_t> body;
+      ++if_depth_;
+      if (s.k == SK::while_) ++loop_depth_;
+      for (auto& x : s.then_) body.push_back(stmt(*x));
+      if (s.k == SK::while_) --loop_depth_;
+      --if_depth_;
+      st.b = list(body), st.c = static_cast<std::int32_t>(body.size());
+      return push(st);
+    }
+    case SK::jump: {
+      st.op = StmtOp::jump;
+      st.a = s.name == "break" ? kJumpBreak : s.name == "continue" ? kJumpContinue : kJumpReturn;
+      if (st.a != kJumpReturn && loop_depth_ == 0) fail(s.pos, s.name + " used outside of a loop");
+      return push(st);
+    }
     case SK::var_assign: {
       st.op = StmtOp::set_var;
       st.b = expr(*s.value);
@@ -394,7 +427,8 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
     case EK::land:
     case EK::lor: {
       std::int32_t a = expr(*e.kids[0], depth + 1), b = expr(*e.kids[1], depth + 1);
-      if (is_agg_type(type_of(a)) || is_agg_type(type_of(b)))
+      if (is_agg_type(type_of(a)) || is_agg_type(type_of(b)) || nodes_[static_cast<std::size_t>(a)].is_str ||
+          nodes_[static_cast<std::size_t>(b)].is_str)  // (bpftrace's: both integers)
         fail(e.pos, "Type mismatch for '" + std::string(e.k == EK::land ? "&&" : "||") + "': comparing '" + type_of(a) +
                         "' with '" + type_of(b) + "'");
       std::int32_t r = leaf(e.k == EK::land ? Op::land : Op::lor, false, true);

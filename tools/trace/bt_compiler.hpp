@@ -145,6 +145,7 @@ class Compiler {
   std::map<std::string, std::int32_t> vars_, svars_;  // this probe's integer and string $variables
   std::map<std::string, std::uint8_t> var_kinds_;  // define_maps(): this probe's $variables' static_kind()
   unsigned if_depth_ = 0;
+  unsigned loop_depth_ = 0;  ///< while loops around the statement being compiled (break, continue)
   bool allow_special_ = false;  // the next expr() may be a ustack or usym() (a key component, a printf argument)
   std::uint32_t key_words_ = 0;  // words of the keys being compiled (encode_key()'s stack)
   ProbeKind cur_kind_ = ProbeKind::uprobe;

@@ -102,7 +102,15 @@ enum class StmtOp : std::uint8_t {
   map_clear, ///< clear(@map a): an event; the CLI removes every key of every table when it reads it
   map_zero,  ///< zero(@map a): an event; the CLI zeroes every key's value when it reads it
   time_,     ///< time(format a): an event; the CLI prints the hit's wall-clock time with strftime(format)
+  while_,    ///< while (cond a) { list b, count c }
+  unroll,    ///< unroll(a) { list b, count c }: the body a times
+  jump,      ///< a: kJumpBreak, kJumpContinue or kJumpReturn
 };
+inline constexpr std::int32_t kJumpBreak = 0, kJumpContinue = 1, kJumpReturn = 2;
+/// Loop iterations (while and unroll bodies) one probe run may take: the
+/// kernel's verifier refuses a BPF program it cannot bound (about a million
+/// instructions); here the run stops there (Area kLoopStops counts it).
+inline constexpr std::uint32_t kMaxLoopIterations = 1000000;
 
 struct Stmt {
   StmtOp op;
@@ -165,6 +173,7 @@ enum AreaWord : std::size_t {
   kLostEvents = 2, ///< printf events dropped: the ring was full
   kMapDrops = 3,   ///< map updates dropped: the table was full
   kSelfPid = 4,    ///< the process's ID for image words (0: not known yet; a fork child has new blocks)
+  kLoopStops = 5,  ///< probe runs stopped at kMaxLoopIterations
   kAreaHeaderWords = 8,
 };
 

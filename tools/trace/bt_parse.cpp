@@ -235,9 +235,62 @@ class Parser {
       }
       return st;
     }
-    for (const char* kw : {"unroll", "while", "for", "return"})
-      if (s_.compare(i_, std::strlen(kw), kw) == 0 && !ident_char(peek(std::strlen(kw))))
-        fail(here(std::strlen(kw)), std::string("'") + kw + "' is not supported by uprobe-trace yet");
+    auto keyword = [&](const char* kw) {
+      return s_.compare(i_, std::strlen(kw), kw) == 0 && !ident_char(peek(std::strlen(kw)));
+    };
+    if (keyword("for")) unexpected("}");  // (not bpftrace 0.17's)
+    for (const char* kw : {"break", "continue", "return"}) {
+      if (!keyword(kw)) continue;
+      st->k = SK::jump;
+      st->name = kw;
+      st->pos = token(std::strlen(kw));
+      adv(std::strlen(kw));
+      return st;
+    }
+    if (keyword("while")) {
+      is_if = true;  // (a block: no `;` after it)
+      st->k = SK::while_;
+      st->pos = token(5);
+      adv(5);
+      expect("(");
+      st->value = expr();
+      expect(")");
+      st->then_ = block();
+      return st;
+    }
+    if (keyword("unroll")) {  // unroll(N) { ... }: N a number or a positional parameter
+      is_if = true;
+      st->k = SK::unroll;
+      Pos p = token(6);
+      adv(6);
+      expect("(");
+      skip_ws();
+      const bool number = std::isdigit(static_cast<unsigned char>(peek())) || (peek() == '$' && (peek(1) == '#' ||
+                          std::isdigit(static_cast<unsigned char>(peek(1)))));
+      if (!number) {
+        std::size_t len = 1;
+        while (ident_char(peek(len))) ++len;
+        // (bison names a builtin by its token's name)
+        static const std::set<std::string> kBuiltins = {
+            "pid", "tid", "uid", "gid", "nsecs", "elapsed", "cpu", "comm", "kstack", "ustack", "retval", "func",
+            "probe", "username", "args", "curtask", "rand", "ctx", "cgroup", "numaid", "jiffies"};
+        const std::string w = s_.substr(i_, len);
+        const bool numbered = (w.rfind("arg", 0) == 0 && w.size() == 4) || (w.rfind("sarg", 0) == 0 && w.size() == 5);
+        const bool builtin = ident_start(peek()) && (kBuiltins.count(w) || (numbered && std::isdigit(static_cast<unsigned char>(w.back()))));
+        if (builtin)
+          fail(token(len), "syntax error, unexpected builtin, expecting $# or - or positional parameter or integer");
+        unexpected("$# or - or positional parameter or integer");
+      }
+      st->value = primary();
+      if (st->value->param_not_numeric)
+        fail(st->value->pos, "$" + std::to_string(st->value->param) + " used numerically but given \"" +
+                                 st->value->name + "\". Try using str($" + std::to_string(st->value->param) + ").");
+      expect(")");
+      p.end = col_;
+      st->pos = p;
+      st->then_ = block();
+      return st;
+    }
     // ++@m[k], --$v
     std::string prefix;
     if ((peek() == '+' || peek() == '-') && peek(1) == peek()) {
@@ -696,6 +749,7 @@ class Parser {
         fail(len.pos, "str($N, LEN): LEN must be an integer literal with a positional parameter (uprobe-trace)");
       if (len.num >= 0 && static_cast<std::uint64_t>(len.num) < v.size()) v.resize(static_cast<std::size_t>(len.num));
     }
+    if (v.size() > 63) v.resize(63);  // (bpftrace's str(): 64 bytes, NUL included)
     ExprP s = make(EK::str, call->pos);
     s->name = v;
     s->call_end = call->call_end, s->call_end_line = call->call_end_line;

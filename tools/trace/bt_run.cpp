@@ -243,9 +243,11 @@ class BtRun {
     for (auto& b : blocks_) n += bt::load(b.area + bt::kLostEvents);
     return n;
   }
-  std::uint64_t map_drops() {
-    std::uint64_t n = bt::load(own_.get() + bt::kMapDrops);
-    for (auto& b : blocks_) n += bt::load(b.area + bt::kMapDrops);
+  std::uint64_t map_drops() { return area_sum(bt::kMapDrops); }
+  std::uint64_t loop_stops() { return area_sum(bt::kLoopStops); }
+  std::uint64_t area_sum(bt::AreaWord w) {
+    std::uint64_t n = bt::load(own_.get() + w);
+    for (auto& b : blocks_) n += bt::load(b.area + w);
     return n;
   }
 
@@ -517,6 +519,9 @@ int run_bpftrace(const BtOptions& o) {
       }
       timeout = std::min<int>(timeout, static_cast<int>((due > now ? due - now : 0) / 1000000) + 1);
     }
+    // SIGTERM or SIGHUP with no program to pass them to: bpftrace's end (END,
+    // the maps, exit status 0), as it ends on them.
+    if (g_stop_signal && g_child <= 0) break;
     pollfd pfd{sig_fd, POLLIN, 0};
     if (poll(&pfd, 1, timeout) > 0) {
       signalfd_siginfo si;
@@ -551,6 +556,10 @@ int run_bpftrace(const BtOptions& o) {
   if (const std::uint64_t drops = run.map_drops())
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu map updates dropped (a thread's map table was full)\n",
                  static_cast<unsigned long long>(drops));
+  if (const std::uint64_t stops = run.loop_stops())
+    std::fprintf(stderr, "uprobe-trace: WARNING: %llu probe runs stopped: a loop ran %u iterations (bpftrace's kernel "
+                 "would not load a loop it cannot bound)\n",
+                 static_cast<unsigned long long>(stops), bt::kMaxLoopIterations);
   if (const std::uint64_t missed = run.header()->missed.load())
     std::fprintf(stderr, "uprobe-trace: WARNING: %llu probe hits were not run (a probe fired while its thread was "
                  "inside another hit: a signal handler that interrupted one)\n",

@@ -162,6 +162,7 @@ class Vm {
       Val v = eval(pd.pred);
       if (truth(v) == 0) return;
     }
+    loop_budget_ = kMaxLoopIterations;
     exec(pd.body, pd.nbody);
   }
 
@@ -552,9 +553,24 @@ class Vm {
     return v;
   }
 
-  void exec(std::int32_t l, std::int32_t n) noexcept {
+  /// How a statement list ended: at its end, or at a break, a continue, a
+  /// return (exit(), the loop budget spent).
+  enum class Flow { next, brk, cont, ret };
+
+  /// One more loop iteration of this run's kMaxLoopIterations; false (the
+  /// run stops, counted in the area) when they are spent.
+  bool loop_iteration() noexcept {
+    if (loop_budget_ > 0) {
+      --loop_budget_;
+      return true;
+    }
+    if (c_.area) store(c_.area + kLoopStops, load(c_.area + kLoopStops) + 1);
+    return false;
+  }
+
+  Flow exec(std::int32_t l, std::int32_t n) noexcept {
     for (std::int32_t k = 0; k < n; ++k) {
-      if (c_.exit_flag && *c_.exit_flag) return;
+      if (c_.exit_flag && *c_.exit_flag) return Flow::ret;
       const Stmt& s = p_.stmts[p_.lists[l + k]];
       switch (s.op) {
         case StmtOp::set_var: {
@@ -571,11 +587,28 @@ class Vm {
           break;
         }
         case StmtOp::expr: eval(s.a); break;
-        case StmtOp::exit_: if (c_.exit_flag) *c_.exit_flag = 1; return;
-        case StmtOp::if_:
-          if (truth(eval(s.a))) exec(s.b, s.c);
-          else if (s.e) exec(s.d, s.e);
+        case StmtOp::exit_: if (c_.exit_flag) *c_.exit_flag = 1; return Flow::ret;
+        case StmtOp::if_: {
+          const Flow f = truth(eval(s.a)) ? exec(s.b, s.c) : s.e ? exec(s.d, s.e) : Flow::next;
+          if (f != Flow::next) return f;
           break;
+        }
+        case StmtOp::while_:
+          while (truth(eval(s.a))) {
+            if (!loop_iteration()) return Flow::ret;
+            const Flow f = exec(s.b, s.c);
+            if (f == Flow::brk) break;
+            if (f == Flow::ret) return f;
+          }
+          break;
+        case StmtOp::unroll:
+          for (std::int32_t i = 0; i < s.a; ++i) {
+            if (!loop_iteration()) return Flow::ret;
+            const Flow f = exec(s.b, s.c);  // (a break or continue is the enclosing while's)
+            if (f != Flow::next) return f;
+          }
+          break;
+        case StmtOp::jump: return s.a == kJumpBreak ? Flow::brk : s.a == kJumpContinue ? Flow::cont : Flow::ret;
         case StmtOp::map_agg: agg(s); break;
         case StmtOp::printf_: emit(s); break;
         case StmtOp::print_map: emit(s, kEvPrint); break;
@@ -593,6 +626,7 @@ class Vm {
         }
       }
     }
+    return Flow::next;
   }
 
   // The value words of the entry of map `m` that statement `s`'s key names
@@ -735,6 +769,7 @@ class Vm {
   // probe uses, encode_key() the key words of its map.
   std::int64_t vars_[kMaxVars];
   char svars_[kMaxStrVars][kStrLen];
+  std::uint32_t loop_budget_ = kMaxLoopIterations;  ///< loop iterations this probe run may still take
   std::uint64_t key_[kKeyStackWords];
   unsigned key_top_ = 0;
   char comm_[17];

@@ -88,10 +88,12 @@ void StartGate::shut() {
 // ---------------------------------------------------------------- signals
 
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_stop_signal = 0;
 
 namespace {
 void forward(int sig) {
   if (g_child > 0) kill(g_child, sig);
+  else g_stop_signal = sig;
 }
 }  // namespace
 

@@ -56,6 +56,10 @@ struct StartGate {
 /// The traced program's pid while it runs (0 when none): where forwarded
 /// signals go.
 extern volatile sig_atomic_t g_child;
+/// SIGTERM or SIGHUP taken while no program ran (g_child 0: none started, or
+/// it is gone): what ends a run without one (BEGIN/interval only), as
+/// bpftrace ends on them; 0 when none came.
+extern volatile sig_atomic_t g_stop_signal;
 
 /// The CLI's signals while a traced program runs: SIGINT (which the terminal
 /// sends to the program too) and SIGCHLD are taken through `fd` (a
