@@ -464,7 +464,7 @@ int run_bpftrace(const BtOptions& o) {
     }
     close(counts_fd);
     remove_tree(dir);
-    std::fputs("No probes to attach\n", out);
+    if (!o.quiet) std::fputs("No probes to attach\n", stdout);  // (bpftrace's: not into -o FILE, nothing with -q)
     if (out != stdout) std::fclose(out);
     return 1;
   }
