@@ -550,6 +550,12 @@ TEST(Bpftrace, TypeErrorsAreBpftraces) {
     const char* first_line;
   };
   const Case cases[] = {
+    {"BEGIN { time(\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"); exit(); }",
+     "stdin:1:9-80: ERROR: String is too long (over 64 bytes): aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+    {"BEGIN { @x = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"; exit(); }",
+     "stdin:1:14-80: ERROR: String is too long (over 64 bytes): aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+    {"BEGIN { printf(\"%d\\n\", 1 && \"a\"); exit(); }",
+     "stdin:1:24-32: ERROR: Type mismatch for '&&': comparing 'int64' with 'string[2]'"},
     {"BEGIN { $x = 1 && \"a\"; }",
      "stdin:1:14-22: ERROR: Type mismatch for '&&': comparing 'int64' with 'string[2]'"},
     {"BEGIN { break; }",

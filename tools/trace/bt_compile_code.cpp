@@ -177,6 +177,13 @@ std::int32_t Compiler::map_op_stmt(const Expr& e) {
 
 // time([FORMAT]): bpftrace's time(), the format a string literal
 // (default "%H:%M:%S\n"), printed by the CLI (strftime of the local time).
+// bpftrace's limit on a string literal (printf()'s format excepted): 63
+// bytes and its NUL.
+void Compiler::check_string_size(const Expr& e) {
+  if (e.k == EK::str && e.name.size() > kStrDefault - 1)
+    fail(e.pos, "String is too long (over " + std::to_string(kStrDefault) + " bytes): " + e.name);
+}
+
 std::int32_t Compiler::time_stmt(const Expr& e) {
   if (e.kids.size() > 1)
     fail(e.call(), "time() takes up to one argument (" + std::to_string(e.kids.size()) + " provided)");
@@ -187,6 +194,7 @@ std::int32_t Compiler::time_stmt(const Expr& e) {
                           : is_agg_type(type_of(n)) ? type_of(n) : "integer";
     fail(e.call(), "time() expects a string literal (" + t + " provided)");
   }
+  if (!e.kids.empty()) check_string_size(*e.kids[0]);
   FmtDesc fd{};
   fd.text = str(e.kids.empty() ? std::string("%H:%M:%S\n") : e.kids[0]->name);
   fmts_.push_back(fd);
@@ -340,6 +348,7 @@ std::int32_t Compiler::expr_inner(const Expr& e, unsigned depth) {
                         std::to_string(e.param) + ").");
       return leaf(Op::num, false, true, e.num);
     case EK::str: {
+      check_string_size(e);
       std::int32_t r = leaf(Op::str, true, false);
       nodes_[static_cast<std::size_t>(r)].a = static_cast<std::int32_t>(str(e.name));
       return r;
@@ -496,6 +505,7 @@ std::int32_t Compiler::strftime_node(const Expr& e, unsigned depth) {
     fail(e.call(), std::string("strftime() expects a string literal (") +
                        (nodes_[static_cast<std::size_t>(f)].is_str ? "string" : "integer") + " provided)");
   }
+  check_string_size(*e.kids[0]);
   const std::int32_t a = expr(*e.kids[1], depth + 1);
   if (nodes_[static_cast<std::size_t>(a)].is_str || nodes_[static_cast<std::size_t>(a)].vt != kVtPlain ||
       is_agg_type(type_of(a)))

@@ -101,6 +101,7 @@ class Compiler {
 
   std::int32_t printf_stmt(const Expr& e);
   std::int32_t time_stmt(const Expr& e);
+  void check_string_size(const Expr& e);
   std::int32_t strftime_node(const Expr& e, unsigned depth);
 
   std::int32_t svar_slot(const std::string& name, Pos pos);

@@ -610,13 +610,13 @@ class Parser {
       return e;
     }
     if (c == '"') {
-      ExprP e = make(EK::str, p);
       // bpftrace's lexer places an error in a string from where its token
       // began, after the last blank (flex's loc.step()), to where the
       // scanner is (after the escape; the line's end for an unterminated
-      // string).
+      // string); the string's own place starts there too.
       int from = col_;
       for (std::size_t k = i_; k > 0 && !std::isspace(static_cast<unsigned char>(s_[k - 1])); --k) --from;
+      ExprP e = make(EK::str, Pos{p.line, from, p.end});
       auto err = [&](const std::string& m) { fail(Pos{line_, from, col_}, m); };
       adv();
       std::string v;
