@@ -32,6 +32,14 @@ namespace uprobe::arch {
 /// Offset of OptSite::owner inside a stub block.
 std::size_t opt_stub_owner_offset() noexcept;
 
+/// Takes the kernel's own uprobes out of `mem`, a copy of `n` bytes of code
+/// whose file holds `file` there: each int3 where the file has another byte
+/// (kernel/events/uprobes.c install_breakpoint(): UPROBE_SWBP_INSN), and
+/// each call over a 5-byte nop (arch/x86/kernel/uprobes.c, an optimized
+/// uprobe: `call` to the [uprobes] trampoline) gets the file's bytes back.
+/// Returns the number of places changed. Pure, async-signal-safe.
+std::size_t take_out_kernel_uprobes(std::uint8_t* mem, const std::uint8_t* file, std::size_t n) noexcept;
+
 /// Encodes `jmp rel32` at `from` to `to` into out[0 .. pad + kJumpLen):
 /// `pad` (<= kMaxJumpPad) prefixes of kJumpPadPrefix first (a padded punned
 /// jump, E9Patch's T1), the rel32 counted from from + pad + kJumpLen. Pure,

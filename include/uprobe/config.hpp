@@ -102,6 +102,28 @@ struct Config {
   /// trampoline is a silent region of the step path). Read when a probe is
   /// created. Default true; false keeps such sites on int3.
   bool optimize_evicted = true;
+  /// Before libuprobe first writes into a page of a file's code, replace
+  /// the page by an anonymous copy of itself (one mremap(2): no thread ever
+  /// sees it missing), out of the reach of the kernel's own uprobes: they
+  /// reach only file-backed mappings (kernel/events/uprobes.c valid_vma()).
+  /// Without it, a system-wide kernel uprobe (bpftrace or perf without a
+  /// pid, as root) on a function this process optimized writes its int3
+  /// over the first byte of our jump and, on unregister, the file's byte
+  /// back, leaving a torn jump: the program dies (SIGSEGV/SIGILL). With it,
+  /// a kernel breakpoint already in the page is left out of the copy (the
+  /// file's bytes put back), and the kernel's uprobes miss this process's
+  /// copied pages from then on. The cost: /proc/PID/maps shows each copied
+  /// page as anonymous memory ("r-xp 00000000 00:00 0", one mapping per
+  /// page), which tools reading it to symbolize (perf, a profiler, gdb's
+  /// `info proc mappings`) no longer name as the file; libuprobe's own
+  /// model still does (a later probe in the page resolves). A page stays
+  /// a copy until unmapped. Needs Linux >= 6.11 (PROCMAP_QUERY); a page
+  /// that cannot be copied (copies take at most a quarter of the process's
+  /// vm.max_map_count, two mappings each) is written in place.
+  /// Read before each text write. Default true (no probe may kill its
+  /// program); false keeps every page the file's mapping, for a process
+  /// profiled by perf or probed by the kernel's uprobes too.
+  bool detach_patched_pages = true;
   /// How a probe past a function's entry is planned (lab.hpp): the default
   /// tries a window first; SiteTactics::instruction_only takes E9Patch's B1/B2
   /// only (the test suites run every class of instruction through punned

@@ -14,6 +14,7 @@
 
 #include "bytes.hpp"
 #include "raw_syscall.hpp"
+#include "text_pages.hpp"
 
 namespace uprobe::detail {
 
@@ -54,7 +55,21 @@ bool read_self(pid_t pid, void* out, std::uint64_t addr, std::size_t len) noexce
   return arch::raw_syscall(SYS_process_vm_readv, pid, reinterpret_cast<long>(&local), 1,
                            reinterpret_cast<long>(&remote), 1, 0) == static_cast<long>(len);
 }
+/// A write inside a PokeSession (registry mutex held: an attach, a detach)
+/// first takes the pages it writes out of their file (text_pages.hpp); a
+/// page copy of this thread's may then be stale (kernel breakpoints taken
+/// out). Writes outside one (a handler's Action::remove) restore bytes of
+/// sites written in one, in pages detached then.
+void detach_before_write(std::uint64_t addr, std::size_t len) noexcept {
+  if (t_session_fd >= 0) detach_text(addr, len);
+}
 }  // namespace
+
+std::size_t detach_text(std::uint64_t addr, std::size_t len) noexcept {
+  const std::size_t n = detach_text_pages(addr, len);
+  if (n) g_text_writes.fetch_add(1, std::memory_order_acq_rel);
+  return n;
+}
 
 struct PeekCache::Page {
   pid_t pid;
@@ -96,6 +111,7 @@ PokeSession::~PokeSession() {
 }
 
 int poke_text(std::uint64_t addr, const std::uint8_t* bytes, std::size_t len) noexcept {
+  detach_before_write(addr, len);
   const bool session = t_session_fd >= 0;
   int fd = session ? t_session_fd : sys_open_mem();
   if (fd < 0) {
@@ -195,6 +211,7 @@ bool TextBatch::write(Joinable joinable, const void* ctx) noexcept {
       for (; j < n && writes_[j].addr >= end && writes_[j].addr + writes_[j].len <= page + kPage; ++j)
         end = writes_[j].addr + writes_[j].len;
     const std::uint64_t lo = writes_[i].addr;
+    detach_before_write(lo, end - lo);  // (before the run is read: the bytes it rewrites are the copy's)
     bool joined = false;
     if (j - i > 1 && joinable(lo, end, ctx) && peek_text_checked(lo, run_, end - lo)) {
       for (std::size_t k = i; k < j; ++k) copy_bytes(run_ + (writes_[k].addr - lo), writes_[k].bytes, writes_[k].len);

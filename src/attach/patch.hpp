@@ -5,7 +5,8 @@
 // pwrite() to /proc/self/mem (the kernel writes through its own mapping, as
 // uprobe_write_opcode() does for the kernel's uprobes, breaking COW on private
 // file mappings). The file is opened per operation so that a fork child never
-// writes through a descriptor that still points at its parent's mm.
+// writes through a descriptor that still points at its parent's mm. A page
+// written in a PokeSession is first detached from its file (text_pages.hpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,14 @@
 #include "services.hpp"
 
 namespace uprobe::detail {
+
+/// Takes the pages of [addr, addr + len) out of their file before libuprobe
+/// writes there (text_pages.hpp: then the kernel's own uprobes cannot reach
+/// them), and makes every thread's PeekCache read them again. Returns the
+/// number of pages detached now. poke_text() and TextBatch::write() call it
+/// inside a PokeSession (an attach or detach with the registry mutex held).
+/// Allocates nothing. Registry mutex held.
+std::size_t detach_text(std::uint64_t addr, std::size_t len) noexcept;
 
 /// Writes `len` bytes at `addr`. Returns 0 or an errno value.
 /// Async-signal-safe (openat, pwrite64, close: system calls made directly,

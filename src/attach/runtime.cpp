@@ -16,6 +16,7 @@
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
 #include "sites.hpp"
+#include "text_pages.hpp"
 #include "thread_sample.hpp"
 #include "xol.hpp"
 
@@ -124,6 +125,7 @@ void after_fork_child() {
   signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();
+  detached_pages_after_fork_child();
   registry().mutex.fork_after();
   // Do now what a first hit in the child would otherwise do with system
   // calls (RCU reader registration, gettid), so that a child that installs a
@@ -190,6 +192,7 @@ void configure(const Config& c) {
   g_hot.optimize_punned.store(c.optimize_punned, std::memory_order_relaxed);
   g_hot.site_tactics.store(c.site_tactics, std::memory_order_relaxed);
   g_hot.optimize_evicted.store(c.optimize_evicted, std::memory_order_relaxed);
+  set_detach_patched_pages(c.detach_patched_pages);
   if (r.started && optimize_changed) reoptimize_all(r);
   if (r.started)
     uretprobe_configure(static_cast<unsigned>(c.ri_pool), static_cast<unsigned>(c.ri_lock), c.max_uretprobe_depth);
@@ -219,6 +222,7 @@ Config configuration() {
   c.optimize_punned = g_hot.optimize_punned.load(std::memory_order_relaxed);
   c.site_tactics = g_hot.site_tactics.load(std::memory_order_relaxed);
   c.optimize_evicted = g_hot.optimize_evicted.load(std::memory_order_relaxed);
+  c.detach_patched_pages = detach_patched_pages();
   c.sample_signal = sample_signal();
   return c;
 }

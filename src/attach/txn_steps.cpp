@@ -105,6 +105,10 @@ std::unique_ptr<SiteSet> compute_sites(Uprobe* up, const VmaSnapshot& vmas) {
       // between the read above and the check.
       PatchLock guard(up);
       if (!peek_text_fresh(s.addr, &cur, 1)) continue;
+      // A breakpoint that is not ours may be the kernel's (a system-wide
+      // uprobe on this file): the page's copy leaves it out (text_pages.hpp).
+      if (!matches() && cur == arch::kBreakpoint && detach_text(s.addr, 1) && !peek_text_fresh(s.addr, &cur, 1))
+        continue;
       if (!matches())
         throw Error(Errc::refused_instruction, up->path, up->key.offset,
                     "the byte in memory at " + hex(s.addr) + " is " + hex(cur) + ", not the file's " +

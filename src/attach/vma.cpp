@@ -2,7 +2,6 @@
 #include "vma.hpp"
 
 #include <fcntl.h>
-#include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include <cstring>
 
 #include "format.hpp"
+#include "procmap.hpp"
+#include "text_pages.hpp"
 #include "uprobe/uprobe.hpp"
 
 namespace uprobe::detail {
@@ -91,6 +92,88 @@ bool parse_maps_line(const char* p, const char* end, Vma& v) {
 }  // namespace
 
 
+namespace {
+
+constexpr std::uint64_t kPage = 4096;
+
+/// Puts the detached pages (text_pages.hpp) back into `vmas` (sorted) as
+/// the file mappings they were, each merged with the pieces of its file's
+/// mapping around it; a table entry whose page is no longer an anonymous
+/// mapping of that protection is forgotten (unmapped, or mapped anew).
+void put_back_detached(std::vector<Vma>& vmas) {
+  const std::vector<DetachedPage> pages = detached_pages();
+  if (pages.empty()) return;
+  std::vector<Vma> out;
+  out.reserve(vmas.size() + pages.size());
+  std::size_t k = 0;
+  for (Vma& v : vmas) {
+    while (k < pages.size() && pages[k].page < v.start) forget_detached_page(pages[k++].page);
+    if (v.ino != 0 || v.shared) {
+      out.push_back(std::move(v));
+      continue;
+    }
+    std::uint64_t pos = v.start;
+    for (; k < pages.size() && pages[k].page < v.end; ++k) {
+      const DetachedPage& d = pages[k];
+      if (d.prot != v.prot) {
+        forget_detached_page(d.page);
+        continue;
+      }
+      if (d.page > pos) {
+        Vma rest = v;
+        rest.start = pos;
+        rest.end = d.page;
+        out.push_back(std::move(rest));
+      }
+      Vma f;
+      f.start = d.page;
+      f.end = d.page + kPage;
+      f.pgoff = d.pgoff;
+      f.dev = d.dev;
+      f.ino = d.ino;
+      f.prot = d.prot;
+      f.detached = true;
+      out.push_back(std::move(f));
+      pos = d.page + kPage;
+    }
+    if (pos < v.end) {
+      Vma rest = std::move(v);
+      rest.start = pos;
+      out.push_back(std::move(rest));
+    }
+  }
+  for (; k < pages.size(); ++k) forget_detached_page(pages[k].page);
+  // Each detached page takes its file's name; pieces of one file mapping
+  // that the kernel shows apart only because of a detached page become one.
+  std::vector<Vma> merged;
+  merged.reserve(out.size());
+  for (Vma& v : out) {
+    if (v.detached)
+      for (const Vma& o : out)
+        if (o.ino == v.ino && o.dev == v.dev && !o.detached && !o.path.empty()) {
+          v.path = o.path;
+          break;
+        }
+    if (v.detached && v.path.empty()) {  // (no mapping of its file left to name it)
+      forget_detached_page(v.start);
+      v = Vma{v.start, v.end, 0, 0, 0, v.prot, false, false, {}};
+    }
+    if (!merged.empty()) {
+      Vma& m = merged.back();
+      if ((m.detached || v.detached) && m.ino != 0 && m.ino == v.ino && m.dev == v.dev && m.end == v.start &&
+          m.prot == v.prot && m.shared == v.shared && m.pgoff + (m.end - m.start) == v.pgoff) {
+        m.end = v.end;
+        m.detached = true;
+        continue;
+      }
+    }
+    merged.push_back(std::move(v));
+  }
+  vmas.swap(merged);
+}
+
+}  // namespace
+
 std::vector<Vma> read_proc_maps() {
   const std::string text = slurp("/proc/self/maps");
   std::vector<Vma> vmas;
@@ -104,6 +187,7 @@ std::vector<Vma> read_proc_maps() {
     p = eol + 1;
   }
   std::sort(vmas.begin(), vmas.end(), [](const Vma& a, const Vma& b) { return a.start < b.start; });
+  put_back_detached(vmas);
   return vmas;
 }
 
@@ -118,60 +202,41 @@ bool same_layout(const VmaSnapshot& x, const VmaSnapshot& y) noexcept {
   return true;
 }
 
-#ifndef PROCMAP_QUERY
-// include/uapi/linux/fs.h of Linux 6.11 (the headers installed may be older
-// than the kernel that runs).
-struct procmap_query {
-  __u64 size;
-  __u64 query_flags;
-  __u64 query_addr;
-  __u64 vma_start;
-  __u64 vma_end;
-  __u64 vma_flags;
-  __u64 vma_page_size;
-  __u64 vma_offset;
-  __u64 inode;
-  __u32 dev_major;
-  __u32 dev_minor;
-  __u32 vma_name_size;
-  __u32 build_id_size;
-  __u64 vma_name_addr;
-  __u64 build_id_addr;
-};
-#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
-#define PROCMAP_QUERY_VMA_READABLE 0x01
-#define PROCMAP_QUERY_VMA_WRITABLE 0x02
-#define PROCMAP_QUERY_VMA_EXECUTABLE 0x04
-#define PROCMAP_QUERY_VMA_SHARED 0x08
-#define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
-#define PROCMAP_QUERY_FILE_BACKED_VMA 0x20
-#endif
-
 namespace {
 
-std::atomic<bool> g_procmap_unsupported{false};
-
-/// One PROCMAP_QUERY of /proc/self/maps (`fd`): 0, ENOENT (no such
-/// mapping), or another errno (then the ioctl is noted unsupported when the
-/// kernel lacks it).
-int procmap_query_at(int fd, std::uint64_t addr, std::uint64_t flags, procmap_query& q) {
-  std::memset(&q, 0, sizeof q);
-  q.size = sizeof q;
-  q.query_addr = addr;
-  q.query_flags = flags;
-  if (::ioctl(fd, PROCMAP_QUERY, &q) == 0) return 0;
-  const int err = errno;
-  if (err == ENOTTY || err == EINVAL || err == EOPNOTSUPP) g_procmap_unsupported.store(true);
-  return err;
+/// The kernel's protection bits of `q` as Vma::prot.
+std::uint8_t prot_of(const procmap_query& q) {
+  return static_cast<std::uint8_t>((q.vma_flags & PROCMAP_QUERY_VMA_READABLE ? 1 : 0) |
+                                   (q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE ? 2 : 0) |
+                                   (q.vma_flags & PROCMAP_QUERY_VMA_EXECUTABLE ? 4 : 0));
 }
 
-/// Whether the kernel's mapping `q` is `v` exactly.
-bool same_mapping(const Vma& v, const procmap_query& q) {
-  const std::uint8_t prot = static_cast<std::uint8_t>((q.vma_flags & PROCMAP_QUERY_VMA_READABLE ? 1 : 0) |
-                                                      (q.vma_flags & PROCMAP_QUERY_VMA_WRITABLE ? 2 : 0) |
-                                                      (q.vma_flags & PROCMAP_QUERY_VMA_EXECUTABLE ? 4 : 0));
-  return v.start == q.vma_start && v.end == q.vma_end && v.pgoff == q.vma_offset &&
-         v.ino == static_cast<ino_t>(q.inode) && v.dev == makedev(q.dev_major, q.dev_minor) && v.prot == prot &&
+/// The detached pages (text_pages.hpp): a sorted copy.
+struct DetachedSet {
+  std::vector<DetachedPage> pages = detached_pages();
+  const DetachedPage* find(std::uint64_t page) const {
+    auto it = std::lower_bound(pages.begin(), pages.end(), page,
+                               [](const DetachedPage& d, std::uint64_t p) { return d.page < p; });
+    return it != pages.end() && it->page == page ? &*it : nullptr;
+  }
+  /// `pos` moved past the detached pages that start there, up to `end`,
+  /// each asked of the kernel (`fd`): still an anonymous mapping with its
+  /// protection. nullopt when one is not (unmapped, or mapped anew).
+  std::optional<std::uint64_t> skip(int fd, std::uint64_t pos, std::uint64_t end) const {
+    for (const DetachedPage* d; pos < end && (d = find(pos)) != nullptr; pos += kPage) {
+      procmap_query q{};
+      if (procmap_query_at(fd, pos, 0, q) != 0 || q.inode != 0 || prot_of(q) != d->prot) return std::nullopt;
+    }
+    return pos;
+  }
+};
+
+/// Whether the kernel's mapping `q` is the piece of `v` that starts at
+/// `pos`: the same file at the same offset, protection and sharing, within
+/// `v` (the rest of `v` beyond it: further pieces, or detached pages).
+bool same_piece(const Vma& v, std::uint64_t pos, const procmap_query& q) {
+  return q.vma_start == pos && q.vma_end <= v.end && q.vma_offset == v.pgoff + (pos - v.start) &&
+         v.ino == static_cast<ino_t>(q.inode) && v.dev == makedev(q.dev_major, q.dev_minor) && v.prot == prot_of(q) &&
          v.shared == ((q.vma_flags & PROCMAP_QUERY_VMA_SHARED) != 0);
 }
 
@@ -184,21 +249,37 @@ std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   const std::vector<Vma>& v = snap.vmas();
+  const DetachedSet detached;
   std::optional<bool> result = true;
   // Two sweeps, each over the file-backed mappings with one protection bit
   // (the kernel filters: one query per such mapping): code, where sites
   // are, then writable data, where USDT semaphores are. A read-only one
-  // (headers, .rodata, RELRO: two of a library's five) holds neither.
+  // (headers, .rodata, RELRO: two of a library's five) holds neither. A
+  // mapping with detached pages is seen by the kernel as the pieces between
+  // them: each piece is checked, the detached pages are skipped.
   for (const auto& [bit, flag] : {std::pair<std::uint8_t, std::uint64_t>{4, PROCMAP_QUERY_VMA_EXECUTABLE},
                                  std::pair<std::uint8_t, std::uint64_t>{2, PROCMAP_QUERY_VMA_WRITABLE}}) {
     std::size_t i = 0;
-    auto next_wanted = [&] {
-      while (i < v.size() && (v[i].ino == 0 || !(v[i].prot & bit))) ++i;
+    std::uint64_t pos = 0;   // where the next kernel piece of v[i] must start
+    std::uint64_t addr = 0;  // where the last piece matched ended: asked from there (a new mapping between shows)
+    // To the next wanted mapping with a piece the kernel shows.
+    auto settle = [&] {
+      for (;; ++i) {
+        while (i < v.size() && (v[i].ino == 0 || !(v[i].prot & bit))) ++i;
+        if (i == v.size()) return true;
+        if (pos < v[i].start) pos = v[i].start;
+        const std::optional<std::uint64_t> past = detached.skip(fd, pos, v[i].end);
+        if (!past) return false;
+        pos = *past;
+        if (pos < v[i].end) return true;
+      }
     };
-    std::uint64_t addr = 0;
     for (;;) {
-      procmap_query q;
-      next_wanted();
+      procmap_query q{};
+      if (!settle()) {
+        result = false;
+        break;
+      }
       const std::uint64_t flags = PROCMAP_QUERY_COVERING_OR_NEXT_VMA | PROCMAP_QUERY_FILE_BACKED_VMA | flag;
       if (const int err = procmap_query_at(fd, addr, flags, q)) {
         if (err == ENOENT) {  // no such mapping at or above addr
@@ -208,12 +289,11 @@ std::optional<bool> file_mappings_unchanged(const VmaSnapshot& snap) {
         }
         break;
       }
-      if (i == v.size() || !same_mapping(v[i], q)) {
+      if (i == v.size() || !same_piece(v[i], pos, q)) {
         result = false;
         break;
       }
-      ++i;
-      addr = q.vma_end;
+      pos = addr = q.vma_end;
     }
     if (result != true) break;
   }
@@ -225,12 +305,26 @@ std::optional<bool> mapping_unchanged(const Vma& v) {
   if (g_procmap_unsupported.load(std::memory_order_relaxed)) return std::nullopt;
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);  // (per call: see above)
   if (fd < 0) return std::nullopt;
-  procmap_query q;
-  const int err = procmap_query_at(fd, v.start, 0, q);  // the mapping covering v.start, if any
+  const DetachedSet detached;
+  std::optional<bool> result = true;
+  for (std::uint64_t pos = v.start;;) {
+    const std::optional<std::uint64_t> past = detached.skip(fd, pos, v.end);
+    if (!past) {
+      result = false;
+      break;
+    }
+    pos = *past;
+    if (pos >= v.end) break;
+    procmap_query q{};
+    const int err = procmap_query_at(fd, pos, 0, q);  // the mapping covering pos, if any
+    if (err || !same_piece(v, pos, q)) {
+      result = err && err != ENOENT ? std::nullopt : std::optional<bool>(false);
+      break;
+    }
+    pos = q.vma_end;
+  }
   ::close(fd);
-  if (err == ENOENT) return false;
-  if (err) return std::nullopt;
-  return same_mapping(v, q);
+  return result;
 }
 
 std::optional<FileOffset> file_offset_if_unchanged(const VmaSnapshot& snap, std::uint64_t addr) {

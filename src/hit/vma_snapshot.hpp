@@ -23,6 +23,9 @@ struct Vma {
   ino_t ino = 0;
   std::uint8_t prot = 0;
   bool shared = false;
+  /// Holds pages libuprobe detached from the file (src/attach/text_pages.hpp):
+  /// the kernel shows them as anonymous memory; the model, as the file's.
+  bool detached = false;
   std::string path;
   bool executable() const noexcept { return prot & 4; }
   bool contains(std::uint64_t a) const noexcept { return a >= start && a < end; }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "common.hpp"
 
+#include "proc_text.hpp"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -103,26 +105,17 @@ std::vector<std::uint8_t> mem_bytes(const void* addr, std::size_t len) {
   return v;
 }
 
+/// Every mapping (libuprobe's copied pages shown as their files': proc_text.hpp read_maps()).
+static std::vector<Mapping> all_mappings() {
+  std::vector<Mapping> out;
+  for (const uprobe_test::MapLine& l : uprobe_test::read_maps()) out.push_back(Mapping{l.start, l.end, l.perms, l.offset, l.path});
+  return out;
+}
+
 std::optional<Mapping> mapping_of(const void* addr) {
-  auto a = reinterpret_cast<std::uintptr_t>(addr);
-  std::ifstream in("/proc/self/maps");
-  std::string line;
-  while (std::getline(in, line)) {
-    Mapping m;
-    char perms[8] = {};
-    unsigned long long start = 0, end = 0, off = 0;
-    int pos = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s%n", &start, &end, perms, &off, &pos) < 4) continue;
-    if (a < start || a >= end) continue;
-    m.start = start;
-    m.end = end;
-    m.perms = perms;
-    m.offset = off;
-    std::string rest = line.substr(static_cast<std::size_t>(pos));
-    rest.erase(0, rest.find_first_not_of(' '));
-    m.path = rest;
-    return m;
-  }
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  for (const auto& m : all_mappings())
+    if (a >= m.start && a < m.end) return m;
   return std::nullopt;
 }
 
@@ -156,27 +149,6 @@ std::string diff_snapshot(const MappingSnapshot& before) {
 }
 
 namespace {
-std::vector<Mapping> all_mappings() {
-  std::vector<Mapping> out;
-  std::ifstream in("/proc/self/maps");
-  std::string line;
-  while (std::getline(in, line)) {
-    Mapping m;
-    char perms[8] = {};
-    unsigned long long start = 0, end = 0, off = 0;
-    int pos = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s%n", &start, &end, perms, &off, &pos) < 4) continue;
-    m.start = start;
-    m.end = end;
-    m.perms = perms;
-    m.offset = off;
-    std::string rest = line.substr(static_cast<std::size_t>(pos));
-    rest.erase(0, rest.find_first_not_of(' '));
-    m.path = rest;
-    out.push_back(m);
-  }
-  return out;
-}
 bool snapshot_worthy(const Mapping& m) {
   return m.perms.size() >= 3 && m.perms[0] == 'r' && m.perms[2] == 'x' && m.path != "[vsyscall]" &&
          m.path != "[vvar]";

@@ -13,7 +13,9 @@
 
 namespace uprobe_test {
 
-std::vector<MapLine> read_maps() {
+std::vector<MapLine> read_maps() { return as_files(read_maps_raw()); }
+
+std::vector<MapLine> read_maps_raw() {
   std::vector<MapLine> out;
   std::ifstream in("/proc/self/maps");
   std::string line;
@@ -38,6 +40,63 @@ std::vector<MapLine> read_maps() {
     m.line = line;
     out.push_back(std::move(m));
   }
+  return out;
+}
+
+std::vector<MapLine> as_files(std::vector<MapLine> maps) {
+  auto is_copy = [](const MapLine& m) { return m.ino == 0 && m.path.empty() && m.perms.size() == 4 && m.perms[3] == 'p'; };
+  auto is_file = [](const MapLine& m) { return m.ino != 0 && !m.path.empty() && m.path[0] == '/'; };
+  auto same_file = [](const MapLine& a, const MapLine& b) {
+    return a.ino == b.ino && a.dev == b.dev && a.path == b.path && a.perms == b.perms;
+  };
+  std::vector<MapLine> out;
+  out.reserve(maps.size());
+  for (std::size_t i = 0; i < maps.size(); ++i) {
+    MapLine m = std::move(maps[i]);
+    if (is_copy(m)) {
+      if (!out.empty() && is_file(out.back()) && out.back().perms == m.perms && out.back().end == m.start) {
+        out.back().end = m.end;  // the file's mapping goes on through the copy
+        out.back().copied = true;
+        continue;
+      }
+      const std::uint64_t len = m.end - m.start;
+      if (!out.empty() && i + 1 < maps.size() && is_file(out.back()) && is_file(maps[i + 1]) &&
+          out.back().dev == maps[i + 1].dev && out.back().ino == maps[i + 1].ino && out.back().end == m.start &&
+          maps[i + 1].start == m.end &&
+          out.back().offset + (out.back().end - out.back().start) + len == maps[i + 1].offset) {
+        // (a segment copied whole, between two of its file's others: a small library's one page of code)
+        m.offset = out.back().offset + (out.back().end - out.back().start);
+        m.dev = out.back().dev;
+        m.ino = out.back().ino;
+        m.path = out.back().path;
+        m.copied = true;
+      } else if (i + 1 < maps.size() && is_file(maps[i + 1]) && maps[i + 1].perms == m.perms &&
+                 maps[i + 1].start == m.end && maps[i + 1].offset >= len) {
+        const MapLine& next = maps[i + 1];
+        m.offset = next.offset - len;
+        m.dev = next.dev;
+        m.ino = next.ino;
+        m.path = next.path;
+        m.copied = true;
+      }
+    }
+    if (!out.empty() && is_file(m) && is_file(out.back()) && (m.copied || out.back().copied) &&
+        same_file(out.back(), m) && out.back().end == m.start &&
+        out.back().offset + (out.back().end - out.back().start) == m.offset) {
+      out.back().end = m.end;
+      out.back().copied = true;
+      continue;
+    }
+    out.push_back(std::move(m));
+  }
+  for (MapLine& m : out)
+    if (m.copied) {
+      char head[128];
+      std::snprintf(head, sizeof head, "%llx-%llx %s %08llx %02x:%02x %llu", static_cast<unsigned long long>(m.start),
+                    static_cast<unsigned long long>(m.end), m.perms.c_str(), static_cast<unsigned long long>(m.offset),
+                    major(m.dev), minor(m.dev), static_cast<unsigned long long>(m.ino));
+      m.line = std::string(head) + " " + m.path + "  (with libuprobe's copied pages)";
+    }
   return out;
 }
 

@@ -25,13 +25,29 @@ struct MapLine {
   ino_t ino = 0;             ///< inode of the file; 0 for anonymous memory
   std::string path;          ///< as the kernel prints it (may end in " (deleted)", or be "[vdso]" etc.)
   std::string line;          ///< the whole line
+  bool copied = false;       ///< holds pages libuprobe copied out of the file (read_maps())
 
   bool executable() const { return perms.size() > 2 && perms[2] == 'x'; }
   bool writable() const { return perms.size() > 1 && perms[1] == 'w'; }
 };
 
-/// The current mappings of this process, in address order.
+/// The current mappings of this process, in address order, with the pages
+/// libuprobe copied out of their files (Config::detach_patched_pages: the
+/// kernel shows each as an anonymous private mapping, "00:00 0", between
+/// pieces of the file's mapping) shown as the file's again (as_files()).
 std::vector<MapLine> read_maps();
+
+/// /proc/self/maps as the kernel shows it.
+std::vector<MapLine> read_maps_raw();
+
+/// `maps` (address order) with each anonymous private unnamed mapping that
+/// continues a mapping of a file with the same permissions end to end (or
+/// is continued by one, or lies between two of one file's mappings whose
+/// offsets leave exactly its room) taken as that file's (offset continued), merged
+/// with the pieces around it, `copied` set: a mapping as it was before
+/// libuprobe copied some of its pages. Independent of libuprobe's own
+/// table of them.
+std::vector<MapLine> as_files(std::vector<MapLine> maps);
 
 /// The lines of /proc/self/maps that are writable and executable at once.
 std::vector<std::string> rwx_mappings();

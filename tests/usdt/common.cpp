@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wrestrict"
 #endif
 #include "common.hpp"
+#include "proc_text.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -27,20 +28,11 @@ std::string canonical(const std::string& p) {
 std::string self_exe() { return canonical("/proc/self/exe"); }
 
 std::optional<MapsOffset> maps_offset(const void* addr) {
+  // (libuprobe's copied pages shown as their files': proc_text.hpp read_maps())
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  std::ifstream in("/proc/self/maps");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string range, perms, off, dev, inode, path;
-    ls >> range >> perms >> off >> dev >> inode;
-    std::getline(ls >> std::ws, path);
-    auto dash = range.find('-');
-    std::uintptr_t start = std::stoull(range.substr(0, dash), nullptr, 16);
-    std::uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
-    if (a >= start && a < end && !path.empty() && path[0] == '/')
-      return MapsOffset{canonical(path), std::stoull(off, nullptr, 16) + (a - start)};
-  }
+  for (const uprobe_test::MapLine& m : uprobe_test::read_maps())
+    if (a >= m.start && a < m.end && !m.path.empty() && m.path[0] == '/')
+      return MapsOffset{canonical(m.path), m.offset + (a - m.start)};
   return std::nullopt;
 }
 

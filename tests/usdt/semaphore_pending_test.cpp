@@ -28,6 +28,9 @@
 #include "fixtures/c07_fixtures.h"
 #include "uprobe/symbols.hpp"
 #include "uprobe/usdt.hpp"
+#include "proc_text.hpp"
+
+#include <sys/sysmacros.h>
 
 using namespace usdttest;
 using uprobe::Errc;
@@ -47,28 +50,12 @@ struct MapLine {
   std::string path;
 };
 
+/// The mappings (libuprobe's copied pages shown as their files': proc_text.hpp read_maps()).
 std::vector<MapLine> maps() {
   std::vector<MapLine> out;
-  std::ifstream in("/proc/self/maps");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string range, perms, off, dev, inode, path;
-    ls >> range >> perms >> off >> dev >> inode;
-    std::getline(ls >> std::ws, path);
-    MapLine m;
-    auto dash = range.find('-');
-    m.start = std::stoull(range.substr(0, dash), nullptr, 16);
-    m.end = std::stoull(range.substr(dash + 1), nullptr, 16);
-    m.perms = perms;
-    m.pgoff = std::stoull(off, nullptr, 16);
-    auto colon = dev.find(':');
-    m.maj = static_cast<unsigned>(std::stoul(dev.substr(0, colon), nullptr, 16));
-    m.min = static_cast<unsigned>(std::stoul(dev.substr(colon + 1), nullptr, 16));
-    m.ino = std::stoull(inode);
-    m.path = path;
-    out.push_back(m);
-  }
+  for (const uprobe_test::MapLine& l : uprobe_test::read_maps())
+    out.push_back(MapLine{l.start, l.end, l.perms, l.offset, major(l.dev), minor(l.dev), static_cast<std::uint64_t>(l.ino),
+                          l.path});
   return out;
 }
 

@@ -493,6 +493,17 @@ __attribute__((constructor)) void agent_init() {
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
+  {
+    // Every page a probe writes becomes a copy of itself out of the kernel's
+    // uprobes' reach (Config::detach_patched_pages; libuprobe's default,
+    // set here whatever it becomes): a system-wide bpftrace
+    // or perf probe on a function probed here, as root beside us, would
+    // otherwise tear our jump and kill the program. (The CLI symbolizes
+    // with libdwfl, which takes a file's mapping across the copies' holes.)
+    uprobe::Config c = uprobe::configuration();
+    c.detach_patched_pages = true;
+    uprobe::configure(c);
+  }
   if (env_or("UPROBE_TRACE_NO_OPTIMIZE", "0") == "1") {
     // Every probe on int3 (Config::optimize off), as the kernel's: for comparisons.
     uprobe::Config c = uprobe::configuration();
