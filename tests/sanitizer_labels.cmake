@@ -76,6 +76,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackOfADlopenedLibraryIsSymbolized
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
                      trace.Bpftrace.ExecutableLinesAreSkippedAsBpftraceSkipsThem
+                     trace.Bpftrace.ACrashDoesNotWaitForTheProcessesItLeft trace.Trace.ACrashDoesNotWaitForTheProcessesItLeft
                      trace.Bpftrace.TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt
                      trace.Bpftrace.StringMapsReadAndMissingFunctionsSkippedAsBpftrace
                      trace.Bpftrace.PositionalParametersAsBpftraceTakesThem

@@ -1213,6 +1213,23 @@ TEST(Bpftrace, IncrementsFromEveryThreadAddUp) {
 // Ctrl-C as bpftrace takes it: END runs, the maps are printed and the
 // program is ended, even one that ignores SIGINT (blockign: it waits for a
 // signal with SIGINT ignored); one Ctrl-C is enough, the exit status is 0.
+// A program that crashed is not waited for past its end when it left a
+// process that waits forever: the maps so far (the worker's hits too), the
+// process named, the program's signal as the exit status (128 + N).
+TEST(Bpftrace, ACrashDoesNotWaitForTheProcessesItLeft) {
+  const Result r = run({kTrace, "-e", "uprobe:" + kUsdtFixture + ":trace_fn { @n = count(); }", "--", kUsdtFixture,
+                        "crashorphan", "13"});
+  EXPECT_EQ(r.status, 128 + SIGABRT) << r.err;
+  EXPECT_NE(r.out.find("@n: 26\n"), std::string::npos) << r.out;
+  const std::string said = "uprobe-trace: the program died by SIGABRT; 1 process it started still runs, not waited for (pid ";
+  const std::size_t at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const long pid = std::strtol(r.err.c_str() + at + said.size(), nullptr, 10);
+  ASSERT_GT(pid, 1) << r.err;
+  EXPECT_EQ(::kill(static_cast<pid_t>(pid), 0), 0) << "the worker left is gone: " << r.err;
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
+}
+
 TEST(Bpftrace, CtrlCEndsTheProgramAndPrintsTheMaps) {
   char t[] = "/tmp/bt-ctrlc.XXXXXX";
   const std::string d = mkdtemp(t);

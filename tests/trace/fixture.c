@@ -276,6 +276,26 @@ int main(int argc, char** argv) {
     sink += calls(a);
     say("fn", a);
     say("single", __libc_single_threaded);
+  } else if (!strcmp(mode, "crashorphan")) {
+    // A child does its calls, says so, and waits forever (a read of a pipe
+    // it holds both ends of; its standard files on /dev/null, as a worker
+    // left behind by a crash has nobody to talk to); then the program aborts.
+    int sync[2], never[2];
+    if (pipe(sync) || pipe(never)) return 5;
+    const pid_t c = fork();
+    if (c < 0) return 5;
+    char b = 1;
+    if (c == 0) {
+      sink += calls(a);
+      const int null = open("/dev/null", O_RDWR);
+      dup2(null, 0), dup2(null, 1), dup2(null, 2);
+      if (write(sync[1], &b, 1) != 1) _exit(5);
+      if (read(never[0], &b, 1) != 1) _exit(6);
+      _exit(0);
+    }
+    if (read(sync[0], &b, 1) != 1) return 5;
+    sink += calls(a);
+    abort();
   } else if (!strcmp(mode, "quickexit")) {
     sink += calls(a);
     _exit(3);

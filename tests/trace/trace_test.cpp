@@ -24,6 +24,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -654,6 +655,29 @@ TEST(Trace, FatalSignalKeepsTheCounts) {
     EXPECT_EQ(r->err.find("lost"), std::string::npos) << dump(*r);
     EXPECT_EQ(r->err.find("WARNING"), std::string::npos) << dump(*r);
   }
+}
+
+// A crash leaves a worker that waits forever: uprobe-trace, which waits for
+// every process the program started, stops waiting once the program has
+// crashed, reports the counts so far (the worker's too), names the process
+// it left, and ends with the program's signal.
+TEST(Trace, ACrashDoesNotWaitForTheProcessesItLeft) {
+  const std::string key = "uprobe:" + fixture() + ":trace_fn";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = trace({"uprobe:trace_fixture:trace_fn"}, {kFixture, "crashorphan", "13"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 30.0) << dump(r);
+  EXPECT_EQ(r.status, 128 + SIGABRT) << dump(r);
+  EXPECT_EQ(r.signal, SIGABRT) << dump(r);
+  EXPECT_EQ(hits(r.report)[key], 26) << dump(r);  // 13 in the program, 13 in the worker before it waited
+  const std::string said = "uprobe-trace: the program died by SIGABRT; 1 process it started still runs, not waited for (pid ";
+  const std::size_t at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << dump(r);
+  const long pid = std::strtol(r.err.c_str() + at + said.size(), nullptr, 10);
+  EXPECT_NE(r.err.find("): its counts so far are in the report\n", at), std::string::npos) << dump(r);
+  ASSERT_GT(pid, 1) << dump(r);
+  EXPECT_EQ(::kill(static_cast<pid_t>(pid), 0), 0) << "the worker left is gone: " << dump(r);
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
 }
 
 // ^C: SIGINT to the foreground group kills the program; uprobe-trace survives

@@ -484,7 +484,8 @@ int run_bpftrace(const BtOptions& o) {
     if (ap.kind == bt::ProbeKind::interval)
       timers.emplace_back(bt::now_ns() + static_cast<std::uint64_t>(p.probes[ap.probe].interval_ns), ap.probe);
   int status = 0, main_status = 0;
-  bool terminated = false;
+  bool terminated = false, main_done = false;
+  std::vector<pid_t> left_running;
   unsigned interrupts = 0;
   for (;;) {
     bool all_gone = false;
@@ -493,6 +494,7 @@ int run_bpftrace(const BtOptions& o) {
       if (w > 0) {
         if (w == child) {
           main_status = status;
+          main_done = true;
           g_child = 0;
         }
         continue;
@@ -509,6 +511,10 @@ int run_bpftrace(const BtOptions& o) {
     // With a program: until it and its descendants are gone. Without one
     // (BEGIN, END, interval only): until exit() or Ctrl-C, as bpftrace.
     if (all_gone && (child >= 0 || terminated)) break;
+    if (main_done && crashed(main_status)) {  // (what a crash left may never end: launch.hpp crashed())
+      left_running = children_left();
+      if (!left_running.empty()) break;
+    }
     std::uint64_t now = bt::now_ns();
     int timeout = 10;  // the rings are drained at least this often (ms)
     for (auto& [due, probe] : timers) {
@@ -582,6 +588,7 @@ int run_bpftrace(const BtOptions& o) {
   }
   close(counts_fd);
   remove_tree(dir);
+  std::fputs(left_running_message(main_status, left_running).c_str(), stderr);
   if (exec_errno != 0) return WIFEXITED(main_status) ? WEXITSTATUS(main_status) : 127;
   if (terminated || child < 0) return 0;
   // The terminal's ^C reaches the program too: when it ended the program

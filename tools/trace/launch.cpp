@@ -537,4 +537,42 @@ int pass_on_status(int status) {
   return 128 + sig;
 }
 
+bool crashed(int status) {
+  if (!WIFSIGNALED(status)) return false;
+  switch (WTERMSIG(status)) {
+    case SIGQUIT: case SIGILL: case SIGTRAP: case SIGABRT: case SIGBUS: case SIGFPE: case SIGSEGV: case SIGSYS:
+    case SIGXCPU: case SIGXFSZ:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::vector<pid_t> children_left() {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return out;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::FILE* f = std::fopen(("/proc/self/task/" + std::string(e->d_name) + "/children").c_str(), "re");
+    if (!f) continue;
+    for (long pid; std::fscanf(f, "%ld", &pid) == 1;) out.push_back(static_cast<pid_t>(pid));
+    std::fclose(f);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string left_running_message(int status, const std::vector<pid_t>& left) {
+  if (left.empty()) return "";
+  const char* name = sigabbrev_np(WTERMSIG(status));
+  std::string pids;
+  for (pid_t p : left) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+  return "uprobe-trace: the program died by SIG" + std::string(name ? name : std::to_string(WTERMSIG(status)).c_str()) +
+         "; " + std::to_string(left.size()) + (left.size() == 1 ? " process it started still runs" : " processes it started still run") +
+         ", not waited for (pid" + (left.size() == 1 ? " " : "s ") + pids + "): " +
+         (left.size() == 1 ? "its" : "their") + " counts so far are in the report\n";
+}
+
 }  // namespace uptrace

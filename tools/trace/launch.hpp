@@ -154,4 +154,20 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
 /// does not end this process).
 int pass_on_status(int status);
 
+/// Whether waitpid's `status` is a crash: a death by a signal whose default
+/// action dumps core (SIGSEGV, SIGABRT, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+/// SIGSYS, SIGQUIT, SIGXCPU, SIGXFSZ). uprobe-trace waits for every process
+/// the program started, but not after the program crashed: what it left
+/// (a worker blocked on a pipe to it) may never end.
+bool crashed(int status);
+
+/// The processes this one (a child subreaper) still has as children, its
+/// own threads' included (/proc/self/task/TID/children).
+std::vector<pid_t> children_left();
+
+/// "uprobe-trace: the program died by SIGABRT; 2 processes it started still
+/// run, not waited for (pids 12, 34): their counts so far are in the report\n",
+/// or "" when `left` is empty.
+std::string left_running_message(int status, const std::vector<pid_t>& left);
+
 }  // namespace uptrace

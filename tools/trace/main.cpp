@@ -148,6 +148,7 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
   g_child = child;
   int status = 0, main_status = 0;
   bool main_done = false, interrupted = false;
+  std::vector<pid_t> left_running;
   unsigned interrupts = 0;
   for (;;) {
     bool all_gone = false;
@@ -165,6 +166,10 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
       break;
     }
     if (all_gone) break;
+    if (main_done && crashed(main_status)) {  // (what a crash left may never end: launch.hpp crashed())
+      left_running = children_left();
+      if (!left_running.empty()) break;
+    }
     signalfd_siginfo si;
     const ssize_t n = read(sig_fd, &si, sizeof si);
     if (n == static_cast<ssize_t>(sizeof si) && si.ssi_signo == SIGINT && ++interrupts >= 2) {
@@ -216,6 +221,7 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
   if (rep.processes.empty())
     std::fprintf(stderr, "uprobe-trace: no process loaded the agent (a static or set-user-ID program?)\n");
   warn_unattached(rep);
+  std::fputs(left_running_message(main_status, left_running).c_str(), stderr);
   if (interrupted && !main_done) return 128 + SIGINT;
   return pass_on_status(main_status);
 }
