@@ -221,6 +221,10 @@ set_tests_properties(life.CApiFork.AHandlerThatForksInsideACApiCallDoesNotHang
 # sanitizer the program's call goes first to the sanitizer's own
 # pthread_create interceptor, which passes its own start routine and argument
 # on (asan_thread_start / TSan's), so the program's are not in the call at all.
+# Likewise the count of libc calls made around it (the interceptor makes its
+# own: pthread_attr_getstacksize, ...), and of dlopen/dlclose (intercepted too).
 set_tests_properties([=[life.Kinds/Threads.ProbeOnPthreadCreateSeesTheProgramsStartAndArgument/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
                      [=[life.Kinds/Threads.ProbeOnPthreadCreateSeesTheProgramsStartAndArgument/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
+                     [=[life.Kinds/Threads.ProbesSeeOnlyTheProgramsOwnCallsNotTheInterposersOnes/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
+                     [=[life.Kinds/Threads.ProbesSeeOnlyTheProgramsOwnCallsNotTheInterposersOnes/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
                      PROPERTIES LABELS "no-asan;no-tsan")

@@ -327,14 +327,14 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
   bool hijacked = false;
   if (up) {
     ThreadState& ts = t_state;
-    if (ts.depth == 0) {
+    if (__builtin_expect((ts.depth | ts.runtime_calls) == 0, 1)) {
       ts.depth = 1;
       ts.guard_sp = regs.rsp;
       hijacked = thread_chain(up, regs, kernel_saved, ts);
       ts.depth = 0;
-    } else {
+    } else if (ts.depth != 0) {
       recursion_miss(st, up);
-    }
+    }  // (else libuprobe's own call: RuntimeCallScope)
   }
   if (regs.rip != site.site) count(st.redirected);
   rcu_read_unlock_hot();
@@ -348,14 +348,14 @@ void optimized_hit(const arch::OptSite& site, Regs& regs, bool kernel_saved) noe
 
 void guarded_handler_chain(Uprobe* up, Regs& regs) noexcept {
   ThreadState& ts = t_state;
-  if (ts.depth == 0) {
+  if (__builtin_expect((ts.depth | ts.runtime_calls) == 0, 1)) {
     ts.depth = 1;
     ts.guard_sp = regs.rsp;
     thread_chain(up, regs, true, ts);
     ts.depth = 0;
-  } else {
+  } else if (ts.depth != 0) {
     recursion_miss(stat_block(), up);
-  }
+  }  // (else libuprobe's own call: RuntimeCallScope)
 }
 
 }  // namespace uprobe::detail

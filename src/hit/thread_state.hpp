@@ -107,6 +107,7 @@ struct ArgView {
 struct ThreadState {
   int depth;                 ///< >0 while a handler of ours runs on this thread
   int hot;                   ///< >0 while this thread is on a hot path (HotPathScope)
+  int runtime_calls;         ///< >0 while libuprobe's own work runs on this thread (RuntimeCallScope)
   const ArgView* arg_view;   ///< an interposer's call in progress on this thread (ArgView), else nullptr
   const void* trap_uc;       ///< ucontext of the last int3 hit (live until its sigreturn; stale after)
   pid_t tid;                 ///< cached gettid(), 0 = not yet known (reset in a fork child)
@@ -180,6 +181,22 @@ struct HotPathScope {
   ~HotPathScope() { --t_state.hot; }
   HotPathScope(const HotPathScope&) = delete;
   HotPathScope& operator=(const HotPathScope&) = delete;
+};
+
+/// Marks libuprobe's own work on a program's thread, done on the program's
+/// behalf where the kernel's uprobes would do none in user space (an
+/// interposer's own libc calls: pthread_create()'s queries of the thread's
+/// attributes, the new thread's preparation, dlopen()'s search of the
+/// caller's path and the resync after it): probes hit there are not the
+/// program's; their consumers do not run and nothing counts them (not even
+/// as a recursion miss). Never around the call of libc's function the
+/// interposer stands for (that one is the program's). Nests. Two plain TLS
+/// accesses. Async-signal-safe.
+struct RuntimeCallScope {
+  RuntimeCallScope() noexcept { ++t_state.runtime_calls; }
+  ~RuntimeCallScope() { --t_state.runtime_calls; }
+  RuntimeCallScope(const RuntimeCallScope&) = delete;
+  RuntimeCallScope& operator=(const RuntimeCallScope&) = delete;
 };
 
 /// While the consumers of `up` run: uprobe_fault_state says SIGSEGV and

@@ -19,6 +19,7 @@
 
 #include "next_symbol.hpp"
 #include "runtime.hpp"
+#include "thread_state.hpp"
 
 namespace {
 
@@ -29,20 +30,37 @@ F next(const char* name) {
 
 using DlopenFn = void* (*)(const char*, int);
 
+std::string search_as_caller(const char* file, const void* caller);
+
 /// dlopen() searches a bare name in the *caller's* RUNPATH/RPATH; called
 /// from here it would use libuprobe's. So a bare name that is not loaded yet
 /// is looked up in the caller's search list (dlinfo RTLD_DI_SERINFO) and
 /// opened by path; anything else goes to dlopen unchanged.
 void* open_as_caller(DlopenFn real, const char* file, int mode, const void* caller) {
   if (!file || std::strchr(file, '/')) return real(file, mode);
-  if (void* h = real(file, mode | RTLD_NOLOAD)) {  // already loaded (by soname)
-    if (mode & RTLD_NOLOAD) return h;
+  if (mode & RTLD_NOLOAD) return real(file, mode);
+  void* loaded;
+  {
+    uprobe::detail::RuntimeCallScope ours;  // (this question is not the program's call)
+    loaded = real(file, mode | RTLD_NOLOAD);
+  }
+  if (loaded) {  // already loaded (by soname)
     void* again = real(file, mode);  // apply the caller's mode flags (e.g. RTLD_GLOBAL)
     static auto real_close = next<int (*)(void*)>("dlclose");
-    real_close(h);
+    uprobe::detail::RuntimeCallScope ours;  // (nor this reference given back)
+    real_close(loaded);
     return again;
   }
-  if (mode & RTLD_NOLOAD) return nullptr;
+  std::string found;  // the caller's search list's match, if any
+  {
+    uprobe::detail::RuntimeCallScope ours;  // (this search is not the program's calls)
+    found = search_as_caller(file, caller);
+  }
+  return real(found.empty() ? file : found.c_str(), mode);
+}
+
+/// The path of `file` in `caller`'s search list (its RUNPATH/RPATH first), or "".
+std::string search_as_caller(const char* file, const void* caller) {
   Dl_info di;
   struct link_map* lm = nullptr;
   if (dladdr1(caller, &di, reinterpret_cast<void**>(&lm), RTLD_DL_LINKMAP) && lm) {
@@ -55,12 +73,12 @@ void* open_as_caller(DlopenFn real, const char* file, int mode, const void* call
       if (dlinfo(lm, RTLD_DI_SERINFO, info) == 0) {
         for (unsigned i = 0; i < info->dls_cnt; ++i) {
           std::string path = std::string(info->dls_serpath[i].dls_name) + "/" + file;
-          if (::access(path.c_str(), F_OK) == 0) return real(path.c_str(), mode);
+          if (::access(path.c_str(), F_OK) == 0) return path;
         }
       }
     }
   }
-  return real(file, mode);
+  return {};
 }
 
 }  // namespace
@@ -68,13 +86,19 @@ void* open_as_caller(DlopenFn real, const char* file, int mode, const void* call
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
   static auto real = next<DlopenFn>("dlopen");
   void* handle = open_as_caller(real, file, mode, __builtin_return_address(0));
-  if (handle) uprobe::detail::resync_address_space();
+  if (handle) {
+    uprobe::detail::RuntimeCallScope ours;  // (the resync is not the program's calls)
+    uprobe::detail::resync_address_space();
+  }
   return handle;
 }
 
 extern "C" __attribute__((visibility("default"))) int dlclose(void* handle) {
   static auto real = next<int (*)(void*)>("dlclose");
   int rc = real(handle);
-  uprobe::detail::resync_address_space();
+  {
+    uprobe::detail::RuntimeCallScope ours;  // (the resync is not the program's calls)
+    uprobe::detail::resync_address_space();
+  }
   return rc;
 }

@@ -130,8 +130,11 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
     t_state.stack_lo = top - size;
     t_state.stack_hi = top + 4096;
   }
-  if (view_blocked) take_blocked_view_in_new_thread();
-  prepare_thread_for_hits(true);
+  {
+    RuntimeCallScope ours;  // (not the program's calls)
+    if (view_blocked) take_blocked_view_in_new_thread();
+    prepare_thread_for_hits(true);
+  }
   return fn(arg);
 }
 
@@ -168,18 +171,24 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
     KeepFaultState() noexcept { forget_fault_state(); }
     ~KeepFaultState() { uprobe_fault_state = saved; }
   } keep_fault_state;
-  const bool view_blocked = new_thread_view_blocked(attr);
-  Handoff* h = claim_handoff();
-  // 256 threads created and not started yet: a new one whose view blocks
-  // SIGTRAP waits for a hand-off (it must start through prepared_start()),
-  // another one starts without the preparation (its first hit does it).
-  while (!h && view_blocked) {
-    uprobe::arch::raw_syscall(SYS_sched_yield);
+  bool view_blocked = false;
+  Handoff* h = nullptr;
+  StackOfNewThread stack{};
+  {
+    RuntimeCallScope ours;  // (its queries of the attributes are not the program's calls)
+    view_blocked = new_thread_view_blocked(attr);
     h = claim_handoff();
+    // 256 threads created and not started yet: a new one whose view blocks
+    // SIGTRAP waits for a hand-off (it must start through prepared_start()),
+    // another one starts without the preparation (its first hit does it).
+    while (!h && view_blocked) {
+      uprobe::arch::raw_syscall(SYS_sched_yield);
+      h = claim_handoff();
+    }
+    if (h) stack = stack_of_new_thread(attr);
   }
   if (!h) return real(thread, attr, start, arg);
   __atomic_store_n(&h->view_blocked, view_blocked ? 1 : 0, __ATOMIC_RELAXED);
-  const StackOfNewThread stack = stack_of_new_thread(attr);
   __atomic_store_n(&h->stack_lo, stack.lo, __ATOMIC_RELAXED);
   __atomic_store_n(&h->stack_hi, stack.hi, __ATOMIC_RELAXED);
   __atomic_store_n(&h->stack_size, stack.size, __ATOMIC_RELAXED);

@@ -11,6 +11,7 @@
 // glibc's own thread-exit path (__nptl_deallocate_tsd, which runs the
 // thread-exit hook) returns. Int3 and optimized.
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -352,6 +353,53 @@ TEST_P(Threads, ProbeOnPthreadCreateSeesTheProgramsStartAndArgument) {
   pthread_join(t, &ret);
   EXPECT_EQ(ret, token + 5);
   EXPECT_EQ(leaf.hits.load(), 1u);
+}
+
+/// libuprobe's own libc calls on the program's behalf are not the program's
+/// (RuntimeCallScope): pthread_create()'s interposer asks the attributes
+/// for the new thread's stack (pthread_attr_getstacksize,
+/// pthread_getattr_default_np: 7 calls more here), its dlopen() asks whether a name is loaded
+/// (a second dlopen, RTLD_NOLOAD) and gives that reference back (dlclose):
+/// probes there see only the program's own calls, as the kernel's would.
+TEST_P(Threads, ProbesSeeOnlyTheProgramsOwnCallsNotTheInterposersOnes) {
+  const std::string libc = uprobe::resolve_library("libc.so.6");
+  Counter create, stacksize, defaults, opens, closes;
+  uprobe::Attachment a(libc, uprobe::find_symbol(libc, "pthread_create").offset, create);
+  uprobe::Attachment b(libc, uprobe::find_symbol(libc, "pthread_attr_getstacksize").offset, stacksize);
+  uprobe::Attachment c(libc, uprobe::find_symbol(libc, "pthread_getattr_default_np").offset, defaults);
+  uprobe::Attachment d(libc, uprobe::find_symbol(libc, "dlopen").offset, opens);
+  uprobe::Attachment e(libc, uprobe::find_symbol(libc, "dlclose").offset, closes);
+  char token[8] = {};
+  for (int i = 0; i < 3; ++i) {
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, nullptr, created_a, token), 0);
+    pthread_join(t, nullptr);
+  }
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 1 << 20), 0);
+  std::size_t size = 0;
+  ASSERT_EQ(pthread_attr_getstacksize(&attr, &size), 0);  // the program's own: 1 hit
+  EXPECT_EQ(size, 1u << 20);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, &attr, created_a, token), 0);
+  pthread_join(t, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(create.hits.load(), 4u);
+  EXPECT_EQ(stacksize.hits.load(), 1u);
+  // glibc's pthread_create() asks for the defaults itself when it has no
+  // attributes: 3, as bpftrace counts for this sequence (its interposer's
+  // own queries made it 6).
+  EXPECT_EQ(defaults.hits.load(), 3u);
+  // libc.so.6 by its soname, loaded already: the program's two dlopen()s and
+  // two dlclose()s, no more.
+  for (int i = 0; i < 2; ++i) {
+    void* h = dlopen("libc.so.6", RTLD_NOW);
+    ASSERT_NE(h, nullptr) << dlerror();
+    EXPECT_EQ(dlclose(h), 0);
+  }
+  EXPECT_EQ(opens.hits.load(), 2u);
+  EXPECT_EQ(closes.hits.load(), 2u);
 }
 
 /// A return probe on what runs a thread's exit: glibc's start_thread calls
