@@ -77,6 +77,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.UstackShowsTheRealReturnAddressOfAFrameWithAPendingReturnProbe
                      trace.Bpftrace.ExecutableLinesAreSkippedAsBpftraceSkipsThem
                      trace.Bpftrace.ACrashDoesNotWaitForTheProcessesItLeft trace.Trace.ACrashDoesNotWaitForTheProcessesItLeft
+                     trace.Bpftrace.UstackInAnInterposedLibcFunctionIsTheKernels
                      trace.Bpftrace.TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt
                      trace.Bpftrace.StringMapsReadAndMissingFunctionsSkippedAsBpftrace
                      trace.Bpftrace.PositionalParametersAsBpftraceTakesThem

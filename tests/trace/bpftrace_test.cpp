@@ -253,6 +253,19 @@ TEST(Bpftrace, UstackAtAFrameSettingEntryHasItsCaller) {
   for (const char* n : {"]: 2\n", "]: 3\n", "]: 4\n"}) EXPECT_NE(r.out.find(n), std::string::npos) << n << r.out;
 }
 
+// ustack in libc's pthread_create, which the program reaches through
+// libuprobe's interposer: the frames the kernel's walker gives (bpftrace's:
+// the frame pointer chain from the program's %rbp, which the interposer
+// leaves alone), none of the interposer's, and no chain cut short by it.
+TEST(Bpftrace, UstackInAnInterposedLibcFunctionIsTheKernels) {
+  const std::string prog = "uprobe:libc:pthread_create { @[ustack(3)] = count(); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture + " stacks nosleep"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("@[\n    pthread_create+0\n    main+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n    __libc_start_call_main+"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("]: 1\n"), std::string::npos) << r.out;
+}
+
 // A probe the traced process refuses (a return probe on vfork) is named on
 // standard error with its reason, after the run (bpftrace names its attach
 // errors before it runs; here the agent attaches in the program); the
