@@ -146,6 +146,18 @@ void expect_page_is_file(std::uint64_t page, const std::vector<std::uint8_t>& fi
                            << hex(file[first]);
 }
 
+/// The end of a test with the kernel's uprobe gone: `fn` runs right and
+/// counts in `ours` only (kCalls more), then `p` goes and the page is the
+/// file's again, byte for byte (no breakpoint of the kernel's kept).
+void expect_ours_alone_then_the_file(std::uint64_t (*fn)(std::uint64_t), std::uint64_t add, Counter& ours,
+                                     uprobe::Uprobe* p, std::uint64_t page, const std::vector<std::uint8_t>& file) {
+  EXPECT_EQ(call_all(fn, add), 0);
+  EXPECT_EQ(ours.hits.load(), 2u * kCalls);
+  EXPECT_EQ(ours.bad_ip.load(), 0u);
+  uprobe::unregister_uprobe(p, ours);
+  expect_page_is_file(page, file);
+}
+
 }  // namespace
 
 TEST(KernelUprobes, PatchedPagesBecomeCopiesThatLaterProbesStillResolve) {
@@ -216,11 +228,7 @@ TEST(KernelUprobes, AKernelUprobeSetOverOurJumpNeverReachesIt) {
     k1.remove();
     EXPECT_EQ(hex_bytes(mem(reinterpret_cast<const void*>(&kup_entry_b), 8)), hex_bytes(jump));
   }
-  EXPECT_EQ(call_all(&kup_entry_b, 3), 0);
-  EXPECT_EQ(ours.hits.load(), 2u * kCalls);
-  EXPECT_EQ(ours.bad_ip.load(), 0u);
-  uprobe::unregister_uprobe(p, ours);
-  expect_page_is_file(page, file);
+  expect_ours_alone_then_the_file(&kup_entry_b, 3, ours, p, page, file);
 }
 
 TEST(KernelUprobes, AKernelBreakpointAlreadyThereIsLeftOutOfTheCopy) {
@@ -245,12 +253,7 @@ TEST(KernelUprobes, AKernelBreakpointAlreadyThereIsLeftOutOfTheCopy) {
   EXPECT_EQ(ours.hits.load(), static_cast<std::uint64_t>(kCalls));
   EXPECT_EQ(k.hits(), static_cast<std::uint64_t>(kCalls));
   k.remove();
-  EXPECT_EQ(call_all(&kup_entry_c, 5), 0);
-  EXPECT_EQ(ours.hits.load(), 2u * kCalls);
-  EXPECT_EQ(ours.bad_ip.load(), 0u);
-  uprobe::unregister_uprobe(p, ours);
-  // No 0xcc of the kernel's was kept: the page is the file's, byte for byte.
-  expect_page_is_file(page, file);
+  expect_ours_alone_then_the_file(&kup_entry_c, 5, ours, p, page, file);
 }
 
 TEST(KernelUprobes, TheSwitchIsOnByDefaultAndOffLeavesPagesTheFilesMappings) {
