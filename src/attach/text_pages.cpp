@@ -33,6 +33,11 @@ std::size_t g_cap = 0;
 std::atomic<bool> g_enabled{true};  // Config::detach_patched_pages (default true)
 DetachedPage g_pages[kMaxDetached];  // sorted by page
 std::size_t g_count = 0;
+/// Pages libuprobe wrote in place (not copied): never copied later (a copy
+/// would take our own int3s out as the kernel's). Sorted; when full, no
+/// page is copied any more.
+std::uint64_t g_in_place[kMaxDetached];
+std::size_t g_in_place_count = 0;
 /// Held for a few instructions (a lookup, an insert, a copy of the table);
 /// never across fork(): a child made while another thread held it gets a
 /// fresh one (detached_pages_after_fork_child()).
@@ -60,6 +65,32 @@ bool in_table(std::uint64_t page) noexcept {
   return i < g_count && g_pages[i].page == page;
 }
 
+/// The first index of g_in_place whose page is >= `page`. g_mutex held.
+std::size_t lower_in_place(std::uint64_t page) noexcept {
+  std::size_t lo = 0, hi = g_in_place_count;
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (g_in_place[mid] < page)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+/// Whether `page` was written in place (or may have been: the list is full).
+bool written_in_place(std::uint64_t page) noexcept {
+  if (g_in_place_count == kMaxDetached) return true;
+  const std::size_t i = lower_in_place(page);
+  return i < g_in_place_count && g_in_place[i] == page;
+}
+void note_in_place(std::uint64_t page) noexcept {
+  const std::size_t at = lower_in_place(page);
+  if ((at < g_in_place_count && g_in_place[at] == page) || g_in_place_count == kMaxDetached) return;
+  for (std::size_t i = g_in_place_count; i > at; --i) g_in_place[i] = g_in_place[i - 1];
+  g_in_place[at] = page;
+  ++g_in_place_count;
+}
+
 /// The file's bytes of the page at `off` of `path` (when it is still the
 /// file `dev`/`ino`): how many were read, 0 when none could be.
 std::size_t read_file_page(const char* path, dev_t dev, ino_t ino, std::uint64_t off, std::uint8_t* out) noexcept {
@@ -80,9 +111,7 @@ std::size_t read_file_page(const char* path, dev_t dev, ino_t ino, std::uint64_t
   return got;
 }
 
-/// Replaces the page at `page` by an anonymous copy (the kernel's
-/// breakpoints taken out) when it is a private file mapping of code.
-/// `maps_fd`: /proc/self/maps. g_mutex held.
+/// How many pages may be copies (g_cap, read once). g_mutex held.
 std::size_t cap() noexcept {
   if (g_cap) return g_cap;
   std::size_t max_map_count = 65530;
@@ -100,6 +129,9 @@ std::size_t cap() noexcept {
   return g_cap;
 }
 
+/// Replaces the page at `page` by an anonymous copy (the kernel's
+/// breakpoints taken out) when it is a private file mapping of code.
+/// `maps_fd`: /proc/self/maps. g_mutex held.
 bool detach_one(std::uint64_t page, int maps_fd) noexcept {
   if (g_count >= cap()) return false;
   char name[4096];
@@ -143,20 +175,35 @@ void set_detach_patched_pages(bool on) noexcept { g_enabled.store(on, std::memor
 bool detach_patched_pages() noexcept { return g_enabled.load(std::memory_order_relaxed); }
 
 std::size_t detach_text_pages(std::uint64_t addr, std::size_t len) noexcept {
-  if (len == 0 || !g_enabled.load(std::memory_order_relaxed) || g_procmap_unsupported.load(std::memory_order_relaxed)) return 0;
+  if (len == 0) return 0;
+  const bool enabled =
+      g_enabled.load(std::memory_order_relaxed) && !g_procmap_unsupported.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> hold(g_mutex);
   std::size_t done = 0;
   long maps_fd = -1;
   for (std::uint64_t p = addr & ~(kPage - 1); p < addr + len; p += kPage) {
     if (in_table(p)) continue;
-    if (maps_fd < 0) {
-      maps_fd = sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/maps"), O_RDONLY | O_CLOEXEC);
-      if (failed(maps_fd)) return done;
+    bool copied = false;
+    if (enabled && !written_in_place(p)) {
+      if (maps_fd == -1)
+        maps_fd = sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/maps"), O_RDONLY | O_CLOEXEC);
+      copied = !failed(maps_fd) && detach_one(p, static_cast<int>(maps_fd));
     }
-    if (detach_one(p, static_cast<int>(maps_fd))) ++done;
+    if (copied)
+      ++done;
+    else
+      note_in_place(p);  // (the write that follows goes into the file's mapping)
   }
   if (maps_fd >= 0) sys(SYS_close, maps_fd);
   return done;
+}
+
+std::size_t copied_pages_in(std::uint64_t lo, std::uint64_t hi, std::uint64_t* out, std::size_t max) noexcept {
+  std::lock_guard<std::mutex> hold(g_mutex);
+  std::size_t n = 0;
+  for (std::size_t i = lower(lo & ~(kPage - 1)); i < g_count && g_pages[i].page < hi; ++i, ++n)
+    if (n < max) out[n] = g_pages[i].page;
+  return n;
 }
 
 bool text_page_detached(std::uint64_t page) noexcept {

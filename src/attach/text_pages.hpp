@@ -43,7 +43,9 @@ bool detach_patched_pages() noexcept;
 /// Detaches every page of [addr, addr + len) that is a private file mapping
 /// of code (PROT_EXEC) and not detached yet. Returns the number of pages it
 /// replaced (their bytes may differ from before where a kernel breakpoint
-/// was taken out: a caller's copy of them is stale). A page that cannot be
+/// was taken out: a caller's copy of them is stale). A page written in
+/// place once (the switch off then, or no copy possible) is never copied
+/// later: its copy would leave libuprobe's own int3s out as the kernel's. A page that cannot be
 /// detached (no PROCMAP_QUERY: Linux < 6.11; copies past a quarter of
 /// vm.max_map_count's mappings, two each; mremap refused) stays as it is: the write then goes into
 /// the file mapping, as before this existed. Allocates nothing (it runs
@@ -51,6 +53,10 @@ bool detach_patched_pages() noexcept;
 /// system call made directly. Registry mutex held; not async-signal-safe
 /// (a mutex).
 std::size_t detach_text_pages(std::uint64_t addr, std::size_t len) noexcept;
+
+/// The copied pages in [lo, hi), in address order: up to `max` written to
+/// `out`; returns how many there are. Not async-signal-safe (a mutex).
+std::size_t copied_pages_in(std::uint64_t lo, std::uint64_t hi, std::uint64_t* out, std::size_t max) noexcept;
 
 /// Whether `page` (page-aligned) is in the table.
 bool text_page_detached(std::uint64_t page) noexcept;

@@ -58,6 +58,37 @@ kup_entry_d:
         .size kup_entry_d, .-kup_entry_d
 
         .p2align 12
+        .globl kup_entry_e
+        .type kup_entry_e,@function
+kup_entry_e:
+        push %rbp
+        mov %rsp, %rbp
+        lea 9(%rdi), %rax
+        pop %rbp
+        ret
+        .size kup_entry_e, .-kup_entry_e
+
+        .p2align 12
+        .globl kup_entry_f
+        .type kup_entry_f,@function
+kup_entry_f:
+        push %rbp
+        mov %rsp, %rbp
+        lea 11(%rdi), %rax
+        pop %rbp
+        ret
+        .size kup_entry_f, .-kup_entry_f
+
+        .p2align 4
+        .globl kup_nop5_f
+        .type kup_nop5_f,@function
+kup_nop5_f:
+        .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+        lea 13(%rdi), %rax
+        ret
+        .size kup_nop5_f, .-kup_nop5_f
+
+        .p2align 12
         .globl kup_page_end
 kup_page_end:
         ret

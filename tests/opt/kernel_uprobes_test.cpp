@@ -10,7 +10,10 @@
 // tests are skipped elsewhere.
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cinttypes>
 #include <cstdio>
@@ -28,6 +31,9 @@ std::uint64_t kup_nop5_a(std::uint64_t);
 std::uint64_t kup_entry_b(std::uint64_t);
 std::uint64_t kup_entry_c(std::uint64_t);
 std::uint64_t kup_entry_d(std::uint64_t);
+std::uint64_t kup_entry_e(std::uint64_t);
+std::uint64_t kup_entry_f(std::uint64_t);
+std::uint64_t kup_nop5_f(std::uint64_t);
 }
 
 namespace {
@@ -273,4 +279,67 @@ TEST(KernelUprobes, TheSwitchIsOnByDefaultAndOffLeavesPagesTheFilesMappings) {
   EXPECT_EQ(call_all(&kup_entry_d, 7), 0);
   EXPECT_EQ(ours.hits.load(), static_cast<std::uint64_t>(kCalls));
   uprobe::unregister_uprobe(p, ours);
+}
+
+// madvise() on a copied page: MADV_DONTNEED would leave a zero page to run
+// (the file's mapping gives the file's bytes back): the copies are left out
+// of it; MADV_FREE and MADV_WIPEONFORK, refused for a file mapping, are
+// refused as for one (src/interpose/text_advice.cpp).
+TEST(KernelUprobes, MadviseOnACopiedPageKeepsItsBytes) {
+  DetachGuard detach;
+  const std::uint64_t page = page_of(reinterpret_cast<const void*>(&kup_entry_e));
+  const std::vector<std::uint8_t> file = file_bytes_at(reinterpret_cast<const void*>(page), kPage);
+  ASSERT_EQ(file.size(), kPage);
+  Counter ours(reinterpret_cast<std::uint64_t>(&kup_entry_e));
+  uprobe::Uprobe* p = uprobe::register_uprobe(reinterpret_cast<const void*>(&kup_entry_e), ours);
+  ASSERT_EQ(uprobe::probe_info(p).mode, uprobe::ProbeMode::optimized_entry);
+  ASSERT_EQ(page_mapping(page), "r-xp anonymous");
+  const std::vector<std::uint8_t> patched = mem(reinterpret_cast<const void*>(page), kPage);
+  void* const at = reinterpret_cast<void*>(page);
+  EXPECT_EQ(::madvise(at, kPage, MADV_DONTNEED), 0);
+  EXPECT_EQ(::madvise(reinterpret_cast<void*>(page - kPage), 3 * kPage, MADV_DONTNEED), 0);  // (the file's pages around)
+  EXPECT_EQ(hex_bytes(mem(at, kPage)), hex_bytes(patched));
+  errno = 0;
+  EXPECT_EQ(::madvise(at, kPage, MADV_FREE), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(::madvise(at, kPage, MADV_WIPEONFORK), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(call_all(&kup_entry_e, 9), 0);
+  EXPECT_EQ(ours.hits.load(), static_cast<std::uint64_t>(kCalls));
+  uprobe::unregister_uprobe(p, ours);
+  expect_page_is_file(page, file);
+}
+
+// A page written in place (the switch off) is never copied later: its copy
+// would take our own int3s for the kernel's and leave them out (the probe
+// silently gone). The second probe's page stays the file's mapping, and
+// both probes count every call.
+TEST(KernelUprobes, APageWrittenInPlaceIsNotCopiedLater) {
+  ConfigGuard keep;
+  uprobe::Config off = uprobe::configuration();
+  off.detach_patched_pages = false;
+  off.optimize = false;  // (int3s: what a copy would have taken for the kernel's)
+  uprobe::configure(off);
+  const std::uint64_t page = page_of(reinterpret_cast<const void*>(&kup_entry_f));
+  ASSERT_EQ(page, page_of(reinterpret_cast<const void*>(&kup_nop5_f)));
+  const std::vector<std::uint8_t> file = file_bytes_at(reinterpret_cast<const void*>(page), kPage);
+  const std::string before = page_mapping(page);
+  ASSERT_NE(before.find('/'), std::string::npos) << before;
+  Counter first(reinterpret_cast<std::uint64_t>(&kup_entry_f)), second(reinterpret_cast<std::uint64_t>(&kup_nop5_f));
+  uprobe::Uprobe* p1 = uprobe::register_uprobe(reinterpret_cast<const void*>(&kup_entry_f), first);
+  uprobe::Config on = uprobe::configuration();
+  on.detach_patched_pages = true;
+  uprobe::configure(on);
+  uprobe::Uprobe* p2 = uprobe::register_uprobe(reinterpret_cast<const void*>(&kup_nop5_f), second);
+  EXPECT_EQ(uprobe::probe_info(p1).mode, uprobe::ProbeMode::int3);
+  EXPECT_EQ(hex(mem(reinterpret_cast<const void*>(&kup_entry_f), 1)[0]), "0xcc");
+  EXPECT_EQ(page_mapping(page), before);
+  EXPECT_EQ(call_all(&kup_entry_f, 11), 0);
+  EXPECT_EQ(call_all(&kup_nop5_f, 13), 0);
+  EXPECT_EQ(first.hits.load(), static_cast<std::uint64_t>(kCalls));
+  EXPECT_EQ(second.hits.load(), static_cast<std::uint64_t>(kCalls));
+  uprobe::unregister_uprobe(p1, first);
+  uprobe::unregister_uprobe(p2, second);
+  expect_page_is_file(page, file);
 }
