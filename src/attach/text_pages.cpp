@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <new>
@@ -48,17 +49,12 @@ long sys(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 
 }
 bool failed(long r) noexcept { return r < 0 && r > -4096; }
 
-/// The first index whose page is >= `page`. g_mutex held.
+/// The first index whose page is >= `page` (std::lower_bound: allocates
+/// nothing). g_mutex held.
 std::size_t lower(std::uint64_t page) noexcept {
-  std::size_t lo = 0, hi = g_count;
-  while (lo < hi) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    if (g_pages[mid].page < page)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return static_cast<std::size_t>(
+      std::lower_bound(g_pages, g_pages + g_count, page, [](const DetachedPage& d, std::uint64_t p) { return d.page < p; }) -
+      g_pages);
 }
 bool in_table(std::uint64_t page) noexcept {
   const std::size_t i = lower(page);
@@ -67,15 +63,7 @@ bool in_table(std::uint64_t page) noexcept {
 
 /// The first index of g_in_place whose page is >= `page`. g_mutex held.
 std::size_t lower_in_place(std::uint64_t page) noexcept {
-  std::size_t lo = 0, hi = g_in_place_count;
-  while (lo < hi) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    if (g_in_place[mid] < page)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return static_cast<std::size_t>(std::lower_bound(g_in_place, g_in_place + g_in_place_count, page) - g_in_place);
 }
 /// Whether `page` was written in place (or may have been: the list is full).
 bool written_in_place(std::uint64_t page) noexcept {
