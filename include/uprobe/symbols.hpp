@@ -198,6 +198,13 @@ std::vector<std::uintptr_t> runtime_addresses(const std::string& path, std::uint
 /// is left behind).
 std::size_t export_elf_tables(const std::string& path, bool settled_only = false);
 
+/// export_elf_tables() of only the files among `files` (paths, compared by
+/// device and inode; a path that cannot be stat()ed names none; empty: every
+/// file): what the process that imports them will resolve and probe, not
+/// what this one read besides (uprobe-trace's CLI: the files its specs
+/// name). Same thread-safety and errors.
+std::size_t export_elf_tables(const std::string& path, bool settled_only, const std::vector<std::string>& files);
+
 /// Reads a file export_elf_tables() wrote and gives this process's
 /// resolutions and registrations the tables of each file it holds that is
 /// the file it was read from -- the same device, inode, size, modification
@@ -211,5 +218,12 @@ std::size_t export_elf_tables(const std::string& path, bool settled_only = false
 /// Returns the number of files whose tables were taken. Never throws.
 /// Thread-safety: any thread. Not async-signal-safe.
 std::size_t import_elf_tables(const std::string& path) noexcept;
+
+/// How many ELF tables this process holds (read or imported; a file read at
+/// two depths -- its own tables, then with its debug file's symbols --
+/// counts twice): a count that grows when a resolution or registration had
+/// to read a file (uprobe-trace's CLI keeps its tables again then).
+/// Thread-safety: any thread. Not async-signal-safe. Never throws.
+std::size_t elf_tables_held() noexcept;
 
 }  // namespace uprobe

@@ -866,14 +866,15 @@ TEST(Trace, SpecsNamingOneSiteEachCount) {
 }
 
 // The agent takes the ELF tables the CLI read for its checks (uprobe::
-// import_elf_tables(): it waits for them, the gate not yet open): the
-// fixture's and libc's; then removes the file (room on a small $TMPDIR),
-// so the program the traced process execs reads its own. The counts are
-// those of agents that read them themselves.
+// import_elf_tables(): it waits for the gate's 't', the gate not yet open):
+// the fixture's and libc's; then removes the file (room on a small
+// $TMPDIR), so the program the traced process execs reads its own (no
+// tables kept between runs here: UPROBE_TRACE_CACHE_DIR empty). The counts
+// are those of agents that read them themselves.
 TEST(Trace, TheAgentTakesTheChecksElfTables) {
   TempDir tmp;
   Result r = trace({"uprobe:libc:malloc", "uprobe:trace_fixture:trace_fn"}, {kFixture, "exec", "100"}, {"-v"},
-                   {"TMPDIR=" + tmp.path()});
+                   {"TMPDIR=" + tmp.path(), "UPROBE_TRACE_CACHE_DIR="});
   ASSERT_EQ(r.status, 0) << dump(r);
   EXPECT_EQ(r.out, "fn=200\nmalloc=0\n");
   EXPECT_EQ(hits(r.report)["uprobe:" + fixture() + ":trace_fn"], 300) << dump(r);
@@ -942,6 +943,22 @@ TEST(Trace, TheChecksKeepTheirElfTablesForTheNextRun) {
   ::sleep(4);
   run_once("1");
   run_once("2");
+  // Every agent takes the kept tables itself (kEnvKeptTables), without
+  // waiting for the checks: the traced process and the one it execs
+  // (before: that one read its own).
+  {
+    Result r = trace({"uprobe:libc:malloc", "uprobe:" + copy + ":trace_fn"}, {copy, "exec", "100"}, {"-v"}, env);
+    ASSERT_EQ(r.status, 0) << dump(r);
+    EXPECT_EQ(r.out, "fn=200\nmalloc=0\n");
+    EXPECT_EQ(hits(r.report)["uprobe:" + copy + ":trace_fn"], 300) << dump(r);
+    std::vector<std::string> tables;
+    for (std::size_t at = 0; (at = r.err.find("uprobe-trace: pid ", at)) != std::string::npos; ++at) {
+      const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+      tables.push_back(line.substr(line.rfind(' ') + 1));
+    }
+    EXPECT_EQ(tables, (std::vector<std::string>{"2", "2"})) << dump(r);
+    EXPECT_NE(r.err.find("uprobe-trace: ELF tables kept by an earlier run: 2\n"), std::string::npos) << dump(r);
+  }
   // Damaged on disk (a byte flipped): nothing taken, the same report, written anew.
   {
     const std::string f = cache + "/" + second[0].first;

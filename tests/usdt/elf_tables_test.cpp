@@ -461,6 +461,59 @@ TEST(ElfTables, SettledOnlyLeavesOutAFileChangedJustNow) {
   });
 }
 
+// Only the files asked for are written (compared by device and inode: a
+// path that is another name of the same file names it; one that does not
+// exist names none), and of libc's debug-file bounds only those that can
+// change debug_file_refines()'s answer about one of libc's own functions
+// (an exact twin of every such function holding it never does): fewer than
+// a tenth of what the debug file has, and the importer answers as the
+// reader at the start, the middle and the last byte of every function.
+TEST(ElfTables, OnlyTheNamedFilesAndTheDebugBoundsThatRefineAreWritten) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string libc = real("/lib/x86_64-linux-gnu/libc.so.6");
+  const std::string libc_link = dir.path + "/libc-link.so.6";
+  ASSERT_EQ(::symlink(libc.c_str(), libc_link.c_str()), 0);
+  in_child([&] {
+    const auto img = uprobe::detail::load_elf_image(libc, ImageDepth::file_tables);
+    uprobe::detail::load_elf_image(real("/bin/true"), ImageDepth::file_tables);
+    uprobe::detail::load_elf_image(real("/proc/self/exe"), ImageDepth::file_tables);
+    std::string want;
+    for (const auto& f : img->funcs)
+      for (std::uint64_t off : {f.file_offset, f.file_offset + f.size / 2, f.file_offset + (f.size ? f.size - 1 : 0)})
+        want += img->debug_deferred && uprobe::detail::debug_file_refines(*img, f, off) ? '1' : '0';
+    bool ok = false;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> all;
+    if (img->debug_deferred) {
+      ASSERT_TRUE(uprobe::detail::cached_debug_bounds(*img, ok, all));
+    }
+    EXPECT_EQ(uprobe::export_elf_tables(dir.path + "/libc", false, {libc_link, dir.path + "/none"}), 1u);
+    EXPECT_EQ(uprobe::export_elf_tables(dir.path + "/two", false, {libc, real("/bin/true")}), 2u);
+    EXPECT_EQ(uprobe::export_elf_tables(dir.path + "/none", false, {dir.path + "/none"}), 0u);
+    EXPECT_EQ(uprobe::export_elf_tables(dir.path + "/all", false, {}), 3u) << "no files named: every file";
+    in_child([&] {
+      ASSERT_EQ(uprobe::import_elf_tables(dir.path + "/libc"), 1u);
+      const auto cached = uprobe::detail::cached_images();
+      ASSERT_EQ(cached.size(), 1u);
+      EXPECT_EQ(cached[0].path, libc);
+      const auto& mine = *cached[0].image;
+      std::string got;
+      for (const auto& f : mine.funcs)
+        for (std::uint64_t off : {f.file_offset, f.file_offset + f.size / 2, f.file_offset + (f.size ? f.size - 1 : 0)})
+          got += mine.debug_deferred && uprobe::detail::debug_file_refines(mine, f, off) ? '1' : '0';
+      EXPECT_TRUE(got == want) << "the imported bounds answer otherwise";
+      if (!mine.debug_deferred) return;  // (no libc6-dbg: no bounds to leave out)
+      bool ok2 = false;
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> kept;
+      ASSERT_TRUE(uprobe::detail::cached_debug_bounds(mine, ok2, kept));
+      EXPECT_EQ(ok2, ok);
+      EXPECT_LT(kept.size() * 10, all.size()) << kept.size() << " of " << all.size() << " written";
+      for (const auto& b : kept)
+        EXPECT_NE(std::find(all.begin(), all.end(), b), all.end()) << "a bound the debug file does not have";
+    });
+  });
+}
+
 // The file is written whole or not at all: a directory it cannot be
 // created in is an error naming it, and leaves nothing behind; an existing
 // file is replaced.

@@ -34,9 +34,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -419,62 +417,62 @@ __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, c
   }
 }
 
-/// Waits for the ELF tables the CLI is writing (kEnvTables: its checks run
-/// while this process starts, and write them when done) to appear in `dir`
-/// as kElfTablesFile: renamed there (inotify, IN_MOVED_TO); or for the start
-/// gate (kEnvGate, not read here) to become readable: the checks are over
-/// (the gate opens only after them, so a file not there then will not come:
-/// it could not be written) or the CLI is gone (end-of-file). Not waiting
-/// longer than that costs nothing: this process waits at the gate for the
-/// checks anyway. The variable is unset: what this program execs reads its
-/// tables itself. True when the variable was there (this process is the
-/// one the CLI started: it removes the file once it imported it, so that it
-/// takes no room the counts file may need). (System calls, not libc's: no
-/// interposer of the program's runs before its main().)
-bool wait_for_elf_tables(const std::string& dir) {
-  const char* v = libc_getenv(kEnvTables);
-  if (!v) return false;
-  const bool coming = v[0] == '1';
-  libc_unsetenv(kEnvTables);
+/// What the start gate said before the attach (wait_for_elf_tables()):
+/// 0 nothing read yet, '1' it is open already.
+char g_gate_said = 0;
+
+/// One byte from the start gate (kEnvGate's descriptor): 't' the CLI's
+/// checks wrote the ELF tables (StartGate::tables_ready()), '1' open
+/// (StartGate::open()); 0 at end-of-file (the CLI refused a spec, or died:
+/// StartGate::shut()) or an error. (A system call, not libc's read: a probe
+/// on read counts the program's calls only.)
+char read_gate(int fd) {
+  char c = 0;
+  long n;
+  do n = syscall(SYS_read, fd, &c, 1);
+  while (n < 0 && errno == EINTR);
+  return n == 1 ? c : 0;
+}
+
+/// Waits, when `coming` (kEnvTables was "1": the CLI's checks run while this
+/// process starts and write kElfTablesFile when done), for the gate's 't'
+/// (StartGate::tables_ready(), sent once they are written, before the gate
+/// opens), so that the attach takes them instead of reading the files. End
+/// of file ends the process here (125), as at the gate: the program never
+/// runs. (It waited on inotify for the file's rename before: the close of
+/// an inotify descriptor with a watch waits for an SRCU grace period of the
+/// kernel's, 10-20 ms on a 2-vCPU VM, in every traced process.) True when
+/// it waited: this process is the one the CLI started, and removes the file
+/// once it imported it (on a small `$TMPDIR` it would take room the counts
+/// file may need).
+bool wait_for_elf_tables(bool coming) {
   const char* g = libc_getenv(kEnvGate);
   if (!coming || !g) return false;
-  const int gate = std::atoi(g);
-  const std::string path = dir + "/" + kElfTablesFile;
-  const int in = static_cast<int>(syscall(SYS_inotify_init1, IN_CLOEXEC | IN_NONBLOCK));
-  if (in < 0) return true;
-  if (syscall(SYS_inotify_add_watch, in, dir.c_str(), IN_MOVED_TO) >= 0) {
-    // (Watched first, then looked for: a rename between the two is seen.)
-    while (syscall(SYS_access, path.c_str(), F_OK) != 0) {
-      pollfd p[2] = {{in, POLLIN, 0}, {gate, POLLIN, 0}};
-      const long n = syscall(SYS_ppoll, p, 2, nullptr, nullptr, 8);
-      if (n < 0 && errno != EINTR) break;
-      if (n > 0 && p[1].revents) break;  // (the gate: open, or the CLI gone)
-      char events[1024];
-      while (syscall(SYS_read, in, events, sizeof events) > 0) {
-      }
-    }
-  }
-  syscall(SYS_close, in);
+  const char c = read_gate(std::atoi(g));
+  if (c == 0) _exit(125);
+  if (c == '1') g_gate_said = '1';  // (a CLI that sends no 't': the checks are over)
   return true;
 }
 
 /// uprobe-trace's start gate (launch.hpp, StartGate; kEnvGate): once this
 /// process attached, wait for the CLI's checks of the specs before any code
 /// of the program runs; end-of-file (the CLI refused a spec, or died) ends
-/// the process here (125). The descriptor is closed and the variable
-/// unset: the program, its children and what it execs see neither.
+/// the process here (125). A 't' not taken before the attach (the tables
+/// were not waited for: --no-follow's agent, or a process exec'd since)
+/// is passed over. The descriptor is closed and the variable unset: the
+/// program, its children and what it execs see neither.
 void pass_start_gate() {
   const char* v = libc_getenv(kEnvGate);
   if (!v) return;
   const int fd = std::atoi(v);
   libc_unsetenv(kEnvGate);
-  // (System calls, not libc's read/close: probes on those count the program's calls only.)
-  char c = 0;
-  long n;
-  do n = syscall(SYS_read, fd, &c, 1);
-  while (n < 0 && errno == EINTR);
+  char c = g_gate_said;
+  while (c == 0 || c == 't') {
+    c = read_gate(fd);
+    if (c == 0) break;
+  }
   syscall(SYS_close, fd);
-  if (n != 1 || c != '1') _exit(125);
+  if (c != '1') _exit(125);
 }
 
 __attribute__((constructor)) void agent_init() {
@@ -493,6 +491,17 @@ __attribute__((constructor)) void agent_init() {
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
+  // (Read before --no-follow unsets it; unset: what this program execs reads its tables itself.)
+  const bool tables_coming = env_or(kEnvTables, "0") == "1";
+  libc_unsetenv(kEnvTables);
+  // "N:FILE" (spec.hpp): the tables of N files an earlier run kept.
+  std::size_t kept_want = 0;
+  const char* kept_tables = libc_getenv(kEnvKeptTables);  // (environ's string: lives on)
+  if (kept_tables) {
+    char* end = nullptr;
+    kept_want = std::strtoul(kept_tables, &end, 10);
+    kept_tables = end && *end == ':' && end[1] == '/' ? end + 1 : nullptr;
+  }
   {
     // Every page a probe writes becomes a copy of itself out of the kernel's
     // uprobes' reach (Config::detach_patched_pages; libuprobe's default,
@@ -515,18 +524,23 @@ __attribute__((constructor)) void agent_init() {
     std::string orig = env_or(kEnvOrigPreload, "-");
     if (orig == "-") libc_unsetenv("LD_PRELOAD");
     else libc_setenv("LD_PRELOAD", orig.c_str(), 1);
-    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram, kEnvTables})
+    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram, kEnvTables,
+                          kEnvKeptTables})
       libc_unsetenv(v);
   }
   pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
-  // The tables the CLI read for its checks, of the files unchanged since:
-  // the attach then reads none of theirs (absent when the checks are not
-  // done yet: then it reads them).
+  // The tables an earlier run of these specs kept, at once; else those the
+  // CLI read for its checks, once they are written. Of the files unchanged
+  // since: the attach then reads none of theirs (a file not there, or
+  // changed since: the attach reads it).
   if (!meta->out_dir.empty()) {
-    const std::string tables = meta->out_dir + "/" + kElfTablesFile;
-    const bool first = wait_for_elf_tables(meta->out_dir);
-    meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(tables));
-    if (first) syscall(SYS_unlink, tables.c_str());
+    if (kept_tables) meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(kept_tables));
+    if (!kept_tables || meta->elf_tables < kept_want) {
+      const std::string tables = meta->out_dir + "/" + kElfTablesFile;
+      const bool first = wait_for_elf_tables(tables_coming);
+      meta->elf_tables += static_cast<unsigned>(uprobe::import_elf_tables(tables));
+      if (first) syscall(SYS_unlink, tables.c_str());
+    }
   }
   try {
     attach(texts);

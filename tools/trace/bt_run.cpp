@@ -418,6 +418,7 @@ int run_bpftrace(const BtOptions& o) {
   // no probe left, bpftrace's "No probes to attach" (exit status 1).
   std::vector<std::pair<std::size_t, std::string>> skipped;
   bool no_probes = false;
+  StartGate gate;
   auto check_and_begin = [&] {
     if (gated) {
       open_out();
@@ -426,6 +427,7 @@ int run_bpftrace(const BtOptions& o) {
     if (checks) {
       nprobes += checks->wait();
       skipped = checks->skipped();
+      gate.tables_ready();  // (the agent attaches while BEGIN runs here)
     } else {
       for (std::size_t k = 0; k < specs.size(); ++k) {
         std::string why;
@@ -449,10 +451,9 @@ int run_bpftrace(const BtOptions& o) {
   if (!gated) check_and_begin();
   pid_t child = -1;
   int exec_errno = 0;
-  StartGate gate;
   if (!o.cmd.empty() && !run.header()->bt_exit.load() && !no_probes) {
     std::fflush(out);
-    child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow, gated}, sigs, gate, gated, exec_errno);
+    child = start_traced(o.cmd, preload, {joined, dir, prog_file, o.follow, gated, kept_tables_env(checks ? &*checks : nullptr)}, sigs, gate, gated, exec_errno);
   }
   if (gated) check_and_begin();
   g_dir_to_remove.clear();

@@ -241,15 +241,25 @@ namespace {
 /// (a glob reads a debug file's symbols) keep a file each, which holds only
 /// what its run reads. A file that cannot be resolved is left out
 /// (validate() says why).
-std::vector<std::string> spec_keys(const std::vector<Spec>& specs, const std::string& prog_path) {
+/// `files`: the files they name, as resolved here (what the tables written
+/// for the agent, and kept, hold: export_elf_tables()'s `files`). Any
+/// thread: a file that cannot be resolved is left out, never died on (here
+/// die() throws).
+std::vector<std::string> spec_keys(const std::vector<Spec>& specs, const std::string& prog_path,
+                                   std::vector<std::string>& files) {
+  const bool threw = t_die_throws;
+  t_die_throws = true;
   std::vector<std::string> keys;
   for (const Spec& s : specs) {
     try {
-      if (std::string f = resolve_here(s.binary, prog_path); !f.empty())
+      if (std::string f = resolve_here(s.binary, prog_path); !f.empty()) {
         keys.push_back(std::to_string(static_cast<int>(s.kind)) + ":" + f + ":" + s.what);
+        files.push_back(f);
+      }
     } catch (const Died&) {
     }
   }
+  t_die_throws = threw;
   return keys;
 }
 
@@ -267,6 +277,13 @@ void SpecChecks::validate_all() {
 SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path,
                        bool skip_missing)
     : specs_(&specs), prog_path_(prog_path), tables_path_(tables_path), skip_missing_(skip_missing) {
+  // The kept tables' file, named here, before the program starts: its agent
+  // takes them at once (kEnvKeptTables), without waiting for these checks.
+  if (!tables_path_.empty()) {
+    kept_ = tables_cache_file(tables_cache_dir(), spec_keys(specs, prog_path, files_));
+    std::sort(files_.begin(), files_.end());
+    files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);  // (inherited by the thread)
@@ -278,22 +295,23 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                    try {
                      // The tables kept by an earlier run of these files, when
                      // they are still theirs (tables_cache.hpp).
-                     std::string kept;
+                     const std::string& kept = self->kept_;
                      std::size_t taken = 0;
-                     if (!self->tables_path_.empty()) {
-                       kept = tables_cache_file(tables_cache_dir(), spec_keys(*self->specs_, self->prog_path_));
-                       if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
-                       if (taken) note_tables_used(kept);
-                     }
+                     if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
+                     if (taken) note_tables_used(kept);
+                     const std::size_t held = uprobe::elf_tables_held();
                      self->validate_all();
-                     if (!self->tables_path_.empty()) {
-                       std::size_t written = 0;
+                     // The agent waits for tables written here when it took
+                     // fewer than one per file from the kept file (so did
+                     // these checks: a file changed since, or none kept).
+                     if (!self->tables_path_.empty() && taken < self->files_.size()) {
                        try {
-                         written = uprobe::export_elf_tables(self->tables_path_);
+                         uprobe::export_elf_tables(self->tables_path_, false, self->files_);
                        } catch (const uprobe::Error&) {  // (the agent reads them itself)
                        }
-                       if (!kept.empty() && written != taken) keep_tables(kept);  // (something was read here)
                      }
+                     if (!kept.empty() && uprobe::elf_tables_held() != held)
+                       keep_tables(kept, self->files_);  // (something was read here)
                    } catch (const Died& d) {
                      self->error_ = d.message;
                    } catch (const std::exception& e) {
@@ -311,6 +329,11 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
   g_before_die = [] {
     if (g_running_checks) g_running_checks->join();
   };
+}
+
+std::string kept_tables_env(const SpecChecks* checks) {
+  if (!checks || checks->kept_path().empty()) return {};
+  return std::to_string(checks->spec_files()) + ":" + checks->kept_path();
 }
 
 void SpecChecks::join() {

@@ -54,12 +54,15 @@ std::size_t validate(const Spec& s, const std::string& prog_path, std::string* s
 /// through its signalfd). Its result: wait(), once.
 class SpecChecks {
  public:
-  /// With `tables_path` not empty, the ELF tables the checks read are
-  /// written there once they are done (uprobe::export_elf_tables(): the
-  /// agent's attach takes them instead of reading them; a failure to write
-  /// only means that it reads them), and the checks first take those an
-  /// earlier run of the same files kept, keeping them when they read
-  /// anything (tables_cache.hpp).
+  /// With `tables_path` not empty, the checks first take the ELF tables an
+  /// earlier run of the same specs kept (kept_path(): the agent takes them
+  /// too, at once), keeping them again when they read anything
+  /// (tables_cache.hpp); when there were none to take, the tables they read
+  /// are written to `tables_path` once they are done
+  /// (uprobe::export_elf_tables(), of the files the specs name): the agent
+  /// waits for those (StartGate::tables_ready()) and its attach takes them
+  /// instead of reading the files (a failure to write only means that it
+  /// reads them).
   /// `skip_missing`: validate()'s `skipped` (a bpftrace program's specs).
   SpecChecks(const std::vector<Spec>& specs, const std::string& prog_path, const std::string& tables_path = {},
              bool skip_missing = false);
@@ -73,6 +76,14 @@ class SpecChecks {
   /// After wait(): how many files' tables the checks took from those an
   /// earlier run kept (tables_cache.hpp) instead of reading the files.
   std::size_t kept_taken() const { return kept_taken_; }
+  /// The file of the tables an earlier run of these specs kept
+  /// (tables_cache_file(); "" when none may be kept or there is no
+  /// `tables_path`): the agent imports it before it attaches (kEnvKeptTables).
+  /// Named by the constructor, in its thread.
+  const std::string& kept_path() const { return kept_; }
+  /// How many files the specs name (resolved here): the tables the agent
+  /// takes from kept_path() when none changed since (kEnvKeptTables).
+  std::size_t spec_files() const { return files_.size(); }
   /// After wait(), with `skip_missing`: the specs skipped (index, why).
   const std::vector<std::pair<std::size_t, std::string>>& skipped() const { return skipped_; }
 
@@ -81,11 +92,16 @@ class SpecChecks {
   pthread_t thread_{};
   bool running_ = false;
   const std::vector<Spec>* specs_;
-  std::string prog_path_, tables_path_, error_;
+  std::string prog_path_, tables_path_, error_, kept_;
+  std::vector<std::string> files_;  ///< the files the specs name, as resolved here (spec_keys())
   std::size_t probes_ = 0, kept_taken_ = 0;
   bool skip_missing_ = false;
   std::vector<std::pair<std::size_t, std::string>> skipped_;
   void validate_all();  ///< every spec, probes_ and skipped_
 };
+
+/// kEnvKeptTables' value for the agent: "N:FILE" (SpecChecks::spec_files(),
+/// SpecChecks::kept_path()); "" without checks or a kept file.
+std::string kept_tables_env(const SpecChecks* checks);
 
 }  // namespace uptrace

@@ -74,6 +74,11 @@ void StartGate::in_parent() {
   fd[1] = -1;
 }
 
+void StartGate::tables_ready() {
+  if (fd[0] >= 0 && send(fd[0], "t", 1, MSG_NOSIGNAL) < 0) {
+  }  // (a child already gone: its status says why)
+}
+
 void StartGate::open() {
   if (fd[0] >= 0 && send(fd[0], "1", 1, MSG_NOSIGNAL) < 0) {
   }  // (a child already gone: its status says why)
@@ -477,6 +482,7 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
       {kEnvOrigPreload, orig ? orig : "-"}, {"LD_PRELOAD", preloaded}};
   if (!env.program_file.empty()) vars.emplace_back(kEnvProgram, env.program_file);
   if (env.tables) vars.emplace_back(kEnvTables, "1");
+  if (!env.kept_tables.empty()) vars.emplace_back(kEnvKeptTables, env.kept_tables);
   if (gate.fd[1] >= 0) vars.emplace_back(kEnvGate, std::to_string(gate.fd[1]));
   g_dir_to_remove = env.dir;
   exec_errno = 0;

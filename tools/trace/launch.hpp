@@ -47,7 +47,11 @@ struct StartGate {
   void make();
   /// In the parent once the child is started: the child's end closed.
   void in_parent();
-  /// Lets the program run (once every spec was checked).
+  /// Tells the child's agent that the checks wrote the ELF tables
+  /// (kEnvTables, kElfTablesFile): the byte 't', which it waits for before
+  /// it attaches (agent.cpp, wait_for_elf_tables()). Before open().
+  void tables_ready();
+  /// Lets the program run (once every spec was checked): the byte '1'.
   void open();
   /// Ends the program at the gate (end-of-file: its agent exits, 125).
   void shut();
@@ -134,6 +138,7 @@ struct AgentEnv {
   std::string program_file;  ///< kEnvProgram: the compiled bpftrace program, "" for bare specs
   bool follow = true;        ///< kEnvFollow: what the program execs is traced too
   bool tables = false;       ///< kEnvTables: the checks write kElfTablesFile in `dir` (SpecChecks)
+  std::string kept_tables;   ///< kEnvKeptTables: kept_tables_env() ("": not set)
 };
 
 /// Forks and execs `cmd` (execvp) with `preload` ahead of the LD_PRELOAD

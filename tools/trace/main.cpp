@@ -140,9 +140,10 @@ int run_specs(const std::vector<std::string>& spec_texts, const std::vector<std:
 
   StartGate gate;
   int exec_errno = 0;
-  const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow, gated}, sigs, gate, gated, exec_errno);
+  const pid_t child = start_traced(cmd, preload, {joined, dir, "", follow, gated, kept_tables_env(checks ? &*checks : nullptr)}, sigs, gate, gated, exec_errno);
   if (gated) open_out();
   if (exec_errno == 0 && gated) checks->wait();
+  if (gated) gate.tables_ready();
   g_dir_to_remove.clear();
   gate.open();
   g_child = child;

@@ -64,9 +64,17 @@ inline constexpr const char* kEnvGate = "UPROBE_TRACE_GATE";
 /// (uprobe::import_elf_tables()), or reads them itself when it is not there yet.
 inline constexpr const char* kElfTablesFile = "elf-tables";
 /// "1": the CLI is writing kElfTablesFile (its checks run while the program
-/// starts); the agent of the process it starts waits for it, or for its
-/// start gate to open (agent.cpp, wait_for_elf_tables()).
+/// starts); the agent of the process it starts waits for the start gate's
+/// 't' (StartGate::tables_ready(): they are written) before it attaches
+/// (agent.cpp, wait_for_elf_tables()).
 inline constexpr const char* kEnvTables = "UPROBE_TRACE_TABLES";
+/// "N:FILE": FILE holds the ELF tables an earlier run of the same specs kept
+/// (tables_cache.hpp; SpecChecks::kept_path()), of the N files the specs
+/// name: the agent imports it before it attaches, and waits for the tables
+/// of the CLI's checks (kEnvTables) only when it took fewer than N (a file
+/// changed since, or none kept). Kept for what the program execs (their
+/// agents take it too).
+inline constexpr const char* kEnvKeptTables = "UPROBE_TRACE_KEPT_TABLES";
 
 /// Splits on `sep`, dropping empty pieces.
 std::vector<std::string> split(std::string_view s, char sep);

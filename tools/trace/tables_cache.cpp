@@ -78,12 +78,12 @@ std::string tables_cache_file(const std::string& dir, std::vector<std::string> k
   return dir + "/" + name;
 }
 
-void keep_tables(const std::string& file) noexcept {
+void keep_tables(const std::string& file, const std::vector<std::string>& files) noexcept {
   try {
     const std::string mine = file + "." + std::to_string(::getpid());
     ::unlink(mine.c_str());
     ::unlink((mine + ".tmp").c_str());  // (a run of this pid killed while writing)
-    uprobe::export_elf_tables(mine, true);  // (files changed in the last seconds: read again next time)
+    uprobe::export_elf_tables(mine, true, files);  // (files changed in the last seconds: read again next time)
     if (::rename(mine.c_str(), file.c_str()) != 0) ::unlink(mine.c_str());
     // The oldest beyond kKeptTablesFiles go (their names are hashes: runs on
     // ever new files, a test's temporary copies, would fill the directory).

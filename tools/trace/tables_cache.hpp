@@ -27,15 +27,16 @@ std::string tables_cache_dir();
 /// again.
 std::string tables_cache_file(const std::string& dir, std::vector<std::string> keys);
 
-/// Writes the ELF tables this process has read to `file` (a
-/// tables_cache_file()), whole or not at all (written under a name of this
+/// Writes the ELF tables this process has read of `files` (those its specs
+/// name: not what else it read) to `file` (a tables_cache_file()), whole or
+/// not at all (written under a name of this
 /// process, then renamed: runs beside each other each leave a whole file),
 /// and keeps the directory to the kKeptTablesFiles most recently used files
 /// (this one among them). Only files unchanged for the last seconds are
 /// written (uprobe::export_elf_tables(), settled_only: a file rewritten
 /// within its filesystem's timestamp resolution could keep its identity). A
 /// failure only means that the next run reads the files. Never throws.
-void keep_tables(const std::string& file) noexcept;
+void keep_tables(const std::string& file, const std::vector<std::string>& files) noexcept;
 
 /// Marks a kept file as used now (its modification time): the directory
 /// keeps the most recently used. Never throws.
