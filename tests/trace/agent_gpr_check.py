@@ -29,8 +29,11 @@ VECTOR = re.compile(r"%[xyz]mm\d|%mm\d|%st\b|\tf(ld|st|ild|ist|add|mul|sub|div|x
 # which calls the vDSO, built by the kernel without vector code).
 ALLOWED_LIBC = {"__errno_location", "clock_gettime", "close", "fallocate", "fallocate64", "getpid", "mmap", "mmap64",
                 "munmap", "open", "open64", "prctl", "pthread_self", "pwrite", "pwrite64", "syscall"}
-# Functions whose indirect calls are the CLI's callbacks (never set in the agent).
-INDIRECT_OK = re.compile(r"^uptrace::bt::Vm::(eval|exec|del|run_probe)\(")
+# Functions whose indirect calls are the CLI's callbacks (never set in the agent),
+# and now_ns(), whose one indirect call is the vDSO's clock_gettime (built by
+# the kernel without vector code; called directly: libc's would be a probe hit
+# under uprobe:libc:*).
+INDIRECT_OK = re.compile(r"^uptrace::bt::(Vm::(eval|exec|del|run_probe)|now_ns)\(")
 
 
 def disassemble(path, objdump):

@@ -266,6 +266,28 @@ TEST(Bpftrace, UstackInAnInterposedLibcFunctionIsTheKernels) {
   EXPECT_NE(r.out.find("]: 1\n"), std::string::npos) << r.out;
 }
 
+// The interpreter's builtins call no libc function at a hit (comm's prctl,
+// pid/tid/uid/cpu's system calls, nsecs' and elapsed's clock, a thread's
+// first ustack): each would be a hit inside the hit under probes on those
+// functions (`uprobe:libc:*`), which libuprobe does not run and uprobe-trace
+// reported as "probe hits were not run" (a probe on libc's prctl,
+// syscall, clock_gettime, getpid, getuid: thousands with `@[comm]` on
+// every libc function). The probes on them count only the program's own
+// calls (none), the block its 20 hits, and nothing is reported missing.
+TEST(Bpftrace, BuiltinsCallNoLibcFunctionAtAHit) {
+  const std::string prog =
+      "uprobe:" + kFixture + ":bt_add { @[comm, pid > 0, tid > 0, uid == uid, cpu >= 0, nsecs > 0, elapsed >= 0] = "
+      "count(); @s[ustack(2)] = count(); } "
+      "uprobe:libc:prctl,uprobe:libc:syscall,uprobe:libc:clock_gettime,uprobe:libc:getpid,uprobe:libc:getuid,"
+      "uprobe:libc:sched_getcpu,uprobe:libc:pthread_self,uprobe:libc:open64,uprobe:libc:read { @libc[probe] = count(); }";
+  const Result r = run({kTrace, "-e", prog, "-c", kFixture});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("@[trace_bt_fixtur, 1, 1, 1, 1, 1, 1]: 20\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("@s[\n    bt_add+0\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("@libc["), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("not run"), std::string::npos) << r.err;
+}
+
 // A probe the traced process refuses (a return probe on vfork) is named on
 // standard error with its reason, after the run (bpftrace names its attach
 // errors before it runs; here the agent attaches in the program); the

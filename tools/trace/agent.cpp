@@ -484,6 +484,7 @@ __attribute__((constructor)) void agent_init() {
   if (!specs || !g_dependencies_ready) return;
   const std::vector<std::string> texts = split(specs, '\n');
   meta = new Meta;
+  bt::init_vdso_clock();  // (nsecs and the latency histogram at hits: no libc call there)
   if (const char* prog = libc_getenv(kEnvProgram)) load_bt_program(prog);
   // str(), sargN and ustack read the program's memory at hits: in process
   // (faults taken by libuprobe's SIGSEGV/SIGBUS handler), not by a system call each.

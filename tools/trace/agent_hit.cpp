@@ -205,11 +205,7 @@ inline void bump(std::uint64_t* b, std::size_t word, std::uint64_t n = 1) noexce
   }
 }
 
-inline std::uint64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
+using bt::now_ns;  // (the vDSO's, called directly: no libc function, which could be probed)
 
 inline bool counting() noexcept {
   return tls_in_agent == 0 && !tls_exit_dtors && g->enabled.load(std::memory_order_acquire);

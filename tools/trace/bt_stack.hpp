@@ -15,6 +15,8 @@
 
 #include <uprobe/uprobe.hpp>
 
+#include "raw_syscall.hpp"
+
 namespace uptrace::bt {
 
 /// A thread's stack as ustack reads it without a system call (each is
@@ -39,7 +41,8 @@ struct StackBounds {
 /// fixed buffer; once per thread.
 inline void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
   b.known = 1;
-  const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  const long fd = uprobe::arch::raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/maps"),
+                                            O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   char buf[1024];
   char line[160];  // (a longer line is cut: only a short one can be `[stack]`)
@@ -67,10 +70,10 @@ inline void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
       b.lo = start, b.hi = end;
       return;
     }
-    const auto self = static_cast<std::uint64_t>(pthread_self());
+    const auto self = reinterpret_cast<std::uint64_t>(__builtin_thread_pointer());  // (glibc's pthread_self())
     if (sp < self && self <= end) b.lo = start, b.hi = self;
   };
-  for (long got; !done && (got = syscall(SYS_read, fd, buf, sizeof buf)) > 0;) {
+  for (long got; !done && (got = uprobe::arch::raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), sizeof buf)) > 0;) {
     for (long k = 0; k < got && !done; ++k) {
       if (buf[k] == '\n') {
         parse();
@@ -82,7 +85,7 @@ inline void find_stack(StackBounds& b, std::uint64_t sp) noexcept {
       }
     }
   }
-  syscall(SYS_close, fd);
+  uprobe::arch::raw_syscall(SYS_close, fd);
 }
 
 /// The `n` words at `addr` into `out`: plain loads when they lie in [lo, hi)
