@@ -959,6 +959,36 @@ TEST(Trace, TheChecksKeepTheirElfTablesForTheNextRun) {
     EXPECT_EQ(tables, (std::vector<std::string>{"2", "2"})) << dump(r);
     EXPECT_NE(r.err.find("uprobe-trace: ELF tables kept by an earlier run: 2\n"), std::string::npos) << dump(r);
   }
+  // A symlink in the kept file's place (here to a copy of it; to a huge file
+  // its hash would hold the start) is not read, by the checks nor by the
+  // agent, which takes the checks' hand-over; the kept file is written anew
+  // in its place.
+  {
+    const std::string f = cache + "/" + second[0].first, aside = tmp.path() + "/kept_copy";
+    ASSERT_EQ(std::system(("cp '" + f + "' '" + aside + "'").c_str()), 0);
+    ASSERT_EQ(::unlink(f.c_str()), 0);
+    ASSERT_EQ(::symlink(aside.c_str(), f.c_str()), 0);
+    run_once("0");
+    struct stat ls;
+    ASSERT_EQ(::lstat(f.c_str(), &ls), 0);
+    EXPECT_TRUE(S_ISREG(ls.st_mode)) << "the symlink replaced by a kept file";
+    run_once("2");
+  }
+  // A relative UPROBE_TRACE_CACHE_DIR names the directory from where
+  // uprobe-trace runs (the agent is told its absolute path): the second run
+  // takes the kept tables, the agent too.
+  {
+    char here[PATH_MAX];
+    ASSERT_NE(::getcwd(here, sizeof here), nullptr);
+    ASSERT_EQ(::chdir(tmp.path().c_str()), 0);
+    const std::vector<std::string> rel{"UPROBE_TRACE_CACHE_DIR=relcache"};
+    Result r1 = trace({"uprobe:libc:malloc", "uprobe:" + copy + ":trace_fn"}, {copy, "basic", "7", "5"}, {"-v"}, rel);
+    Result r2 = trace({"uprobe:libc:malloc", "uprobe:" + copy + ":trace_fn"}, {copy, "basic", "7", "5"}, {"-v"}, rel);
+    ASSERT_EQ(::chdir(here), 0);
+    EXPECT_EQ(r2.out, "fn=7\nmalloc=5\n");
+    EXPECT_NE(r2.err.find("ELF tables kept by an earlier run: 2\n"), std::string::npos) << dump(r1) << dump(r2);
+    EXPECT_NE(r2.err.find("ELF tables from uprobe-trace: 2\n"), std::string::npos) << dump(r2);
+  }
   // Damaged on disk (a byte flipped): nothing taken, the same report, written anew.
   {
     const std::string f = cache + "/" + second[0].first;

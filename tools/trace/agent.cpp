@@ -434,7 +434,7 @@ char read_gate(int fd) {
   return n == 1 ? c : 0;
 }
 
-/// Waits, when `coming` (kEnvTables was "1": the CLI's checks run while this
+/// Waits, when `coming` (kEnvTables was "1...": the CLI's checks run while this
 /// process starts and write kElfTablesFile when done), for the gate's 't'
 /// (StartGate::tables_ready(), sent once they are written, before the gate
 /// opens), so that the attach takes them instead of reading the files. End
@@ -492,16 +492,22 @@ __attribute__((constructor)) void agent_init() {
   meta->out_dir = env_or(kEnvOut, "");
   meta->format = env_or(kEnvFormat, "text");
   meta->per_thread = env_or(kEnvPerThread, "0") == "1";
-  // (Read before --no-follow unsets it; unset: what this program execs reads its tables itself.)
-  const bool tables_coming = env_or(kEnvTables, "0") == "1";
-  libc_unsetenv(kEnvTables);
-  // "N:FILE" (spec.hpp): the tables of N files an earlier run kept.
+  // "1[:N:FILE]" or "0[:N:FILE]" (spec.hpp): whether the CLI's checks may
+  // hand tables to this process, and the tables of N files an earlier run
+  // kept. (Read before --no-follow unsets it.) What this program execs finds
+  // "0": no hand-over for them.
+  std::string tables_var = env_or(kEnvTables, "0");
+  const bool tables_coming = tables_var[0] == '1';
   std::size_t kept_want = 0;
-  const char* kept_tables = libc_getenv(kEnvKeptTables);  // (environ's string: lives on)
-  if (kept_tables) {
+  std::string kept_tables;
+  if (tables_var.size() > 2 && tables_var[1] == ':') {
     char* end = nullptr;
-    kept_want = std::strtoul(kept_tables, &end, 10);
-    kept_tables = end && *end == ':' && end[1] == '/' ? end + 1 : nullptr;
+    kept_want = std::strtoul(tables_var.c_str() + 2, &end, 10);
+    if (end && end[0] == ':' && end[1] == '/') kept_tables = end + 1;
+  }
+  if (tables_coming) {
+    tables_var[0] = '0';
+    libc_setenv(kEnvTables, tables_var.c_str(), 1);
   }
   {
     // Every page a probe writes becomes a copy of itself out of the kernel's
@@ -525,8 +531,7 @@ __attribute__((constructor)) void agent_init() {
     std::string orig = env_or(kEnvOrigPreload, "-");
     if (orig == "-") libc_unsetenv("LD_PRELOAD");
     else libc_setenv("LD_PRELOAD", orig.c_str(), 1);
-    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram, kEnvTables,
-                          kEnvKeptTables})
+    for (const char* v : {kEnvSpecs, kEnvOut, kEnvFormat, kEnvFollow, kEnvOrigPreload, kEnvPerThread, kEnvProgram, kEnvTables})
       libc_unsetenv(v);
   }
   pthread_atfork(fork_inner_prepare, fork_inner_parent, fork_inner_child);
@@ -535,8 +540,9 @@ __attribute__((constructor)) void agent_init() {
   // since: the attach then reads none of theirs (a file not there, or
   // changed since: the attach reads it).
   if (!meta->out_dir.empty()) {
-    if (kept_tables) meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(kept_tables));
-    if (!kept_tables || meta->elf_tables < kept_want) {
+    if (usable_tables_file(kept_tables.c_str()))
+      meta->elf_tables = static_cast<unsigned>(uprobe::import_elf_tables(kept_tables));
+    if (kept_tables.empty() || meta->elf_tables < kept_want) {
       const std::string tables = meta->out_dir + "/" + kElfTablesFile;
       const bool first = wait_for_elf_tables(tables_coming);
       meta->elf_tables += static_cast<unsigned>(uprobe::import_elf_tables(tables));

@@ -278,7 +278,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                        bool skip_missing)
     : specs_(&specs), prog_path_(prog_path), tables_path_(tables_path), skip_missing_(skip_missing) {
   // The kept tables' file, named here, before the program starts: its agent
-  // takes them at once (kEnvKeptTables), without waiting for these checks.
+  // takes them at once (kEnvTables), without waiting for these checks.
   if (!tables_path_.empty()) {
     kept_ = tables_cache_file(tables_cache_dir(), spec_keys(specs, prog_path, files_));
     std::sort(files_.begin(), files_.end());
@@ -297,7 +297,7 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
                      // they are still theirs (tables_cache.hpp).
                      const std::string& kept = self->kept_;
                      std::size_t taken = 0;
-                     if (!kept.empty()) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
+                     if (usable_tables_file(kept.c_str())) taken = self->kept_taken_ = uprobe::import_elf_tables(kept);
                      if (taken) note_tables_used(kept);
                      const std::size_t held = uprobe::elf_tables_held();
                      self->validate_all();

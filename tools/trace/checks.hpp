@@ -78,11 +78,11 @@ class SpecChecks {
   std::size_t kept_taken() const { return kept_taken_; }
   /// The file of the tables an earlier run of these specs kept
   /// (tables_cache_file(); "" when none may be kept or there is no
-  /// `tables_path`): the agent imports it before it attaches (kEnvKeptTables).
+  /// `tables_path`): the agent imports it before it attaches (kEnvTables).
   /// Named by the constructor, in its thread.
   const std::string& kept_path() const { return kept_; }
   /// How many files the specs name (resolved here): the tables the agent
-  /// takes from kept_path() when none changed since (kEnvKeptTables).
+  /// takes from kept_path() when none changed since (kEnvTables).
   std::size_t spec_files() const { return files_.size(); }
   /// After wait(), with `skip_missing`: the specs skipped (index, why).
   const std::vector<std::pair<std::size_t, std::string>>& skipped() const { return skipped_; }
@@ -100,7 +100,7 @@ class SpecChecks {
   void validate_all();  ///< every spec, probes_ and skipped_
 };
 
-/// kEnvKeptTables' value for the agent: "N:FILE" (SpecChecks::spec_files(),
+/// kEnvTables' "N:FILE" for the agent: "N:FILE" (SpecChecks::spec_files(),
 /// SpecChecks::kept_path()); "" without checks or a kept file.
 std::string kept_tables_env(const SpecChecks* checks);
 

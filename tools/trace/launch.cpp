@@ -481,8 +481,7 @@ pid_t start_traced(const std::vector<std::string>& cmd, const Preload& preload, 
       {kEnvSpecs, env.specs}, {kEnvOut, env.dir}, {kEnvFollow, env.follow ? "1" : "0"},
       {kEnvOrigPreload, orig ? orig : "-"}, {"LD_PRELOAD", preloaded}};
   if (!env.program_file.empty()) vars.emplace_back(kEnvProgram, env.program_file);
-  if (env.tables) vars.emplace_back(kEnvTables, "1");
-  if (!env.kept_tables.empty()) vars.emplace_back(kEnvKeptTables, env.kept_tables);
+  if (env.tables) vars.emplace_back(kEnvTables, env.kept_tables.empty() ? "1" : "1:" + env.kept_tables);
   if (gate.fd[1] >= 0) vars.emplace_back(kEnvGate, std::to_string(gate.fd[1]));
   g_dir_to_remove = env.dir;
   exec_errno = 0;

@@ -138,7 +138,7 @@ struct AgentEnv {
   std::string program_file;  ///< kEnvProgram: the compiled bpftrace program, "" for bare specs
   bool follow = true;        ///< kEnvFollow: what the program execs is traced too
   bool tables = false;       ///< kEnvTables: the checks write kElfTablesFile in `dir` (SpecChecks)
-  std::string kept_tables;   ///< kEnvKeptTables: kept_tables_env() ("": not set)
+  std::string kept_tables;   ///< kEnvTables' "N:FILE": kept_tables_env() ("": none)
 };
 
 /// Forks and execs `cmd` (execvp) with `preload` ahead of the LD_PRELOAD

@@ -41,6 +41,11 @@ std::optional<bool> loaded_here(const std::string& path) {
   return false;
 }
 
+bool usable_tables_file(const char* path) noexcept {
+  struct stat st;
+  return path && ::lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxKeptTablesBytes;
+}
+
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;
   while (!s.empty()) {

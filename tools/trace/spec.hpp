@@ -63,18 +63,28 @@ inline constexpr const char* kEnvGate = "UPROBE_TRACE_GATE";
 /// done); the agent takes those of unchanged files before it attaches
 /// (uprobe::import_elf_tables()), or reads them itself when it is not there yet.
 inline constexpr const char* kElfTablesFile = "elf-tables";
-/// "1": the CLI is writing kElfTablesFile (its checks run while the program
-/// starts); the agent of the process it starts waits for the start gate's
-/// 't' (StartGate::tables_ready(): they are written) before it attaches
-/// (agent.cpp, wait_for_elf_tables()).
-inline constexpr const char* kEnvTables = "UPROBE_TRACE_TABLES";
-/// "N:FILE": FILE holds the ELF tables an earlier run of the same specs kept
+/// "1[:N:FILE]" for the process the CLI starts: the CLI's checks run while
+/// it starts, and may write kElfTablesFile; FILE (absolute), when there,
+/// holds the ELF tables an earlier run of the same specs kept
 /// (tables_cache.hpp; SpecChecks::kept_path()), of the N files the specs
-/// name: the agent imports it before it attaches, and waits for the tables
-/// of the CLI's checks (kEnvTables) only when it took fewer than N (a file
-/// changed since, or none kept). Kept for what the program execs (their
-/// agents take it too).
-inline constexpr const char* kEnvKeptTables = "UPROBE_TRACE_KEPT_TABLES";
+/// name. Its agent imports FILE before it attaches (when usable_tables_file()),
+/// and only when it took fewer than N waits for the start gate's 't'
+/// (StartGate::tables_ready(): the checks wrote kElfTablesFile) and takes
+/// those (agent.cpp, wait_for_elf_tables()). That agent leaves "0[:N:FILE]"
+/// for what the program execs: their agents take FILE too, and wait for
+/// nothing. (One variable, whatever the cache does: a program that copies
+/// its environment makes the same calls with the cache on or off.)
+inline constexpr const char* kEnvTables = "UPROBE_TRACE_TABLES";
+
+/// The largest kept tables file taken (libc's: ~0.3 MB; a glob reading a
+/// large library's debug symbols: a few MB): a larger one, or anything but
+/// a regular file (a symlink to a huge file), is not read: its hash would
+/// hold the program's start for as long as reading it takes.
+inline constexpr long long kMaxKeptTablesBytes = 64ll << 20;
+
+/// Whether `path` is a kept tables file worth importing: a regular file
+/// itself (lstat: not a symlink), of at most kMaxKeptTablesBytes.
+bool usable_tables_file(const char* path) noexcept;
 
 /// Splits on `sep`, dropping empty pieces.
 std::vector<std::string> split(std::string_view s, char sep);

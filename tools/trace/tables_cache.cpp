@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,7 +51,12 @@ std::string tables_cache_dir() {
     return d;
   };
   if (const char* d = std::getenv("UPROBE_TRACE_CACHE_DIR")) {
-    const std::string dir = trimmed(d);
+    std::string dir = trimmed(d);
+    if (!dir.empty() && dir[0] != '/') {  // (absolute: the agents of programs that change directory take it too)
+      char cwd[PATH_MAX];
+      if (!::getcwd(cwd, sizeof cwd)) return {};
+      dir = std::string(cwd) + "/" + dir;
+    }
     return !dir.empty() && own_private_dir(dir) ? dir : "";
   }
   std::string base;
