@@ -54,7 +54,10 @@ void* open_as_caller(DlopenFn real, const char* file, int mode, const void* call
   std::string found;  // the caller's search list's match, if any
   {
     uprobe::detail::RuntimeCallScope ours;  // (this search is not the program's calls)
-    found = search_as_caller(file, caller);
+    try {
+      found = search_as_caller(file, caller);
+    } catch (...) {  // (out of memory: the name as given, as from libuprobe's own search list)
+    }
   }
   return real(found.empty() ? file : found.c_str(), mode);
 }
@@ -83,22 +86,35 @@ std::string search_as_caller(const char* file, const void* caller) {
 
 }  // namespace
 
+namespace {
+
+/// The resync after the program's dlopen() or dlclose(), which never lets an
+/// exception out into the program (its caller is C: one would end it with
+/// std::terminate()): a resync that fails (no memory near vm.max_map_count,
+/// no descriptor left for /proc/self/maps) leaves the new mappings' pending
+/// probes, and forgetting a gone library's sites, to the next resync (the
+/// next dlopen, dlclose, registration or unregistration), and the program
+/// goes on.
+void resync_after_dl() noexcept {
+  uprobe::detail::RuntimeCallScope ours;  // (the resync is not the program's calls)
+  try {
+    uprobe::detail::resync_address_space();
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
   static auto real = next<DlopenFn>("dlopen");
   void* handle = open_as_caller(real, file, mode, __builtin_return_address(0));
-  if (handle) {
-    uprobe::detail::RuntimeCallScope ours;  // (the resync is not the program's calls)
-    uprobe::detail::resync_address_space();
-  }
+  if (handle) resync_after_dl();
   return handle;
 }
 
 extern "C" __attribute__((visibility("default"))) int dlclose(void* handle) {
   static auto real = next<int (*)(void*)>("dlclose");
   int rc = real(handle);
-  {
-    uprobe::detail::RuntimeCallScope ours;  // (the resync is not the program's calls)
-    uprobe::detail::resync_address_space();
-  }
+  resync_after_dl();
   return rc;
 }

@@ -14,16 +14,19 @@
 // optimized (nop5) probes.
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -717,6 +720,51 @@ TEST_P(Process, ProgramClosingEveryDescriptorThenNewProbesNeedNewMemory) {
   EXPECT_EQ(rep.v[10], 0u) << "the detaches changed the descriptors the program sees";
   EXPECT_EQ(rep.v[11], 0u) << "a file of the program changed (XOL code written into it)";
   EXPECT_EQ(open_fds(), fds0);
+}
+
+/// A program that has used up its descriptors and calls dlopen() of a
+/// library already loaded (the dynamic linker needs no descriptor for it)
+/// and dlclose(): libuprobe's resync after each cannot read /proc/self/maps
+/// (EMFILE), and its error must not reach the program (dlopen's caller is C:
+/// an exception there ended the program with std::terminate()). Both calls
+/// return as without libuprobe, the probe keeps counting exactly, and once
+/// descriptors are free again the next dlopen()'s resync works.
+TEST_P(Process, DlopenWithEveryDescriptorTakenLeavesTheProgramRunning) {
+  ChildReport r;
+  bool got = false;
+  const int st = in_child(
+      [&](ChildReport& c) {
+        Counter add;
+        uprobe::Attachment aa(vaddr(lf_add), add);
+        for (std::uint64_t i = 0; i < 3; ++i) c.v[0] += lf_add(i, 4) != i + 4;
+        rlimit lim{};
+        ::getrlimit(RLIMIT_NOFILE, &lim);
+        const rlimit low{64, lim.rlim_max};
+        c.v[1] = ::setrlimit(RLIMIT_NOFILE, &low) != 0;
+        std::vector<int> taken;
+        for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken.push_back(fd);
+        c.v[2] = errno == EMFILE;
+        void* h = ::dlopen("libc.so.6", RTLD_NOW);  // (loaded: no descriptor needed)
+        c.v[3] = h != nullptr;
+        c.v[4] = h && ::dlclose(h) == 0;
+        for (std::uint64_t i = 0; i < 4; ++i) c.v[0] += lf_add(i, 5) != i + 5;
+        for (const int fd : taken) ::close(fd);
+        ::setrlimit(RLIMIT_NOFILE, &lim);
+        void* again = ::dlopen("libc.so.6", RTLD_NOW);
+        c.v[5] = again != nullptr && ::dlclose(again) == 0;
+        for (std::uint64_t i = 0; i < 2; ++i) c.v[0] += lf_add(i, 6) != i + 6;
+        c.v[6] = add.hits.load();
+      },
+      r, got);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << status_str(st) << " " << r.msg;
+  ASSERT_TRUE(got);
+  EXPECT_EQ(r.v[0], 0u) << "wrong lf_add results";
+  EXPECT_EQ(r.v[1], 0u) << "setrlimit failed";
+  EXPECT_EQ(r.v[2], 1u) << "the descriptors were not used up";
+  EXPECT_EQ(r.v[3], 1u) << "dlopen failed";
+  EXPECT_EQ(r.v[4], 1u) << "dlclose failed";
+  EXPECT_EQ(r.v[5], 1u) << "dlopen/dlclose failed once descriptors were free";
+  EXPECT_EQ(r.v[6], 9u);
 }
 
 }  // namespace
