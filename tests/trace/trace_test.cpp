@@ -887,6 +887,23 @@ TEST(Trace, TheAgentTakesTheChecksElfTables) {
   EXPECT_EQ(tables, (std::vector<std::string>{"0", "2"})) << dump(r);
 }
 
+// The traced program and what it execs see the same variables, by name,
+// with the kept tables or without them (UPROBE_TRACE_TABLES carries the
+// kept file: a program that copies its environment makes the same calls
+// either way; a second variable made sh malloc once more with the cache on).
+TEST(Trace, TheEnvironmentIsTheSameWithTheKeptTablesOrWithout) {
+  TempDir tmp;
+  const std::vector<std::string> prog{"/bin/sh", "-c", "env | sed -n 's/=.*//p' | grep '^UPROBE_TRACE' | sort; "
+                                                       "/bin/sh -c \"env | sed -n 's/=.*//p' | grep '^UPROBE_TRACE' | sort\""};
+  Result off = trace({"uprobe:libc:malloc"}, prog, {}, {"UPROBE_TRACE_CACHE_DIR="});
+  Result on1 = trace({"uprobe:libc:malloc"}, prog, {}, {"UPROBE_TRACE_CACHE_DIR=" + tmp.path() + "/cache"});
+  Result on2 = trace({"uprobe:libc:malloc"}, prog, {}, {"UPROBE_TRACE_CACHE_DIR=" + tmp.path() + "/cache"});
+  ASSERT_EQ(off.status, 0) << dump(off);
+  EXPECT_NE(off.out.find("UPROBE_TRACE_TABLES\n"), std::string::npos) << off.out;
+  EXPECT_EQ(on1.out, off.out);
+  EXPECT_EQ(on2.out, off.out);
+}
+
 // The checks keep the ELF tables they read between runs
 // (tools/trace/tables_cache.hpp): the next run of the same files takes them
 // instead of reading the files, with the same report; a file changed since
