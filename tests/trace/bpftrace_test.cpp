@@ -973,7 +973,14 @@ TEST(Bpftrace, ExecutableLinesAreSkippedAsBpftraceSkipsThem) {
 // The time printed is the hit's: between the run's start and its end here.
 // strftime(FORMAT, NS) in printf() likewise.
 TEST(Bpftrace, TimePrintsTheHitsLocalTimeAsBpftraceFormatsIt) {
-  const auto now = [] { return std::time(nullptr); };
+  // (The precise clock: time() reads the kernel's coarse one, which can lag
+  // a second boundary by a tick, so `after` could name the second before a
+  // hit's: a CI run failed so.)
+  const auto now = [] {
+    timespec t{};
+    clock_gettime(CLOCK_REALTIME, &t);
+    return static_cast<std::time_t>(t.tv_sec);
+  };
   const auto fmt = [](std::time_t at, const char* f) {
     std::tm local{};
     localtime_r(&at, &local);
