@@ -1084,6 +1084,34 @@ TEST(Bpftrace, StringMapsReadAndMissingFunctionsSkippedAsBpftrace) {
   rmdir(d.c_str());
 }
 
+// A usdt attach point no probe of its file matches is skipped as bpftrace
+// 0.17 skips it (with a warning here; bpftrace prints the map of its block
+// as 0, here too), by provider and name or by name alone; with none left,
+// bpftrace's "No probes to attach" (exit status 1; it was uprobe-trace's
+// error, exit status 2) and the program does not run. A probe that is there
+// counts.
+TEST(Bpftrace, MissingUsdtProbesAreSkippedAsBpftraceSkipsThem) {
+  const std::string u = kUsdtFixture;
+  Result r = run({kTrace, "-e",
+                  "usdt:" + u + ":tracefix:nosuch { @n = count(); } usdt:" + u + ":nosuch_either { @e = count(); } "
+                  "usdt:" + u + ":tracefix:guarded { @g = count(); }",
+                  "-c", u + " usdt 5"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 1 probe...\nguarded=5\n\n\n@e: 0\n@g: 5\n@n: 0\n") << r.out;
+  EXPECT_NE(r.err.find("usdt:" + u + ":tracefix:nosuch: not attached (bpftrace skips it too): "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("usdt:" + u + ":nosuch_either: not attached (bpftrace skips it too): "), std::string::npos)
+      << r.err;
+  char t[] = "/tmp/bt-nousdt.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string marker = d + "/ran";
+  r = run({kTrace, "-e", "usdt:" + u + ":tracefix:nosuch { @ = count(); }", "-c", "/usr/bin/touch " + marker});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.out, "No probes to attach\n");
+  EXPECT_NE(access(marker.c_str(), F_OK), 0);  // (the program ended at the start gate)
+  rmdir(d.c_str());
+}
+
 // Positional parameters as bpftrace 0.17 takes them (each output below is
 // bpftrace's own): the operands after the program ($1, $2, ...; options may
 // follow them; a `--` ends them, the program to run after it), a number where

@@ -192,7 +192,22 @@ namespace {
 /// has no symbol for: no symbol of that name, or none its wildcard matches
 /// (an offset, SYM+OFF of an existing SYM, or any other error: false).
 bool names_no_function(const Spec& s, const std::string& file) {
-  if (s.kind == Kind::usdt || s.what.empty()) return false;
+  if (s.what.empty()) return false;
+  if (s.kind == Kind::usdt) {
+    // PROVIDER:NAME or NAME (any provider), globs: no probe of the file
+    // matches (bpftrace 0.17 skips such a usdt attach point as it skips a
+    // missing function; a probe that is there but cannot be used is an error).
+    const auto colon = s.what.find(':');
+    const std::string provider = colon == std::string::npos ? "*" : s.what.substr(0, colon);
+    const std::string name = colon == std::string::npos ? s.what : s.what.substr(colon + 1);
+    try {
+      for (const auto& p : uprobe::usdt::probes(file))
+        if (fnmatch_like(provider, p.provider) && fnmatch_like(name, p.name)) return false;
+      return true;
+    } catch (const uprobe::Error&) {
+      return false;
+    }
+  }
   std::string name = s.what.substr(0, s.what.find('+'));
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;  // (an offset)
   try {
