@@ -88,6 +88,9 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.OutputFileInAMissingDirectoryStopsTheProgramBeforeItRuns
                      trace.Bpftrace.OneMapUpdateBlocksRunWithoutTheInterpreterWithItsValues
                      trace.Bpftrace.AnExitInAnEarlierBlockOfTheHitStopsAFastBlock
+                     trace.Bpftrace.BuiltinsCallNoLibcFunctionAtAHit
+                     trace.Bpftrace.MissingUsdtProbesAreSkippedAsBpftraceSkipsThem
+                     trace.Trace.TheEnvironmentIsTheSameWithTheKeptTablesOrWithout
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # The default action of SIGSEGV/SIGBUS: under ASan and TSan the disposition is
