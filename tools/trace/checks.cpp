@@ -296,8 +296,18 @@ SpecChecks::SpecChecks(const std::vector<Spec>& specs, const std::string& prog_p
   // takes them at once (kEnvTables), without waiting for these checks.
   if (!tables_path_.empty()) {
     kept_ = tables_cache_file(tables_cache_dir(), spec_keys(specs, prog_path, files_));
-    std::sort(files_.begin(), files_.end());
-    files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
+    // One per file (`libc` and /lib/x86_64-linux-gnu/libc.so.6 are one: the
+    // kept file holds its tables once, and N counts files).
+    std::vector<std::pair<dev_t, ino_t>> seen;
+    std::vector<std::string> unique;
+    for (const std::string& f : files_) {
+      struct stat st;
+      if (::stat(f.c_str(), &st) != 0) continue;
+      if (std::find(seen.begin(), seen.end(), std::pair<dev_t, ino_t>(st.st_dev, st.st_ino)) != seen.end()) continue;
+      seen.emplace_back(st.st_dev, st.st_ino);
+      unique.push_back(f);
+    }
+    files_ = std::move(unique);
   }
   sigset_t all, old;
   sigfillset(&all);
