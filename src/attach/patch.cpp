@@ -102,10 +102,12 @@ PokeSession::PokeSession() noexcept {
   if (t_session_fd >= 0) return;
   t_session_fd = sys_open_mem();
   owner_ = t_session_fd >= 0;
+  if (owner_) begin_text_session();
 }
 
 PokeSession::~PokeSession() {
   if (!owner_) return;
+  end_text_session();
   sys_close(t_session_fd);
   t_session_fd = -1;
 }

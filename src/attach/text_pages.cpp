@@ -44,6 +44,17 @@ std::size_t g_in_place_count = 0;
 /// fresh one (detached_pages_after_fork_child()).
 std::mutex g_mutex;
 
+/// While a write session lasts (begin_text_session() .. end_text_session():
+/// a PokeSession), /proc/self/maps and the last file whose page was read
+/// stay open across pages: `uprobe:libc:*` copies ~350 pages, each an open
+/// and a close of both before. None is kept outside a session (libuprobe
+/// holds no descriptor across calls). g_mutex held.
+bool g_keeping = false;
+long g_keep_maps = -1;
+long g_keep_file = -1;
+dev_t g_keep_dev = 0;
+ino_t g_keep_ino = 0;
+
 long sys(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0, long a6 = 0) noexcept {
   return arch::raw_syscall(nr, a1, a2, a3, a4, a5, a6);
 }
@@ -82,11 +93,12 @@ void note_in_place(std::uint64_t page) noexcept {
 /// The file's bytes of the page at `off` of `path` (when it is still the
 /// file `dev`/`ino`): how many were read, 0 when none could be.
 std::size_t read_file_page(const char* path, dev_t dev, ino_t ino, std::uint64_t off, std::uint8_t* out) noexcept {
-  const long fd = sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  const bool kept = g_keeping && g_keep_file >= 0 && g_keep_dev == dev && g_keep_ino == ino;
+  const long fd = kept ? g_keep_file : sys(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
   if (failed(fd)) return 0;
   struct stat st;
   std::size_t got = 0;
-  if (!failed(sys(SYS_fstat, fd, reinterpret_cast<long>(&st))) && st.st_dev == dev && st.st_ino == ino) {
+  if (kept || (!failed(sys(SYS_fstat, fd, reinterpret_cast<long>(&st))) && st.st_dev == dev && st.st_ino == ino)) {
     while (got < kPage) {
       const long n = sys(SYS_pread64, fd, reinterpret_cast<long>(out + got), static_cast<long>(kPage - got),
                          static_cast<long>(off + got));
@@ -94,8 +106,13 @@ std::size_t read_file_page(const char* path, dev_t dev, ino_t ino, std::uint64_t
       if (n <= 0) break;
       got += static_cast<std::size_t>(n);
     }
+    if (g_keeping && !kept) {  // (the file of the next pages too, most likely)
+      if (g_keep_file >= 0) sys(SYS_close, g_keep_file);
+      g_keep_file = fd, g_keep_dev = dev, g_keep_ino = ino;
+      return got;
+    }
   }
-  sys(SYS_close, fd);
+  if (!kept) sys(SYS_close, fd);
   return got;
 }
 
@@ -168,7 +185,7 @@ std::size_t detach_text_pages(std::uint64_t addr, std::size_t len) noexcept {
       g_enabled.load(std::memory_order_relaxed) && !g_procmap_unsupported.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> hold(g_mutex);
   std::size_t done = 0;
-  long maps_fd = -1;
+  long maps_fd = g_keeping ? g_keep_maps : -1;
   for (std::uint64_t p = addr & ~(kPage - 1); p < addr + len; p += kPage) {
     if (in_table(p)) continue;
     bool copied = false;
@@ -182,8 +199,24 @@ std::size_t detach_text_pages(std::uint64_t addr, std::size_t len) noexcept {
     else
       note_in_place(p);  // (the write that follows goes into the file's mapping)
   }
-  if (maps_fd >= 0) sys(SYS_close, maps_fd);
+  if (g_keeping && !failed(maps_fd))
+    g_keep_maps = maps_fd;
+  else if (maps_fd >= 0)
+    sys(SYS_close, maps_fd);
   return done;
+}
+
+void begin_text_session() noexcept {
+  std::lock_guard<std::mutex> hold(g_mutex);
+  g_keeping = true;
+}
+
+void end_text_session() noexcept {
+  std::lock_guard<std::mutex> hold(g_mutex);
+  if (g_keep_maps >= 0) sys(SYS_close, g_keep_maps);
+  if (g_keep_file >= 0) sys(SYS_close, g_keep_file);
+  g_keep_maps = g_keep_file = -1;
+  g_keeping = false;
 }
 
 std::size_t copied_pages_in(std::uint64_t lo, std::uint64_t hi, std::uint64_t* out, std::size_t max) noexcept {
@@ -212,6 +245,13 @@ void forget_detached_page(std::uint64_t page) noexcept {
   --g_count;
 }
 
-void detached_pages_after_fork_child() { new (&g_mutex) std::mutex; }
+void detached_pages_after_fork_child() {
+  new (&g_mutex) std::mutex;
+  // (A session of the parent's does not go on here: its descriptors, inherited, are closed.)
+  if (g_keep_maps >= 0) sys(SYS_close, g_keep_maps);
+  if (g_keep_file >= 0) sys(SYS_close, g_keep_file);
+  g_keep_maps = g_keep_file = -1;
+  g_keeping = false;
+}
 
 }  // namespace uprobe::detail

@@ -54,6 +54,13 @@ bool detach_patched_pages() noexcept;
 /// (a mutex).
 std::size_t detach_text_pages(std::uint64_t addr, std::size_t len) noexcept;
 
+/// A write session (PokeSession) begins / ends: between them
+/// detach_text_pages() keeps /proc/self/maps and the last file it read open
+/// across pages (one open of each per session instead of per page); the end
+/// closes them. Not async-signal-safe (a mutex).
+void begin_text_session() noexcept;
+void end_text_session() noexcept;
+
 /// The copied pages in [lo, hi), in address order: up to `max` written to
 /// `out`; returns how many there are. Not async-signal-safe (a mutex).
 std::size_t copied_pages_in(std::uint64_t lo, std::uint64_t hi, std::uint64_t* out, std::size_t max) noexcept;
