@@ -18,7 +18,6 @@
 /// kKeyStackWords (map reads in keys), all checked by the compiler; it
 /// writes the calling thread's own area only.
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -33,6 +32,7 @@
 
 #include <uprobe/uprobe.hpp>
 
+#include "bt_clock.hpp"
 #include "raw_syscall.hpp"
 
 #include "bt_form.hpp"
@@ -78,30 +78,6 @@ struct HitContext {
   void (*map_op)(void* ctx, std::uint32_t op, std::uint32_t map, const std::uint64_t* key) = nullptr;
   void* map_op_ctx = nullptr;
 };
-
-
-/// The vDSO's clock_gettime (`__vdso_clock_gettime`), or null: the
-/// system call then. Found once by init_vdso_clock(), before any hit.
-inline int (*g_vdso_clock_gettime)(clockid_t, timespec*) = nullptr;
-
-/// Finds the vDSO's clock_gettime (libc's would be a probe hit inside the
-/// hit under `uprobe:libc:*`). Not async-signal-safe: at start-up (the
-/// agent's load of the program, the CLI's main).
-inline void init_vdso_clock() noexcept {
-  if (void* vdso = dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD))
-    g_vdso_clock_gettime = reinterpret_cast<int (*)(clockid_t, timespec*)>(dlsym(vdso, "__vdso_clock_gettime"));
-}
-
-/// CLOCK_MONOTONIC in ns (bpftrace's nsecs). Async-signal-safe; no libc call.
-/// Not inlined: its call through g_vdso_clock_gettime is the one indirect
-/// call of the agent's hit path (tests/trace/agent_gpr_check.py allows it
-/// here, in this function only: the vDSO is built without vector code).
-__attribute__((noinline)) inline std::uint64_t now_ns() noexcept {
-  timespec ts{};
-  if (!g_vdso_clock_gettime || g_vdso_clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-    uprobe::arch::raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 /// bpftrace's hist() bucket of a value.
 inline unsigned hist_bucket(std::int64_t v) noexcept {
