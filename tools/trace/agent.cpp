@@ -467,9 +467,9 @@ void pass_start_gate() {
   const int fd = std::atoi(v);
   libc_unsetenv(kEnvGate);
   char c = g_gate_said;
-  while (c == 0 || c == 't') {
+  while (c != '1') {  // ('t' not taken before the attach passed over; 0: end-of-file)
     c = read_gate(fd);
-    if (c == 0) break;
+    if (c != 't') break;
   }
   syscall(SYS_close, fd);
   if (c != '1') _exit(125);
