@@ -226,4 +226,19 @@ std::size_t import_elf_tables(const std::string& path) noexcept;
 /// Thread-safety: any thread. Not async-signal-safe. Never throws.
 std::size_t elf_tables_held() noexcept;
 
+/// libuprobe.so loads elfutils (libelf.so.1, libdw.so.1, and what they need:
+/// libz, liblzma, libbz2) as it starts -- its initializer, a dlopen() of
+/// each, not DT_NEEDED entries -- so that a request refused later maps no new
+/// code into the process. Called before that initializer runs (from the
+/// initializer of an object that runs first: DF_1_INITFIRST, as
+/// uprobe-trace's agent, which imports ELF tables and may read no file at
+/// all), they are loaded when a file is first read as ELF instead (~0.3 ms
+/// of a process's start on a 2-vCPU VM where none is read); the first
+/// request that reads one, refused or not, then maps them. Later calls
+/// change nothing; libuprobe.a links elfutils and ignores it. (Like the
+/// kernel's uprobes, which read no ELF: nothing of theirs to mirror.)
+/// Thread-safety: any thread. Async-signal-safe (one atomic store).
+/// Never throws.
+void defer_elfutils() noexcept;
+
 }  // namespace uprobe

@@ -136,52 +136,65 @@ XolArea::Region* XolArea::region_near(std::uint64_t anchor, std::size_t need, co
         distance(r.base + r.size, anchor) < kReach)
       return &r;
 
-  // Candidate addresses: page-aligned spots in the gaps between mappings, the
-  // closest to the anchor first.
+  // Candidate addresses: page-aligned spots in the gaps between mappings
+  // (`maps` and our own regions), the closest to the anchor first.
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<std::uint64_t> candidates;
-  std::uint64_t prev_end = 0x10000;
-  auto consider_gap = [&](std::uint64_t lo, std::uint64_t hi) {
-    lo = (lo + page - 1) & ~(page - 1);
-    if (hi < lo + kRegionSize) return;
-    std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
-    if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
+  auto candidates_in = [&](const std::vector<Vma>& maps) {
+    std::vector<std::uint64_t> candidates;
+    std::uint64_t prev_end = 0x10000;
+    auto consider_gap = [&](std::uint64_t lo, std::uint64_t hi) {
+      lo = (lo + page - 1) & ~(page - 1);
+      if (hi < lo + kRegionSize) return;
+      std::uint64_t best = anchor < lo ? lo : (anchor + kRegionSize > hi ? hi - kRegionSize : anchor & ~(page - 1));
+      if (distance(best, anchor) < kReach && distance(best + kRegionSize, anchor) < kReach) candidates.push_back(best);
+    };
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
+    taken.reserve(maps.size() + regions_.size());
+    for (const Vma& v : maps) taken.emplace_back(v.start, v.end);
+    for (const Region& r : regions_) taken.emplace_back(r.base, r.base + r.size);
+    std::sort(taken.begin(), taken.end());
+    for (const auto& [start, end] : taken) {
+      if (start > prev_end) consider_gap(prev_end, start);
+      if (end > prev_end) prev_end = end;
+    }
+    consider_gap(prev_end, 0x7ffffffff000ull);
+    std::sort(candidates.begin(), candidates.end(),
+              [&](std::uint64_t a, std::uint64_t b) { return distance(a, anchor) < distance(b, anchor); });
+    return candidates;
   };
-  // What is mapped now: a new region is rare (one per 2048 slots), so the
-  // gaps come from a fresh read of the address space rather than from the
-  // caller's snapshot, which may be older than the last mmap (refresh_vmas()
-  // reuses a snapshot while the file mappings are unchanged, and a batch
-  // places all its slots against one); plus our own regions.
-  std::vector<Vma> fresh;
-  try {
-    fresh = read_proc_maps();
-  } catch (const std::exception&) {
-    fresh = vmas;
-  }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
-  taken.reserve(fresh.size() + regions_.size());
-  for (const Vma& v : fresh) taken.emplace_back(v.start, v.end);
-  for (const Region& r : regions_) taken.emplace_back(r.base, r.base + r.size);
-  std::sort(taken.begin(), taken.end());
-  for (const auto& [start, end] : taken) {
-    if (start > prev_end) consider_gap(prev_end, start);
-    if (end > prev_end) prev_end = end;
-  }
-  consider_gap(prev_end, 0x7ffffffff000ull);
-  std::sort(candidates.begin(), candidates.end(),
-            [&](std::uint64_t a, std::uint64_t b) { return distance(a, anchor) < distance(b, anchor); });
 
   int fd = new_memfd(kRegionSize);
   if (fd < 0) {
     why = std::string("memfd_create for the XOL area failed: ") + std::strerror(errno);
     return nullptr;
   }
-  for (std::uint64_t at : candidates) {
-    if (!map_code_at(fd, at, kRegionSize)) continue;
-    ::close(fd);  // the mapping keeps the pages; an alias comes from it (rw_alias())
-    regions_.push_back(Region{at, kRegionSize, 0, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}});
-    return &regions_.back();
+  auto map_first = [&](const std::vector<std::uint64_t>& candidates, const std::vector<std::uint64_t>& tried) {
+    for (std::uint64_t at : candidates) {
+      if (std::find(tried.begin(), tried.end(), at) != tried.end() || !map_code_at(fd, at, kRegionSize)) continue;
+      ::close(fd);  // the mapping keeps the pages; an alias comes from it (rw_alias())
+      regions_.push_back(
+          Region{at, kRegionSize, 0, ::getpid(), g_fork_gen.load(std::memory_order_relaxed), {}, 0, {}});
+      return &regions_.back();
+    }
+    return static_cast<Region*>(nullptr);
+  };
+  // The caller's snapshot first: a gap it shows that something mapped since
+  // is refused by the kernel (map_code_at(): MAP_FIXED_NOREPLACE), never
+  // taken over. Only when none of its gaps could be mapped (the snapshot may
+  // be older than the last mmap: refresh_vmas() reuses one while the file
+  // mappings are unchanged, and a batch places all its slots against one)
+  // the gaps of a fresh read of the address space (a new region is rare:
+  // one per 2048 slots; the first attach of a process read the maps just
+  // before, ~0.1 ms a read).
+  const std::vector<std::uint64_t> first = candidates_in(vmas);
+  if (Region* r = map_first(first, {})) return r;
+  std::vector<Vma> fresh;
+  try {
+    fresh = read_proc_maps();
+  } catch (const std::exception&) {
+    fresh = vmas;
   }
+  if (Region* r = map_first(candidates_in(fresh), first)) return r;
   ::close(fd);
   why = "no free address range for an XOL area within 1 GiB of 0x" + [&] {
     char b[32];

@@ -32,6 +32,8 @@
 
 namespace uprobe::detail {
 
+std::atomic<bool> g_elfutils_deferred{false};
+
 bool libelf_ready() noexcept {
   // (A guarded static, not std::call_once: libstdc++'s call_once reaches
   // its thread-local state through __tls_get_addr, which waits for a
@@ -680,3 +682,9 @@ bool adopt_image(const FileIdentity& id, const std::string& path, unsigned depth
 }
 
 }  // namespace uprobe::detail
+
+namespace uprobe {
+
+void defer_elfutils() noexcept { detail::g_elfutils_deferred.store(true, std::memory_order_relaxed); }
+
+}  // namespace uprobe

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -266,6 +267,10 @@ bool adopt_image(const FileIdentity& id, const std::string& path, unsigned depth
 /// import_elf_tables(), is in the cache before any file was read here).
 /// False when libelf refuses. Thread-safe.
 bool libelf_ready() noexcept;
+
+/// Set by uprobe::defer_elfutils(): libuprobe.so's initializer then leaves
+/// elfutils to the first ELF read (elfutils_lazy.cpp).
+extern std::atomic<bool> g_elfutils_deferred;
 
 /// "0x1234".
 std::string hex_str(std::uint64_t v);

@@ -401,6 +401,10 @@ void note_initfirst_rivals() {
 // not initialized yet. If another object wins DF_1_INITFIRST, libc is up
 // already and this only makes sure the dependencies are.
 __attribute__((constructor(101))) void agent_init_first(int argc, char** argv, char** envp) {
+  // Before libuprobe's initializer (it runs inside the dlopen below):
+  // elfutils only when this process reads a file as ELF, which with the
+  // tables an earlier run kept it does not.
+  uprobe::defer_elfutils();
   if (environ == nullptr && (program_invocation_name == nullptr || *program_invocation_name == '\0') &&
       !run_libc_initializers(argc, argv, envp))
     environ = envp;  // (no libc.so.*: dlopen then passes it at least the environment)

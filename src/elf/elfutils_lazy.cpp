@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+/// @file elfutils_lazy.cpp
+/// The libelf and libdw functions libuprobe.so calls, defined here (hidden:
+/// src/api/libuprobe.map exports none of them) and forwarded to elfutils'
+/// libraries, which libuprobe.so does not name as dependencies: its
+/// initializer loads them (dlopen, RTLD_LOCAL; a request refused later maps
+/// no new code), unless uprobe::defer_elfutils() was called before it ran:
+/// then the first call of one of these loads them, when a file is first read
+/// as ELF. uprobe-trace's agent defers: a traced process whose ELF tables an
+/// earlier run kept (elf_tables.cpp) reads no file, and no longer maps and
+/// relocates libdw, libelf, libz, liblzma and libbz2 as it starts (~0.3 ms of
+/// a 2-vCPU VM's process start, and liblzma's cpuid calls, each a trap to the
+/// hypervisor there). In libuprobe.so only: libuprobe.a's users and
+/// uprobe-trace's command line link elfutils themselves.
+///
+/// libc's own dlopen, not libuprobe's interposer (which resyncs the probes
+/// after a load: the calls here come from inside the registry's work). A
+/// probe registered on a function of libelf or libdw before libuprobe loads
+/// them is attached at the next dlopen()/dlclose() of the program, as for any
+/// library loaded behind the dynamic linker's public entry points.
+/// When a library cannot be loaded, each function returns its own failure
+/// value (nullptr, -1, EV_NONE, ELF_K_NONE) and elf_errmsg() says which file
+/// and why (dlerror()): the ELF read fails with that reason.
+/// Thread-safe (a race loads a library twice: dlopen counts references, the
+/// handle is the same); not async-signal-safe (no hit path reads ELF).
+
+#include <dlfcn.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <gelf.h>
+#include <libelf.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "elf_image.hpp"
+
+namespace {
+
+enum Lib : unsigned { kLibelf, kLibdw };
+constexpr const char* kSoname[] = {"libelf.so.1", "libdw.so.1"};
+
+/// Why the last library that failed could not be loaded (elf_errmsg()'s answer then).
+char g_load_error[512];
+
+using DlopenFn = void* (*)(const char*, int);
+
+DlopenFn libc_dlopen() noexcept {
+  // (glibc 2.34 moved dlopen into libc; GLIBC_2.2.5 is libdl's before. A
+  // versioned lookup skips libuprobe's interposer, which is unversioned.)
+  static const DlopenFn f = [] {
+    void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
+    return reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
+  }();
+  return f;
+}
+
+void* library(Lib lib) noexcept {
+  static std::atomic<void*> handles[2];
+  void* h = handles[lib].load(std::memory_order_acquire);
+  if (h) return h;
+  const DlopenFn open = libc_dlopen();
+  h = open ? open(kSoname[lib], RTLD_NOW | RTLD_LOCAL) : nullptr;
+  if (!h) {
+    const char* why = open ? dlerror() : "libc's dlopen not found";
+    std::snprintf(g_load_error, sizeof g_load_error, "libuprobe cannot load %s: %s", kSoname[lib],
+                  why ? why : "unknown error");
+    return nullptr;
+  }
+  handles[lib].store(h, std::memory_order_release);
+  return h;
+}
+
+void* resolve(std::atomic<void*>& slot, Lib lib, const char* name) noexcept {
+  void* f = slot.load(std::memory_order_acquire);
+  if (f) return f;
+  void* h = library(lib);
+  if (!h) return nullptr;
+  f = dlsym(h, name);
+  if (!f) {
+    std::snprintf(g_load_error, sizeof g_load_error, "libuprobe: %s has no %s", kSoname[lib], name);
+    return nullptr;
+  }
+  slot.store(f, std::memory_order_release);
+  return f;
+}
+
+/// libuprobe.so's initializer: elfutils now, unless deferred.
+__attribute__((constructor)) void load_elfutils_unless_deferred() {
+  if (uprobe::detail::g_elfutils_deferred.load(std::memory_order_relaxed)) return;
+  library(kLibelf);
+  library(kLibdw);
+}
+
+}  // namespace
+
+// One forwarder: `ret name params`, called as `args`, `fail` when the library
+// or the function is not there.
+#define UPROBE_ELFUTILS_LAZY(lib, ret, name, params, args, fail)                         \
+  extern "C" ret name params {                                                           \
+    static std::atomic<void*> slot{nullptr};                                             \
+    auto* f = reinterpret_cast<decltype(&::name)>(resolve(slot, lib, #name));            \
+    if (!f) return fail;                                                                 \
+    return f args;                                                                       \
+  }
+
+UPROBE_ELFUTILS_LAZY(kLibelf, unsigned int, elf_version, (unsigned int v), (v), EV_NONE)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf*, elf_begin, (int fd, Elf_Cmd cmd, Elf* ref), (fd, cmd, ref), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, int, elf_cntl, (Elf * e, Elf_Cmd cmd), (e, cmd), -1)
+UPROBE_ELFUTILS_LAZY(kLibelf, int, elf_end, (Elf * e), (e), 0)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf_Data*, elf_getdata, (Elf_Scn * s, Elf_Data* d), (s, d), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf_Data*, elf_rawdata, (Elf_Scn * s, Elf_Data* d), (s, d), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, char*, elf_getident, (Elf * e, size_t* n), (e, n), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, int, elf_getphdrnum, (Elf * e, size_t* n), (e, n), -1)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf_Scn*, elf_getscn, (Elf * e, size_t i), (e, i), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, int, elf_getshdrstrndx, (Elf * e, size_t* n), (e, n), -1)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf_Kind, elf_kind, (Elf * e), (e), ELF_K_NONE)
+UPROBE_ELFUTILS_LAZY(kLibelf, Elf_Scn*, elf_nextscn, (Elf * e, Elf_Scn* s), (e, s), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, char*, elf_strptr, (Elf * e, size_t s, size_t o), (e, s, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Dyn*, gelf_getdyn, (Elf_Data * d, int i, GElf_Dyn* o), (d, i, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Ehdr*, gelf_getehdr, (Elf * e, GElf_Ehdr* o), (e, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, size_t, gelf_getnote,
+                     (Elf_Data * d, size_t off, GElf_Nhdr* n, size_t* name, size_t* desc), (d, off, n, name, desc), 0)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Phdr*, gelf_getphdr, (Elf * e, int i, GElf_Phdr* o), (e, i, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Rela*, gelf_getrela, (Elf_Data * d, int i, GElf_Rela* o), (d, i, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Shdr*, gelf_getshdr, (Elf_Scn * s, GElf_Shdr* o), (s, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Sym*, gelf_getsym, (Elf_Data * d, int i, GElf_Sym* o), (d, i, o), nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Verdaux*, gelf_getverdaux, (Elf_Data * d, int i, GElf_Verdaux* o), (d, i, o),
+                     nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Verdef*, gelf_getverdef, (Elf_Data * d, int i, GElf_Verdef* o), (d, i, o),
+                     nullptr)
+UPROBE_ELFUTILS_LAZY(kLibelf, GElf_Versym*, gelf_getversym, (Elf_Data * d, int i, GElf_Versym* o), (d, i, o),
+                     nullptr)
+UPROBE_ELFUTILS_LAZY(kLibdw, int, dwarf_next_cfi,
+                     (const unsigned char e_ident[], Elf_Data* data, bool eh_frame_p, Dwarf_Off offset,
+                      Dwarf_Off* next_offset, Dwarf_CFI_Entry* entry),
+                     (e_ident, data, eh_frame_p, offset, next_offset, entry), -1)
+UPROBE_ELFUTILS_LAZY(kLibdw, ssize_t, dwelf_elf_gnu_build_id, (Elf * e, const void** id), (e, id), -1)
+
+// elf_errmsg(): libelf's, or why libelf (or a function of it) is missing.
+extern "C" const char* elf_errmsg(int error) {
+  static std::atomic<void*> slot{nullptr};
+  auto* f = reinterpret_cast<decltype(&::elf_errmsg)>(resolve(slot, kLibelf, "elf_errmsg"));
+  return f ? f(error) : g_load_error;
+}
