@@ -904,6 +904,39 @@ TEST(Trace, TheEnvironmentIsTheSameWithTheKeptTablesOrWithout) {
   EXPECT_EQ(on2.out, off.out);
 }
 
+// uprobe-trace's agent defers elfutils (uprobe::defer_elfutils()): a traced
+// process that takes its ELF tables from the CLI or from the kept file reads
+// no file and maps no libelf or libdw; one that has to read a file (a process
+// exec'd with the cache off: no hand-over, nothing kept) loads them then, and
+// counts the same. (grep counts the lines of its own maps that name them.)
+TEST(Trace, ElfutilsAreMappedOnlyInAProcessThatReadsAFile) {
+  TempDir tmp;
+  const std::vector<std::string> prog{"/bin/sh", "-c",
+                                      "grep -c -e '/libelf[-.]' -e '/libdw[-.]' /proc/self/maps; grep -c -e '/libelf[-.]' "
+                                      "-e '/libdw[-.]' /proc/$$/maps; true"};
+  const std::vector<std::string> cache{"UPROBE_TRACE_CACHE_DIR=" + tmp.path() + "/cache"};
+  Result off = trace({"uprobe:libc:malloc"}, prog, {}, {"UPROBE_TRACE_CACHE_DIR="});
+  Result cold = trace({"uprobe:libc:malloc"}, prog, {}, cache);
+  Result warm = trace({"uprobe:libc:malloc"}, prog, {}, cache);
+  for (const Result* r : {&off, &cold, &warm}) ASSERT_EQ(r->status, 0) << dump(*r);
+  // Lines: the exec'd grep's own maps, then the shell's (the first process:
+  // its tables handed over by the checks, or kept).
+  auto lines = [](const std::string& out) {
+    std::vector<long> v;
+    for (std::size_t p = 0, e; (e = out.find('\n', p)) != std::string::npos; p = e + 1)
+      v.push_back(std::stol(out.substr(p, e - p)));
+    return v;
+  };
+  ASSERT_EQ(lines(off.out).size(), 2u) << off.out;
+  EXPECT_GT(lines(off.out)[0], 0) << "grep read libc's tables itself: elfutils loaded then\n" << dump(off);
+  EXPECT_EQ(lines(off.out)[1], 0) << dump(off);
+  EXPECT_EQ(lines(cold.out), (std::vector<long>{0, 0})) << dump(cold);
+  EXPECT_EQ(lines(warm.out), (std::vector<long>{0, 0})) << dump(warm);
+  const std::string malloc_key = "uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc";
+  EXPECT_GT(hits(off.report)[malloc_key], 0) << dump(off);
+  EXPECT_EQ(hits(cold.report)[malloc_key], hits(warm.report)[malloc_key]) << dump(cold) << dump(warm);
+}
+
 // The checks keep the ELF tables they read between runs
 // (tools/trace/tables_cache.hpp): the next run of the same files takes them
 // instead of reading the files, with the same report; a file changed since
