@@ -11,6 +11,19 @@
 
 namespace uprobe::detail {
 
+/// libc's own dlopen whatever the search order: a versioned lookup skips
+/// libuprobe's interposer, which is unversioned (src/api/libuprobe.map);
+/// glibc 2.34 moved it into libc, GLIBC_2.2.5 is libdl's before. nullptr
+/// when neither is there. Thread-safe; not async-signal-safe.
+inline void* (*libc_dlopen() noexcept)(const char*, int) {
+  using DlopenFn = void* (*)(const char*, int);
+  static const DlopenFn f = [] {
+    void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
+    return reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
+  }();
+  return f;
+}
+
 /// The definition of `name` after libuprobe's own in the search order
 /// (dlsym(RTLD_NEXT)); when there is none there because libuprobe was
 /// loaded after the library that defines it (a library that links
@@ -28,15 +41,8 @@ __attribute__((noinline)) inline void* next_symbol(const char* name, const void*
   if (void* f = dlsym(RTLD_NEXT, name)) return f;
   Dl_info di;
   if (!anchor || !dladdr(anchor, &di) || !di.dli_fname) return nullptr;
-  // libc's dlopen whatever the order: a versioned lookup skips libuprobe's
-  // interposer, which is unversioned (src/api/libuprobe.map); glibc 2.34
-  // moved it into libc, GLIBC_2.2.5 is libdl's before.
-  using DlopenFn = void* (*)(const char*, int);
-  static const auto libc_dlopen = [] {
-    void* f = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
-    return reinterpret_cast<DlopenFn>(f ? f : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
-  }();
-  void* const lib = libc_dlopen ? libc_dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : nullptr;  // (kept)
+  const auto open = libc_dlopen();
+  void* const lib = open ? open(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : nullptr;  // (kept)
   return lib ? dlsym(lib, name) : nullptr;
 }
 

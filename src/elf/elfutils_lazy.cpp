@@ -34,6 +34,7 @@
 #include <cstdio>
 
 #include "elf_image.hpp"
+#include "next_symbol.hpp"
 
 namespace {
 
@@ -43,23 +44,11 @@ constexpr const char* kSoname[] = {"libelf.so.1", "libdw.so.1"};
 /// Why the last library that failed could not be loaded (elf_errmsg()'s answer then).
 char g_load_error[512];
 
-using DlopenFn = void* (*)(const char*, int);
-
-DlopenFn libc_dlopen() noexcept {
-  // (glibc 2.34 moved dlopen into libc; GLIBC_2.2.5 is libdl's before. A
-  // versioned lookup skips libuprobe's interposer, which is unversioned.)
-  static const DlopenFn f = [] {
-    void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
-    return reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
-  }();
-  return f;
-}
-
 void* library(Lib lib) noexcept {
   static std::atomic<void*> handles[2];
   void* h = handles[lib].load(std::memory_order_acquire);
   if (h) return h;
-  const DlopenFn open = libc_dlopen();
+  const auto open = uprobe::detail::libc_dlopen();
   h = open ? open(kSoname[lib], RTLD_NOW | RTLD_LOCAL) : nullptr;
   if (!h) {
     const char* why = open ? dlerror() : "libc's dlopen not found";
