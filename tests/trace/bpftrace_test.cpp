@@ -52,8 +52,8 @@ struct Result {
   std::string out, err;
 };
 
-// Runs argv with stdout and stderr captured.
-Result run(const std::vector<std::string>& argv) {
+// Runs argv with stdout and stderr captured (and stdin from `in`, when given).
+Result run(const std::vector<std::string>& argv, const std::string& in = "") {
   char t[] = "/tmp/bt-test.XXXXXX";
   const std::string d = mkdtemp(t);
   pid_t p = fork();
@@ -61,6 +61,10 @@ Result run(const std::vector<std::string>& argv) {
     int o = open((d + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int e = open((d + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(o, 1), dup2(e, 2);
+    if (!in.empty()) {
+      const int i = open(in.c_str(), O_RDONLY);
+      if (i < 0 || dup2(i, 0) < 0) _exit(126);
+    }
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
     a.push_back(nullptr);
@@ -928,6 +932,30 @@ TEST(Bpftrace, OutputFileProgramFileAndDashDash) {
   EXPECT_EQ(r.err, "uprobe-trace: " + d + ": is a directory, not a bpftrace program file\n");
   unlink(prog.c_str());
   unlink(out.c_str());
+  rmdir(d.c_str());
+}
+
+// `-` as the program file: the program from standard input, as bpftrace
+// 0.17 reads it (`... | bpftrace - ARGS`), its errors named "stdin" as
+// bpftrace names them; its positional parameters follow it.
+TEST(Bpftrace, DashReadsTheProgramFromStandardInput) {
+  char t[] = "/tmp/bt-stdin.XXXXXX";
+  const std::string d = mkdtemp(t);
+  const std::string prog = d + "/prog.bt";
+  auto write = [&](const std::string& text) {
+    std::ofstream f(prog);
+    f << text;
+  };
+  write("uretprobe:" + kFixture + ":bt_neg\n{\n  @r = sum(retval);\n  printf(\"%s %d\\n\", str($1), retval);\n}\n");
+  Result r = run({kTrace, "-", "neg", "-c", kFixture}, prog);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Attaching 1 probe...\nneg -2\nneg -4\nneg -6\nneg -8\nneg -10\n\n\n@r: 18446744073709551586\n");
+  write("BEGIN\n{\n  kstack();\n}\n");
+  r = run({kTrace, "-", "-c", kFixture}, prog);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n')), "stdin:3:3-9: ERROR: kstack() is not supported by uprobe-trace yet");
+  unlink(prog.c_str());
   rmdir(d.c_str());
 }
 

@@ -44,6 +44,7 @@ using namespace uptrace;
 const char* const kUsage =
     "usage: uprobe-trace [-q] [-o FILE] [-f text|json] -e PROGRAM [PARAM...] [-c 'CMD' | -- PROG [ARGS...]]\n"
     "       uprobe-trace [-q] [-o FILE] [-f text|json] PROGRAM-FILE [PARAM...] [-c 'CMD' | -- PROG [ARGS...]]\n"
+    "                     (PROGRAM-FILE `-': the program from standard input)\n"
     "       uprobe-trace [-e SPEC]... [-o FILE] [--format text|json] [--per-thread] [--no-follow] [--] PROG [ARGS...]\n"
     "       uprobe-trace -l PATH|SPEC [-v]\n"
     "\n"
@@ -309,14 +310,27 @@ again:
     BtOptions o;
     if (!program_file.empty()) {
       if (!spec_texts.empty()) die("-e PROGRAM and a program file: give one");
-      struct stat pst;
-      if (::stat(program_file.c_str(), &pst) == 0 && S_ISDIR(pst.st_mode))
-        die(program_file + ": is a directory, not a bpftrace program file");
-      std::ifstream f(program_file, std::ios::binary);
-      if (!f) die(program_file + ": " + std::strerror(errno));
       std::stringstream ss;
-      ss << f.rdbuf();
-      o.text = ss.str(), o.name = program_file;
+      if (program_file == "-") {  // (bpftrace's `-`: the program from standard input, named "stdin")
+        // (read(2), not std::cin: <iostream> would construct the standard
+        // streams before main() in every run.)
+        char buf[65536];
+        for (ssize_t n; (n = ::read(STDIN_FILENO, buf, sizeof buf)) != 0;) {
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) die(std::string("-: cannot read the program from standard input: ") + std::strerror(errno));
+          ss.write(buf, n);
+        }
+        o.name = "stdin";
+      } else {
+        struct stat pst;
+        if (::stat(program_file.c_str(), &pst) == 0 && S_ISDIR(pst.st_mode))
+          die(program_file + ": is a directory, not a bpftrace program file");
+        std::ifstream f(program_file, std::ios::binary);
+        if (!f) die(program_file + ": " + std::strerror(errno));
+        ss << f.rdbuf();
+        o.name = program_file;
+      }
+      o.text = ss.str();
     } else {
       if (spec_texts.size() > 1) die("-e: one bpftrace program (several probes go in it, as in bpftrace)");
       o.text = spec_texts[0], o.name = "stdin";
