@@ -91,6 +91,8 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.BuiltinsCallNoLibcFunctionAtAHit
                      trace.Bpftrace.MissingUsdtProbesAreSkippedAsBpftraceSkipsThem
                      trace.Trace.TheEnvironmentIsTheSameWithTheKeptTablesOrWithout
+                     trace.Trace.ElfutilsAreMappedOnlyInAProcessThatReadsAFile
+                     trace.Bpftrace.DashReadsTheProgramFromStandardInput
                      PROPERTIES LABELS "no-asan;no-tsan")
 
 # Every descriptor taken: UBSan's vptr check reads the object's memory through
