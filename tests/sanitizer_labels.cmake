@@ -92,6 +92,7 @@ set_tests_properties(trace.Trace.FunctionAndMallocCountsAreExact trace.Trace.Mal
                      trace.Bpftrace.MissingUsdtProbesAreSkippedAsBpftraceSkipsThem
                      trace.Trace.TheEnvironmentIsTheSameWithTheKeptTablesOrWithout
                      trace.Trace.ElfutilsAreMappedOnlyInAProcessThatReadsAFile
+                     trace.Trace.AMissingLibdwRefusesTheProbesOfTheProcessThatNeedsItAndSaysWhy
                      trace.Bpftrace.DashReadsTheProgramFromStandardInput
                      PROPERTIES LABELS "no-asan;no-tsan")
 

@@ -97,7 +97,12 @@ std::shared_ptr<const std::vector<std::uint64_t>> data_code_refs(int fd, const s
   if (img.type == ET_EXEC) {
     ok = stored_refs(fd, img, *refs, why);
   } else {
-    Elf* e = libelf_ready() ? elf_begin(fd, ELF_C_READ, nullptr) : nullptr;
+    std::string unready;
+    if (!libelf_ready(unready)) {
+      why = "cannot read " + path + " as ELF: " + unready;
+      return nullptr;
+    }
+    Elf* e = elf_begin(fd, ELF_C_READ, nullptr);
     if (!e) {
       why = "cannot read " + path + " as ELF: " + elf_errmsg(-1);
       return nullptr;

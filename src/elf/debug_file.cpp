@@ -66,7 +66,8 @@ DebugBounds read_debug_bounds(const ElfImage& img) {
   // memory (libc's: 240 KB, ~60 page faults), the raw Elf64_Sym layout of an
   // ELFCLASS64 file of this machine's byte order (checked).
   std::uint64_t sym_off = 0, sym_size = 0;
-  if (Elf* d = libelf_ready() ? elf_begin(fd, ELF_C_READ, nullptr) : nullptr) {
+  std::string unready;  // (no elfutils: no bounds, as an unreadable file)
+  if (Elf* d = libelf_ready(unready) ? elf_begin(fd, ELF_C_READ, nullptr) : nullptr) {
     GElf_Ehdr eh;
     if (elf_kind(d) == ELF_K_ELF && gelf_getehdr(d, &eh) && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
         eh.e_ident[EI_DATA] == ELFDATA2LSB && eh.e_machine == EM_X86_64 && build_id_hex(d) == img.deferred_build_id) {

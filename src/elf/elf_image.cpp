@@ -34,13 +34,24 @@ namespace uprobe::detail {
 
 std::atomic<bool> g_elfutils_deferred{false};
 
-bool libelf_ready() noexcept {
-  // (A guarded static, not std::call_once: libstdc++'s call_once reaches
-  // its thread-local state through __tls_get_addr, which waits for a
-  // dlopen() in flight on another thread, e.g. uprobe-trace's agent loading
-  // Capstone beside this.)
-  static const bool elf_ok = elf_version(EV_CURRENT) != EV_NONE;
-  return elf_ok;
+// (libuprobe.a and uprobe-trace's command line link elfutils: here they
+// are always there. libuprobe.so's elfutils_lazy.cpp defines the strong one.)
+__attribute__((weak)) bool elfutils_available(std::string&) noexcept { return true; }
+
+bool libelf_ready(std::string& why) noexcept {
+  // (An atomic, not std::call_once: libstdc++'s call_once reaches its
+  // thread-local state through __tls_get_addr, which waits for a dlopen()
+  // in flight on another thread, e.g. uprobe-trace's agent loading Capstone
+  // beside this. A failure is not kept: the next read tries again.)
+  static std::atomic<bool> ready{false};
+  if (ready.load(std::memory_order_acquire)) return true;
+  if (!elfutils_available(why)) return false;
+  if (elf_version(EV_CURRENT) == EV_NONE) {
+    why = "libelf refuses its version (EV_CURRENT)";
+    return false;
+  }
+  ready.store(true, std::memory_order_release);
+  return true;
 }
 
 std::string hex_str(std::uint64_t v) {
@@ -484,7 +495,7 @@ std::string read_debug_symtab(Elf* e, ElfImage& img, BoundsKeys& bounds, std::si
 }
 
 std::shared_ptr<ElfImage> read_image(const std::string& path, int fd, ImageDepth depth) {
-  if (!libelf_ready()) throw Error(Errc::system, path, 0, "libelf initialisation failed");
+  if (std::string why; !libelf_ready(why)) throw Error(Errc::system, path, 0, "cannot read ELF files: " + why);
 
   ElfHandle h;
   h.elf = elf_begin(fd, ELF_C_READ, nullptr);

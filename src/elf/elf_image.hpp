@@ -262,11 +262,23 @@ std::vector<CachedImage> cached_images();
 /// Thread-safety: any thread (the cache's mutex).
 bool adopt_image(const FileIdentity& id, const std::string& path, unsigned depths, std::shared_ptr<ElfImage> img);
 
-/// libelf's elf_version(EV_CURRENT), once per process: what every
+/// Whether elfutils (libelf and libdw) can be called: libuprobe.so's
+/// elfutils_lazy.cpp loads them (its definition wins over the weak one in
+/// elf_image.cpp, which says true: libuprobe.a and uprobe-trace's command
+/// line link them); false with `why` (which file, dlerror()'s words) when
+/// one cannot be loaded -- a missing libdw must not leave the reads with no
+/// .eh_frame bounds and no build-id, which would take a mid-instruction
+/// offset for an instruction start. Tried again at each call until it
+/// succeeds (a process out of descriptors now may load them later).
+/// Thread-safe.
+bool elfutils_available(std::string& why) noexcept;
+
+/// elfutils_available(), then libelf's elf_version(EV_CURRENT): what every
 /// elf_begin() here needs first (an image taken from another process,
 /// import_elf_tables(), is in the cache before any file was read here).
-/// False when libelf refuses. Thread-safe.
-bool libelf_ready() noexcept;
+/// False, with `why`, when either fails; true from the first success on.
+/// Thread-safe.
+bool libelf_ready(std::string& why) noexcept;
 
 /// Set by uprobe::defer_elfutils(): libuprobe.so's initializer then leaves
 /// elfutils to the first ELF read (elfutils_lazy.cpp).

@@ -18,9 +18,12 @@
 /// probe registered on a function of libelf or libdw before libuprobe loads
 /// them is attached at the next dlopen()/dlclose() of the program, as for any
 /// library loaded behind the dynamic linker's public entry points.
-/// When a library cannot be loaded, each function returns its own failure
-/// value (nullptr, -1, EV_NONE, ELF_K_NONE) and elf_errmsg() says which file
-/// and why (dlerror()): the ELF read fails with that reason.
+/// Every read asks elfutils_available() (elf_image.hpp) first: when libelf
+/// or libdw cannot be loaded it fails, saying which and why (dlerror()); a
+/// read must not go on without libdw (no .eh_frame bounds, no build-id:
+/// an offset inside an instruction would pass for an instruction start).
+/// Past that check each function here also returns its own failure value
+/// (nullptr, -1, EV_NONE, ELF_K_NONE) if its library or symbol is missing.
 /// Thread-safe (a race loads a library twice: dlopen counts references, the
 /// handle is the same); not async-signal-safe (no hit path reads ELF).
 
@@ -31,7 +34,8 @@
 #include <libelf.h>
 
 #include <atomic>
-#include <cstdio>
+#include <string>
+#include <utility>
 
 #include "elf_image.hpp"
 #include "next_symbol.hpp"
@@ -41,19 +45,24 @@ namespace {
 enum Lib : unsigned { kLibelf, kLibdw };
 constexpr const char* kSoname[] = {"libelf.so.1", "libdw.so.1"};
 
-/// Why the last library that failed could not be loaded (elf_errmsg()'s answer then).
-char g_load_error[512];
-
-void* library(Lib lib) noexcept {
+/// Library `lib`'s handle, loaded on the first call that succeeds (a failure
+/// is not kept: a process out of descriptors now may load it later);
+/// nullptr, with `why` (the file and dlerror()'s words, this thread's) when
+/// given, when it cannot be loaded.
+void* library(Lib lib, std::string* why = nullptr) noexcept {
   static std::atomic<void*> handles[2];
   void* h = handles[lib].load(std::memory_order_acquire);
   if (h) return h;
   const auto open = uprobe::detail::libc_dlopen();
   h = open ? open(kSoname[lib], RTLD_NOW | RTLD_LOCAL) : nullptr;
   if (!h) {
-    const char* why = open ? dlerror() : "libc's dlopen not found";
-    std::snprintf(g_load_error, sizeof g_load_error, "libuprobe cannot load %s: %s", kSoname[lib],
-                  why ? why : "unknown error");
+    if (why) {
+      const char* e = open ? dlerror() : "libc's dlopen not found";
+      try {
+        *why = std::string("libuprobe cannot load ") + kSoname[lib] + ": " + (e ? e : "unknown error");
+      } catch (...) {  // (out of memory: the reason is lost, the failure is not)
+      }
+    }
     return nullptr;
   }
   handles[lib].store(h, std::memory_order_release);
@@ -64,12 +73,7 @@ void* resolve(std::atomic<void*>& slot, Lib lib, const char* name) noexcept {
   void* f = slot.load(std::memory_order_acquire);
   if (f) return f;
   void* h = library(lib);
-  if (!h) return nullptr;
-  f = dlsym(h, name);
-  if (!f) {
-    std::snprintf(g_load_error, sizeof g_load_error, "libuprobe: %s has no %s", kSoname[lib], name);
-    return nullptr;
-  }
+  if (!h || !(f = dlsym(h, name))) return nullptr;
   slot.store(f, std::memory_order_release);
   return f;
 }
@@ -82,6 +86,29 @@ __attribute__((constructor)) void load_elfutils_unless_deferred() {
 }
 
 }  // namespace
+
+namespace uprobe::detail {
+
+bool elfutils_available(std::string& why) noexcept {
+  if (!library(kLibelf, &why) || !library(kLibdw, &why)) return false;
+  // (Every function the reads call, once: a library without one of them is
+  // as unusable as a missing one.)
+  static std::atomic<bool> complete{false};
+  if (complete.load(std::memory_order_acquire)) return true;
+  for (const auto& [lib, name] : {std::pair{kLibelf, "elf_begin"}, std::pair{kLibdw, "dwarf_next_cfi"},
+                                  std::pair{kLibdw, "dwelf_elf_gnu_build_id"}})
+    if (!dlsym(library(lib), name)) {
+      try {
+        why = std::string(kSoname[lib]) + " has no " + name;
+      } catch (...) {
+      }
+      return false;
+    }
+  complete.store(true, std::memory_order_release);
+  return true;
+}
+
+}  // namespace uprobe::detail
 
 // One forwarder: `ret name params`, called as `args`, `fail` when the library
 // or the function is not there.
@@ -126,9 +153,10 @@ UPROBE_ELFUTILS_LAZY(kLibdw, int, dwarf_next_cfi,
                      (e_ident, data, eh_frame_p, offset, next_offset, entry), -1)
 UPROBE_ELFUTILS_LAZY(kLibdw, ssize_t, dwelf_elf_gnu_build_id, (Elf * e, const void** id), (e, id), -1)
 
-// elf_errmsg(): libelf's, or why libelf (or a function of it) is missing.
+// elf_errmsg(): libelf's, or that it is not there (the reads ask
+// elfutils_available() first, which says why).
 extern "C" const char* elf_errmsg(int error) {
   static std::atomic<void*> slot{nullptr};
   auto* f = reinterpret_cast<decltype(&::elf_errmsg)>(resolve(slot, kLibelf, "elf_errmsg"));
-  return f ? f(error) : g_load_error;
+  return f ? f(error) : "libelf.so.1 is not loaded";
 }

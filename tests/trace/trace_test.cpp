@@ -937,6 +937,26 @@ TEST(Trace, ElfutilsAreMappedOnlyInAProcessThatReadsAFile) {
   EXPECT_EQ(hits(cold.report)[malloc_key], hits(warm.report)[malloc_key]) << dump(cold) << dump(warm);
 }
 
+// A libdw that cannot be loaded (an empty file first in the library path):
+// the process that has to read libc's ELF file (exec'd with the cache off:
+// no hand-over, nothing kept) attaches nothing and says which file and why;
+// it never reads on without libdw (no .eh_frame bounds: an offset inside an
+// instruction would pass for an instruction start). The program runs as
+// without the probe.
+TEST(Trace, AMissingLibdwRefusesTheProbesOfTheProcessThatNeedsItAndSaysWhy) {
+  TempDir tmp;
+  { std::ofstream f(tmp.path() + "/libdw.so.1"); }
+  Result r = trace({"uprobe:libc:malloc"}, {"/usr/bin/env", "LD_LIBRARY_PATH=" + tmp.path(), "/bin/echo", "ran"}, {},
+                   {"UPROBE_TRACE_CACHE_DIR="});
+  ASSERT_EQ(r.status, 0) << dump(r);
+  EXPECT_EQ(r.out, "ran\n");
+  EXPECT_NE(r.err.find("(/usr/bin/echo): libuprobe: cannot probe /usr/lib/x86_64-linux-gnu/libc.so.6 at offset 0x0: "
+                       "cannot read ELF files: libuprobe cannot load libdw.so.1: " +
+                       tmp.path() + "/libdw.so.1: file too short\n"),
+            std::string::npos)
+      << dump(r);
+}
+
 // The checks keep the ELF tables they read between runs
 // (tools/trace/tables_cache.hpp): the next run of the same files takes them
 // instead of reading the files, with the same report; a file changed since
