@@ -90,8 +90,8 @@ constexpr std::uint32_t kHasSymtab = 1, kHasDynsym = 2, kDebugDeferred = 4, kHas
 /// time: word k goes through bijective steps into lane k mod 4, and the four
 /// lanes and the length are mixed the same way at the end, so a change of any
 /// one word always changes the result. Four independent chains: the import
-/// hashes a whole kept file before it parses any of it (libc's, 290 KB:
-/// ~73 us with one chain, the multiply's latency each word, ~20 with four).
+/// hashes every byte of a kept file (libc's, 290 KB: ~73 us with one chain,
+/// the multiply's latency each word, ~20 with four).
 /// Not cryptographic: it tells a damaged file.
 class StreamHash {
  public:
@@ -296,11 +296,11 @@ bool write_image(const CachedImage& c, const DebugBoundsCopy& bounds, Writer& w)
 
 // ------------------------------------------------------------------ reading
 
-/// The file read through a small buffer, every read bounds-checked: a
-/// failed read (past the end, an I/O error) sets `ok` false for good.
-/// The body of a kept file, read in order through a 16 KB buffer, every byte
-/// of it into the file's hash as it is read (one pass: the records taken from
-/// it are adopted only once the hash matched, import_elf_tables()).
+/// The body of a kept file, read in order through a 16 KB buffer, every read
+/// bounds-checked (a failed read -- past the end, an I/O error -- sets `ok`
+/// false for good), every byte into the file's hash as it is read (one pass:
+/// the records taken from it are adopted only once the hash matched,
+/// import_elf_tables()).
 class Reader {
  public:
   Reader(int fd, std::uint64_t size) : fd_(fd), size_(size) {}
