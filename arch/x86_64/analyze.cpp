@@ -15,6 +15,7 @@
 
 #include "arch.hpp"
 #include "capstone_lib.hpp"
+#include "thread_object.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -410,8 +411,14 @@ bool analyze(const std::uint8_t* code, std::size_t avail, Insn& out, std::string
   // again: each accepted instruction is kept by its bytes, which no longer
   // instruction can start with (a decoder reads an instruction's bytes to
   // its end and stops), so at most one length matches.
-  thread_local std::unordered_map<std::string, Insn> memo;
-  thread_local std::uint16_t lengths[256] = {};  // first byte -> bit l: a kept instruction of l bytes starts with it
+  // (Per thread: thread_object(), no dynamic-linker lock at a thread's first call.)
+  struct Memo {
+    std::unordered_map<std::string, Insn> by_bytes;
+    std::uint16_t lengths[256] = {};  // first byte -> bit l: a kept instruction of l bytes starts with it
+  };
+  Memo& m = uprobe::detail::thread_object<Memo>();
+  std::unordered_map<std::string, Insn>& memo = m.by_bytes;
+  std::uint16_t (&lengths)[256] = m.lengths;
   if (code != nullptr && avail != 0 && code[0] != kBreakpoint) {
     const std::size_t n = avail < kMaxInsnLen ? avail : kMaxInsnLen;
     std::string key;

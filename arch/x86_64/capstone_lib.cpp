@@ -4,6 +4,7 @@
 /// how libuprobe links it).
 
 #include "capstone_lib.hpp"
+#include "thread_object.hpp"
 
 namespace uprobe::arch::capstone {
 
@@ -39,9 +40,6 @@ const cs_insn* DetailDecoder::decode(const uint8_t* code, size_t size, uint64_t 
   return disasm_iter(handle_, &code, &size, &address, insn_) ? insn_ : nullptr;
 }
 
-DetailDecoder& detail_decoder() {
-  thread_local DetailDecoder d;
-  return d;
-}
+DetailDecoder& detail_decoder() { return uprobe::detail::thread_object<DetailDecoder>(); }
 
 }  // namespace uprobe::arch::capstone

@@ -7,6 +7,7 @@
 
 #include "arch.hpp"
 #include "capstone_lib.hpp"
+#include "thread_object.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -41,10 +42,7 @@ class Sweeper {
   cs_insn* insn_ = nullptr;
 };
 
-Sweeper& sweeper() {
-  thread_local Sweeper s;
-  return s;
-}
+Sweeper& sweeper() { return uprobe::detail::thread_object<Sweeper>(); }
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 
 #include "arch.hpp"
 #include "capstone_lib.hpp"
+#include "thread_object.hpp"
 
 namespace uprobe::arch {
 namespace {
@@ -393,10 +394,7 @@ struct Handle {
   }
 };
 
-Handle& handle() {
-  thread_local Handle h;
-  return h;
-}
+Handle& handle() { return uprobe::detail::thread_object<Handle>(); }
 
 }  // namespace
 

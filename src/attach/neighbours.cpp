@@ -13,6 +13,7 @@
 
 #include "format.hpp"
 #include "fork_fresh.hpp"
+#include "thread_object.hpp"
 
 namespace uprobe::detail {
 
@@ -105,7 +106,10 @@ bool check_neighbours(const Target& t, const ElfImage& info, const FuncSym& fn, 
     if (it->file_offset >= seg.offset && lo - it->file_offset <= kMaxLead) from = std::min(from, it->file_offset);
   // (A batch reads ~10 KB per entry: a view of its window of the file, not
   // a copy.)
-  thread_local std::vector<std::uint8_t> scratch;
+  struct Scratch {
+    std::vector<std::uint8_t> bytes;
+  };
+  std::vector<std::uint8_t>& scratch = thread_object<Scratch>().bytes;  // (no dynamic-linker lock: thread_object.hpp)
   const auto want = static_cast<std::size_t>(hi - from);
   std::span<const std::uint8_t> code;
   bool read = false;

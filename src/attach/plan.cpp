@@ -13,6 +13,7 @@
 
 #include "elf_image.hpp"
 #include "uprobe/uprobe.hpp"
+#include "forbidden.hpp"
 #include "validate.hpp"
 
 namespace uprobe {

@@ -77,19 +77,4 @@ void analyze_target(const Target& t, std::uint64_t offset, arch::Insn& insn, arc
 /// @throws uprobe::Error(refused_instruction).
 void check_function_entry(const Target& t, std::uint64_t offset);
 
-/// Where glibc runs the function at (dev, ino, offset) with every signal
-/// blocked by a system call of its own (an int3 hit there is fatal): a list
-/// of those code paths ("thread exit; ..."), or "" when none is known.
-/// Registry mutex held (computes its table once).
-/// `vmas`: the caller's snapshot of the address space, where libc's
-/// functions are looked up the first time (nullptr: /proc/self/maps read).
-std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, const VmaSnapshot* vmas = nullptr);
-
-/// Refuses libuprobe's own code and the libraries its trap path calls.
-/// `vmas`: the caller's snapshot of the address space, where the trap path's
-/// libc functions and the signal-return trampoline are located the first
-/// time (nullptr: /proc/self/maps read). Registry mutex held.
-/// @throws uprobe::Error(forbidden_target).
-void check_not_forbidden(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas = nullptr);
-
 }  // namespace uprobe::detail

@@ -51,4 +51,27 @@ inline void* libc_symbol(const char* name) noexcept {
   return next_symbol(name, reinterpret_cast<const void*>(&gnu_get_libc_version));
 }
 
+/// next_symbol(name, anchor) kept in `slot`: looked up when `slot` is still
+/// empty, without a guard (two first calls store the same answer). For an
+/// interposer's definition after ours, filled at libuprobe's load (a
+/// constructor calls it once): a first call made later with the registry
+/// mutex held would wait for the dynamic linker's lock, which a thread in
+/// dlopen() holds while a constructor that registers a probe waits for the
+/// mutex. Thread-safe; async-signal-safe once filled.
+template <typename F>
+F next_symbol_in(F& slot, const char* name, const void* anchor) noexcept {
+  F f = __atomic_load_n(&slot, __ATOMIC_RELAXED);
+  if (__builtin_expect(f == nullptr, 0)) {
+    f = reinterpret_cast<F>(next_symbol(name, anchor));
+    __atomic_store_n(&slot, f, __ATOMIC_RELAXED);
+  }
+  return f;
+}
+
+/// libc_symbol(name) kept in `slot` (next_symbol_in()).
+template <typename F>
+F libc_symbol_in(F& slot, const char* name) noexcept {
+  return next_symbol_in(slot, name, reinterpret_cast<const void*>(&gnu_get_libc_version));
+}
+
 }  // namespace uprobe::detail

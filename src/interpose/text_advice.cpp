@@ -25,13 +25,17 @@ constexpr std::uint64_t kPage = 4096;
 #define MADV_DONTNEED_LOCKED 24
 #endif
 
+/// libc's madvise, looked up at libuprobe's load (next_symbol_in()).
+MadviseFn g_real_madvise;
+__attribute__((constructor)) void resolve_madvise() noexcept { (void)uprobe::detail::libc_symbol_in(g_real_madvise, "madvise"); }
+
 }  // namespace
 
 /// Interposed madvise(2): as libc's, but for the pages libuprobe copied
 /// (above). Thread-safe; not async-signal-safe (neither is madvise in
 /// POSIX; a mutex guards the table of copies). Errors as madvise's.
 extern "C" __attribute__((visibility("default"))) int madvise(void* addr, std::size_t len, int advice) {
-  static const auto real = reinterpret_cast<MadviseFn>(uprobe::detail::libc_symbol("madvise"));
+  const MadviseFn real = uprobe::detail::libc_symbol_in(g_real_madvise, "madvise");
   const bool drops = advice == MADV_DONTNEED || advice == MADV_DONTNEED_LOCKED;
   const bool anon_only = advice == MADV_FREE || advice == MADV_WIPEONFORK;
   if ((!drops && !anon_only) || len == 0) return real(addr, len, advice);

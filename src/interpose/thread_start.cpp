@@ -95,6 +95,12 @@ StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
 /// below as RLIMIT_STACK lets the stack grow (1 GiB when unlimited). Run at
 /// load, on the thread that loads libuprobe (the main thread's own only):
 /// one prlimit64, no read of /proc (every traced process runs this).
+/// libc's pthread_create, looked up at libuprobe's load (next_symbol_in()).
+CreateFn g_real_pthread_create;
+__attribute__((constructor)) void resolve_pthread_create() noexcept {
+  (void)libc_symbol_in(g_real_pthread_create, "pthread_create");
+}
+
 __attribute__((constructor)) void note_main_thread_stack() {
   if (uprobe::arch::raw_syscall(SYS_gettid) != uprobe::arch::raw_syscall(SYS_getpid)) return;
   const auto end = reinterpret_cast<std::uint64_t>(__libc_stack_end);
@@ -164,7 +170,7 @@ UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
 extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
                                                                      void* (*start)(void*), void* arg) {
   using namespace uprobe::detail;
-  static const auto real = reinterpret_cast<CreateFn>(libc_symbol("pthread_create"));
+  const CreateFn real = libc_symbol_in(g_real_pthread_create, "pthread_create");
   // glibc blocks every signal around its clone() with its own system
   // calls: a hit in there (a probe on clone3) finds SIGSEGV blocked whatever
   // this thread's state says. Unknown during the call, as before after it.

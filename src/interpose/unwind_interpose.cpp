@@ -67,29 +67,60 @@ void rehijack(std::uint64_t live_sp) noexcept {
 /// The definition after ours (next_symbol()): libgcc_s's _Unwind_* (anchored
 /// at _Unwind_GetCFA, which libuprobe does not interpose), libstdc++'s
 /// __cxa_begin_catch (at __cxa_end_catch), libc's backtrace.
-template <typename F>
-F next(const char* name, const void* anchor) {
-  return reinterpret_cast<F>(next_symbol(name, anchor));
-}
 const void* const kLibgcc = reinterpret_cast<const void*>(&_Unwind_GetCFA);
 const void* const kLibstdcxx = reinterpret_cast<const void*>(&__cxa_end_catch);
 const void* const kLibc = reinterpret_cast<const void*>(&gnu_get_libc_version);
+
+/// The definitions after ours, looked up at libuprobe's load (resolve_reals(),
+/// below) rather than at the first call: a first exception thrown with the
+/// registry mutex held would ask the dynamic linker then, and wait for its
+/// lock, which a thread in dlopen() holds while a constructor that registers
+/// a probe waits for the mutex. (An interposer called before the load's
+/// lookup, from an earlier constructor, looks up itself: a race stores the
+/// same answer twice.)
+struct Reals {
+  _Unwind_Reason_Code (*raise)(struct _Unwind_Exception*);
+  _Unwind_Reason_Code (*resume_or_rethrow)(struct _Unwind_Exception*);
+  _Unwind_Reason_Code (*forced_unwind)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*);
+  _Unwind_Reason_Code (*backtrace_walk)(_Unwind_Trace_Fn, void*);
+  void* (*begin_catch)(void*);
+  int (*backtrace)(void**, int);
+};
+Reals g_reals;
+
+auto real_raise() { return next_symbol_in(g_reals.raise, "_Unwind_RaiseException", kLibgcc); }
+auto real_resume_or_rethrow() { return next_symbol_in(g_reals.resume_or_rethrow, "_Unwind_Resume_or_Rethrow", kLibgcc); }
+auto real_forced_unwind() { return next_symbol_in(g_reals.forced_unwind, "_Unwind_ForcedUnwind", kLibgcc); }
+auto real_backtrace_walk() { return next_symbol_in(g_reals.backtrace_walk, "_Unwind_Backtrace", kLibgcc); }
+auto real_begin_catch() { return next_symbol_in(g_reals.begin_catch, "__cxa_begin_catch", kLibstdcxx); }
+auto real_backtrace() { return next_symbol_in(g_reals.backtrace, "backtrace", kLibc); }
+
+__attribute__((constructor)) void resolve_reals() noexcept {
+  (void)real_raise();
+  (void)real_resume_or_rethrow();
+  (void)real_forced_unwind();
+  (void)real_backtrace_walk();
+  (void)real_begin_catch();
+  (void)real_backtrace();
+}
 
 }  // namespace
 
 }  // namespace uprobe::detail
 
-using uprobe::detail::kLibc;
-using uprobe::detail::kLibgcc;
-using uprobe::detail::kLibstdcxx;
-using uprobe::detail::next;
+using uprobe::detail::real_backtrace;
+using uprobe::detail::real_backtrace_walk;
+using uprobe::detail::real_begin_catch;
+using uprobe::detail::real_forced_unwind;
+using uprobe::detail::real_raise;
+using uprobe::detail::real_resume_or_rethrow;
 using uprobe::detail::rehijack;
 using uprobe::detail::unhijack;
 
 #define UPROBE_EXPORT extern "C" __attribute__((visibility("default")))
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exception* e) {
-  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_RaiseException", kLibgcc);
+  const auto real = real_raise();
   unhijack();
   _Unwind_Reason_Code rc = real(e);  // returns only when no handler was found
   rehijack(0);
@@ -97,7 +128,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(struct _Unwind_Exceptio
 }
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Exception* e) {
-  static auto real = next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*)>("_Unwind_Resume_or_Rethrow", kLibgcc);
+  const auto real = real_resume_or_rethrow();
   unhijack();
   _Unwind_Reason_Code rc = real(e);
   rehijack(0);
@@ -106,8 +137,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(struct _Unwind_Excep
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(struct _Unwind_Exception* e, _Unwind_Stop_Fn stop,
                                                        void* arg) {
-  static auto real =
-      next<_Unwind_Reason_Code (*)(struct _Unwind_Exception*, _Unwind_Stop_Fn, void*)>("_Unwind_ForcedUnwind", kLibgcc);
+  const auto real = real_forced_unwind();
   unhijack();
   _Unwind_Reason_Code rc = real(e, stop, arg);
   rehijack(0);
@@ -133,7 +163,7 @@ _Unwind_Reason_Code skip_first_frame(struct _Unwind_Context* c, void* p) {
 }
 
 UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* arg) {
-  static auto real = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
+  const auto real = real_backtrace_walk();
   unhijack();
   SkipFirstFrame skip{fn, arg, false};
   _Unwind_Reason_Code rc = real(skip_first_frame, &skip);
@@ -143,7 +173,7 @@ UPROBE_EXPORT _Unwind_Reason_Code _Unwind_Backtrace(_Unwind_Trace_Fn fn, void* a
 
 /// The catch: frames below the catching function are gone.
 UPROBE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
-  static auto real = next<void* (*)(void*)>("__cxa_begin_catch", kLibstdcxx);
+  const auto real = real_begin_catch();
   void* r = real(exc);
   rehijack(reinterpret_cast<std::uint64_t>(__builtin_dwarf_cfa()));
   return r;
@@ -180,8 +210,8 @@ _Unwind_Reason_Code walk_one(struct _Unwind_Context* c, void* p) {
 constexpr int kBacktraceOnStack = 512;
 
 UPROBE_EXPORT int backtrace(void** buffer, int size) {
-  static auto real = next<int (*)(void**, int)>("backtrace", kLibc);
-  static auto real_walk = next<_Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*)>("_Unwind_Backtrace", kLibgcc);
+  const auto real = real_backtrace();
+  const auto real_walk = real_backtrace_walk();
   if (size <= 0) return real(buffer, size);
   unhijack();
   int n;

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// tests/life/dl_lock_test.cpp's program. Thread B dlopen()s dl_lock_lib,
+// whose constructor runs with the dynamic linker's lock held and calls
+// dl_lock_in_constructor() (below): it waits there (up to 10 s) while the
+// main thread makes the process's first registrations (an entry probe, a
+// return probe, a refused one: the first exception the process throws),
+// hits them and unregisters them, then registers a probe itself, from the
+// constructor, and hits it. Prints one line:
+//   "a_done_while_locked=1 a_hits=2 a_ret=22 a_refused=1 ctor_hits=1"
+// A registration that asks the dynamic linker with libuprobe's registry
+// mutex held waits for B's lock there, and B's registration then waits for
+// the mutex forever (a bug report: dlsym() in the first check of a target,
+// a thread_local's destructor registration, elfutils' first lookups).
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "uprobe/uprobe.hpp"
+
+extern "C" __attribute__((noipa, visibility("default"))) int dl_lock_work(int x) {
+  asm volatile("");
+  return x * 3 + 1;
+}
+extern "C" __attribute__((noipa, visibility("default"))) int dl_lock_ctor_work(int x) {
+  asm volatile("");
+  return x + 1;
+}
+
+namespace {
+
+std::atomic<bool> g_in_ctor{false};
+std::atomic<bool> g_a_done{false};
+bool g_a_done_while_locked = false;
+long g_ctor_hits = -1;
+
+struct Count final : uprobe::Consumer {
+  std::atomic<long> hits{0};
+  uprobe::Action handler(uprobe::Regs&) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    return uprobe::Action::keep;
+  }
+};
+
+struct Ret final : uprobe::Consumer {
+  Ret() : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  std::atomic<long> last{-1};
+  void ret_handler(uprobe::Regs& regs, std::uint64_t) override { last.store(static_cast<long>(regs.rax)); }
+};
+
+bool wait_for(const std::atomic<bool>& flag) {
+  for (int i = 0; i < 10000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return flag.load();
+}
+
+}  // namespace
+
+/// Called by dl_lock_lib's constructor (this thread holds the dynamic linker's lock).
+extern "C" __attribute__((visibility("default"))) void dl_lock_in_constructor() {
+  g_in_ctor.store(true);
+  g_a_done_while_locked = wait_for(g_a_done);
+  try {
+    static Count c;
+    uprobe::Uprobe* up = uprobe::register_uprobe(reinterpret_cast<const void*>(&dl_lock_ctor_work), c);
+    volatile int v = dl_lock_ctor_work(1);
+    (void)v;
+    uprobe::unregister_uprobe(up, c);
+    g_ctor_hits = c.hits.load();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "constructor: %s\n", e.what());
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  std::thread b([&] {
+    if (!dlopen(argv[1], RTLD_NOW)) std::fprintf(stderr, "dlopen: %s\n", dlerror());
+  });
+  long a_hits = -1, a_ret = -1;
+  int a_refused = 0;
+  if (wait_for(g_in_ctor)) {
+    try {
+      Count c;
+      Ret r;
+      uprobe::Uprobe* up = uprobe::register_uprobe(reinterpret_cast<const void*>(&dl_lock_work), c);
+      uprobe::Uprobe* rp = uprobe::register_uprobe(reinterpret_cast<const void*>(&dl_lock_work), r);
+      volatile int v = dl_lock_work(7);
+      v = dl_lock_work(7);
+      (void)v;
+      uprobe::unregister_uprobe(rp, r);
+      uprobe::unregister_uprobe(up, c);
+      a_hits = c.hits.load();
+      a_ret = r.last.load();
+      try {  // (getpid: glibc's pthread_kill calls it with every signal blocked)
+        uprobe::register_uprobe(reinterpret_cast<const void*>(&getpid), c);
+      } catch (const uprobe::Error& e) {
+        a_refused = e.code() == uprobe::Errc::forbidden_target;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "main: %s\n", e.what());
+    }
+  }
+  g_a_done.store(true);
+  b.join();
+  std::printf("a_done_while_locked=%d a_hits=%ld a_ret=%ld a_refused=%d ctor_hits=%ld\n", g_a_done_while_locked ? 1 : 0,
+              a_hits, a_ret, a_refused, g_ctor_hits);
+  return 0;
+}
