@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fork_held_mutex.hpp"
+#include "thread_object.hpp"
 #include "uprobe/batch.hpp"
 #include "uprobe/config.hpp"
 #include "uprobe/regs.hpp"
@@ -158,8 +159,12 @@ void release(uprobe_consumer* uc, Adapter* a, unsigned n) noexcept {
 }
 
 // The calling thread's last error: a string, or a static message where
-// allocating is not allowed (inside a handler) or failed.
-thread_local std::string t_message;
+// allocating is not allowed (inside a handler) or failed. (A thread_object():
+// a thread_local std::string's first assignment in a thread registers its
+// destructor under the dynamic linker's lock.)
+struct LastError {
+  std::string message;
+};
 thread_local const char* t_static_message = nullptr;
 
 int fail_static(int err, const char* message) noexcept {
@@ -169,7 +174,7 @@ int fail_static(int err, const char* message) noexcept {
 
 int fail(int err, const std::string& message) noexcept {
   try {
-    t_message = message;
+    uprobe::detail::thread_object<LastError>().message = message;
     t_static_message = nullptr;
   } catch (...) {
     t_static_message = "libuprobe: out of memory while formatting an error message";
@@ -491,7 +496,8 @@ const char* uprobe_strerror(int err) {
 
 const char* uprobe_last_error(void) {
   if (t_static_message) return t_static_message;
-  return t_message.c_str();
+  const LastError* e = uprobe::detail::thread_object_if_made<LastError>();
+  return e ? e->message.c_str() : "";
 }
 
 bool uprobe_in_handler(void) { return uprobe::in_handler(); }

@@ -164,10 +164,10 @@ Transaction::Transaction(std::size_t expected) : Transaction(expected, HeldLock{
     throw Error(Errc::in_handler, "", 0,
                 "cannot register or unregister while this thread's fork() holds libuprobe's registry (from a "
                 "pthread_atfork handler?): it would wait for itself");
-  // What the checks ask the dynamic linker, asked first (forbidden.hpp: a
-  // thread inside dlopen() whose constructor registers a probe holds the
-  // dynamic linker's lock and waits for the registry mutex).
-  prepare_forbidden_checks();
+  // What the registry asks the dynamic linker, asked first (a thread inside
+  // dlopen() whose constructor registers a probe holds the dynamic linker's
+  // lock and waits for the registry mutex).
+  before_registry_mutex();
   lock_ = std::unique_lock<ForkHeldMutex>(r_.mutex);
 }
 

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -425,13 +426,23 @@ void check_not_signal_return(const Target& t, std::uint64_t offset, const VmaSna
     ino_t ino = 0;
     std::uint64_t offset = 0;
   };
-  static Where where;  // (registry mutex held: computed once per address)
+  // Computed once per address; its own lock: plan_site() checks without the
+  // registry mutex.
+  static std::mutex mu;
+  static Where known;
+  Where where;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    where = known;
+  }
   if (where.address != restorer) {
     std::optional<VmaSnapshot> own;
     const VmaSnapshot& maps = vmas ? *vmas : own.emplace(read_proc_maps());
     const Vma* v = maps.find(restorer);
     if (!v || !v->ino) return;
     where = {restorer, v->dev, v->ino, v->pgoff + (restorer - v->start)};
+    std::lock_guard<std::mutex> lock(mu);
+    known = where;
   }
   if (where.dev != t.st.st_dev || where.ino != t.st.st_ino) return;
   if (offset < where.offset || offset - where.offset >= arch::kSignalReturnTrampolineLen) return;

@@ -339,7 +339,7 @@ ProbeInfo probe_state(const Uprobe* up) {
   if (r.mutex.held_by_this_thread())  // (a pthread_atfork handler inside its fork(): before_fork())
     throw Error(Errc::in_handler, "", 0,
                 "cannot read a probe's state while this thread's fork() holds libuprobe's registry");
-  prepare_forbidden_checks();  // (never under the mutex: forbidden.hpp)
+  before_registry_mutex();  // (never a dynamic-linker call under the mutex)
   std::lock_guard<ForkHeldMutex> lock(r.mutex);
   if (!up || !probe_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
   ProbeInfo info;

@@ -12,6 +12,8 @@
 #include <signal.h>
 #include "rcu.hpp"
 
+#include "elf_image.hpp"
+#include "forbidden.hpp"
 #include "masks.hpp"
 #include "thread_state.hpp"
 #include "uretprobe.hpp"
@@ -136,6 +138,11 @@ void after_fork_child() {
 }
 }  // namespace
 
+void before_registry_mutex() {
+  prepare_forbidden_checks();
+  if (g_threads_created.load(std::memory_order_relaxed)) prepare_elf_reads();
+}
+
 void start_runtime(Registry& r) {
   // The calling thread is ready for hits (RCU reader, cached thread id), as
   // a thread created through pthread_create() is from its start: its hits
@@ -169,6 +176,7 @@ void configure(const Config& c) {
     throw Error(Errc::in_handler, "", 0,
                 "cannot configure while this thread's fork() holds libuprobe's registry (from a pthread_atfork "
                 "handler?): it would wait for itself");
+  before_registry_mutex();
   std::lock_guard<ForkHeldMutex> lock(r.mutex);
   set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);

@@ -14,13 +14,18 @@ namespace uprobe::detail {
 /// libc's own dlopen whatever the search order: a versioned lookup skips
 /// libuprobe's interposer, which is unversioned (src/api/libuprobe.map);
 /// glibc 2.34 moved it into libc, GLIBC_2.2.5 is libdl's before. nullptr
-/// when neither is there. Thread-safe; not async-signal-safe.
+/// when neither is there. Looked up once, without a guard (two first calls
+/// both look; a guarded static would make a thread inside dlopen() wait for
+/// one that waits for the dynamic linker's lock to look). Thread-safe; not
+/// async-signal-safe.
 inline void* (*libc_dlopen() noexcept)(const char*, int) {
   using DlopenFn = void* (*)(const char*, int);
-  static const DlopenFn f = [] {
-    void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
-    return reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
-  }();
+  static constinit DlopenFn slot = nullptr;
+  DlopenFn f = __atomic_load_n(&slot, __ATOMIC_RELAXED);
+  if (f) return f;
+  void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
+  f = reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
+  __atomic_store_n(&slot, f, __ATOMIC_RELAXED);
   return f;
 }
 

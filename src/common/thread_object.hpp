@@ -53,4 +53,11 @@ T& thread_object() {
   return *t;
 }
 
+/// This thread's T if thread_object<T>() made one, else nullptr (makes
+/// none). Async-signal-safe.
+template <class T>
+T* thread_object_if_made() noexcept {
+  return ThreadObject<T>::mine;
+}
+
 }  // namespace uprobe::detail

@@ -38,6 +38,12 @@ std::atomic<bool> g_elfutils_deferred{false};
 // are always there. libuprobe.so's elfutils_lazy.cpp defines the strong one.)
 __attribute__((weak)) bool elfutils_available(std::string&) noexcept { return true; }
 
+void prepare_elf_reads() noexcept {
+  if (!g_elfutils_deferred.load(std::memory_order_relaxed)) return;
+  std::string why;
+  (void)libelf_ready(why);
+}
+
 bool libelf_ready(std::string& why) noexcept {
   // (An atomic, not std::call_once: libstdc++'s call_once reaches its
   // thread-local state through __tls_get_addr, which waits for a dlopen()

@@ -280,6 +280,14 @@ bool elfutils_available(std::string& why) noexcept;
 /// Thread-safe.
 bool libelf_ready(std::string& why) noexcept;
 
+/// Loads elfutils now (libelf_ready()) when uprobe::defer_elfutils() left it
+/// to the first ELF read: for a thread about to take the registry mutex,
+/// under which that load (a dlopen()) must not happen once another thread
+/// may hold the dynamic linker's lock (attach/runtime.hpp,
+/// before_registry_mutex()). A failure is left to the read to report.
+/// Thread-safe; not async-signal-safe.
+void prepare_elf_reads() noexcept;
+
 /// Set by uprobe::defer_elfutils(): libuprobe.so's initializer then leaves
 /// elfutils to the first ELF read (elfutils_lazy.cpp).
 extern std::atomic<bool> g_elfutils_deferred;

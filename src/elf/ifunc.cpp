@@ -30,13 +30,14 @@ using DlcloseFn = int (*)(void*);
 
 /// libc's dlopen and dlclose: libuprobe interposes both (dl_glue.cpp) to
 /// install pending probes, which takes the registry mutex.
-DlopenFn real_dlopen() {
-  static const auto fn = reinterpret_cast<DlopenFn>(libc_symbol("dlopen"));
-  return fn;
-}
-DlcloseFn real_dlclose() {
-  static const auto fn = reinterpret_cast<DlcloseFn>(libc_symbol("dlclose"));
-  return fn;
+/// (Looked up at libuprobe's load, without a guard: next_symbol_in().)
+DlopenFn g_real_dlopen;
+DlcloseFn g_real_dlclose;
+DlopenFn real_dlopen() { return libc_symbol_in(g_real_dlopen, "dlopen"); }
+DlcloseFn real_dlclose() { return libc_symbol_in(g_real_dlclose, "dlclose"); }
+__attribute__((constructor)) void resolve_dl_reals() noexcept {
+  (void)real_dlopen();
+  (void)real_dlclose();
 }
 
 /// The executable segments of the loaded objects (dl_iterate_phdr()), to

@@ -23,12 +23,21 @@
 
 namespace {
 
-template <typename F>
-F next(const char* name) {
-  return reinterpret_cast<F>(uprobe::detail::libc_symbol(name));
-}
-
 using DlopenFn = void* (*)(const char*, int);
+using DlcloseFn = int (*)(void*);
+
+/// libc's dlopen and dlclose, looked up at libuprobe's load
+/// (next_symbol_in(): a guarded first-call lookup would make a thread inside
+/// dlopen() whose constructor calls dlopen() wait for another thread that
+/// holds the guard and waits for the dynamic linker's lock).
+DlopenFn g_real_dlopen;
+DlcloseFn g_real_dlclose;
+DlopenFn real_dlopen() noexcept { return uprobe::detail::libc_symbol_in(g_real_dlopen, "dlopen"); }
+DlcloseFn real_dlclose() noexcept { return uprobe::detail::libc_symbol_in(g_real_dlclose, "dlclose"); }
+__attribute__((constructor)) void resolve_dl_reals() noexcept {
+  (void)real_dlopen();
+  (void)real_dlclose();
+}
 
 std::string search_as_caller(const char* file, const void* caller);
 
@@ -46,9 +55,8 @@ void* open_as_caller(DlopenFn real, const char* file, int mode, const void* call
   }
   if (loaded) {  // already loaded (by soname)
     void* again = real(file, mode);  // apply the caller's mode flags (e.g. RTLD_GLOBAL)
-    static auto real_close = next<int (*)(void*)>("dlclose");
     uprobe::detail::RuntimeCallScope ours;  // (nor this reference given back)
-    real_close(loaded);
+    real_dlclose()(loaded);
     return again;
   }
   std::string found;  // the caller's search list's match, if any
@@ -106,15 +114,13 @@ void resync_after_dl() noexcept {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file, int mode) {
-  static auto real = next<DlopenFn>("dlopen");
-  void* handle = open_as_caller(real, file, mode, __builtin_return_address(0));
+  void* handle = open_as_caller(real_dlopen(), file, mode, __builtin_return_address(0));
   if (handle) resync_after_dl();
   return handle;
 }
 
 extern "C" __attribute__((visibility("default"))) int dlclose(void* handle) {
-  static auto real = next<int (*)(void*)>("dlclose");
-  int rc = real(handle);
+  int rc = real_dlclose()(handle);
   resync_after_dl();
   return rc;
 }

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: MIT
-// tests/life/dl_lock_test.cpp's program. Thread B dlopen()s dl_lock_lib,
-// whose constructor runs with the dynamic linker's lock held and calls
-// dl_lock_in_constructor() (below): it waits there (up to 10 s) while the
-// main thread makes the process's first registrations (an entry probe, a
-// return probe, a refused one: the first exception the process throws),
-// hits them and unregisters them, then registers a probe itself, from the
-// constructor, and hits it. Prints one line:
-//   "a_done_while_locked=1 a_hits=2 a_ret=22 a_refused=1 ctor_hits=1"
+// tests/life/dl_lock_test.cpp's program: `life_dl_lock_child LIB WAIT_MS`.
+// Thread B dlopen()s LIB (dl_lock_lib), whose constructor runs with the
+// dynamic linker's lock held and calls dl_lock_in_constructor() (below): it
+// waits there (up to WAIT_MS) while the main thread makes the process's
+// first registrations (an entry probe, a return probe, a refused one: the
+// first exception the process throws), hits them and unregisters them; then
+// it dlopen()s libm (a nested dlopen: libuprobe's resync of the address
+// space), registers a probe itself, from the constructor, and hits it.
+// Prints one line:
+//   "elfutils_at_start=1 a_done_while_locked=1 a_hits=2 a_ret=22 a_refused=1 ctor_hits=1"
+// (elfutils_at_start: libelf mapped before any registration; 0 in the
+// variant built with dl_lock_defer.cpp, which defers it as uprobe-trace's
+// agent does: the main thread's first ELF read must load it, which waits
+// for B's lock -- outside the registry mutex, so a_done_while_locked=0.)
 // A registration that asks the dynamic linker with libuprobe's registry
 // mutex held waits for B's lock there, and B's registration then waits for
 // the mutex forever (a bug report: dlsym() in the first check of a target,
@@ -18,6 +24,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "uprobe/uprobe.hpp"
@@ -34,6 +42,7 @@ extern "C" __attribute__((noipa, visibility("default"))) int dl_lock_ctor_work(i
 namespace {
 
 std::atomic<bool> g_in_ctor{false};
+int g_wait_ms = 10000;
 std::atomic<bool> g_a_done{false};
 bool g_a_done_while_locked = false;
 long g_ctor_hits = -1;
@@ -52,8 +61,8 @@ struct Ret final : uprobe::Consumer {
   void ret_handler(uprobe::Regs& regs, std::uint64_t) override { last.store(static_cast<long>(regs.rax)); }
 };
 
-bool wait_for(const std::atomic<bool>& flag) {
-  for (int i = 0; i < 10000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+bool wait_for(const std::atomic<bool>& flag, int ms) {
+  for (int i = 0; i < ms && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return flag.load();
 }
 
@@ -62,7 +71,8 @@ bool wait_for(const std::atomic<bool>& flag) {
 /// Called by dl_lock_lib's constructor (this thread holds the dynamic linker's lock).
 extern "C" __attribute__((visibility("default"))) void dl_lock_in_constructor() {
   g_in_ctor.store(true);
-  g_a_done_while_locked = wait_for(g_a_done);
+  g_a_done_while_locked = wait_for(g_a_done, g_wait_ms);
+  if (!dlopen("libm.so.6", RTLD_NOW)) std::fprintf(stderr, "nested dlopen: %s\n", dlerror());
   try {
     static Count c;
     uprobe::Uprobe* up = uprobe::register_uprobe(reinterpret_cast<const void*>(&dl_lock_ctor_work), c);
@@ -75,14 +85,27 @@ extern "C" __attribute__((visibility("default"))) void dl_lock_in_constructor() 
   }
 }
 
+/// Whether libelf is mapped in this process.
+bool libelf_mapped() {
+  std::FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof line, f)) found = found || std::strstr(line, "/libelf") != nullptr;
+  std::fclose(f);
+  return found;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) return 2;
+  if (argc != 3) return 2;
+  g_wait_ms = std::atoi(argv[2]);
+  const bool elfutils_at_start = libelf_mapped();
   std::thread b([&] {
     if (!dlopen(argv[1], RTLD_NOW)) std::fprintf(stderr, "dlopen: %s\n", dlerror());
   });
   long a_hits = -1, a_ret = -1;
   int a_refused = 0;
-  if (wait_for(g_in_ctor)) {
+  if (wait_for(g_in_ctor, 30000)) {
     try {
       Count c;
       Ret r;
@@ -106,7 +129,7 @@ int main(int argc, char** argv) {
   }
   g_a_done.store(true);
   b.join();
-  std::printf("a_done_while_locked=%d a_hits=%ld a_ret=%ld a_refused=%d ctor_hits=%ld\n", g_a_done_while_locked ? 1 : 0,
-              a_hits, a_ret, a_refused, g_ctor_hits);
+  std::printf("elfutils_at_start=%d a_done_while_locked=%d a_hits=%ld a_ret=%ld a_refused=%d ctor_hits=%ld\n",
+              elfutils_at_start ? 1 : 0, g_a_done_while_locked ? 1 : 0, a_hits, a_ret, a_refused, g_ctor_hits);
   return 0;
 }
