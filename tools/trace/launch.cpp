@@ -50,7 +50,7 @@ namespace uptrace {
 
 std::string g_dir_to_remove;
 
-thread_local bool t_die_throws = false;
+constinit thread_local bool t_die_throws = false;
 
 void (*g_before_die)() = nullptr;
 

@@ -28,7 +28,7 @@ extern std::string g_dir_to_remove;
 struct Died {
   std::string message;
 };
-extern thread_local bool t_die_throws;
+extern constinit thread_local bool t_die_throws;  // (constinit: accessed directly, no TLS wrapper)
 /// Called by die() first on a thread that does not throw (SpecChecks: its
 /// thread joined before exit() runs the process's destructors).
 extern void (*g_before_die)();
