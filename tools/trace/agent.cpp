@@ -286,11 +286,12 @@ void fork_inner_child() {
 void leave_exit_dtors() { tls_exit_dtors = false; }
 
 // exit() runs the thread_local destructors first (the last constructed
-// first), then the atexit list. libuprobe's (capstone handles, decoder
-// caches) were constructed while attaching, before this guard: its
-// destructor marks the rest of them as the agent's, and registers (now, so
-// first in line) the atexit handler that ends the mark before the program's
-// own atexit handlers and static destructors run, which are counted.
+// first), then the atexit list. Those constructed while attaching, before
+// this guard (libuprobe's own per-thread decoders are no thread_locals:
+// thread_object.hpp, never destroyed by exit()), run after its destructor,
+// which marks them as the agent's, and registers (now, so first in line)
+// the atexit handler that ends the mark before the program's own atexit
+// handlers and static destructors run, which are counted.
 struct ExitDtorGuard {
   ExitDtorGuard() = default;
   ExitDtorGuard(const ExitDtorGuard&) = delete;
