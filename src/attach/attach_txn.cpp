@@ -164,11 +164,11 @@ Transaction::Transaction(std::size_t expected) : Transaction(expected, HeldLock{
     throw Error(Errc::in_handler, "", 0,
                 "cannot register or unregister while this thread's fork() holds libuprobe's registry (from a "
                 "pthread_atfork handler?): it would wait for itself");
-  // What the registry asks the dynamic linker, asked first (a thread inside
-  // dlopen() whose constructor registers a probe holds the dynamic linker's
-  // lock and waits for the registry mutex).
-  before_registry_mutex();
-  lock_ = std::unique_lock<ForkHeldMutex>(r_.mutex);
+  // (Never a dynamic-linker call with it held: a thread inside dlopen()
+  // whose constructor registers a probe holds the dynamic linker's lock and
+  // waits for the registry mutex.)
+  lock_ = std::unique_lock<ForkHeldMutex>(r_.mutex, std::defer_lock);
+  lock_registry(lock_);
 }
 
 Transaction::Transaction(std::size_t expected, HeldLock)

@@ -339,8 +339,8 @@ ProbeInfo probe_state(const Uprobe* up) {
   if (r.mutex.held_by_this_thread())  // (a pthread_atfork handler inside its fork(): before_fork())
     throw Error(Errc::in_handler, "", 0,
                 "cannot read a probe's state while this thread's fork() holds libuprobe's registry");
-  before_registry_mutex();  // (never a dynamic-linker call under the mutex)
-  std::lock_guard<ForkHeldMutex> lock(r.mutex);
+  std::unique_lock<ForkHeldMutex> lock(r.mutex, std::defer_lock);
+  lock_registry(lock);  // (never a dynamic-linker call under the mutex)
   if (!up || !probe_registered(r, up)) throw Error(Errc::conflict, "", 0, "not a registered probe");
   ProbeInfo info;
   info.where = FileOffset{up->path, up->key.offset, up->key.dev, up->key.ino};

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include "rcu.hpp"
 
 #include "elf_image.hpp"
@@ -138,9 +139,23 @@ void after_fork_child() {
 }
 }  // namespace
 
-void before_registry_mutex() {
+namespace {
+/// Whether the process has another thread than the caller: /proc/self/task
+/// links one entry per thread to its two (an unreadable directory: assumed).
+bool other_threads_exist() noexcept {
+  struct stat st;
+  return ::stat("/proc/self/task", &st) != 0 || st.st_nlink > 3;
+}
+}  // namespace
+
+void lock_registry(std::unique_lock<ForkHeldMutex>& lock) {
   prepare_forbidden_checks();
-  if (g_threads_created.load(std::memory_order_relaxed)) prepare_elf_reads();
+  lock.lock();
+  if (elfutils_load_pending() && other_threads_exist()) {
+    lock.unlock();
+    prepare_elf_reads();
+    lock.lock();
+  }
 }
 
 void start_runtime(Registry& r) {
@@ -176,8 +191,8 @@ void configure(const Config& c) {
     throw Error(Errc::in_handler, "", 0,
                 "cannot configure while this thread's fork() holds libuprobe's registry (from a pthread_atfork "
                 "handler?): it would wait for itself");
-  before_registry_mutex();
-  std::lock_guard<ForkHeldMutex> lock(r.mutex);
+  std::unique_lock<ForkHeldMutex> lock(r.mutex, std::defer_lock);
+  lock_registry(lock);
   set_sample_signal(c.sample_signal);  // validates first: throws std::invalid_argument, nothing changed
   g_hot.lookup.store(c.lookup, std::memory_order_relaxed);
   g_hot.xol.store(c.xol, std::memory_order_relaxed);

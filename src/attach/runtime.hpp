@@ -77,16 +77,19 @@ void resync_address_space();
 /// (Transaction::reoptimize(), attach_txn.hpp). Registry mutex held.
 void reoptimize_all(Registry& r);
 
-/// What a thread does before it takes the registry mutex, so that it never
-/// calls into the dynamic linker with the mutex held (a thread inside
-/// dlopen() holds the dynamic linker's lock while a constructor that
-/// registers a probe, forks or dlopen()s waits for the mutex): asks the
-/// dynamic linker what the checks need (prepare_forbidden_checks()), and,
-/// once the program has other threads, loads elfutils if
-/// uprobe::defer_elfutils() left it to the first ELF read (a failure is
-/// reported by that read). Not with the mutex held; not async-signal-safe.
-/// @throws std::bad_alloc.
-void before_registry_mutex();
+/// Takes the registry mutex into `lock` (unlocked, on registry().mutex) so
+/// that this thread never calls into the dynamic linker while holding it: a
+/// thread inside dlopen() holds the dynamic linker's lock while a
+/// constructor that registers a probe, forks or dlopen()s waits for the
+/// mutex. First asks the dynamic linker what the checks need
+/// (prepare_forbidden_checks()); then, holding the mutex, when
+/// uprobe::defer_elfutils() left elfutils to the first ELF read and another
+/// thread exists (/proc/self/task: any thread, pthread_create()'s or glibc's
+/// own, C11 thrd_create, SIGEV_THREAD timers), lets the mutex go, loads
+/// elfutils and takes it again (counted under the mutex: a thread alone
+/// there creates none meanwhile). Not with the mutex held; not
+/// async-signal-safe. @throws std::bad_alloc.
+void lock_registry(std::unique_lock<ForkHeldMutex>& lock);
 
 /// Starts the runtime once: SIGTRAP handler, fork handlers. Caller holds the mutex.
 void start_runtime(Registry& r);

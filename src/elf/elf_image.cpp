@@ -38,26 +38,34 @@ std::atomic<bool> g_elfutils_deferred{false};
 // are always there. libuprobe.so's elfutils_lazy.cpp defines the strong one.)
 __attribute__((weak)) bool elfutils_available(std::string&) noexcept { return true; }
 
-void prepare_elf_reads() noexcept {
-  if (!g_elfutils_deferred.load(std::memory_order_relaxed)) return;
-  std::string why;
-  (void)libelf_ready(why);
-}
+namespace {
+/// libelf_ready() has succeeded.
+std::atomic<bool> g_libelf_ready{false};
+}  // namespace
 
 bool libelf_ready(std::string& why) noexcept {
   // (An atomic, not std::call_once: libstdc++'s call_once reaches its
   // thread-local state through __tls_get_addr, which waits for a dlopen()
   // in flight on another thread, e.g. uprobe-trace's agent loading Capstone
   // beside this. A failure is not kept: the next read tries again.)
-  static std::atomic<bool> ready{false};
-  if (ready.load(std::memory_order_acquire)) return true;
+  if (g_libelf_ready.load(std::memory_order_acquire)) return true;
   if (!elfutils_available(why)) return false;
   if (elf_version(EV_CURRENT) == EV_NONE) {
     why = "libelf refuses its version (EV_CURRENT)";
     return false;
   }
-  ready.store(true, std::memory_order_release);
+  g_libelf_ready.store(true, std::memory_order_release);
   return true;
+}
+
+bool elfutils_load_pending() noexcept {
+  return g_elfutils_deferred.load(std::memory_order_relaxed) && !g_libelf_ready.load(std::memory_order_acquire);
+}
+
+void prepare_elf_reads() noexcept {
+  if (!elfutils_load_pending()) return;
+  std::string why;
+  (void)libelf_ready(why);
 }
 
 std::string hex_str(std::uint64_t v) {

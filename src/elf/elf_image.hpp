@@ -280,12 +280,16 @@ bool elfutils_available(std::string& why) noexcept;
 /// Thread-safe.
 bool libelf_ready(std::string& why) noexcept;
 
-/// Loads elfutils now (libelf_ready()) when uprobe::defer_elfutils() left it
-/// to the first ELF read: for a thread about to take the registry mutex,
-/// under which that load (a dlopen()) must not happen once another thread
-/// may hold the dynamic linker's lock (attach/runtime.hpp,
-/// before_registry_mutex()). A failure is left to the read to report.
-/// Thread-safe; not async-signal-safe.
+/// Whether uprobe::defer_elfutils() left elfutils to the first ELF read and
+/// no read has loaded it yet (libelf_ready() has not succeeded). Thread-safe;
+/// async-signal-safe.
+bool elfutils_load_pending() noexcept;
+
+/// Loads elfutils now (libelf_ready()) when elfutils_load_pending(): for a
+/// thread about to take the registry mutex, under which that load (a
+/// dlopen()) must not happen while another thread may hold the dynamic
+/// linker's lock (attach/runtime.hpp, lock_registry()). A failure is left to
+/// the read to report. Thread-safe; not async-signal-safe.
 void prepare_elf_reads() noexcept;
 
 /// Set by uprobe::defer_elfutils(): libuprobe.so's initializer then leaves

@@ -273,12 +273,6 @@ inline pid_t current_tid() noexcept {
 /// registration takes liburcu-bp's registry mutex).
 void prepare_thread_for_hits(bool new_thread) noexcept;
 
-/// Whether the program has created a thread through pthread_create() since
-/// libuprobe loaded (set by the interposer, thread_start.cpp): until then no
-/// other thread can be inside dlopen() holding the dynamic linker's lock.
-/// Never cleared (a fork child keeps it). Async-signal-safe.
-extern std::atomic<bool> g_threads_created;
-
 /// Forgets cached per-thread values in the child of fork().
 void thread_state_after_fork_child() noexcept;
 

@@ -95,12 +95,6 @@ StackOfNewThread stack_of_new_thread(const pthread_attr_t* attr) noexcept {
 /// below as RLIMIT_STACK lets the stack grow (1 GiB when unlimited). Run at
 /// load, on the thread that loads libuprobe (the main thread's own only):
 /// one prlimit64, no read of /proc (every traced process runs this).
-}  // namespace
-
-std::atomic<bool> g_threads_created{false};
-
-namespace {
-
 /// libc's pthread_create, looked up at libuprobe's load (next_symbol_in()).
 CreateFn g_real_pthread_create;
 __attribute__((constructor)) void resolve_pthread_create() noexcept {
@@ -177,7 +171,6 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
                                                                      void* (*start)(void*), void* arg) {
   using namespace uprobe::detail;
   const CreateFn real = libc_symbol_in(g_real_pthread_create, "pthread_create");
-  g_threads_created.store(true, std::memory_order_relaxed);
   // glibc blocks every signal around its clone() with its own system
   // calls: a hit in there (a probe on clone3) finds SIGSEGV blocked whatever
   // this thread's state says. Unknown during the call, as before after it.

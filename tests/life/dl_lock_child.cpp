@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // tests/life/dl_lock_test.cpp's program: `life_dl_lock_child LIB WAIT_MS`.
-// Thread B dlopen()s LIB (dl_lock_lib), whose constructor runs with the
+// Thread B (C11 thrd_create) dlopen()s LIB (dl_lock_lib), whose constructor runs with the
 // dynamic linker's lock held and calls dl_lock_in_constructor() (below): it
 // waits there (up to WAIT_MS) while the main thread makes the process's
 // first registrations (an entry probe, a return probe, a refused one: the
@@ -19,6 +19,7 @@
 // a thread_local's destructor registration, elfutils' first lookups).
 
 #include <dlfcn.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -100,9 +101,18 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   g_wait_ms = std::atoi(argv[2]);
   const bool elfutils_at_start = libelf_mapped();
-  std::thread b([&] {
-    if (!dlopen(argv[1], RTLD_NOW)) std::fprintf(stderr, "dlopen: %s\n", dlerror());
-  });
+  // B by C11's thrd_create(): glibc starts it without the pthread_create()
+  // that libuprobe interposes (a bug report: the deferred load was decided by
+  // that interposer having run).
+  thrd_t b;
+  if (thrd_create(
+          &b,
+          [](void* lib) -> int {
+            if (!dlopen(static_cast<const char*>(lib), RTLD_NOW)) std::fprintf(stderr, "dlopen: %s\n", dlerror());
+            return 0;
+          },
+          argv[1]) != thrd_success)
+    return 3;
   long a_hits = -1, a_ret = -1;
   int a_refused = 0;
   if (wait_for(g_in_ctor, 30000)) {
@@ -128,7 +138,7 @@ int main(int argc, char** argv) {
     }
   }
   g_a_done.store(true);
-  b.join();
+  thrd_join(b, nullptr);
   std::printf("elfutils_at_start=%d a_done_while_locked=%d a_hits=%ld a_ret=%ld a_refused=%d ctor_hits=%ld\n",
               elfutils_at_start ? 1 : 0, g_a_done_while_locked ? 1 : 0, a_hits, a_ret, a_refused, g_ctor_hits);
   return 0;
