@@ -242,3 +242,7 @@ set_tests_properties([=[life.Kinds/Threads.ProbeOnPthreadCreateSeesTheProgramsSt
                      [=[life.Kinds/Threads.ProbesSeeOnlyTheProgramsOwnCallsNotTheInterposersOnes/int3  # GetParam() = 4-byte object <00-00 00-00>]=]
                      [=[life.Kinds/Threads.ProbesSeeOnlyTheProgramsOwnCallsNotTheInterposersOnes/optimized  # GetParam() = 4-byte object <01-00 00-00>]=]
                      PROPERTIES LABELS "no-asan;no-tsan")
+# Its second thread comes from C11's thrd_create(), which GCC 12's
+# ThreadSanitizer does not intercept: TSan faults in that thread's first
+# instrumented access (SEGV at 0, "nested bug"). ASan runs it.
+set_tests_properties(life.DlLock.WithElfutilsDeferredTheFirstReadLoadsItOutsideTheRegistryMutex PROPERTIES LABELS "no-tsan")

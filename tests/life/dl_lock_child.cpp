@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // tests/life/dl_lock_test.cpp's program: `life_dl_lock_child LIB WAIT_MS`.
-// Thread B (C11 thrd_create) dlopen()s LIB (dl_lock_lib), whose constructor runs with the
+// Thread B dlopen()s LIB (dl_lock_lib), whose constructor runs with the
 // dynamic linker's lock held and calls dl_lock_in_constructor() (below): it
 // waits there (up to WAIT_MS) while the main thread makes the process's
 // first registrations (an entry probe, a return probe, a refused one: the
@@ -11,8 +11,9 @@
 //   "elfutils_at_start=1 a_done_while_locked=1 a_hits=2 a_ret=22 a_refused=1 ctor_hits=1"
 // (elfutils_at_start: libelf mapped before any registration; 0 in the
 // variant built with dl_lock_defer.cpp, which defers it as uprobe-trace's
-// agent does: the main thread's first ELF read must load it, which waits
-// for B's lock -- outside the registry mutex, so a_done_while_locked=0.)
+// agent does, and starts B by C11's thrd_create(): the main thread's first
+// ELF read must load it, which waits for B's lock -- outside the registry
+// mutex, so a_done_while_locked=0.)
 // A registration that asks the dynamic linker with libuprobe's registry
 // mutex held waits for B's lock there, and B's registration then waits for
 // the mutex forever (a bug report: dlsym() in the first check of a target,
@@ -101,9 +102,10 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   g_wait_ms = std::atoi(argv[2]);
   const bool elfutils_at_start = libelf_mapped();
-  // B by C11's thrd_create(): glibc starts it without the pthread_create()
-  // that libuprobe interposes (a bug report: the deferred load was decided by
-  // that interposer having run).
+#ifdef DL_LOCK_C11_THREAD
+  // B by C11's thrd_create() (the deferred variant): glibc starts it without
+  // the pthread_create() that libuprobe interposes (a bug report: the
+  // deferred load was decided by that interposer having run).
   thrd_t b;
   if (thrd_create(
           &b,
@@ -113,6 +115,11 @@ int main(int argc, char** argv) {
           },
           argv[1]) != thrd_success)
     return 3;
+#else
+  std::thread b([&] {
+    if (!dlopen(argv[1], RTLD_NOW)) std::fprintf(stderr, "dlopen: %s\n", dlerror());
+  });
+#endif
   long a_hits = -1, a_ret = -1;
   int a_refused = 0;
   if (wait_for(g_in_ctor, 30000)) {
@@ -138,7 +145,11 @@ int main(int argc, char** argv) {
     }
   }
   g_a_done.store(true);
+#ifdef DL_LOCK_C11_THREAD
   thrd_join(b, nullptr);
+#else
+  b.join();
+#endif
   std::printf("elfutils_at_start=%d a_done_while_locked=%d a_hits=%ld a_ret=%ld a_refused=%d ctor_hits=%ld\n",
               elfutils_at_start ? 1 : 0, g_a_done_while_locked ? 1 : 0, a_hits, a_ret, a_refused, g_ctor_hits);
   return 0;
