@@ -181,7 +181,7 @@ struct DlAnswers {
   /// never unloaded), or nullptr. dlsym() on it searches libc, then its
   /// dependencies (the dynamic linker), never an interposer that the global
   /// scope finds first (a sanitizer's interceptor, an LD_PRELOAD wrapper).
-  /// The dlopen() after ours (libc_symbol()): our interposed one resyncs the
+  /// libc's own dlopen() (libc_dlopen()): our interposed one resyncs the
   /// address space, which takes the registry mutex.
   void* libc = nullptr;
   /// A sanitizer runtime (ASan, TSan, UBSan, ...) is in the process: its
@@ -204,7 +204,7 @@ struct DlAnswers {
 
 DlAnswers ask_dynamic_linker() {
   DlAnswers d;
-  const auto real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(libc_symbol("dlopen"));
+  const auto real_dlopen = libc_dlopen();
   d.libc = real_dlopen ? real_dlopen(LIBC_SO, RTLD_LAZY | RTLD_NOLOAD) : nullptr;
   d.sanitized = dlsym(RTLD_DEFAULT, "__sanitizer_print_stack_trace") != nullptr;
   for (std::size_t i = 0; i < std::size(kTrapPathLibc); ++i) {

@@ -11,22 +11,35 @@
 
 namespace uprobe::detail {
 
-/// libc's own dlopen whatever the search order: a versioned lookup skips
-/// libuprobe's interposer, which is unversioned (src/api/libuprobe.map);
-/// glibc 2.34 moved it into libc, GLIBC_2.2.5 is libdl's before. nullptr
-/// when neither is there. Looked up once, without a guard (two first calls
-/// both look; a guarded static would make a thread inside dlopen() wait for
-/// one that waits for the dynamic linker's lock to look). Thread-safe; not
-/// async-signal-safe.
-inline void* (*libc_dlopen() noexcept)(const char*, int) {
-  using DlopenFn = void* (*)(const char*, int);
-  static constinit DlopenFn slot = nullptr;
-  DlopenFn f = __atomic_load_n(&slot, __ATOMIC_RELAXED);
+/// libc's own definition of `name` (dlopen, dlclose) whatever the search
+/// order, kept in `slot`: a versioned lookup skips libuprobe's interposer,
+/// which is unversioned (src/api/libuprobe.map); glibc 2.34 moved them into
+/// libc, GLIBC_2.2.5 is libdl's before. nullptr when neither is there.
+/// Looked up once, without a guard (two first calls both look; a guarded
+/// static would make a thread inside dlopen() wait for one that waits for
+/// the dynamic linker's lock to look). Thread-safe; not async-signal-safe.
+template <typename F>
+F libc_dl_function(F& slot, const char* name) noexcept {
+  F f = __atomic_load_n(&slot, __ATOMIC_RELAXED);
   if (f) return f;
-  void* p = dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.34");
-  f = reinterpret_cast<DlopenFn>(p ? p : dlvsym(RTLD_DEFAULT, "dlopen", "GLIBC_2.2.5"));
+  void* p = dlvsym(RTLD_DEFAULT, name, "GLIBC_2.34");
+  f = reinterpret_cast<F>(p ? p : dlvsym(RTLD_DEFAULT, name, "GLIBC_2.2.5"));
   __atomic_store_n(&slot, f, __ATOMIC_RELAXED);
   return f;
+}
+
+/// libc's own dlopen (libc_dl_function()).
+inline void* (*libc_dlopen() noexcept)(const char*, int) {
+  using Fn = void* (*)(const char*, int);
+  static constinit Fn slot = nullptr;
+  return libc_dl_function(slot, "dlopen");
+}
+
+/// libc's own dlclose (libc_dl_function()).
+inline int (*libc_dlclose() noexcept)(void*) {
+  using Fn = int (*)(void*);
+  static constinit Fn slot = nullptr;
+  return libc_dl_function(slot, "dlclose");
 }
 
 /// The definition of `name` after libuprobe's own in the search order

@@ -25,21 +25,6 @@ namespace uprobe::detail {
 
 namespace {
 
-using DlopenFn = void* (*)(const char*, int);
-using DlcloseFn = int (*)(void*);
-
-/// libc's dlopen and dlclose: libuprobe interposes both (dl_glue.cpp) to
-/// install pending probes, which takes the registry mutex.
-/// (Looked up at libuprobe's load, without a guard: next_symbol_in().)
-DlopenFn g_real_dlopen;
-DlcloseFn g_real_dlclose;
-DlopenFn real_dlopen() { return libc_symbol_in(g_real_dlopen, "dlopen"); }
-DlcloseFn real_dlclose() { return libc_symbol_in(g_real_dlclose, "dlclose"); }
-__attribute__((constructor)) void resolve_dl_reals() noexcept {
-  (void)real_dlopen();
-  (void)real_dlclose();
-}
-
 /// The executable segments of the loaded objects (dl_iterate_phdr()), to
 /// find the object of a code address without dladdr() (a scan of the
 /// object's symbols for each address).
@@ -170,11 +155,13 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
   std::vector<IfuncBinding> out;
   bool any = false;
   for (const ElfSymbol& s : img->symbols) any = any || (s.dynamic && s.type == STT_GNU_IFUNC);
-  if (any && real_dlopen() && real_dlclose()) {
+  // (libc's own dlopen and dlclose: libuprobe interposes both, dl_glue.cpp,
+  // to install pending probes, which takes the registry mutex.)
+  if (any && libc_dlopen() && libc_dlclose()) {
     // The object as the dynamic linker knows it: dlopen(NULL) is the main
     // program (its lookups start there); a library by its recorded name, or
     // by path (RTLD_NOLOAD matches the file's identity too).
-    void* h = real_dlopen()(obj->name.empty() ? nullptr : obj->name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    void* h = libc_dlopen()(obj->name.empty() ? nullptr : obj->name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
     if (h) {
       const std::vector<LoadedCode> code = loaded_code();
       std::map<std::string, std::optional<ImplFile>> files;
@@ -197,7 +184,7 @@ std::shared_ptr<const std::vector<IfuncBinding>> ifunc_bindings(const std::strin
         b.impl_address = seg ? b.impl_offset - seg->offset + seg->vaddr : 0;
         out.push_back(std::move(b));
       }
-      real_dlclose()(h);
+      libc_dlclose()(h);
       // The implementations' names, one pass over each file's symbols.
       for (auto& [name, file] : files) {
         if (!file) continue;
