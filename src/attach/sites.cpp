@@ -652,6 +652,7 @@ void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
   cs.entry_save = cs.ret_save = arch::SaveMode::none;
   cs.entry_sse = cs.ret_sse = kSseUnknown;
   cs.nsse_codes = 0;
+  cs.sole_entry = nullptr;
   if (UPROBE_TSAN) return;  // saved before any instrumented code runs (opt_entry.cpp)
   // Where every consumer that needs a save runs code read as legacy SSE only
   // (make_registration()): the xmm registers the most demanding of them may
@@ -682,6 +683,12 @@ void save_modes(const Uprobe* up, ConsumerSet& cs) noexcept {
   }
   if (cs.entry_save != arch::SaveMode::none && entry_sse) cs.entry_sse = static_cast<std::uint8_t>(nxmm);
   if (cs.ret_save != arch::SaveMode::none && ret_sse) cs.ret_sse = static_cast<std::uint8_t>(nxmm);
+  if (cs.regs.size() == 1) {
+    Registration* r = cs.regs.front();
+    if (!up->faults_fatal && r->has_entry && !r->has_ret && r->trivial_filter &&
+        (cs.entry_save == arch::SaveMode::none || cs.entry_sse != kSseUnknown))
+      cs.sole_entry = r;
+  }
 }
 
 void forget_stub_owner_at(const Uprobe* up, std::uint64_t addr) {

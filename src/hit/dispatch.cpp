@@ -223,25 +223,59 @@ static inline __attribute__((always_inline)) bool sole_consumer(Uprobe* up, Regs
   return true;
 }
 
+/// The hit of a ConsumerSet::sole_entry set on the optimized path: what
+/// sole_consumer() does for such a consumer (its filter still the trivial
+/// one, the handler with its cookie, the SSE-only save its code as read
+/// needs, Action::remove), every decision that does not depend on the hit
+/// taken when the set was made. Inlined into the optimized hit (a call level
+/// more, or the consumer loop's code beside it, cost ~4 of its ~32 ticks).
+/// Returns false, having done nothing, when the consumer was removed or its
+/// class changed since (another filter, or another handler where a save is
+/// needed): sole_consumer() and the consumer loop then take the hit.
+static inline __attribute__((always_inline)) bool sole_entry_hit(Uprobe* up, Regs& regs,
+                                                                 const ConsumerSet* cs) noexcept {
+  Registration* const r = cs->sole_entry;
+  Consumer* const con = r->consumer;
+  if (r->removed.load(std::memory_order_relaxed) || filter_code(*con) != r->trivial_filter) return false;
+  unsigned nxmm = 0;  // (none: a consumer of general registers only, or integer code)
+  if (cs->entry_save != arch::SaveMode::none && !con->vector_state_unused()) {
+    if (handler_code(*con) != r->handler_code) return false;
+    nxmm = cs->entry_sse;
+  }
+  ThreadState& ts = t_state;
+  std::uint64_t cookie = 0;
+  Action rc;
+  {
+    ts.cookie = &cookie;  // (no FaultsFatalScope: a sole_entry site is not Uprobe::faults_fatal)
+    arch::SseSave s;
+    arch::sse_save(nxmm, s);
+    rc = con->handler(regs);
+    arch::sse_restore(nxmm, s);
+    ts.cookie = nullptr;
+  }
+  if (__builtin_expect(rc == Action::remove, 0)) {
+    r->removed.store(true, std::memory_order_relaxed);
+    try_unapply(up);
+  }
+  return true;
+}
+
 /// run_consumers() inside arch::call_preserving().
 void run_consumers_preserving(void* c) { run_consumers(*static_cast<ChainRun*>(c)); }
 
 }  // namespace
 
-/// The consumer chain (the kernel's handler_chain()): the consumers, with
-/// the vector and x87 state they may clobber preserved around them unless
-/// the kernel saved it (`kernel_saved`: the int3 path, in its signal frame),
-/// then the return probe armed and Action::remove applied. Inlined into both
-/// hit paths' callers in this file (one call level less per optimized hit).
-/// Returns whether the return probe put the return trampoline into a return
-/// slot that held none of ours (prepare_uretprobe()).
-static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
-  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
-  if (!cs) return false;
-  const std::uint64_t func = regs.rip;
-  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
-  if (ReturnInstance* ri = nullptr; __builtin_expect(cs->regs.size() == 1 && sole_consumer(up, regs, cs, save, ri), 1))
-    return ri && arm_return(up, regs, func, ri);
+namespace {
+/// chain()'s consumer loop (the kernel's handler_chain()) for a set that
+/// sole_entry_hit() and sole_consumer() do not take: the consumers, with the
+/// vector and x87 state they may clobber preserved around them per `save`
+/// (none on the int3 path: the kernel saved it in its signal frame), then
+/// the return probe armed (`func`: the probed address) and Action::remove
+/// applied. Out of line: the sole consumer's paths stay small. Returns
+/// whether the return probe put the return trampoline into a return slot
+/// that held none of ours (prepare_uretprobe()).
+__attribute__((noinline)) bool chain_consumers(Uprobe* up, Regs& regs, bool kernel_saved, const ConsumerSet* cs,
+                                               arch::SaveMode save, std::uint64_t func) noexcept {
   ChainRun c{up, &regs, cs, kernel_saved || save != arch::SaveMode::none, nullptr, false};
   {
     FaultsFatalScope fatal(up->faults_fatal);
@@ -264,6 +298,26 @@ static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, 
   const bool hijacked = c.ri && arm_return(up, regs, func, c.ri);
   if (c.remove) try_unapply(up);
   return hijacked;
+}
+}  // namespace
+
+/// The consumer chain of a hit (the kernel's handler_chain()): an optimized
+/// hit of a ConsumerSet::sole_entry set by sole_entry_hit(), a set of one
+/// consumer by sole_consumer(), any other by chain_consumers(); then the
+/// return probe armed and Action::remove applied. Inlined into both hit
+/// paths' callers in this file (one call level less per optimized hit).
+/// `kernel_saved`: the int3 path (the kernel saved the vector state in its
+/// signal frame). Returns whether the return probe put the return
+/// trampoline into a return slot that held none of ours (prepare_uretprobe()).
+static inline __attribute__((always_inline)) bool chain(Uprobe* up, Regs& regs, bool kernel_saved) noexcept {
+  const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
+  if (!cs) return false;
+  if (!kernel_saved && cs->sole_entry && __builtin_expect(sole_entry_hit(up, regs, cs), 1)) return false;
+  const std::uint64_t func = regs.rip;
+  const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->entry_save);
+  if (ReturnInstance* ri = nullptr; __builtin_expect(cs->regs.size() == 1 && sole_consumer(up, regs, cs, save, ri), 1))
+    return ri && arm_return(up, regs, func, ri);
+  return chain_consumers(up, regs, kernel_saved, cs, save, func);
 }
 
 /// chain() for a hit inside an interposer's call (ArgView): the consumers
@@ -311,8 +365,7 @@ static inline __attribute__((always_inline)) bool optimized_hit_inline(const arc
                                                                            bool kernel_saved) noexcept {
   HotPathScope hot;
   StatBlock& st = stat_block();
-  count(st.hits);
-  count(st.optimized);
+  count(st.optimized);  // (Stats::hits adds it)
   rcu_read_lock_hot();
   // The stub's owner is valid inside this read-side section: the registry
   // clears it before the uprobe's grace period (forget_references()).

@@ -133,6 +133,15 @@ struct ConsumerSet {
   /// is that one, its registrations alive, and calls the consumers it
   /// recorded without looking them up.
   const std::uint64_t serial;
+  /// The common case, decided when the set is made (save_modes()): its one
+  /// consumer has an entry handler, wants no return, and its filter was read
+  /// as `return true;`, what a save around it needs is known (nothing, or
+  /// the SSE-only save of the handler read: entry_save / entry_sse), and the
+  /// site is not one whose faults are fatal (Uprobe::faults_fatal). An
+  /// optimized hit then checks that the consumer's class still has that
+  /// filter and handler and calls it (sole_entry_hit(), dispatch.cpp),
+  /// without the consumer loop's bookkeeping. nullptr otherwise.
+  Registration* sole_entry = nullptr;
 
  private:
   static std::uint64_t next_serial() noexcept {

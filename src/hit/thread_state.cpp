@@ -216,6 +216,7 @@ Stats stats() noexcept {
   for (unsigned i = 0; i < n; ++i) add(g_blocks[i]);
   add(g_overflow);
   add(g_retired);
+  s.hits += s.optimized;  // (an optimized hit counts in StatBlock::optimized only)
   return s;
 }
 

@@ -22,6 +22,8 @@ namespace uprobe::detail {
 /// writes (one unlocked increment, count()); readers sum all blocks and the
 /// counts of exited threads (given back at their exit: claim_stat_block()).
 struct alignas(64) StatBlock {
+  /// Hits of the int3 path (Stats::hits adds `optimized`: an optimized hit
+  /// counts there only, one increment a hit).
   std::atomic<std::uint64_t> hits{0};
   std::atomic<std::uint64_t> recursion_misses{0};
   std::atomic<std::uint64_t> emulated{0};

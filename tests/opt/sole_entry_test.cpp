@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// The optimized hit of a probe with one entry consumer (ConsumerSet::
+// sole_entry, dispatch.cpp's sole_entry_hit()): every decision that does not
+// depend on the hit is taken at registration, and the hit only checks that
+// the consumer's class still has the filter and handler read then. Here:
+// each hit counted once in Stats::hits and Stats::optimized (an optimized hit
+// increments one counter; stats() adds it to the int3 path's); the session
+// cookie fresh (0) at every hit of an entry-only consumer; a register the
+// handler writes reaches the function; a consumer that registers from its
+// base class's constructor gets its derived class's filter (and handler)
+// once that constructor has run, both for a consumer of general registers
+// only and for an ordinary one (whose handler's code was read).
+
+#include "opt_common.hpp"
+
+using namespace opttest;
+using uprobe::Action;
+using uprobe::Regs;
+
+namespace {
+
+constexpr std::uint64_t kSalt = 0x5013000000000000ull;
+
+/// Entry only: checks the cookie is fresh, stamps it, and sets rsi to 5
+/// (opt_entry5(a, b) = a + 2b then returns a + 10).
+struct StampConsumer : uprobe::Consumer {
+  explicit StampConsumer(bool gpr) {
+    if (gpr) set_vector_state_unused();
+  }
+  std::atomic<std::uint64_t> hits{0}, stale_cookie{0};
+  Action handler(Regs& r) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t& c = uprobe::session_cookie();
+    if (c != 0) stale_cookie.fetch_add(1, std::memory_order_relaxed);
+    c = kSalt | r.rdi;
+    r.rsi = 5;
+    return Action::keep;
+  }
+};
+
+TEST(SoleEntry, EachHitCountedOnceFreshCookieAndRegisterWrites) {
+  for (const bool gpr : {true, false}) {
+    SCOPED_TRACE(gpr ? "general registers only" : "ordinary consumer");
+    StampConsumer c(gpr);
+    uprobe::Attachment a(vaddr(opt_entry5), c);
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
+    const uprobe::Stats s0 = uprobe::stats();
+    for (std::uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(opt_entry5(i, 1000 + i), i + 10) << "i = " << i;
+    const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+    EXPECT_EQ(c.hits.load(), 1000u);
+    EXPECT_EQ(c.stale_cookie.load(), 0u);
+    EXPECT_EQ(d.hits, 1000u) << stats_str(d);
+    EXPECT_EQ(d.optimized, 1000u) << stats_str(d);
+    EXPECT_EQ(d.recursion_misses, 0u) << stats_str(d);
+  }
+}
+
+// The int3 path counts in Stats::hits alone; the sum stays one a hit.
+TEST(SoleEntry, Int3HitsCountInHitsOnly) {
+  ConfigGuard guard;
+  set_optimize(false);
+  StampConsumer c(true);
+  uprobe::Attachment a(vaddr(opt_entry5), c);
+  ASSERT_EQ(uprobe::probe_info(a.probe()).mode, uprobe::ProbeMode::int3);
+  const uprobe::Stats s0 = uprobe::stats();
+  for (std::uint64_t i = 0; i < 200; ++i) ASSERT_EQ(opt_entry5(i, 7), i + 10);
+  const uprobe::Stats d = stats_delta(s0, uprobe::stats());
+  EXPECT_EQ(c.hits.load(), 200u);
+  EXPECT_EQ(c.stale_cookie.load(), 0u);
+  EXPECT_EQ(d.hits, 200u) << stats_str(d);
+  EXPECT_EQ(d.optimized, 0u) << stats_str(d);
+}
+
+/// Registers itself on opt_entry5 from its constructor: the registration
+/// sees this class's (Consumer's own) filter and this handler.
+struct SelfRegistering : uprobe::Consumer {
+  explicit SelfRegistering(bool gpr) {
+    if (gpr) set_vector_state_unused();
+    attachment = uprobe::Attachment(vaddr(opt_entry5), *this);
+  }
+  Action handler(Regs&) override {
+    base_hits.fetch_add(1, std::memory_order_relaxed);
+    return Action::keep;
+  }
+  std::atomic<std::uint64_t> base_hits{0};
+  uprobe::Attachment attachment;
+};
+
+/// ... whose derived class filters (on `pass`) and counts in a handler of
+/// its own.
+struct FilteringDerived : SelfRegistering {
+  explicit FilteringDerived(bool gpr) : SelfRegistering(gpr) {}
+  bool filter(pid_t) override { return pass.load(std::memory_order_relaxed); }
+  Action handler(Regs& r) override {
+    derived_hits.fetch_add(1, std::memory_order_relaxed);
+    r.rsi = 5;
+    return Action::keep;
+  }
+  std::atomic<bool> pass{false};
+  std::atomic<std::uint64_t> derived_hits{0};
+};
+
+TEST(SoleEntry, ARegistrationFromTheBaseConstructorGetsTheDerivedFilterAndHandler) {
+  for (const bool gpr : {true, false}) {
+    SCOPED_TRACE(gpr ? "general registers only" : "ordinary consumer");
+    FilteringDerived c(gpr);
+    ASSERT_EQ(uprobe::probe_info(c.attachment.probe()).mode, uprobe::ProbeMode::optimized_nop5);
+    for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(opt_entry5(i, 1), i + 2);  // filtered out
+    EXPECT_EQ(c.derived_hits.load(), 0u);
+    c.pass.store(true);
+    for (std::uint64_t i = 0; i < 100; ++i) ASSERT_EQ(opt_entry5(i, 1), i + 10);
+    EXPECT_EQ(c.derived_hits.load(), 100u);
+    EXPECT_EQ(c.base_hits.load(), 0u);
+  }
+}
+
+}  // namespace
