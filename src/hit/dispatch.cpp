@@ -245,14 +245,20 @@ static inline __attribute__((always_inline)) bool sole_entry_hit(Uprobe* up, Reg
   ThreadState& ts = t_state;
   std::uint64_t cookie = 0;
   Action rc;
-  {
-    ts.cookie = &cookie;  // (no FaultsFatalScope: a sole_entry site is not Uprobe::faults_fatal)
+  ts.cookie = &cookie;  // (no FaultsFatalScope: a sole_entry site is not Uprobe::faults_fatal)
+  if (nxmm == 0) {
+    rc = con->handler(regs);
+  } else {
+    // (Its own scope: an AddressSanitizer build poisons and unpoisons the
+    // save's stack memory through libc's memset, whose AVX-512 form writes
+    // zmm16-31 and k registers, which a consumer that saves nothing must
+    // find as the program left them.)
     arch::SseSave s;
     arch::sse_save(nxmm, s);
     rc = con->handler(regs);
     arch::sse_restore(nxmm, s);
-    ts.cookie = nullptr;
   }
+  ts.cookie = nullptr;
   if (__builtin_expect(rc == Action::remove, 0)) {
     r->removed.store(true, std::memory_order_relaxed);
     try_unapply(up);
