@@ -237,9 +237,12 @@ static inline __attribute__((always_inline)) bool sole_entry_hit(Uprobe* up, Reg
   Registration* const r = cs->sole_entry;
   Consumer* const con = r->consumer;
   if (r->removed.load(std::memory_order_relaxed) || filter_code(*con) != r->trivial_filter) return false;
-  unsigned nxmm = 0;  // (none: a consumer of general registers only, or integer code)
-  if (cs->entry_save != arch::SaveMode::none && !con->vector_state_unused()) {
-    if (handler_code(*con) != r->handler_code) return false;
+  // The save decided at registration (none: a consumer of general registers
+  // only, or integer code), also for a consumer that declared
+  // set_vector_state_unused() only since (as sole_consumer()).
+  unsigned nxmm = 0;
+  if (cs->entry_save != arch::SaveMode::none) {
+    if (!con->vector_state_unused() && handler_code(*con) != r->handler_code) return false;
     nxmm = cs->entry_sse;
   }
   ThreadState& ts = t_state;

@@ -9,7 +9,11 @@
 // handler writes reaches the function; a consumer that registers from its
 // base class's constructor gets its derived class's filter (and handler)
 // once that constructor has run, both for a consumer of general registers
-// only and for an ordinary one (whose handler's code was read).
+// only and for an ordinary one (whose handler's code was read); the save
+// decided at registration kept for a consumer that declares
+// set_vector_state_unused() only later (helper-64's case).
+
+#include <cstring>
 
 #include "opt_common.hpp"
 
@@ -116,3 +120,54 @@ TEST(SoleEntry, ARegistrationFromTheBaseConstructorGetsTheDerivedFilterAndHandle
 }
 
 }  // namespace
+
+namespace {
+
+/// An ordinary consumer whose handler writes xmm0 and xmm1 and raises the
+/// MXCSR's inexact flag (legacy SSE only: read at registration, saved
+/// around it), which declares set_vector_state_unused() only after it
+/// registered (against the documented use: before registering).
+struct LateUnusedConsumer : uprobe::Consumer {
+  void declare_unused() { set_vector_state_unused(true); }
+  std::atomic<std::uint64_t> hits{0};
+  volatile double three = 3.0;
+  Action handler(Regs&) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    const double third = 1.0 / three;  // inexact
+    asm volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1" : : "x"(third) : "xmm0", "xmm1");
+    return Action::keep;
+  }
+};
+
+}  // namespace
+
+// The save decided at registration still runs: the function's double
+// arguments and the caller's MXCSR (status flags clear) are as they were.
+TEST(SoleEntry, VectorStateUnusedDeclaredAfterRegistrationKeepsTheSave) {
+  LateUnusedConsumer c;
+  uprobe::Attachment a(vaddr(opt_fargs), c);
+  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+  ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
+  ASSERT_NE(info.entry_state, "none");
+  c.declare_unused();
+  int bad = 0;
+  std::string first;
+  for (int i = 0; i < 100; ++i) {
+    const double base = i;
+    const std::uint32_t clean = 0x1f80;
+    std::uint32_t after = 0;
+    asm volatile("ldmxcsr %0" : : "m"(clean));
+    const double r = opt_fargs(base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7, base + 8);
+    asm volatile("stmxcsr %0" : "=m"(after));
+    double a0 = 0, a1 = 0;
+    std::memcpy(&a0, opt_fargs_out + 0, 8);
+    std::memcpy(&a1, opt_fargs_out + 16, 8);
+    if (r != 2 * base + 9 || a0 != base + 1 || a1 != base + 2 || after != clean) {
+      if (bad++ == 0)
+        first = "round " + std::to_string(i) + ": returned " + std::to_string(r) + ", xmm0 " + std::to_string(a0) +
+                ", xmm1 " + std::to_string(a1) + ", mxcsr " + std::to_string(after);
+    }
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.hits.load(), 100u);
+}
