@@ -171,7 +171,7 @@ std::string load_decoder();
 /// Counters summed over all threads (each thread counts in its own cache line;
 /// reading sums them, so a read is approximate while hits run).
 struct Stats {
-  std::uint64_t hits = 0;              ///< traps handled at a registered probe site
+  std::uint64_t hits = 0;              ///< hits at a registered probe site: traps handled, and `optimized`
   std::uint64_t recursion_misses = 0;  ///< hits inside a handler: consumers not run
   std::uint64_t emulated = 0;          ///< continued by emulation
   std::uint64_t out_of_line = 0;       ///< continued by running the relocated copy
