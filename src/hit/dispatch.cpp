@@ -167,12 +167,18 @@ static inline __attribute__((always_inline)) void run_consumers(ChainRun& c) noe
   c.remove = remove;
 }
 
-/// sole_consumer()'s handler call: the cookie, the faults' state, the SSE-only save.
+/// sole_consumer()'s handler call: the cookie, the faults' state (not for
+/// kMaybeFaultsFatal false: sole_entry_hit()), the SSE-only save (in its own
+/// scope: an AddressSanitizer build poisons and unpoisons the save's stack
+/// memory through libc's memset, whose AVX-512 form writes zmm16-31 and k
+/// registers, which a consumer that saves nothing must find as the program
+/// left them).
+template <bool kMaybeFaultsFatal = true>
 static inline __attribute__((always_inline)) Action sole_handler(Uprobe* up, Regs& regs, const ConsumerSet* cs,
                                                                  Consumer* con, bool sse,
                                                                  std::uint64_t& cookie) noexcept {
   ThreadState& ts = t_state;
-  FaultsFatalScope fatal(up->faults_fatal);
+  FaultsFatalScope fatal(kMaybeFaultsFatal && up->faults_fatal);
   ts.cookie = &cookie;
   Action rc;
   if (sse) {
@@ -225,8 +231,8 @@ static inline __attribute__((always_inline)) bool sole_consumer(Uprobe* up, Regs
 
 /// The hit of a ConsumerSet::sole_entry set on the optimized path: what
 /// sole_consumer() does for such a consumer (its filter still the trivial
-/// one, the handler with its cookie, the SSE-only save its code as read
-/// needs, Action::remove), every decision that does not depend on the hit
+/// one, sole_handler(): the handler with its cookie and the SSE-only save its
+/// code as read needs; Action::remove), every decision that does not depend on the hit
 /// taken when the set was made. Inlined into the optimized hit (a call level
 /// more, or the consumer loop's code beside it, cost ~4 of its ~32 ticks).
 /// Returns false, having done nothing, when the consumer was removed or its
@@ -245,23 +251,10 @@ static inline __attribute__((always_inline)) bool sole_entry_hit(Uprobe* up, Reg
     if (!con->vector_state_unused() && handler_code(*con) != r->handler_code) return false;
     nxmm = cs->entry_sse;
   }
-  ThreadState& ts = t_state;
   std::uint64_t cookie = 0;
-  Action rc;
-  ts.cookie = &cookie;  // (no FaultsFatalScope: a sole_entry site is not Uprobe::faults_fatal)
-  if (nxmm == 0) {
-    rc = con->handler(regs);
-  } else {
-    // (Its own scope: an AddressSanitizer build poisons and unpoisons the
-    // save's stack memory through libc's memset, whose AVX-512 form writes
-    // zmm16-31 and k registers, which a consumer that saves nothing must
-    // find as the program left them.)
-    arch::SseSave s;
-    arch::sse_save(nxmm, s);
-    rc = con->handler(regs);
-    arch::sse_restore(nxmm, s);
-  }
-  ts.cookie = nullptr;
+  // (A sole_entry site is not Uprobe::faults_fatal: no FaultsFatalScope,
+  // whose test and live state around the call cost ~3 ticks of ~30.)
+  const Action rc = sole_handler<false>(up, regs, cs, con, nxmm != 0, cookie);
   if (__builtin_expect(rc == Action::remove, 0)) {
     r->removed.store(true, std::memory_order_relaxed);
     try_unapply(up);
