@@ -56,7 +56,12 @@ inline void sse_save(unsigned n, SseSave& s) noexcept {
   static constexpr std::uint32_t kDefault = 0x1f80;
   if (n == 0) return;
   asm volatile("stmxcsr %0" : "=m"(s.mxcsr) : : "memory");
-  switch (n) {
+  // xmm0 alone (code that touches one double: the common case) without the
+  // switch's indirect jump (here and in sse_restore(): ~2 of a plain
+  // consumer's ~31 ticks per optimized hit, Intel Xeon, session 31).
+  if (__builtin_expect(n == 1, 1))
+    asm volatile("movdqa %%xmm0, %0" : "=m"(s.x[0]) : : "memory");
+  else switch (n) {
     UPROBE_SSE_SAVE_CASE(15) UPROBE_SSE_SAVE_CASE(14) UPROBE_SSE_SAVE_CASE(13) UPROBE_SSE_SAVE_CASE(12)
     UPROBE_SSE_SAVE_CASE(11) UPROBE_SSE_SAVE_CASE(10) UPROBE_SSE_SAVE_CASE(9) UPROBE_SSE_SAVE_CASE(8)
     UPROBE_SSE_SAVE_CASE(7) UPROBE_SSE_SAVE_CASE(6) UPROBE_SSE_SAVE_CASE(5) UPROBE_SSE_SAVE_CASE(4)
@@ -78,7 +83,9 @@ inline void sse_restore(unsigned n, const SseSave& s) noexcept {
     asm volatile("stmxcsr %0" : "=m"(now) : : "memory");
     if (now != s.mxcsr) asm volatile("ldmxcsr %0" : : "m"(s.mxcsr) : "memory");
   }
-  switch (n) {
+  if (__builtin_expect(n == 1, 1))
+    asm volatile("movdqa %0, %%xmm0" : : "m"(s.x[0]) : "memory");
+  else switch (n) {
     UPROBE_SSE_LOAD_CASE(15) UPROBE_SSE_LOAD_CASE(14) UPROBE_SSE_LOAD_CASE(13) UPROBE_SSE_LOAD_CASE(12)
     UPROBE_SSE_LOAD_CASE(11) UPROBE_SSE_LOAD_CASE(10) UPROBE_SSE_LOAD_CASE(9) UPROBE_SSE_LOAD_CASE(8)
     UPROBE_SSE_LOAD_CASE(7) UPROBE_SSE_LOAD_CASE(6) UPROBE_SSE_LOAD_CASE(5) UPROBE_SSE_LOAD_CASE(4)

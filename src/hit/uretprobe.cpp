@@ -80,17 +80,23 @@ struct BookkeepingLock {
   }
 };
 
+/// put()'s way to the pool: the thread has its spare already (or keeps none).
+__attribute__((noinline)) void put_to_pool(ReturnStack* rs, ReturnInstance* ri) noexcept {
+  RiPool* pool = g_ri_pool.load(std::memory_order_relaxed);
+  pool->put(ri);
+  if (__builtin_expect(rs->exiting, 0)) pool->thread_exit();  // in its TSD destructors: nothing stays cached
+}
+
 /// Gives an instance back: as the thread's spare when it has none (and its
-/// exit hook, which gives the spare back, has not run yet), else to the pool.
-void put(ReturnInstance* ri) noexcept {
+/// exit hook, which gives the spare back, has not run yet), else to the pool
+/// (put_to_pool()). Inline: the return path's common case is the spare.
+inline __attribute__((always_inline)) void put(ReturnInstance* ri) noexcept {
   ReturnStack* rs = &t_state.rstack;
   if (__builtin_expect(g_ri_spare.load(std::memory_order_relaxed), 1) && !rs->spare && rs->exit_hook &&
       arch::thread_compare_exchange(reinterpret_cast<std::uint64_t*>(&rs->spare), 0,
                                     reinterpret_cast<std::uint64_t>(ri)))
     return;
-  RiPool* pool = g_ri_pool.load(std::memory_order_relaxed);
-  pool->put(ri);
-  if (__builtin_expect(rs->exiting, 0)) pool->thread_exit();  // in its TSD destructors: nothing stays cached
+  put_to_pool(rs, ri);
 }
 
 /// The thread's return stack (in its TLS), with the thread-exit hook armed

@@ -206,6 +206,87 @@ TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) {
   c.expect_clean(kRounds);
 }
 
+/// An ordinary consumer whose code touches xmm0 only (legacy SSE, no call):
+/// a division in double (the MXCSR's inexact flag) in xmm0; saved for it:
+/// xmm0 and the MXCSR (sse_save()'s one-register case).
+struct Xmm0Consumer : uprobe::Consumer {
+  explicit Xmm0Consumer(uprobe::Callbacks cb) : uprobe::Consumer(cb) {}
+  std::atomic<std::uint64_t> hits{0}, bad_env{0}, bad_work{0};
+  double one = 1.0, three = 3.0, out = 0;
+
+  void work() {
+    std::uint32_t m;
+    asm volatile("stmxcsr %0" : "=m"(m));
+    if ((m & ~0x3fu) != kDefaultMxcsr) bad_env.fetch_add(1, std::memory_order_relaxed);
+    hits.fetch_add(1, std::memory_order_relaxed);
+    asm volatile("movsd %1, %%xmm0\n\tdivsd %2, %%xmm0\n\tmovsd %%xmm0, %0"
+                 : "=m"(out)
+                 : "m"(one), "m"(three)
+                 : "xmm0");
+    std::uint64_t bits;
+    __builtin_memcpy(&bits, &out, sizeof bits);
+    if (bits != 0x3fd5555555555555ull) bad_work.fetch_add(1, std::memory_order_relaxed);  // 1/3, rounded to nearest
+  }
+  uprobe::Action handler(uprobe::Regs&) override {
+    work();
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override { work(); }
+  void expect_clean(std::uint64_t n) {
+    EXPECT_EQ(hits.load(), n);
+    EXPECT_EQ(bad_env.load(), 0u) << "the consumer did not start with the default MXCSR control bits";
+    EXPECT_EQ(bad_work.load(), 0u);
+  }
+};
+
+/// What ProbeInfo says of a side whose consumer is Xmm0Consumer.
+std::string xmm0_state(const char* mode) { return kBuild == 2 ? "none" : kBuild == 1 ? mode : "xmm0, MXCSR"; }
+
+// The one-register save (xmm0 and the MXCSR) at a function entry, at a return
+// and at a mid-function nop5: every value exact, as with xmm0-xmm7 above.
+TEST_P(SseState, OneRegisterSaveKeepsEverything) {
+  {
+    Xmm0Consumer c(uprobe::Callbacks::entry);
+    uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+    EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, xmm0_state("entry"));
+    EXPECT_EQ(entry_rounds(l, 811, kAllButStack, true), "");
+    c.expect_clean(kRounds);
+  }
+  {
+    std::vector<AbiState> ref(kRounds);
+    auto input = [](int i) {
+      fill_input(static_cast<std::uint64_t>(i) + 823, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
+    };
+    for (int i = 0; i < kRounds; ++i) {
+      input(i);
+      kCallRet[idx(l)]();
+      ref[static_cast<std::size_t>(i)] = state_after;
+    }
+    Xmm0Consumer c(uprobe::Callbacks::ret);
+    uprobe::Attachment a(vaddr(kRetFn[idx(l)]), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+    EXPECT_EQ(uprobe::probe_info(a.probe()).return_state, xmm0_state("return"));
+    std::string first;
+    int bad = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      input(i);
+      kCallRet[idx(l)]();
+      const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kAllAndStack);
+      if (!d.empty() && bad++ == 0) first = round_name(i) + d;
+    }
+    EXPECT_EQ(bad, 0) << first;
+    c.expect_clean(kRounds);
+  }
+  const std::vector<AbiState> ref = mid_reference(l, 837);
+  Xmm0Consumer c(uprobe::Callbacks::entry);
+  uprobe::Attachment a(mid_site(l), c);
+  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
+  EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, xmm0_state("full"));
+  EXPECT_EQ(mid_rounds(l, 837, ref), "");
+  c.expect_clean(kRounds);
+}
+
 /// Every vector register at the CPU's widest, k0-7, the MXCSR (round toward
 /// zero) and the x87 control word changed: what a handler libuprobe did not
 /// read may do.
