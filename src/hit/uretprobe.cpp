@@ -279,6 +279,32 @@ static inline __attribute__((always_inline)) void run_ret_handlers(ReturnInstanc
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->ret_save);
   const bool sse = save != arch::SaveMode::none && cs->ret_sse != kSseUnknown;
+  // One consumer recorded, the set of the entry hit still the uprobe's (the
+  // common case): its ret_handler without the consumer loop, when the set
+  // needs no save or the SSE-only save of the handler's code as read
+  // (run_ret_consumers() and call_ret_handler() for that case; a save decided
+  // at registration is kept for a consumer that declared
+  // set_vector_state_unused() only since).
+  if (__builtin_expect(ri->nconsumers == 1 && cs == ri->cs && cs->serial == ri->cs_serial, 1)) {
+    ReturnConsumer& rc = ri->consumers[0];
+    Consumer* const con = rc.consumer;
+    const bool unsaved = save == arch::SaveMode::none;
+    if (__builtin_expect(unsaved || (sse && cs->sse_code(ret_handler_code(*con))), 1)) {
+      FaultsFatalScope fatal(up->faults_fatal);
+      ThreadState& ts = t_state;
+      ts.cookie = &rc.cookie;
+      if (unsaved) {
+        con->ret_handler(regs, ri->func);
+      } else {
+        arch::SseSave s;
+        arch::sse_save(cs->ret_sse, s);
+        con->ret_handler(regs, ri->func);
+        arch::sse_restore(cs->ret_sse, s);
+      }
+      ts.cookie = nullptr;
+      return;
+    }
+  }
   const RetRun c{ri, &regs, cs, sse};
   FaultsFatalScope fatal(up->faults_fatal);
   if (sse) {

@@ -178,3 +178,50 @@ TEST(SoleEntry, VectorStateUnusedDeclaredAfterRegistrationKeepsTheSave) {
   EXPECT_EQ(bad, 0) << first;
   EXPECT_EQ(c.hits.load(), 100u);
 }
+
+namespace {
+
+/// LateUnusedConsumer's return side: a ret_handler that writes xmm0 and
+/// xmm1 (the function's double return value) and raises the MXCSR's inexact
+/// flag, declaring set_vector_state_unused() only after it registered.
+struct LateUnusedRetConsumer : uprobe::Consumer {
+  LateUnusedRetConsumer() : uprobe::Consumer(uprobe::Callbacks::ret) {}
+  void declare_unused() { set_vector_state_unused(true); }
+  std::atomic<std::uint64_t> hits{0};
+  volatile double three = 3.0;
+  void ret_handler(Regs&, std::uint64_t) override {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    const double third = 1.0 / three;  // inexact
+    asm volatile("pxor %%xmm0, %%xmm0\n\tpxor %%xmm1, %%xmm1" : : "x"(third) : "xmm0", "xmm1");
+  }
+};
+
+}  // namespace
+
+// The return's save decided at registration still runs (the return path's
+// one-consumer case as the consumer loop): the function's double return
+// value and the caller's MXCSR (status flags clear) are as they were.
+TEST(SoleEntry, VectorStateUnusedDeclaredAfterRegistrationKeepsTheReturnSave) {
+  LateUnusedRetConsumer c;
+  uprobe::Attachment a(vaddr(opt_fargs), c);
+  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+  ASSERT_EQ(info.mode, uprobe::ProbeMode::optimized_nop5) << info.why_not_optimized;
+  ASSERT_EQ(info.return_state == "none", kTsanBuild) << info.return_state;
+  c.declare_unused();
+  int bad = 0;
+  std::string first;
+  for (int i = 0; i < 100; ++i) {
+    const double base = i;
+    const std::uint32_t clean = 0x1f80;
+    std::uint32_t after = 0;
+    asm volatile("ldmxcsr %0" : : "m"(clean));
+    const double r = opt_fargs(base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7, base + 8);
+    asm volatile("stmxcsr %0" : "=m"(after));
+    if (r != 2 * base + 9 || after != clean) {
+      if (bad++ == 0)
+        first = "round " + std::to_string(i) + ": returned " + std::to_string(r) + ", mxcsr " + std::to_string(after);
+    }
+  }
+  EXPECT_EQ(bad, 0) << first;
+  EXPECT_EQ(c.hits.load(), 100u);
+}
