@@ -33,18 +33,41 @@ std::string expected_state(const char* mode) { return kBuild == 2 ? "none" : kBu
 
 constexpr std::uint32_t kDefaultMxcsr = 0x1f80;
 
-/// An ordinary consumer (no set_vector_state_unused()) that runs legacy SSE
-/// code only, and no call.
-struct SseConsumer : uprobe::Consumer {
-  explicit SseConsumer(uprobe::Callbacks cb) : uprobe::Consumer(cb) {}
+/// An ordinary consumer (no set_vector_state_unused()) whose handler and
+/// ret_handler run `Work::work()` inline: legacy SSE code only, and no call.
+/// work() checks that it starts with the default MXCSR control bits
+/// (start()) and counts the hit.
+template <class Work>
+struct SseWorkConsumer : uprobe::Consumer {
+  explicit SseWorkConsumer(uprobe::Callbacks cb) : uprobe::Consumer(cb) {}
   std::atomic<std::uint64_t> hits{0}, bad_env{0}, bad_work{0};
-  volatile double three = 3.0;
 
-  void work() {
+  /// The hit's number (from 0), the MXCSR's control bits checked.
+  __attribute__((always_inline)) std::uint64_t start() {
     std::uint32_t m;
     asm volatile("stmxcsr %0" : "=m"(m));
     if ((m & ~0x3fu) != kDefaultMxcsr) bad_env.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t n = hits.fetch_add(1, std::memory_order_relaxed);
+    return hits.fetch_add(1, std::memory_order_relaxed);
+  }
+  uprobe::Action handler(uprobe::Regs&) override {
+    static_cast<Work*>(this)->work();
+    return uprobe::Action::keep;
+  }
+  void ret_handler(uprobe::Regs&, std::uint64_t) override { static_cast<Work*>(this)->work(); }
+  void expect_clean(std::uint64_t n) {
+    EXPECT_EQ(hits.load(), n);
+    EXPECT_EQ(bad_env.load(), 0u) << "the consumer did not start with the default MXCSR control bits";
+    EXPECT_EQ(bad_work.load(), 0u);
+  }
+};
+
+/// Writes xmm0-xmm7 and divides in double (the MXCSR's inexact flag).
+struct SseConsumer : SseWorkConsumer<SseConsumer> {
+  using SseWorkConsumer::SseWorkConsumer;
+  volatile double three = 3.0;
+
+  __attribute__((always_inline)) void work() {
+    const std::uint64_t n = start();
     // xmm1-xmm7 (legacy encodings: all ones, zero, copies).
     asm volatile(
         "pcmpeqd %%xmm1, %%xmm1\n\t"
@@ -58,15 +81,23 @@ struct SseConsumer : uprobe::Consumer {
     const double back = third * three;
     if (std::fabs(back - (static_cast<double>(n % 7) + 1.0)) > 1e-12) bad_work.fetch_add(1, std::memory_order_relaxed);
   }
-  uprobe::Action handler(uprobe::Regs&) override {
-    work();
-    return uprobe::Action::keep;
-  }
-  void ret_handler(uprobe::Regs&, std::uint64_t) override { work(); }
-  void expect_clean(std::uint64_t n) {
-    EXPECT_EQ(hits.load(), n);
-    EXPECT_EQ(bad_env.load(), 0u) << "the consumer did not start with the default MXCSR control bits";
-    EXPECT_EQ(bad_work.load(), 0u);
+};
+
+/// Touches xmm0 only: a division in double (the MXCSR's inexact flag) in
+/// xmm0; saved for it: xmm0 and the MXCSR (sse_save()'s one-register case).
+struct Xmm0Consumer : SseWorkConsumer<Xmm0Consumer> {
+  using SseWorkConsumer::SseWorkConsumer;
+  double one = 1.0, three = 3.0, out = 0;
+
+  __attribute__((always_inline)) void work() {
+    start();
+    asm volatile("movsd %1, %%xmm0\n\tdivsd %2, %%xmm0\n\tmovsd %%xmm0, %0"
+                 : "=m"(out)
+                 : "m"(one), "m"(three)
+                 : "xmm0");
+    std::uint64_t bits;
+    __builtin_memcpy(&bits, &out, sizeof bits);
+    if (bits != 0x3fd5555555555555ull) bad_work.fetch_add(1, std::memory_order_relaxed);  // 1/3, rounded to nearest
   }
 };
 
@@ -100,30 +131,38 @@ void mid_round(Level l, std::uint64_t seed, int i) {
   kMid[idx(l)]();
 }
 
-/// What the caller has after each of kRounds calls of `l`'s mid-function
-/// nop5 function (mid_round()), without a probe.
-std::vector<AbiState> mid_reference(Level l, std::uint64_t seed) {
+/// Round `i`'s inputs for `l`'s return function (from `seed`): vector and
+/// long double return values, an x87 stack of i % 3 values.
+void ret_round(Level l, std::uint64_t seed, int i) {
+  fill_input(static_cast<std::uint64_t>(i) + seed, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
+  kCallRet[idx(l)]();
+}
+
+/// One round of calls: mid_round() or ret_round().
+using RoundFn = void (*)(Level, std::uint64_t, int);
+
+/// What the caller has after each of kRounds rounds (`round`), without a probe.
+std::vector<AbiState> reference(Level l, std::uint64_t seed, RoundFn round) {
   std::vector<AbiState> ref(kRounds);
   for (int i = 0; i < kRounds; ++i) {
-    mid_round(l, seed, i);
+    round(l, seed, i);
     ref[static_cast<std::size_t>(i)] = state_after;
   }
   return ref;
 }
 
-/// The same calls again: the first round whose state after the call differs
-/// from `ref` in anything (kFull); "" when none does.
-std::string mid_rounds(Level l, std::uint64_t seed, const std::vector<AbiState>& ref) {
+/// The same rounds again: the first whose state after the call differs from
+/// `ref` in `what`; "" when none does.
+std::string rounds(Level l, std::uint64_t seed, const std::vector<AbiState>& ref, RoundFn round, const What& what) {
   std::string first;
   int bad = 0;
   for (int i = 0; i < kRounds; ++i) {
-    mid_round(l, seed, i);
-    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kFull);
+    round(l, seed, i);
+    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, what);
     if (!d.empty() && bad++ == 0) first = round_name(i) + d;
   }
   return bad ? std::to_string(bad) + " rounds differ, the first: " + first : "";
 }
-
 
 class SseState : public ::testing::TestWithParam<std::tuple<Level, bool>> {
  protected:
@@ -145,146 +184,69 @@ class SseState : public ::testing::TestWithParam<std::tuple<Level, bool>> {
     const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
     ASSERT_EQ(info.mode, optimize ? optimized_mode : uprobe::ProbeMode::int3) << info.why_not_optimized;
   }
-};
-
-// A function entry: the function and its caller see exactly what the caller
-// loaded, everything but the (empty) x87 stack; only xmm0-xmm7 and the MXCSR
-// were saved.
-TEST_P(SseState, EntryKeepsEverythingSavingXmm0To7) {
-  SseConsumer c(uprobe::Callbacks::entry);
-  uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
-  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
-  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  EXPECT_EQ(info.entry_state, expected_state("entry"));
-  EXPECT_EQ(info.return_state, "none");
-  const uprobe::Stats s0 = uprobe::stats();
-  EXPECT_EQ(entry_rounds(l, 101, kAllButStack, true), "");
-  c.expect_clean(kRounds);
-  EXPECT_EQ(stats_delta(s0, uprobe::stats()).optimized, optimize ? static_cast<std::uint64_t>(kRounds) : 0u);
-}
-
-// A return: the caller gets back exactly what the function left (vector and
-// long double return values, the rest of the vector state, the MXCSR).
-TEST_P(SseState, ReturnKeepsEverythingSavingXmm0To7) {
-  std::vector<AbiState> ref(kRounds);
-  auto input = [](int i) {
-    fill_input(static_cast<std::uint64_t>(i) + 203, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
-  };
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kCallRet[idx(l)]();
-    ref[static_cast<std::size_t>(i)] = state_after;
+  /// A `C` entry consumer at `l`'s entry function: ProbeInfo says `state`;
+  /// the function and its caller see exactly what the caller loaded,
+  /// everything but the (empty) x87 stack.
+  template <class C>
+  void expect_entry_kept(std::uint64_t seed, const std::string& state) {
+    C c(uprobe::Callbacks::entry);
+    uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.entry_state, state);
+    EXPECT_EQ(info.return_state, "none");
+    const uprobe::Stats s0 = uprobe::stats();
+    EXPECT_EQ(entry_rounds(l, seed, kAllButStack, true), "");
+    c.expect_clean(kRounds);
+    EXPECT_EQ(stats_delta(s0, uprobe::stats()).optimized, optimize ? static_cast<std::uint64_t>(kRounds) : 0u);
   }
-  SseConsumer c(uprobe::Callbacks::ret);
-  uprobe::Attachment a(vaddr(kRetFn[idx(l)]), c);
-  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
-  const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
-  EXPECT_EQ(info.entry_state, "none");  // (a return-only consumer with the trivial filter)
-  EXPECT_EQ(info.return_state, expected_state("return"));
-  const uprobe::Stats s0 = uprobe::stats();
-  std::string first;
-  int bad = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    input(i);
-    kCallRet[idx(l)]();
-    const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kAllAndStack);
-    if (!d.empty() && bad++ == 0) first = round_name(i) + std::to_string(state_in.depth) + " x87 values: " + d;
+  /// A `C` return consumer at `l`'s return function: ProbeInfo says
+  /// `state`; the caller gets back exactly what the function left (vector
+  /// and long double return values, the rest of the vector state, the MXCSR).
+  template <class C>
+  void expect_return_kept(std::uint64_t seed, const std::string& state) {
+    const std::vector<AbiState> ref = reference(l, seed, ret_round);
+    C c(uprobe::Callbacks::ret);
+    uprobe::Attachment a(vaddr(kRetFn[idx(l)]), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
+    const uprobe::ProbeInfo info = uprobe::probe_info(a.probe());
+    EXPECT_EQ(info.entry_state, "none");  // (a return-only consumer with the trivial filter)
+    EXPECT_EQ(info.return_state, state);
+    const uprobe::Stats s0 = uprobe::stats();
+    EXPECT_EQ(rounds(l, seed, ref, ret_round, kAllAndStack), "");
+    c.expect_clean(kRounds);
+    EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(kRounds));
   }
-  EXPECT_EQ(bad, 0) << first;
-  c.expect_clean(kRounds);
-  EXPECT_EQ(stats_delta(s0, uprobe::stats()).return_hits, static_cast<std::uint64_t>(kRounds));
-}
-
-// A mid-function nop5: everything, the MXCSR's status flags included.
-TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) {
-  const std::vector<AbiState> ref = mid_reference(l, 307);
-  SseConsumer c(uprobe::Callbacks::entry);
-  uprobe::Attachment a(mid_site(l), c);
-  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
-  EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, expected_state("full"));
-  EXPECT_EQ(mid_rounds(l, 307, ref), "");
-  c.expect_clean(kRounds);
-}
-
-/// An ordinary consumer whose code touches xmm0 only (legacy SSE, no call):
-/// a division in double (the MXCSR's inexact flag) in xmm0; saved for it:
-/// xmm0 and the MXCSR (sse_save()'s one-register case).
-struct Xmm0Consumer : uprobe::Consumer {
-  explicit Xmm0Consumer(uprobe::Callbacks cb) : uprobe::Consumer(cb) {}
-  std::atomic<std::uint64_t> hits{0}, bad_env{0}, bad_work{0};
-  double one = 1.0, three = 3.0, out = 0;
-
-  void work() {
-    std::uint32_t m;
-    asm volatile("stmxcsr %0" : "=m"(m));
-    if ((m & ~0x3fu) != kDefaultMxcsr) bad_env.fetch_add(1, std::memory_order_relaxed);
-    hits.fetch_add(1, std::memory_order_relaxed);
-    asm volatile("movsd %1, %%xmm0\n\tdivsd %2, %%xmm0\n\tmovsd %%xmm0, %0"
-                 : "=m"(out)
-                 : "m"(one), "m"(three)
-                 : "xmm0");
-    std::uint64_t bits;
-    __builtin_memcpy(&bits, &out, sizeof bits);
-    if (bits != 0x3fd5555555555555ull) bad_work.fetch_add(1, std::memory_order_relaxed);  // 1/3, rounded to nearest
-  }
-  uprobe::Action handler(uprobe::Regs&) override {
-    work();
-    return uprobe::Action::keep;
-  }
-  void ret_handler(uprobe::Regs&, std::uint64_t) override { work(); }
-  void expect_clean(std::uint64_t n) {
-    EXPECT_EQ(hits.load(), n);
-    EXPECT_EQ(bad_env.load(), 0u) << "the consumer did not start with the default MXCSR control bits";
-    EXPECT_EQ(bad_work.load(), 0u);
+  /// A `C` entry consumer at `l`'s mid-function nop5: ProbeInfo says
+  /// `state`; everything kept, the MXCSR's status flags included.
+  template <class C>
+  void expect_mid_kept(std::uint64_t seed, const std::string& state) {
+    const std::vector<AbiState> ref = reference(l, seed, mid_round);
+    C c(uprobe::Callbacks::entry);
+    uprobe::Attachment a(mid_site(l), c);
+    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
+    EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, state);
+    EXPECT_EQ(rounds(l, seed, ref, mid_round, kFull), "");
+    c.expect_clean(kRounds);
   }
 };
+
+// A function entry, a return and a mid-function nop5 with a consumer that
+// writes xmm0-xmm7: only xmm0-xmm7 and the MXCSR are saved, every value the
+// site keeps is exact.
+TEST_P(SseState, EntryKeepsEverythingSavingXmm0To7) { expect_entry_kept<SseConsumer>(101, expected_state("entry")); }
+TEST_P(SseState, ReturnKeepsEverythingSavingXmm0To7) { expect_return_kept<SseConsumer>(203, expected_state("return")); }
+TEST_P(SseState, MidFunctionKeepsEverythingSavingXmm0To7) { expect_mid_kept<SseConsumer>(307, expected_state("full")); }
 
 /// What ProbeInfo says of a side whose consumer is Xmm0Consumer.
 std::string xmm0_state(const char* mode) { return kBuild == 2 ? "none" : kBuild == 1 ? mode : "xmm0, MXCSR"; }
 
 // The one-register save (xmm0 and the MXCSR) at a function entry, at a return
-// and at a mid-function nop5: every value exact, as with xmm0-xmm7 above.
+// and at a mid-function nop5: every value exact, as with xmm0-xmm7.
 TEST_P(SseState, OneRegisterSaveKeepsEverything) {
-  {
-    Xmm0Consumer c(uprobe::Callbacks::entry);
-    uprobe::Attachment a(vaddr(kEntryFn[idx(l)]), c);
-    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
-    EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, xmm0_state("entry"));
-    EXPECT_EQ(entry_rounds(l, 811, kAllButStack, true), "");
-    c.expect_clean(kRounds);
-  }
-  {
-    std::vector<AbiState> ref(kRounds);
-    auto input = [](int i) {
-      fill_input(static_cast<std::uint64_t>(i) + 823, static_cast<std::uint32_t>(i % 3), i % 2 == 1);
-    };
-    for (int i = 0; i < kRounds; ++i) {
-      input(i);
-      kCallRet[idx(l)]();
-      ref[static_cast<std::size_t>(i)] = state_after;
-    }
-    Xmm0Consumer c(uprobe::Callbacks::ret);
-    uprobe::Attachment a(vaddr(kRetFn[idx(l)]), c);
-    ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_entry));
-    EXPECT_EQ(uprobe::probe_info(a.probe()).return_state, xmm0_state("return"));
-    std::string first;
-    int bad = 0;
-    for (int i = 0; i < kRounds; ++i) {
-      input(i);
-      kCallRet[idx(l)]();
-      const std::string d = diff(l, ref[static_cast<std::size_t>(i)], state_after, kAllAndStack);
-      if (!d.empty() && bad++ == 0) first = round_name(i) + d;
-    }
-    EXPECT_EQ(bad, 0) << first;
-    c.expect_clean(kRounds);
-  }
-  const std::vector<AbiState> ref = mid_reference(l, 837);
-  Xmm0Consumer c(uprobe::Callbacks::entry);
-  uprobe::Attachment a(mid_site(l), c);
-  ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
-  EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, xmm0_state("full"));
-  EXPECT_EQ(mid_rounds(l, 837, ref), "");
-  c.expect_clean(kRounds);
+  expect_entry_kept<Xmm0Consumer>(811, xmm0_state("entry"));
+  expect_return_kept<Xmm0Consumer>(823, xmm0_state("return"));
+  expect_mid_kept<Xmm0Consumer>(837, xmm0_state("full"));
 }
 
 /// Every vector register at the CPU's widest, k0-7, the MXCSR (round toward
@@ -376,11 +338,11 @@ TEST_P(SseState, IntegerConsumerSavesNothingAndKeepsEverything) {
     EXPECT_EQ(entry_rounds(l, 503, kAllButStack, true), "");
     EXPECT_EQ(c.hits.load(), static_cast<std::uint64_t>(kRounds));
   }
-  const std::vector<AbiState> ref = mid_reference(l, 607);
+  const std::vector<AbiState> ref = reference(l, 607, mid_round);
   uprobe::Attachment a(mid_site(l), c);
   ASSERT_NO_FATAL_FAILURE(expect_mode(a, uprobe::ProbeMode::optimized_nop5));
   EXPECT_EQ(uprobe::probe_info(a.probe()).entry_state, integer_state("full"));
-  EXPECT_EQ(mid_rounds(l, 607, ref), "");
+  EXPECT_EQ(rounds(l, 607, ref, mid_round, kFull), "");
   EXPECT_EQ(c.hits.load(), 2u * static_cast<std::uint64_t>(kRounds));
 }
 
