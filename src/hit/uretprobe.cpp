@@ -231,6 +231,16 @@ static inline __attribute__((always_inline)) void call_ret_handler(const RetRun&
   arch::call_preserving(arch::SaveMode::ret, ret_handler_preserving, &h);
 }
 
+/// A recorded consumer's ret_handler with its session cookie, called
+/// directly (no save of its own).
+static inline __attribute__((always_inline)) void call_recorded(ReturnConsumer& rc, Regs& regs,
+                                                                std::uint64_t func) noexcept {
+  ThreadState& ts = t_state;
+  ts.cookie = &rc.cookie;
+  rc.consumer->ret_handler(regs, func);
+  ts.cookie = nullptr;
+}
+
 /// handle_uretprobe_chain(): the ret_handlers of one instance. Each recorded
 /// consumer that is still registered: while the uprobe has the consumer set
 /// of the entry hit (pointer and serial), all of them (only consumers with
@@ -279,43 +289,30 @@ static inline __attribute__((always_inline)) void run_ret_handlers(ReturnInstanc
   const ConsumerSet* cs = up->consumers.load(std::memory_order_acquire);
   const arch::SaveMode save = kernel_saved ? arch::SaveMode::none : effective_save(cs->ret_save);
   const bool sse = save != arch::SaveMode::none && cs->ret_sse != kSseUnknown;
-  // One consumer recorded, the set of the entry hit still the uprobe's (the
-  // common case): its ret_handler without the consumer loop, when the set
-  // needs no save or the SSE-only save of the handler's code as read
-  // (run_ret_consumers() and call_ret_handler() for that case; a save decided
-  // at registration is kept for a consumer that declared
-  // set_vector_state_unused() only since).
-  if (__builtin_expect(ri->nconsumers == 1 && cs == ri->cs && cs->serial == ri->cs_serial, 1)) {
-    ReturnConsumer& rc = ri->consumers[0];
-    Consumer* const con = rc.consumer;
-    const bool unsaved = save == arch::SaveMode::none;
-    if (__builtin_expect(unsaved || (sse && cs->sse_code(ret_handler_code(*con))), 1)) {
-      FaultsFatalScope fatal(up->faults_fatal);
-      ThreadState& ts = t_state;
-      ts.cookie = &rc.cookie;
-      if (unsaved) {
-        con->ret_handler(regs, ri->func);
-      } else {
-        arch::SseSave s;
-        arch::sse_save(cs->ret_sse, s);
-        con->ret_handler(regs, ri->func);
-        arch::sse_restore(cs->ret_sse, s);
-      }
-      ts.cookie = nullptr;
-      return;
-    }
-  }
   const RetRun c{ri, &regs, cs, sse};
   FaultsFatalScope fatal(up->faults_fatal);
+  // One consumer recorded, the set of the entry hit still the uprobe's (the
+  // common case): called without the consumer loop, where that loop would
+  // call it directly too (no save, or the SSE-only save of its code as
+  // read; a save decided at registration stays for a consumer that declared
+  // set_vector_state_unused() only since).
+  ReturnConsumer* const one =
+      ri->nconsumers == 1 && cs == ri->cs && cs->serial == ri->cs_serial ? &ri->consumers[0] : nullptr;
   if (sse) {
     arch::SseSave s;
     arch::sse_save(cs->ret_sse, s);
-    run_ret_consumers(c);
+    if (one && cs->sse_code(ret_handler_code(*one->consumer)))
+      call_recorded(*one, regs, ri->func);
+    else
+      run_ret_consumers(c);
     arch::sse_restore(cs->ret_sse, s);
-  } else if (save != arch::SaveMode::none)
+  } else if (save != arch::SaveMode::none) {
     arch::call_preserving(save, run_ret_consumers_preserving, const_cast<RetRun*>(&c));
-  else
+  } else if (one) {
+    call_recorded(*one, regs, ri->func);
+  } else {
     run_ret_consumers(c);
+  }
 }
 
 }  // namespace
