@@ -32,9 +32,11 @@ Error in_handler_error(const std::string& path, std::uint64_t offset) {
 PatchLock::PatchLock(Uprobe* up) noexcept : up_(up) { lock(up_); }
 PatchLock::~PatchLock() { unlock(up_); }
 void PatchLock::lock(Uprobe* up) noexcept {
-  while (up->patch_lock.test_and_set(std::memory_order_acquire)) arch::cpu_relax();
+  const pid_t me = current_tid();
+  for (pid_t free = 0; !up->patch_lock.compare_exchange_weak(free, me, std::memory_order_acquire); free = 0)
+    arch::cpu_relax();
 }
-void PatchLock::unlock(Uprobe* up) noexcept { up->patch_lock.clear(std::memory_order_release); }
+void PatchLock::unlock(Uprobe* up) noexcept { up->patch_lock.store(0, std::memory_order_release); }
 
 namespace {
 

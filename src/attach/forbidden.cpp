@@ -22,6 +22,7 @@
 
 #include "elf_image.hpp"
 #include "elf_info.hpp"
+#include "fork_fresh.hpp"
 #include "format.hpp"
 #include "load_order.hpp"
 #include "next_symbol.hpp"
@@ -267,7 +268,8 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset, const VmaSn
     std::uint64_t offset;
     const TrapPathFunction* fn;
   };
-  // Their (file, offset) in this process, computed once (registry mutex held).
+  // Their (file, offset) in this process, computed once (computed_once():
+  // plan_site() gets here without the registry mutex).
   // Each name twice: in the global scope, where an interposer may answer
   // (a sanitizer's interceptor, an LD_PRELOAD wrapper: what our calls reach
   // first), and in libc itself (what the interposer calls on). Under ASan,
@@ -276,7 +278,8 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset, const VmaSn
   // Never destroyed (a static destructor would run at exit while probes
   // still fire: elf_image.cpp).
   // (The addresses: dl_answers(), asked before the registry mutex.)
-  static const std::vector<Forbidden>& forbidden = *new const std::vector<Forbidden>([vmas] {
+  static std::atomic<const std::vector<Forbidden>*> computed{nullptr};
+  const std::vector<Forbidden>& forbidden = computed_once(computed, [vmas] {
     std::vector<Forbidden> out;
     std::optional<VmaSnapshot> own;
     const VmaSnapshot& maps = vmas ? *vmas : own.emplace(read_proc_maps());
@@ -295,7 +298,7 @@ void check_not_trap_path_libc(const Target& t, std::uint64_t offset, const VmaSn
       }
     }
     return out;
-  }());
+  });
   const Forbidden* match = nullptr;
   for (const Forbidden& f : forbidden)
     if (f.dev == t.st.st_dev && f.ino == t.st.st_ino) match = &f;
@@ -350,7 +353,8 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
     std::string path;
     std::vector<std::pair<const SignalsBlocked*, std::uint64_t>> at;  // (function, file offset)
   };
-  static const Libc& libc = *new const Libc([caller = vmas] {
+  static std::atomic<const Libc*> computed_libc{nullptr};
+  const Libc& libc = computed_once(computed_libc, [caller = vmas] {
     const VmaSnapshot* vmas = caller;
     Libc out;
     const DlAnswers& dl = dl_answers();
@@ -369,7 +373,7 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
       out.at.emplace_back(&f, v->pgoff + (a - v->start));
     }
     return out;
-  }());
+  });
   if (libc.ino == 0 || dev != libc.dev || ino != libc.ino) return "";  // (a probe elsewhere: nothing to read)
   struct Range {
     std::uint64_t lo, hi;
@@ -380,7 +384,8 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
   // implementation, which then covers its first byte). From libc's image,
   // which resolving the probe in libc has read: one pass over its symbols
   // (dladdr1() scans every dynamic symbol per call: ~0.4 ms for the 36).
-  static const std::vector<Range>& ranges = *new const std::vector<Range>([] {
+  static std::atomic<const std::vector<Range>*> computed_ranges{nullptr};
+  const std::vector<Range>& ranges = computed_once(computed_ranges, [&libc] {
     std::unordered_map<std::uint64_t, std::uint64_t> size_at;
     for (const auto& [f, off] : libc.at) size_at.emplace(off, 1);
     try {
@@ -402,7 +407,7 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
       else out.push_back(Range{off, off + size_at[off], f->where});
     }
     return out;
-  }());
+  });
   unsigned where = 0;
   for (const Range& r : ranges)
     if (offset >= r.lo && offset < r.hi) where |= r.where;
@@ -410,6 +415,19 @@ std::string signals_blocked_windows(dev_t dev, ino_t ino, std::uint64_t offset, 
 }
 
 namespace {
+
+/// Where the signal-return trampoline is, in its file: read once per
+/// address (fork_fresh(): a thread that does not come along may hold `mu`).
+struct SignalReturnCache {
+  struct Where {
+    std::uint64_t address = 0;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::uint64_t offset = 0;
+  };
+  std::mutex mu;
+  Where known;
+};
 
 /// Refuses the bytes of the signal-return trampoline (glibc's __restore_rt,
 /// the sa_restorer of libuprobe's SIGTRAP handler): every handler returns
@@ -420,20 +438,13 @@ namespace {
 void check_not_signal_return(const Target& t, std::uint64_t offset, const VmaSnapshot* vmas) {
   const std::uint64_t restorer = signal_return_trampoline();
   if (!restorer) return;
-  struct Where {
-    std::uint64_t address = 0;
-    dev_t dev = 0;
-    ino_t ino = 0;
-    std::uint64_t offset = 0;
-  };
   // Computed once per address; its own lock: plan_site() checks without the
-  // registry mutex.
-  static std::mutex mu;
-  static Where known;
-  Where where;
+  // registry mutex (so a fork child starts afresh: fork_fresh()).
+  SignalReturnCache& cache = fork_fresh<SignalReturnCache>();
+  SignalReturnCache::Where where;
   {
-    std::lock_guard<std::mutex> lock(mu);
-    where = known;
+    std::lock_guard<std::mutex> lock(cache.mu);
+    where = cache.known;
   }
   if (where.address != restorer) {
     std::optional<VmaSnapshot> own;
@@ -441,8 +452,8 @@ void check_not_signal_return(const Target& t, std::uint64_t offset, const VmaSna
     const Vma* v = maps.find(restorer);
     if (!v || !v->ino) return;
     where = {restorer, v->dev, v->ino, v->pgoff + (restorer - v->start)};
-    std::lock_guard<std::mutex> lock(mu);
-    known = where;
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.known = where;
   }
   if (where.dev != t.st.st_dev || where.ino != t.st.st_ino) return;
   if (offset < where.offset || offset - where.offset >= arch::kSignalReturnTrampolineLen) return;

@@ -95,11 +95,34 @@ namespace {
 // child with a registry mutex nobody owns: hold it across fork instead.
 /// Only SIGTRAP, built at start-up (sigemptyset/sigaddset may carry probes).
 sigset_t g_sigtrap_only;
+/// Written by before_fork() with the registry mutex held, for the child:
+/// the forking thread's id, and whether the registry was whole (no
+/// transaction of the forking thread in progress, whose probes it may have
+/// locked and whose tree may be half changed).
+pid_t g_forking_tid = 0;
+bool g_fork_registry_whole = false;
+
+/// In a fork child: every probe's patch lock that a thread that did not come
+/// along held (a hit's Action::remove on another thread) is free, the
+/// forking thread's own is now held by the child's thread. Only when the
+/// registry was whole at the fork (else its own transaction goes on in the
+/// child, as ForkHeldMutex lets it, and the other threads' holds stay).
+void patch_locks_after_fork_child(Registry& r) noexcept {
+  if (!g_fork_registry_whole) return;
+  const pid_t me = current_tid();
+  for (Uprobe& up : r.tree) {
+    const pid_t holder = up.patch_lock.load(std::memory_order_relaxed);
+    if (holder != 0) up.patch_lock.store(holder == g_forking_tid ? me : 0, std::memory_order_relaxed);
+  }
+}
 
 void before_fork() {
   // (Not when this thread holds it: a consumer's handler that forks on a
   // probe hit inside a registration; ForkHeldMutex.)
+  const bool in_transaction = registry().mutex.held_by_this_thread();
   registry().mutex.fork_prepare();
+  g_fork_registry_whole = !in_transaction;
+  g_forking_tid = current_tid();
   note_fork();
   // liburcu-bp blocks every signal from here until the fork completes
   // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
@@ -125,6 +148,10 @@ void after_fork_child() {
   // the child's thread's own (masks.cpp).
   thread_state_after_fork_child();
   urcu_bp_after_fork_child();
+  // The locks a hit or the program's sigaction() takes beside the registry
+  // mutex: the threads that held them did not come along.
+  g_hot.mm_lock.reset_in_child(t_state.mm_read_held);
+  patch_locks_after_fork_child(registry());
   signals_after_fork_child();
   uretprobe_after_fork_child();
   xol_area().privatize_all();

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // fork_fresh<T>(): a process-wide T (a cache and its lock) that a fork child
-// replaces with a fresh one.
+// replaces with a fresh one. computed_once(): a process-wide value computed
+// at its first use without a lock, which a fork child never waits for.
 
 #include <pthread.h>
+
+#include <atomic>
+#include <utility>
 
 namespace uprobe::detail {
 
@@ -23,6 +27,24 @@ T& fork_fresh() {
     return new T;
   }();
   return *instance;
+}
+
+/// The value `slot` holds, else `make()`'s, kept there for the process's
+/// life (never destroyed: probes fire during exit). Not a function-local
+/// static's guarded initialization: that is a lock, which a thread computing
+/// it holds while it reads files and maps, and a fork child whose other
+/// thread was there would wait on it forever. Here no lock is held: threads
+/// that get there together each compute (the same value: `make` depends only
+/// on the process), the first to publish wins, the others' are deleted.
+/// Thread-safe; not async-signal-safe (new).
+template <class T, class Make>
+const T& computed_once(std::atomic<const T*>& slot, Make&& make) {
+  if (const T* v = slot.load(std::memory_order_acquire)) return *v;
+  const T* mine = new const T(std::forward<Make>(make)());
+  const T* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
+  delete mine;
+  return *expected;
 }
 
 }  // namespace uprobe::detail

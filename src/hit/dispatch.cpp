@@ -28,13 +28,14 @@ bool all_removed(const ConsumerSet* cs) noexcept {
 /// Every consumer said Action::remove: take the breakpoint out (the kernel's
 /// unapply_uprobe()). Only try-locks, so it never waits on the registry.
 void try_unapply(Uprobe* up) noexcept {
-  if (up->patch_lock.test_and_set(std::memory_order_acquire)) return;
+  pid_t free = 0;
+  if (!up->patch_lock.compare_exchange_strong(free, current_tid(), std::memory_order_acquire)) return;
   if (up->applied && all_removed(up->consumers.load(std::memory_order_acquire))) {
     const SiteSet* ss = up->sites.load(std::memory_order_acquire);
     if (ss) restore_sites(up, *ss);
     up->applied = false;
   }
-  up->patch_lock.clear(std::memory_order_release);
+  up->patch_lock.store(0, std::memory_order_release);
 }
 
 /// Arms the return probe of this hit with the registers as they were at the

@@ -288,8 +288,10 @@ class Uprobe : public boost::intrusive::set_base_hook<> {
   std::atomic<detail::ConsumerSet*> consumers{nullptr};
   std::atomic<detail::SiteSet*> sites{nullptr};
   /// Serialises breakpoint writes between the registry and the trap path's
-  /// Action::remove (which only ever try-locks it). Guards `applied`.
-  std::atomic_flag patch_lock = ATOMIC_FLAG_INIT;
+  /// Action::remove (which only ever try-locks it). Guards `applied`. The
+  /// holder's thread id (current_tid()), 0 when free: a fork child frees
+  /// what the threads that did not come along held (patch_locks_after_fork_child()).
+  std::atomic<pid_t> patch_lock{0};
   /// Whether the sites carry the breakpoint. Written with patch_lock held;
   /// atomic because the registry also reads it without that lock (e.g.
   /// compute_sites() during a dlopen/dlclose resync) while the trap path's

@@ -36,6 +36,9 @@ class SpinRwLock {
     }
   }
   void unlock() noexcept { word_.store(0, std::memory_order_release); }
+  /// In a fork child: the lock as the one thread there holds it, `readers`
+  /// read holds and no writer (the other threads' holds went with them).
+  void reset_in_child(std::uint32_t readers) noexcept { word_.store(readers, std::memory_order_relaxed); }
 
  private:
   static constexpr std::uint64_t kWriter = 1ull << 63;

@@ -143,6 +143,9 @@ struct ThreadState {
   bool ctx_view_set;         ///< setcontext() set the view for the context it resumes
   std::uint32_t holds;       ///< SIGTRAPs held on this thread so far
   std::uint32_t handler_runs;  ///< program signal handlers run on this thread so far
+  /// This thread's lookups inside g_hot.mm_lock's read side (a signal
+  /// handler's hit nests): what a fork child keeps of it (mm_lock_after_fork_child()).
+  std::uint32_t mm_read_held;
   siginfo_t held_info;       ///< the held SIGTRAP's siginfo
   // (Last: the int3 path's single-step only, after what every hit reads.)
   arch::XolStep sstep;       ///< the stepped copy (its ops' pre_xol filled it): probe address, slot, fix-ups

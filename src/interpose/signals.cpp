@@ -293,8 +293,11 @@ void take_default_action(int sig, siginfo_t* info, void* ctx, std::uint64_t e) n
 }  // namespace
 
 void signals_after_fork_child() noexcept {
-  // A thread that was inside sigaction() is not in the child.
+  // A thread that was inside sigaction() is not in the child. (This thread
+  // was not, or a handler of its signal forked from inside: the section it
+  // interrupted runs on alone in the child.)
   for (auto& owner : g_action_owner) owner.store(0, std::memory_order_relaxed);
+  g_program_write.clear(std::memory_order_relaxed);
   g_table_pid.store(static_cast<pid_t>(arch::raw_syscall(SYS_getpid)), std::memory_order_relaxed);
 }
 

@@ -27,8 +27,9 @@ void install_trap_handler(SignalMask mask);
 std::uint64_t signal_return_trampoline() noexcept;
 
 /// In a fork() child: forgets the other threads' hold on sigaction()'s
-/// per-signal locks and makes the child the owner of the handler tables
-/// (signals.cpp).
+/// per-signal locks and on the lock of the program's SIGTRAP action (the
+/// interposed sigaction(SIGTRAP) takes it without the per-signal lock), and
+/// makes the child the owner of the handler tables (signals.cpp).
 void signals_after_fork_child() noexcept;
 
 /// Whether the calling process is not the one whose memory holds the
