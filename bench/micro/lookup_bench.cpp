@@ -146,9 +146,9 @@ void BM_HitLookupLocked(benchmark::State& state) {
   const Image& img = shared_image();
   std::size_t n = static_cast<std::size_t>(state.thread_index()) * 977;
   for (auto _ : state) {
-    g_lock.lock_shared();
+    const std::uint64_t epoch = g_lock.lock_shared();
     Uprobe* u = img.find(img.addresses[n++ & (kLookups - 1)]);
-    g_lock.unlock_shared();
+    g_lock.unlock_shared(epoch);
     benchmark::DoNotOptimize(u);
   }
 }

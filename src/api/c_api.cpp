@@ -119,6 +119,9 @@ State* g_state = nullptr;
 /// (ForkHeldMutex). The adapters come along as they are: the child inherits
 /// the registrations that point to them. (Nothing here takes the registry's
 /// lock while holding this one: the handler order cannot deadlock.)
+/// (Made at load, c_api_at_load(): the static's guard is then held only
+/// where no other thread calls in. A guard held while pthread_atfork() waits
+/// for another thread's fork would leave that fork's child waiting on it.)
 State& state() {
   static State* s = [] {
     g_state = new State;
@@ -128,6 +131,8 @@ State& state() {
   }();
   return *s;
 }
+
+__attribute__((constructor)) void c_api_at_load() { (void)state(); }
 
 /// Takes a reference on the adapter of `uc`, creating it if `create`;
 /// nullptr if there is none and !create. May throw std::bad_alloc.

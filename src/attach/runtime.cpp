@@ -93,22 +93,17 @@ std::optional<FileOffset> file_offset_from_snapshot(std::uint64_t addr) {
 namespace {
 // fork() while another thread is inside register/unregister would leave the
 // child with a registry mutex nobody owns: hold it across fork instead.
-/// Only SIGTRAP, built at start-up (sigemptyset/sigaddset may carry probes).
-sigset_t g_sigtrap_only;
-/// Written by before_fork() with the registry mutex held, for the child:
-/// the forking thread's id, and whether the registry was whole (no
-/// transaction of the forking thread in progress, whose probes it may have
-/// locked and whose tree may be half changed).
+/// The forking thread's id: written by before_fork() with the registry
+/// mutex held, for the child.
 pid_t g_forking_tid = 0;
-bool g_fork_registry_whole = false;
 
 /// In a fork child: every probe's patch lock that a thread that did not come
 /// along held (a hit's Action::remove on another thread) is free, the
-/// forking thread's own is now held by the child's thread. Only when the
-/// registry was whole at the fork (else its own transaction goes on in the
-/// child, as ForkHeldMutex lets it, and the other threads' holds stay).
+/// forking thread's own (its transaction's, when a handler of its forked
+/// inside one: the registry side takes them only with the registry mutex)
+/// is now held by the child's thread. (The tree is whole: a transaction
+/// changes it without calling out, so never at a handler's hit.)
 void patch_locks_after_fork_child(Registry& r) noexcept {
-  if (!g_fork_registry_whole) return;
   const pid_t me = current_tid();
   for (Uprobe& up : r.tree) {
     const pid_t holder = up.patch_lock.load(std::memory_order_relaxed);
@@ -119,38 +114,24 @@ void patch_locks_after_fork_child(Registry& r) noexcept {
 void before_fork() {
   // (Not when this thread holds it: a consumer's handler that forks on a
   // probe hit inside a registration; ForkHeldMutex.)
-  const bool in_transaction = registry().mutex.held_by_this_thread();
   registry().mutex.fork_prepare();
-  g_fork_registry_whole = !in_transaction;
   g_forking_tid = current_tid();
   note_fork();
-  // liburcu-bp blocks every signal from here until the fork completes
-  // (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
-  // (_IO_list_lock, _Fork, _IO_list_unlock, _IO_list_resetlock) as well as the
-  // atfork handlers registered before ours: an int3 probe there would be hit
-  // with SIGTRAP blocked, which is fatal. Its pthread_sigmask() reaches our
-  // interposer (masks.cpp), which keeps SIGTRAP out; should it reach libc's
-  // (libuprobe loaded RTLD_LOCAL), let SIGTRAP in again here. Our handler
-  // only needs a read-side section, which takes no lock once this thread is
-  // a registered reader: register it first (registration takes liburcu-bp's
-  // registry lock, which urcu_bp_before_fork() holds).
+  // A hit during the fork (on what fork() runs) needs only a read-side
+  // section, which takes no lock once this thread is a registered reader:
+  // register it now, before liburcu-bp's prepare handler (registered before
+  // this one, so run after it: install_rcu_fork_handlers()) takes its
+  // registry lock and blocks every signal but SIGTRAP.
   uprobe_rcu_read_lock();
   uprobe_rcu_read_unlock();
-  urcu_bp_before_fork();
-  raw_sigprocmask(SIG_UNBLOCK, &g_sigtrap_only, nullptr);
 }
-void after_fork_parent() {
-  urcu_bp_after_fork_parent();
-  registry().mutex.fork_after();
-}
+void after_fork_parent() { registry().mutex.fork_after(); }
 void after_fork_child() {
-  // The thread's id first: the mask urcu_bp_after_fork_child() restores is
-  // the child's thread's own (masks.cpp).
-  thread_state_after_fork_child();
-  urcu_bp_after_fork_child();
+  // (liburcu-bp's child handler, run before this one, gave this thread its
+  // id: thread_state_after_fork_child().)
   // The locks a hit or the program's sigaction() takes beside the registry
   // mutex: the threads that held them did not come along.
-  g_hot.mm_lock.reset_in_child(t_state.mm_read_held);
+  g_hot.mm_lock.reset_in_child();
   patch_locks_after_fork_child(registry());
   signals_after_fork_child();
   uretprobe_after_fork_child();
@@ -190,11 +171,12 @@ void start_runtime(Registry& r) {
   // a thread created through pthread_create() is from its start: its hits
   // make no system call of ours (README, "System calls of a hit"). (Also
   // what brings thread_start.o, with the pthread_create interposer, into a
-  // program linked with libuprobe.a.)
+  // program linked with libuprobe.a.) liburcu-bp's fork handlers first
+  // (registered before ours: their prepare runs after ours, their child
+  // handler before it).
+  install_rcu_fork_handlers();
   prepare_thread_for_hits(false);
   if (r.started) return;
-  sigemptyset(&g_sigtrap_only);
-  sigaddset(&g_sigtrap_only, SIGTRAP);
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   uretprobe_init();
   init_core_sync();

@@ -4,12 +4,31 @@
 // replaces with a fresh one. computed_once(): a process-wide value computed
 // at its first use without a lock, which a fork child never waits for.
 
-#include <pthread.h>
-
 #include <atomic>
 #include <utility>
 
 namespace uprobe::detail {
+
+/// One fork_fresh<T>() instance's slot on the list that the child handler
+/// walks (fork_fresh.cpp): constant-initialized, so no guard.
+struct ForkFreshNode {
+  void (*renew)() noexcept;          ///< gives the slot a new T (in a fork child)
+  ForkFreshNode* next = nullptr;     ///< the list, newest first (pushed once, never removed)
+  std::atomic<int> listed{0};        ///< 0 not yet, 1 being pushed, 2 on the list
+};
+
+/// Puts `n` on the list of slots a fork child renews, once; the first call
+/// also registers the one pthread_atfork child handler (fork_fresh.cpp
+/// registers it at load too). Returns whether `n` is on the list (false
+/// while another thread pushes it). Lock-free; thread-safe.
+bool fork_fresh_list(ForkFreshNode& n) noexcept;
+
+template <class T, class Tag>
+struct ForkFreshSlot {
+  static inline std::atomic<T*> instance{nullptr};
+  static void renew() noexcept { instance.store(new T, std::memory_order_relaxed); }
+  static inline constinit ForkFreshNode node{&renew};
+};
 
 /// The process's one T, made at the first call and never destroyed (probes
 /// fire and libraries load during exit, and a destructor's free() would be
@@ -17,16 +36,26 @@ namespace uprobe::detail {
 /// leaves the old one as it is: a thread that did not come along may have
 /// held its lock, or been changing it, when the process forked (symbol
 /// resolution and uprobe::plan_site() run beside the registry, whose mutex is
-/// held across a fork), and the child's first use would wait forever.
-/// Thread-safe (the first call's static initialization); the pointer changes
+/// held across a fork), and the child's first use would wait forever. No
+/// lock of its own either (not a function-local static's guard, which a
+/// thread making the first T would hold across a fork): threads that make
+/// the first T together each make one, the first published wins; its slot
+/// is on the child handler's list before it is published. Thread-safe; the pointer changes
 /// only in a fork child, where one thread runs. `Tag` tells apart two uses of one T.
 template <class T, class Tag = T>
 T& fork_fresh() {
-  static T* instance = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { instance = new T; });
-    return new T;
-  }();
-  return *instance;
+  using Slot = ForkFreshSlot<T, Tag>;
+  if (T* t = Slot::instance.load(std::memory_order_acquire)) return *t;
+  // (While another thread puts the slot on the list, a T of this call's
+  // own, never published: a fork then must not find one the child would
+  // not renew. Kept, not freed: the caller may hold on to what it gave.)
+  if (!fork_fresh_list(Slot::node)) return *new T;
+  T* mine = new T;
+  T* expected = nullptr;
+  if (Slot::instance.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire))
+    return *mine;
+  delete mine;
+  return *expected;
 }
 
 /// The value `slot` holds, else `make()`'s, kept there for the process's

@@ -16,32 +16,47 @@ namespace uprobe::detail {
 
 class SpinRwLock {
  public:
+  /// Takes a read hold; returns the epoch it belongs to, for unlock_shared().
   /// Async-signal-safe; nests.
-  void lock_shared() noexcept {
+  std::uint64_t lock_shared() noexcept {
     for (;;) {
       std::uint64_t s = word_.load(std::memory_order_relaxed);
       if (!(s & kWriter) &&
           word_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed))
-        return;
+        return s & kEpochs;
       arch::cpu_relax();
     }
   }
-  void unlock_shared() noexcept { word_.fetch_sub(1, std::memory_order_release); }
+  /// Gives back a read hold of `epoch` (lock_shared()'s): none when the lock
+  /// was reset since (a fork child: reset_in_child()). Async-signal-safe.
+  void unlock_shared(std::uint64_t epoch) noexcept {
+    std::uint64_t s = word_.load(std::memory_order_relaxed);
+    while ((s & kEpochs) == epoch &&
+           !word_.compare_exchange_weak(s, s - 1, std::memory_order_release, std::memory_order_relaxed)) {
+    }
+  }
   void lock() noexcept {
     for (;;) {
-      std::uint64_t expected = 0;
-      if (word_.compare_exchange_weak(expected, kWriter, std::memory_order_acquire, std::memory_order_relaxed))
+      std::uint64_t s = word_.load(std::memory_order_relaxed);
+      if (!(s & ~kEpochs) &&
+          word_.compare_exchange_weak(s, s | kWriter, std::memory_order_acquire, std::memory_order_relaxed))
         return;
       arch::cpu_relax();
     }
   }
-  void unlock() noexcept { word_.store(0, std::memory_order_release); }
-  /// In a fork child: the lock as the one thread there holds it, `readers`
-  /// read holds and no writer (the other threads' holds went with them).
-  void reset_in_child(std::uint32_t readers) noexcept { word_.store(readers, std::memory_order_relaxed); }
+  void unlock() noexcept { word_.fetch_and(~kWriter, std::memory_order_release); }
+  /// In a fork child (one thread): free, in a new epoch. The holds taken
+  /// before belonged to threads that did not come along, or to this thread
+  /// (a signal handler that forked interrupted its lookup), whose
+  /// unlock_shared() of the old epoch then gives back nothing.
+  void reset_in_child() noexcept {
+    word_.store(((word_.load(std::memory_order_relaxed) & kEpochs) + kEpochOne) & kEpochs, std::memory_order_relaxed);
+  }
 
  private:
   static constexpr std::uint64_t kWriter = 1ull << 63;
+  static constexpr std::uint64_t kEpochOne = 1ull << 32;  ///< bits 32-62: the epoch; 0-31: the read holds
+  static constexpr std::uint64_t kEpochs = kWriter - kEpochOne;
   alignas(64) std::atomic<std::uint64_t> word_{0};
 };
 

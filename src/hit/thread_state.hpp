@@ -143,9 +143,6 @@ struct ThreadState {
   bool ctx_view_set;         ///< setcontext() set the view for the context it resumes
   std::uint32_t holds;       ///< SIGTRAPs held on this thread so far
   std::uint32_t handler_runs;  ///< program signal handlers run on this thread so far
-  /// This thread's lookups inside g_hot.mm_lock's read side (a signal
-  /// handler's hit nests): what a fork child keeps of it (mm_lock_after_fork_child()).
-  std::uint32_t mm_read_held;
   siginfo_t held_info;       ///< the held SIGTRAP's siginfo
   // (Last: the int3 path's single-step only, after what every hit reads.)
   arch::XolStep sstep;       ///< the stepped copy (its ops' pre_xol filled it): probe address, slot, fix-ups
@@ -280,5 +277,15 @@ void prepare_thread_for_hits(bool new_thread) noexcept;
 
 /// Forgets cached per-thread values in the child of fork().
 void thread_state_after_fork_child() noexcept;
+
+/// Registers liburcu-bp's fork handlers (its registry lock held across a
+/// fork, the child's thread id first), once, before the process's first
+/// RCU reader registers: called by the interposed pthread_create() before
+/// it starts a thread (which registers at its start, probes or not) and by
+/// the runtime's start. Another thread's registration waits until they are
+/// in (a fork then, without them, would leave the child a registry lock of
+/// a thread it does not have). Thread-safe; not async-signal-safe
+/// (thread_start.cpp).
+void install_rcu_fork_handlers() noexcept;
 
 }  // namespace uprobe::detail

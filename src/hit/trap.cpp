@@ -61,11 +61,9 @@ Uprobe* lookup(std::uint64_t ip, StatBlock& st) noexcept {
     }
     count(st.locked_lookups);
   }
-  ++t_state.mm_read_held;
-  g_hot.mm_lock.lock_shared();
+  const std::uint64_t epoch = g_hot.mm_lock.lock_shared();
   Uprobe* up = find_uprobe(ip);
-  g_hot.mm_lock.unlock_shared();
-  --t_state.mm_read_held;
+  g_hot.mm_lock.unlock_shared(epoch);
   return up;
 }
 

@@ -148,6 +148,47 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<int> g_rcu_fork_handlers{0};  // 0 none, 1 being registered, 2 in
+
+/// liburcu-bp blocks every signal from here until the fork completes
+/// (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
+/// (_IO_list_lock, _Fork, _IO_list_unlock, _IO_list_resetlock) as well as the
+/// atfork handlers registered before these: an int3 probe there would be hit
+/// with SIGTRAP blocked, which is fatal. Its pthread_sigmask() reaches our
+/// interposer (masks.cpp), which keeps SIGTRAP out; should it reach libc's
+/// (libuprobe loaded RTLD_LOCAL), let SIGTRAP in again here. (The runtime's
+/// prepare handler, registered after these and so run before, made the
+/// forking thread a reader: its hits' read sections take no lock.)
+void rcu_fork_prepare() {
+  urcu_bp_before_fork();
+  sigset_t trap{};  // (not sigemptyset/sigaddset: libc functions, which may carry probes)
+  trap.__val[0] = sig_bit(SIGTRAP);
+  raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
+}
+void rcu_fork_parent() { urcu_bp_after_fork_parent(); }
+/// The thread's id first: the mask urcu_bp_after_fork_child() restores is
+/// the child's thread's own (masks.cpp).
+void rcu_fork_child() {
+  thread_state_after_fork_child();
+  urcu_bp_after_fork_child();
+}
+
+}  // namespace
+
+void install_rcu_fork_handlers() noexcept {
+  int state = g_rcu_fork_handlers.load(std::memory_order_acquire);
+  if (state == 0 && g_rcu_fork_handlers.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+    ::pthread_atfork(rcu_fork_prepare, rcu_fork_parent, rcu_fork_child);
+    g_rcu_fork_handlers.store(2, std::memory_order_release);
+    return;
+  }
+  // (Another thread registers them; pthread_atfork() waits only while a
+  // fork() is in progress, which needs nothing of this thread.)
+  while (g_rcu_fork_handlers.load(std::memory_order_acquire) != 2) uprobe::arch::raw_syscall(SYS_sched_yield);
+}
+
 UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
   if (new_thread || t_state.tid == 0) {
     const long tid = uprobe::arch::raw_syscall(SYS_gettid);
@@ -184,6 +225,7 @@ extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* 
   StackOfNewThread stack{};
   {
     RuntimeCallScope ours;  // (its queries of the attributes are not the program's calls)
+    install_rcu_fork_handlers();  // (before the new thread registers as a reader)
     view_blocked = new_thread_view_blocked(attr);
     h = claim_handoff();
     // 256 threads created and not started yet: a new one whose view blocks
