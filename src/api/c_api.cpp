@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -108,7 +109,10 @@ struct State {
   uprobe::detail::ForkHeldMutex mutex;
   std::unordered_map<uprobe_consumer*, std::unique_ptr<Adapter>> adapters;
 };
-State* g_state = nullptr;
+std::atomic<State*> g_state{nullptr};
+/// The state whose mutex the prepare handler took, for the parent and child
+/// handlers (glibc runs one fork's handlers at a time).
+State* g_fork_held = nullptr;
 
 /// The C layer's state. Its mutex is held across fork() (taken by the
 /// prepare handler, given back in parent and child): a child forked while
@@ -119,20 +123,29 @@ State* g_state = nullptr;
 /// (ForkHeldMutex). The adapters come along as they are: the child inherits
 /// the registrations that point to them. (Nothing here takes the registry's
 /// lock while holding this one: the handler order cannot deadlock.)
-/// (Made at load, c_api_at_load(): the static's guard is then held only
-/// where no other thread calls in. A guard held while pthread_atfork() waits
-/// for another thread's fork would leave that fork's child waiting on it.)
+/// Made at the first call without a lock (no static's guard: one held while
+/// pthread_atfork() waits for another thread's fork would leave that fork's
+/// child waiting on it); the fork handlers are registered at load and do
+/// nothing before (no call of ours in a traced program's forks).
 State& state() {
-  static State* s = [] {
-    g_state = new State;
-    ::pthread_atfork([] { g_state->mutex.fork_prepare(); }, [] { g_state->mutex.fork_after(); },
-                     [] { g_state->mutex.fork_after(); });
-    return g_state;
-  }();
-  return *s;
+  if (State* s = g_state.load(std::memory_order_acquire)) return *s;
+  auto* mine = new State;
+  State* expected = nullptr;
+  if (g_state.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
+  delete mine;
+  return *expected;
 }
 
-__attribute__((constructor)) void c_api_at_load() { (void)state(); }
+void fork_prepare() {
+  g_fork_held = g_state.load(std::memory_order_acquire);
+  if (g_fork_held) g_fork_held->mutex.fork_prepare();
+}
+void fork_after() {
+  if (g_fork_held) g_fork_held->mutex.fork_after();
+  g_fork_held = nullptr;
+}
+
+__attribute__((constructor)) void c_api_at_load() { ::pthread_atfork(fork_prepare, fork_after, fork_after); }
 
 /// Takes a reference on the adapter of `uc`, creating it if `create`;
 /// nullptr if there is none and !create. May throw std::bad_alloc.

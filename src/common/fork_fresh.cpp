@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // fork_fresh<T>()'s list of slots and the one pthread_atfork child handler
-// that renews them.
+// that empties them.
 
 #include "fork_fresh.hpp"
 
@@ -14,6 +14,8 @@ std::atomic<ForkFreshNode*> g_nodes{nullptr};
 std::atomic<bool> g_handler{false};
 
 /// The child handler: one thread runs, the list is as the fork left it.
+/// Stores only (a traced program's every fork runs it: uprobe-trace counts
+/// no call of ours).
 void renew_all() noexcept {
   for (ForkFreshNode* n = g_nodes.load(std::memory_order_acquire); n; n = n->next) n->renew();
 }

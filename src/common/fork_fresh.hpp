@@ -12,7 +12,7 @@ namespace uprobe::detail {
 /// One fork_fresh<T>() instance's slot on the list that the child handler
 /// walks (fork_fresh.cpp): constant-initialized, so no guard.
 struct ForkFreshNode {
-  void (*renew)() noexcept;          ///< gives the slot a new T (in a fork child)
+  void (*renew)() noexcept;          ///< empties the slot (in a fork child): the next use makes a new T
   ForkFreshNode* next = nullptr;     ///< the list, newest first (pushed once, never removed)
   std::atomic<int> listed{0};        ///< 0 not yet, 1 being pushed, 2 on the list
 };
@@ -26,14 +26,16 @@ bool fork_fresh_list(ForkFreshNode& n) noexcept;
 template <class T, class Tag>
 struct ForkFreshSlot {
   static inline std::atomic<T*> instance{nullptr};
-  static void renew() noexcept { instance.store(new T, std::memory_order_relaxed); }
+  static void renew() noexcept { instance.store(nullptr, std::memory_order_relaxed); }
   static inline constinit ForkFreshNode node{&renew};
 };
 
 /// The process's one T, made at the first call and never destroyed (probes
 /// fire and libraries load during exit, and a destructor's free() would be
-/// the traced program's). A fork child gets a new, default-constructed T and
-/// leaves the old one as it is: a thread that did not come along may have
+/// the traced program's). A fork child makes a new, default-constructed T at
+/// its first use (the child handler only empties the slot: no allocation,
+/// no libc call of ours in every fork of a traced program) and leaves the
+/// old one as it is: a thread that did not come along may have
 /// held its lock, or been changing it, when the process forked (symbol
 /// resolution and uprobe::plan_site() run beside the registry, whose mutex is
 /// held across a fork), and the child's first use would wait forever. No
