@@ -4,6 +4,7 @@
 
 #include "runtime.hpp"
 
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -28,8 +29,17 @@ namespace uprobe::detail {
 HotState g_hot;
 
 Registry& registry() {
-  static Registry* r = new Registry;  // never destroyed: hits may run during exit
-  return *r;
+  // Never destroyed: hits may run during exit. Made without a static's
+  // guard: the first call's new may wait while another thread forks (glibc
+  // holds malloc's locks across fork()), and that fork's child would then
+  // wait on the guard forever.
+  static std::atomic<Registry*> r{nullptr};
+  if (Registry* have = r.load(std::memory_order_acquire)) return *have;
+  auto* mine = new Registry;
+  Registry* expected = nullptr;
+  if (r.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
+  delete mine;
+  return *expected;
 }
 
 void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {

@@ -151,6 +151,12 @@ UPROBE_NO_SANITIZE void* prepared_start(void* p) {
 namespace {
 
 std::atomic<int> g_rcu_fork_handlers{0};  // 0 none, 1 being registered, 2 in
+std::atomic<pid_t> g_rcu_fork_claimer{0};  // the process of the thread registering them (0: not yet known)
+/// >0 from liburcu-bp's prepare handler to its parent or child handler: its
+/// registry lock is held by the forking thread. A thread started meanwhile
+/// (by a program's atfork handler, which may join it before the fork goes
+/// on) registers at its first hit instead of at its start.
+std::atomic<int> g_rcu_fork_in_progress{0};
 
 /// liburcu-bp blocks every signal from here until the fork completes
 /// (urcu_bp_after_fork_*), and glibc's fork() runs libc functions meanwhile
@@ -162,31 +168,49 @@ std::atomic<int> g_rcu_fork_handlers{0};  // 0 none, 1 being registered, 2 in
 /// prepare handler, registered after these and so run before, made the
 /// forking thread a reader: its hits' read sections take no lock.)
 void rcu_fork_prepare() {
+  g_rcu_fork_in_progress.fetch_add(1, std::memory_order_relaxed);
   urcu_bp_before_fork();
   sigset_t trap{};  // (not sigemptyset/sigaddset: libc functions, which may carry probes)
   trap.__val[0] = sig_bit(SIGTRAP);
   raw_sigprocmask(SIG_UNBLOCK, &trap, nullptr);
 }
-void rcu_fork_parent() { urcu_bp_after_fork_parent(); }
+void rcu_fork_parent() {
+  urcu_bp_after_fork_parent();
+  g_rcu_fork_in_progress.fetch_sub(1, std::memory_order_relaxed);
+}
 /// The thread's id first: the mask urcu_bp_after_fork_child() restores is
 /// the child's thread's own (masks.cpp).
 void rcu_fork_child() {
   thread_state_after_fork_child();
   urcu_bp_after_fork_child();
+  g_rcu_fork_in_progress.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace
 
 void install_rcu_fork_handlers() noexcept {
-  int state = g_rcu_fork_handlers.load(std::memory_order_acquire);
-  if (state == 0 && g_rcu_fork_handlers.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
-    ::pthread_atfork(rcu_fork_prepare, rcu_fork_parent, rcu_fork_child);
-    g_rcu_fork_handlers.store(2, std::memory_order_release);
-    return;
+  for (;;) {
+    int state = g_rcu_fork_handlers.load(std::memory_order_acquire);
+    if (state == 2) return;
+    const pid_t pid = static_cast<pid_t>(uprobe::arch::raw_syscall(SYS_getpid));
+    if (state == 0 && g_rcu_fork_handlers.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+      g_rcu_fork_claimer.store(pid, std::memory_order_relaxed);
+      ::pthread_atfork(rcu_fork_prepare, rcu_fork_parent, rcu_fork_child);
+      g_rcu_fork_handlers.store(2, std::memory_order_release);
+      return;
+    }
+    // Another thread registers them (pthread_atfork() waits only while a
+    // fork() is in progress, which needs nothing of this thread); unless
+    // that thread is in the parent of this process (a fork came while it
+    // waited): then this process registers them.
+    const pid_t claimer = g_rcu_fork_claimer.load(std::memory_order_relaxed);
+    if (state == 1 && claimer != 0 && claimer != pid) {
+      g_rcu_fork_claimer.store(0, std::memory_order_relaxed);
+      g_rcu_fork_handlers.store(0, std::memory_order_release);
+      continue;
+    }
+    uprobe::arch::raw_syscall(SYS_sched_yield);
   }
-  // (Another thread registers them; pthread_atfork() waits only while a
-  // fork() is in progress, which needs nothing of this thread.)
-  while (g_rcu_fork_handlers.load(std::memory_order_acquire) != 2) uprobe::arch::raw_syscall(SYS_sched_yield);
 }
 
 UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
@@ -197,7 +221,10 @@ UPROBE_NO_SANITIZE void prepare_thread_for_hits(bool new_thread) noexcept {
   // The registration's pthread_sigmask reaches masks.cpp, instrumented code:
   // under ThreadSanitizer not before TSan's own start routine has run (a new
   // thread then registers at its first hit).
-  if (!(UPROBE_TSAN && new_thread)) uprobe_rcu_register_thread();  // the hits' read sections need no registration
+  // (Nor while a fork holds liburcu-bp's registry lock: a program's atfork
+  // handler that started this thread may wait for it.)
+  if (!(UPROBE_TSAN && new_thread) && !(new_thread && g_rcu_fork_in_progress.load(std::memory_order_relaxed) != 0))
+    uprobe_rcu_register_thread();  // the hits' read sections need no registration
 }
 
 }  // namespace uprobe::detail
