@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fork_fresh.hpp"
 #include "fork_held_mutex.hpp"
 #include "thread_object.hpp"
 #include "uprobe/batch.hpp"
@@ -127,14 +128,7 @@ State* g_fork_held = nullptr;
 /// pthread_atfork() waits for another thread's fork would leave that fork's
 /// child waiting on it); the fork handlers are registered at load and do
 /// nothing before (no call of ours in a traced program's forks).
-State& state() {
-  if (State* s = g_state.load(std::memory_order_acquire)) return *s;
-  auto* mine = new State;
-  State* expected = nullptr;
-  if (g_state.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
-  delete mine;
-  return *expected;
-}
+State& state() { return uprobe::detail::made_once(g_state); }
 
 void fork_prepare() {
   g_fork_held = g_state.load(std::memory_order_acquire);

@@ -15,6 +15,7 @@
 #include "rcu.hpp"
 
 #include "elf_image.hpp"
+#include "fork_fresh.hpp"
 #include "forbidden.hpp"
 #include "masks.hpp"
 #include "thread_state.hpp"
@@ -29,17 +30,10 @@ namespace uprobe::detail {
 HotState g_hot;
 
 Registry& registry() {
-  // Never destroyed: hits may run during exit. Made without a static's
-  // guard: the first call's new may wait while another thread forks (glibc
-  // holds malloc's locks across fork()), and that fork's child would then
-  // wait on the guard forever.
+  // Never destroyed: hits may run during exit. (made_once(): no static's
+  // guard, which a fork child could find held.)
   static std::atomic<Registry*> r{nullptr};
-  if (Registry* have = r.load(std::memory_order_acquire)) return *have;
-  auto* mine = new Registry;
-  Registry* expected = nullptr;
-  if (r.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
-  delete mine;
-  return *expected;
+  return made_once(r);
 }
 
 void publish(Registry& r, const VmaSnapshot* vmas, const ProbeTable* probes) {

@@ -60,6 +60,22 @@ T& fork_fresh() {
   return *expected;
 }
 
+/// The T `slot` holds, else a new default-constructed one published there,
+/// never destroyed: a process-wide object made at its first use without a
+/// static's guard (whose first new may wait while another thread forks:
+/// glibc holds malloc's locks across fork(); that fork's child would wait on
+/// the guard forever). Threads that get there together each make one, the
+/// first published wins. Thread-safe; not async-signal-safe (new).
+template <class T>
+T& made_once(std::atomic<T*>& slot) {
+  if (T* v = slot.load(std::memory_order_acquire)) return *v;
+  T* mine = new T;
+  T* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
+  delete mine;
+  return *expected;
+}
+
 /// The value `slot` holds, else `make()`'s, kept there for the process's
 /// life (never destroyed: probes fire during exit). Not a function-local
 /// static's guarded initialization: that is a lock, which a thread computing
