@@ -17,11 +17,24 @@ struct ForkFreshNode {
   std::atomic<int> listed{0};        ///< 0 not yet, 1 being pushed, 2 on the list
 };
 
-/// Puts `n` on the list of slots a fork child renews, once; the first call
+/// Puts `n` on the list of slots a fork child empties, once; the first call
 /// also registers the one pthread_atfork child handler (fork_fresh.cpp
 /// registers it at load too). Returns whether `n` is on the list (false
 /// while another thread pushes it). Lock-free; thread-safe.
 bool fork_fresh_list(ForkFreshNode& n) noexcept;
+
+/// Publishes `mine` in `slot` unless another thread published one first
+/// (then deletes `mine`); returns the one published. Lock-free.
+template <class T>
+T& published_once(std::atomic<T*>& slot, T* mine) {
+  T* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
+  delete mine;
+  return *expected;
+}
+
+template <class T>
+T& made_once(std::atomic<T*>& slot);
 
 template <class T, class Tag>
 struct ForkFreshSlot {
@@ -52,12 +65,7 @@ T& fork_fresh() {
   // own, never published: a fork then must not find one the child would
   // not renew. Kept, not freed: the caller may hold on to what it gave.)
   if (!fork_fresh_list(Slot::node)) return *new T;
-  T* mine = new T;
-  T* expected = nullptr;
-  if (Slot::instance.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire))
-    return *mine;
-  delete mine;
-  return *expected;
+  return made_once(Slot::instance);
 }
 
 /// The T `slot` holds, else a new default-constructed one published there,
@@ -69,11 +77,7 @@ T& fork_fresh() {
 template <class T>
 T& made_once(std::atomic<T*>& slot) {
   if (T* v = slot.load(std::memory_order_acquire)) return *v;
-  T* mine = new T;
-  T* expected = nullptr;
-  if (slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
-  delete mine;
-  return *expected;
+  return published_once(slot, new T);
 }
 
 /// The value `slot` holds, else `make()`'s, kept there for the process's
@@ -87,11 +91,7 @@ T& made_once(std::atomic<T*>& slot) {
 template <class T, class Make>
 const T& computed_once(std::atomic<const T*>& slot, Make&& make) {
   if (const T* v = slot.load(std::memory_order_acquire)) return *v;
-  const T* mine = new const T(std::forward<Make>(make)());
-  const T* expected = nullptr;
-  if (slot.compare_exchange_strong(expected, mine, std::memory_order_acq_rel, std::memory_order_acquire)) return *mine;
-  delete mine;
-  return *expected;
+  return published_once(slot, new const T(std::forward<Make>(make)()));
 }
 
 }  // namespace uprobe::detail
